@@ -1,0 +1,280 @@
+//! The command line: clap definitions, turning each command into one request, and
+//! printing the reply as text or `--json`. It holds no logic the daemon owns.
+
+mod demo;
+mod render;
+
+use crate::client::Client;
+use crate::paths::Paths;
+use crate::wire::{self, Actor, Envelope, ErrorCode, Request, WireError};
+use clap::{Args, Parser, Subcommand};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bgwork",
+    version,
+    about = "Background work for AI agents: start now, read later, hear when it ends",
+    long_about = None
+)]
+pub struct Cli {
+    /// The session that owns the work (one agent conversation).
+    #[arg(long, global = true, env = "BGWORK_SESSION", default_value = "default")]
+    pub session: String,
+    /// Print the reply as JSON (the objects of the socket API).
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Commands,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Commands {
+    /// Run COMMAND in the background; prints its id at once, then its first output.
+    Start(StartCmd),
+    /// List the session's running work (--all adds ended records).
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Read output since this session's last read of ID (never blocks).
+    Read(ReadCmd),
+    /// Write input to a job's stdin (escapes \n \t \xHH understood).
+    Send {
+        id: String,
+        text: Option<String>,
+        /// A named key: C-c, C-d, Enter, Tab, Esc, Up, Down, Left, Right, ...
+        #[arg(long = "key")]
+        keys: Vec<String>,
+    },
+    /// Stop ID: TERM to its whole process tree, KILL after the grace.
+    Stop {
+        id: String,
+        /// Seconds between TERM and KILL.
+        #[arg(long)]
+        grace: Option<f64>,
+        /// Who stops it.
+        #[arg(long = "as", value_enum, default_value = "agent")]
+        actor: ActorArg,
+    },
+    /// Block until items end, a pattern appears in new output, or the timeout passes.
+    Wait(WaitCmd),
+    /// Pending exit notices of the session, each delivered once.
+    Notices {
+        /// Show without marking them delivered.
+        #[arg(long)]
+        peek: bool,
+        /// Stream notices as they are created.
+        #[arg(long)]
+        follow: bool,
+        /// When none is pending, wait up to S seconds for the first one.
+        #[arg(long, value_name = "S", conflicts_with = "follow")]
+        wait: Option<f64>,
+    },
+    /// Drop an ended record from lists.
+    Dismiss { id: String },
+    /// Delete old ended records and their logs.
+    Gc,
+    /// Run the daemon (the CLI starts it on demand).
+    Daemon {
+        /// Stay attached to the terminal (the daemon never forks itself anyway).
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// The daemon's pid, version, home, socket and running work.
+    Status,
+    /// Stop the daemon; running work goes on unless --stop-work.
+    Shutdown {
+        #[arg(long)]
+        stop_work: bool,
+    },
+    /// A short guided run of start, read, wait, notices and stop on real jobs.
+    Demo,
+    /// The per-job supervisor (started by the daemon).
+    #[command(hide = true)]
+    Supervise,
+}
+
+#[derive(Args, Debug)]
+pub struct StartCmd {
+    /// Fire one notice when the job ends.
+    #[arg(long)]
+    pub notify: bool,
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Working directory (default: the current one).
+    #[arg(long)]
+    pub cwd: Option<String>,
+    /// Set a variable for the job (its name is recorded, its value never).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Milliseconds to wait for first output (default 1000).
+    #[arg(long)]
+    pub window: Option<u64>,
+    /// The command, run by `bash -c`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReadCmd {
+    pub id: String,
+    /// The last N lines (does not move the read cursor).
+    #[arg(long)]
+    pub tail: Option<usize>,
+    /// From this byte offset (does not move the read cursor).
+    #[arg(long)]
+    pub from: Option<u64>,
+    /// The whole output (does not move the read cursor).
+    #[arg(long)]
+    pub all: bool,
+    /// The exact bytes, escapes and all.
+    #[arg(long)]
+    pub raw: bool,
+    /// Clip the reply to about this many bytes (head and tail kept).
+    #[arg(long)]
+    pub max_bytes: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct WaitCmd {
+    #[arg(required = true)]
+    pub ids: Vec<String>,
+    /// Return when the first item ends (the default).
+    #[arg(long, conflicts_with = "all")]
+    pub any: bool,
+    /// Return when every item has ended.
+    #[arg(long)]
+    pub all: bool,
+    /// Return when a new line of output matches REGEX.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Seconds to wait at most (default 50).
+    #[arg(long)]
+    pub timeout: Option<f64>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ActorArg {
+    Agent,
+    Person,
+}
+
+/// Parses the command line and runs it.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    execute(cli)
+}
+
+/// Runs one parsed command; returns the process's exit code.
+pub fn execute(cli: Cli) -> ExitCode {
+    let json = cli.json;
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            if json {
+                println!("{}", wire::to_json_text(&wire::ErrorReply { error: error.clone() }));
+            } else {
+                eprintln!("bgwork: {}", error.message);
+            }
+            match error.code {
+                ErrorCode::BadRequest => ExitCode::from(2),
+                _ => ExitCode::from(1),
+            }
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, WireError> {
+    let paths = Paths::from_env();
+    let session = cli.session.clone();
+    let json = cli.json;
+    let request = match cli.command {
+        Commands::Daemon { .. } => return Ok(run_daemon()),
+        Commands::Supervise => crate::supervisor::run(),
+        Commands::Demo => return demo::run(),
+        Commands::Start(start) => Request::Start(start_args(start)?),
+        Commands::List { all } => Request::List { all },
+        Commands::Read(read) => Request::Read(wire::ReadArgs {
+            id: read.id,
+            tail: read.tail,
+            from: read.from,
+            all: read.all,
+            raw: read.raw,
+            max_bytes: read.max_bytes,
+        }),
+        Commands::Send { id, text, keys } => Request::Send(wire::SendArgs {
+            id,
+            text: text.unwrap_or_default(),
+            keys,
+        }),
+        Commands::Stop { id, grace, actor } => Request::Stop(wire::StopArgs {
+            id,
+            grace_s: grace,
+            actor: match actor {
+                ActorArg::Agent => Actor::Agent,
+                ActorArg::Person => Actor::Person,
+            },
+        }),
+        Commands::Wait(wait) => Request::Wait(wire::WaitArgs {
+            ids: wait.ids,
+            all: wait.all,
+            until: wait.until,
+            timeout_s: wait.timeout,
+        }),
+        Commands::Notices { peek, follow, wait } => Request::Notices {
+            peek,
+            follow,
+            wait_s: wait,
+        },
+        Commands::Dismiss { id } => Request::Dismiss { id },
+        Commands::Gc => Request::Gc,
+        Commands::Status => Request::Status,
+        Commands::Shutdown { stop_work } => {
+            if Client::connect_existing(&paths).is_err() {
+                render::say(json, "no daemon is running for this home");
+                return Ok(ExitCode::SUCCESS);
+            }
+            Request::Shutdown { stop_work }
+        }
+    };
+    let envelope = Envelope { session, request };
+    let mut client = Client::connect(&paths)?;
+    render::call_and_print(&mut client, envelope, json)
+}
+
+fn run_daemon() -> ExitCode {
+    match crate::daemon::main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bgwork daemon: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
+    let mut env = BTreeMap::new();
+    for pair in &start.env {
+        let (key, value) = pair.split_once('=').ok_or_else(|| {
+            WireError::bad_request(format!("--env {pair}: write NAME=VALUE"))
+        })?;
+        env.insert(key.to_string(), value.to_string());
+    }
+    let cwd = match start.cwd {
+        Some(cwd) => Some(cwd),
+        None => std::env::current_dir().ok().map(|d| d.display().to_string()),
+    };
+    Ok(wire::StartArgs {
+        command: start.command.join(" "),
+        cwd,
+        env,
+        inherit_env: Some(std::env::vars_os().filter_map(|(k, v)| {
+            Some((k.into_string().ok()?, v.into_string().ok()?))
+        }).collect()),
+        name: start.name,
+        notify: start.notify,
+        window_ms: start.window,
+    })
+}

@@ -1,0 +1,228 @@
+//! Sending a request and printing its reply: text for people and models, or `--json`.
+
+use crate::client::Client;
+use crate::wire::{
+    self, Ack, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request, StartReply,
+    State, StatusReply, WaitReason, WaitReply, WireError,
+};
+use base64::Engine;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::io::Write;
+use std::process::ExitCode;
+
+pub fn call_and_print(
+    client: &mut Client,
+    envelope: Envelope,
+    json: bool,
+) -> Result<ExitCode, WireError> {
+    match &envelope.request {
+        Request::Start(_) => print(client, &envelope, json, start_text),
+        Request::List { .. } => print(client, &envelope, json, list_text),
+        Request::Read(args) => {
+            let reply: ReadReply = client.call(&envelope)?;
+            if json {
+                println!("{}", wire::to_json_text(&reply));
+            } else if args.raw {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(reply.output_base64.as_deref().unwrap_or(""))
+                    .unwrap_or_default();
+                let _ = std::io::stdout().write_all(&bytes);
+                eprintln!("{}", read_status_line(&reply));
+            } else {
+                print_text(&read_text(&reply));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Request::Send(_) | Request::Dismiss { .. } | Request::Shutdown { .. } => {
+            print(client, &envelope, json, |ack: &Ack| ack.message.clone())
+        }
+        Request::Stop(_) => print(client, &envelope, json, stop_text),
+        Request::Wait(_) => {
+            let reply: WaitReply = client.call(&envelope)?;
+            if json {
+                println!("{}", wire::to_json_text(&reply));
+            } else {
+                print_text(&wait_text(&reply));
+            }
+            let failed = reply.reason == WaitReason::Timeout
+                || reply.items.iter().any(|i| i.end.is_some_and(crate::end::is_failure));
+            Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Request::Notices { follow: true, .. } => follow(client, &envelope, json),
+        Request::Notices { .. } => print(client, &envelope, json, notices_text),
+        Request::Gc => print(client, &envelope, json, |gc: &GcReply| {
+            format!("removed {} ended record(s), freed {} bytes", gc.removed, gc.freed_bytes)
+        }),
+        Request::Status => print(client, &envelope, json, status_text),
+    }
+}
+
+fn print<T: DeserializeOwned + Serialize>(
+    client: &mut Client,
+    envelope: &Envelope,
+    json: bool,
+    text: impl Fn(&T) -> String,
+) -> Result<ExitCode, WireError> {
+    let reply: T = client.call(envelope)?;
+    if json {
+        println!("{}", wire::to_json_text(&reply));
+    } else {
+        print_text(&text(&reply));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode, WireError> {
+    client.send(envelope)?;
+    while let Some(line) = client.next_line()? {
+        let notice: wire::Notice = wire::decode_reply(&line)?;
+        if json {
+            println!("{}", serde_json::to_string(&notice).unwrap_or_default());
+        } else {
+            print_text(&notice_text(&notice));
+        }
+        let _ = std::io::stdout().flush();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a plain message (or `{"message":…}` with `--json`).
+pub fn say(json: bool, message: &str) {
+    if json {
+        println!("{}", wire::to_json_text(&Ack { ok: true, message: message.to_string() }));
+    } else {
+        println!("{message}");
+    }
+}
+
+fn print_text(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    if !text.is_empty() && !text.ends_with('\n') {
+        let _ = out.write_all(b"\n");
+    }
+}
+
+fn label(item: &Item) -> String {
+    item.name.clone().unwrap_or_else(|| item.command.clone())
+}
+
+fn start_text(reply: &StartReply) -> String {
+    let item = &reply.item;
+    let mut text = format!(
+        "{} started{}: {}\n",
+        item.id,
+        item.pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
+        label(item)
+    );
+    text.push_str(&reply.output);
+    if !reply.output.is_empty() && !reply.output.ends_with('\n') {
+        text.push('\n');
+    }
+    match &item.report {
+        Some(report) => text.push_str(report),
+        None if item.notify => text.push_str(&format!(
+            "[{} runs on; a notice will come when it ends]",
+            item.id
+        )),
+        None => text.push_str(&format!(
+            "[{} runs on: `bgwork read {}` for new output, `bgwork wait {}` to wait]",
+            item.id, item.id, item.id
+        )),
+    }
+    text
+}
+
+fn list_text(reply: &ListReply) -> String {
+    if reply.items.is_empty() {
+        return "no work".to_string();
+    }
+    reply
+        .items
+        .iter()
+        .map(|item| {
+            let state = match (&item.state, &item.end) {
+                (State::Ended, Some(end)) => wire::name_of(end),
+                (state, _) => wire::name_of(state),
+            };
+            format!("{:<8} {:<16} {}", item.id, state, label(item))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn read_status_line(reply: &ReadReply) -> String {
+    match (&reply.report, reply.running) {
+        (Some(report), _) => format!("[{report}]"),
+        (None, true) if reply.output.is_empty() => {
+            format!("[{} is still running; no new output yet]", reply.id)
+        }
+        (None, _) => format!("[{} is still running]", reply.id),
+    }
+}
+
+fn read_text(reply: &ReadReply) -> String {
+    let mut text = reply.output.clone();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&read_status_line(reply));
+    text
+}
+
+fn stop_text(item: &Item) -> String {
+    match &item.report {
+        Some(report) => report.clone(),
+        None => format!(
+            "stop requested: {} has not ended yet; `bgwork wait {}` to see it end",
+            item.id, item.id
+        ),
+    }
+}
+
+fn wait_text(reply: &WaitReply) -> String {
+    let mut text = match (&reply.reason, &reply.matched) {
+        (WaitReason::Matched, Some(line)) => format!("matched: {line}\n"),
+        (WaitReason::Timeout, _) => "timed out; still running:\n".to_string(),
+        _ => String::new(),
+    };
+    for item in &reply.items {
+        let head = item
+            .report
+            .clone()
+            .unwrap_or_else(|| format!("{} is still running", item.id));
+        text.push_str(&head);
+        text.push('\n');
+        if let Some(tail) = reply.tails.get(&item.id).filter(|t| !t.is_empty()) {
+            text.push_str(&indent(tail));
+        }
+    }
+    text
+}
+
+fn notice_text(notice: &wire::Notice) -> String {
+    format!("{} [{}]\n{}", notice.text, notice.id, indent(&notice.tail))
+}
+
+fn notices_text(reply: &NoticesReply) -> String {
+    if reply.notices.is_empty() {
+        return "no pending notices".to_string();
+    }
+    reply.notices.iter().map(notice_text).collect::<Vec<_>>().join("")
+}
+
+fn status_text(status: &StatusReply) -> String {
+    format!(
+        "daemon pid {} (bgwork {})\nhome    {}\nsocket  {}\nrunning {}",
+        status.pid, status.version, status.home, status.socket, status.running
+    )
+}
+
+fn indent(text: &str) -> String {
+    let mut out: String = text.lines().map(|line| format!("  | {line}\n")).collect();
+    if out.is_empty() && !text.is_empty() {
+        out.push('\n');
+    }
+    out
+}

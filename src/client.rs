@@ -1,0 +1,120 @@
+//! `Client`: connects to the home's daemon (starting one when none answers) and sends
+//! requests of [`crate::wire`]. Every front end (CLI, MCP server, hook) goes through it.
+
+use crate::paths::{Paths, SocketPath};
+use crate::wire::{self, Envelope, ErrorCode, WireError};
+use serde::de::DeserializeOwned;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a client waits for a daemon it started to answer.
+const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Client {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+}
+
+impl Client {
+    /// Connects, starting the daemon first when none answers on the socket.
+    pub fn connect(paths: &Paths) -> Result<Client, WireError> {
+        if let Ok(client) = Client::connect_existing(paths) {
+            return Ok(client);
+        }
+        spawn_daemon(paths)?;
+        let deadline = Instant::now() + DAEMON_START_TIMEOUT;
+        loop {
+            match Client::connect_existing(paths) {
+                Ok(client) => return Ok(client),
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(WireError::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "the daemon did not start ({e}); see {}",
+                            paths.daemon_log.display()
+                        ),
+                    ))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    }
+
+    /// Connects to a running daemon only.
+    pub fn connect_existing(paths: &Paths) -> std::io::Result<Client> {
+        let short = SocketPath::new(&paths.socket)?;
+        let stream = UnixStream::connect(&short.path)?;
+        Ok(Client {
+            reader: BufReader::new(stream.try_clone()?),
+            writer: stream,
+        })
+    }
+
+    /// Sends one request and reads its one reply.
+    pub fn call<T: DeserializeOwned>(&mut self, envelope: &Envelope) -> Result<T, WireError> {
+        self.send(envelope)?;
+        let line = self.next_line()?.ok_or_else(|| {
+            WireError::new(ErrorCode::Unavailable, "the daemon closed the connection")
+        })?;
+        wire::decode_reply(&line)
+    }
+
+    pub fn send(&mut self, envelope: &Envelope) -> Result<(), WireError> {
+        let line = wire::encode_line(envelope);
+        self.writer
+            .write_all(&line)
+            .map_err(|e| WireError::new(ErrorCode::Unavailable, format!("daemon unreachable: {e}")))
+    }
+
+    /// The next reply line (for streams such as `notices --follow`).
+    pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, WireError> {
+        let mut line = Vec::new();
+        match self.reader.read_until(b'\n', &mut line) {
+            Ok(0) => Ok(None),
+            Ok(_) => Ok(Some(line)),
+            Err(e) => Err(WireError::new(
+                ErrorCode::Unavailable,
+                format!("daemon connection failed: {e}"),
+            )),
+        }
+    }
+}
+
+/// Starts `bgwork daemon` detached, in a session of its own, logging to `daemon.log`.
+fn spawn_daemon(paths: &Paths) -> Result<(), WireError> {
+    let unavailable = |what: &str, e: std::io::Error| {
+        WireError::new(ErrorCode::Unavailable, format!("could not {what}: {e}"))
+    };
+    paths
+        .create_dirs()
+        .map_err(|e| unavailable(&format!("create {}", paths.home.display()), e))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&paths.daemon_log)
+        .map_err(|e| unavailable("open the daemon log", e))?;
+    let exe = std::env::current_exe().map_err(|e| unavailable("find the bgwork binary", e))?;
+    let mut command = Command::new(exe);
+    command
+        .arg("daemon")
+        .env_remove("BGWORK_JOB")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| unavailable("open the daemon log", e))?)
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()?;
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| unavailable("start the daemon", e))?;
+    std::thread::spawn(move || child.wait());
+    Ok(())
+}

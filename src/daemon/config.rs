@@ -1,0 +1,65 @@
+//! `Config`: the daemon's limits and policies (SPEC §5, §6), with their defaults.
+//!
+//! Each can be changed by an environment variable of the daemon's process, read once
+//! at start (`BGWORK_MAX_RUNNING=1000 bgwork daemon` for a benchmark, say).
+
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Running jobs, panes and monitors per session.
+    pub max_running: usize,
+    /// Bytes of output kept per job: the first `log_head` and the newest rest.
+    pub log_cap: u64,
+    pub log_head: u64,
+    /// How long leftover processes of a job whose main process ended get after TERM.
+    pub linger_grace: Duration,
+    /// How long ended records stay before `gc` removes them.
+    pub retain: Duration,
+    /// Total log bytes of ended records that `gc` keeps.
+    pub gc_total_bytes: u64,
+    /// The initial-output window of `start` when the caller gives none.
+    pub default_window: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_running: 10,
+            log_cap: 256 << 20,
+            log_head: 1 << 20,
+            linger_grace: Duration::from_secs(2),
+            retain: Duration::from_secs(24 * 3600),
+            gc_total_bytes: 1 << 30,
+            default_window: Duration::from_millis(1000),
+        }
+    }
+}
+
+impl Config {
+    /// The defaults, overridden by `BGWORK_*` variables where set and valid.
+    pub fn from_env() -> Config {
+        let mut config = Config::default();
+        let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+        if let Some(n) = number("BGWORK_MAX_RUNNING") {
+            config.max_running = n as usize;
+        }
+        if let Some(n) = number("BGWORK_LOG_CAP") {
+            config.log_cap = n.max(1 << 16);
+        }
+        if let Some(n) = number("BGWORK_LOG_HEAD") {
+            config.log_head = n;
+        }
+        config.log_head = config.log_head.min(config.log_cap / 2);
+        if let Some(n) = number("BGWORK_LINGER_MS") {
+            config.linger_grace = Duration::from_millis(n);
+        }
+        if let Some(n) = number("BGWORK_RETAIN_S") {
+            config.retain = Duration::from_secs(n);
+        }
+        if let Some(n) = number("BGWORK_GC_TOTAL_BYTES") {
+            config.gc_total_bytes = n;
+        }
+        config
+    }
+}

@@ -1,0 +1,143 @@
+//! Records as clients see them, and the calls over records: list, dismiss, gc, status.
+
+use super::{Daemon, Inner};
+use crate::paths::{now_ms, rfc3339};
+use crate::store::Record;
+use crate::wire::{
+    Ack, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError,
+};
+use std::collections::BTreeMap;
+
+impl Daemon {
+    /// The item of a record (with what the registry knows of it while it runs).
+    pub(crate) fn item(&self, record: &Record) -> Item {
+        let report = record
+            .end
+            .map(|end| crate::end::report(&record.id, end, record.exit_code, record.signal));
+        let running = record.state != State::Ended;
+        Item {
+            id: record.id.clone(),
+            kind: record.kind,
+            state: record.state,
+            end: record.end,
+            exit_code: record.exit_code,
+            signal: record.signal,
+            name: record.name.clone(),
+            command: record.command.clone(),
+            cwd: record.cwd.clone(),
+            pid: record.pid,
+            started_at: rfc3339(record.started_at),
+            ended_at: record.ended_at.map(rfc3339),
+            notify: record.notify,
+            session: record.session.clone(),
+            report,
+            env_names: record.env_names.clone(),
+            log_path: (!record.job_dir.is_empty())
+                .then(|| crate::output::log_path(&record.job_dir).display().to_string()),
+            stop_requested: (running && record.stop_actor.is_some()).then_some(true),
+            lost_reason: record.lost_reason.clone(),
+        }
+    }
+
+    /// The record `id` of `session`, or `unknown_id`.
+    pub(crate) fn find(inner: &Inner, session: &str, id: &str) -> Result<Record, WireError> {
+        inner
+            .store
+            .find(session, id)?
+            .ok_or_else(|| WireError::unknown_id(id))
+    }
+
+    pub(crate) fn list(&self, session: &str, all: bool) -> Result<ListReply, WireError> {
+        let records = self.lock().store.list(session, all)?;
+        Ok(ListReply {
+            items: records.iter().map(|r| self.item(r)).collect(),
+        })
+    }
+
+    pub(crate) fn dismiss(&self, session: &str, id: &str) -> Result<Ack, WireError> {
+        let mut inner = self.lock();
+        let record = Self::find(&inner, session, id)?;
+        if record.state != State::Ended {
+            return Err(WireError::new(
+                ErrorCode::BadRequest,
+                format!("{id} is still running: `bgwork stop {id}` first, then dismiss it"),
+            ));
+        }
+        inner.store.dismiss(record.row)?;
+        Ok(Ack {
+            ok: true,
+            message: format!("{id} dismissed: it no longer shows in `list --all`"),
+        })
+    }
+
+    /// Removes ended records older than the retention, then the oldest ended records
+    /// while their logs together pass the size budget.
+    pub(crate) fn gc(&self) -> Result<GcReply, WireError> {
+        let mut inner = self.lock();
+        let now = now_ms();
+        let cutoff = now - self.config.retain.as_millis() as i64;
+        let ended = inner.store.ended_before(now + 1)?;
+        let sizes: Vec<u64> = ended.iter().map(|r| dir_size(&r.job_dir)).collect();
+        let mut total: u64 = sizes.iter().sum();
+        let (mut removed, mut freed) = (0, 0);
+        for (record, size) in ended.iter().zip(sizes) {
+            let too_old = record.ended_at.unwrap_or(0) < cutoff;
+            if !too_old && total <= self.config.gc_total_bytes {
+                continue;
+            }
+            inner.store.delete(record.row)?;
+            if !record.job_dir.is_empty() {
+                let _ = std::fs::remove_dir_all(&record.job_dir);
+            }
+            total -= size;
+            removed += 1;
+            freed += size;
+        }
+        Ok(GcReply {
+            removed,
+            freed_bytes: freed,
+        })
+    }
+
+    pub(crate) fn status(&self) -> Result<StatusReply, WireError> {
+        let inner = self.lock();
+        let mut sessions = BTreeMap::new();
+        for record in inner.store.unsettled()? {
+            *sessions.entry(record.session).or_insert(0) += 1;
+        }
+        Ok(StatusReply {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            home: self.paths.home.display().to_string(),
+            socket: self.paths.socket.display().to_string(),
+            running: sessions.values().sum(),
+            sessions,
+        })
+    }
+
+    /// Running items of a session that count toward its limit.
+    pub(crate) fn counted(inner: &Inner, session: &str) -> Result<Vec<Record>, WireError> {
+        Ok(inner
+            .store
+            .list(session, false)?
+            .into_iter()
+            .filter(|r| r.session == session && r.kind != Kind::SubAgent)
+            .collect())
+    }
+}
+
+fn dir_size(dir: &str) -> u64 {
+    if dir.is_empty() {
+        return 0;
+    }
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.blocks() * 512)
+                .sum()
+        })
+        .unwrap_or(0)
+}

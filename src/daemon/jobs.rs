@@ -1,0 +1,296 @@
+//! The calls that act on jobs: start, stop, send, shutdown.
+
+use super::{Daemon, Live};
+use crate::output;
+use crate::paths::now_ms;
+use crate::store::{NewRecord, Settlement};
+use crate::wire::control::{JobSpec, ToSupervisor, PROTOCOL};
+use crate::wire::{
+    Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
+    WireError,
+};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// A stop waits this long past its grace for the job to be gone.
+const STOP_SLACK: Duration = Duration::from_secs(2);
+const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+impl Daemon {
+    pub(crate) async fn start(
+        &self,
+        session: &str,
+        args: StartArgs,
+    ) -> Result<StartReply, WireError> {
+        check_start(&args)?;
+        let cwd = args.cwd.clone().unwrap_or_else(|| {
+            std::env::var("HOME").unwrap_or_else(|_| "/".to_string())
+        });
+        let record = {
+            let mut inner = self.lock();
+            let running = Self::counted(&inner, session)?;
+            if running.len() >= self.config.max_running {
+                return Err(limit_error(self.config.max_running, &running_items(self, &running)));
+            }
+            inner.store.insert(&NewRecord {
+                session: session.to_string(),
+                kind: Kind::Job,
+                name: args.name.clone(),
+                command: args.command.clone(),
+                cwd: cwd.clone(),
+                notify: args.notify,
+                env_names: args.env.keys().cloned().collect(),
+                started_at: now_ms(),
+            })?
+        };
+        let job_dir = self.paths.job_dir(record.row);
+        let prepared = std::fs::create_dir_all(&job_dir)
+            .map_err(|e| format!("could not make {}: {e}", job_dir.display()))
+            .and_then(|()| {
+                let dir = job_dir.display().to_string();
+                self.lock().store.set_job_dir(record.row, &dir).map_err(|e| e.to_string())
+            });
+        if let Err(reason) = prepared {
+            return Err(self.spawn_failed(record.row, &record.id, reason));
+        }
+        if !Path::new(&cwd).is_dir() {
+            let reason = format!("the working directory {cwd} does not exist: pass an existing --cwd");
+            return Err(self.spawn_failed(record.row, &record.id, reason));
+        }
+        let mut env: BTreeMap<String, String> =
+            args.inherit_env.clone().unwrap_or_else(|| std::env::vars().collect());
+        env.extend(args.env.clone());
+        let spec = JobSpec {
+            protocol: PROTOCOL,
+            job_key: job_dir.display().to_string(),
+            job_dir: job_dir.display().to_string(),
+            command: args.command.clone(),
+            cwd,
+            env,
+            log_cap: self.config.log_cap,
+            log_head: self.config.log_head,
+            linger_grace_ms: self.config.linger_grace.as_millis() as u64,
+        };
+        let running = match self.executor.start(record.row, &spec).await {
+            Ok(running) => running,
+            Err(reason) => return Err(self.spawn_failed(record.row, &record.id, reason)),
+        };
+        {
+            let mut inner = self.lock();
+            let still = inner.store.get(record.row)?.is_some_and(|r| r.state != State::Ended);
+            if still {
+                inner.store.set_running(record.row, running.pid)?;
+                inner.live.insert(
+                    record.row,
+                    Live {
+                        handle: running.handle,
+                        dropped: 0,
+                        input_closed: false,
+                    },
+                );
+            }
+        }
+        self.bump();
+        let window = args
+            .window_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.config.default_window);
+        let row = record.row;
+        if !window.is_zero() {
+            self.wait_for(window, |d| d.has_ended(row)).await;
+        }
+        let (output, item) = self.window_output(session, row)?;
+        Ok(StartReply { item, output })
+    }
+
+    /// The output written so far (which then counts as read) and the item.
+    fn window_output(&self, session: &str, row: i64) -> Result<(String, Item), WireError> {
+        let mut inner = self.lock();
+        let record = inner.store.get(row)?.ok_or_else(|| WireError::internal("record vanished"))?;
+        let path = output::log_path(&record.job_dir);
+        let len = output::log_len(&path);
+        let dropped = inner.live.get(&row).map(|l| l.dropped).unwrap_or(record.dropped);
+        let (bytes, _) = output::read_range(&path, 0, len, self.config.log_head, dropped);
+        let (text, _) = output::clip(output::readable(&bytes), output::DEFAULT_MAX_BYTES, &path);
+        inner.store.set_cursor(session, row, len)?;
+        if record.state == State::Ended {
+            // The reply shows the end, so its notice has been delivered.
+            inner.store.mark_end_notice_delivered(row, now_ms())?;
+        }
+        Ok((text, self.item(&record)))
+    }
+
+    pub(crate) fn has_ended(&self, row: i64) -> bool {
+        let inner = self.lock();
+        matches!(inner.store.get(row), Ok(Some(r)) if r.state == State::Ended)
+    }
+
+    /// Settles a record that could not start and returns the error for the caller.
+    fn spawn_failed(&self, row: i64, id: &str, reason: String) -> WireError {
+        let settlement = Settlement {
+            end: End::SpawnFailed,
+            exit_code: None,
+            signal: None,
+            ended_at: now_ms(),
+            log_len: 0,
+            dropped: 0,
+            lost_reason: Some(reason.clone()),
+            notice: None,
+        };
+        if let Err(e) = self.lock().store.settle(row, &settlement) {
+            eprintln!("bgwork daemon: could not record the failed start of {id}: {e}");
+        }
+        self.bump();
+        WireError::new(ErrorCode::SpawnFailed, format!("{id} could not start: {reason}"))
+    }
+
+    pub(crate) async fn stop(&self, session: &str, args: &StopArgs) -> Result<Item, WireError> {
+        let grace = match args.grace_s {
+            Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(3600.0)),
+            Some(_) => return Err(WireError::bad_request("--grace takes seconds, 0 or more")),
+            None => DEFAULT_GRACE,
+        };
+        let row = {
+            let mut inner = self.lock();
+            let record = Self::find(&inner, session, &args.id)?;
+            if record.state == State::Ended {
+                return Ok(self.item(&record));
+            }
+            let Some(live) = inner.live.get(&record.row) else {
+                return Err(WireError::new(
+                    ErrorCode::NotRunning,
+                    format!("{} is not attached yet: try again in a moment", args.id),
+                ));
+            };
+            let stop = ToSupervisor::Stop {
+                grace_ms: grace.as_millis() as u64,
+                actor: args.actor,
+            };
+            live.handle.send(stop);
+            inner.store.set_stop_actor(record.row, args.actor)?;
+            record.row
+        };
+        self.wait_for(grace + STOP_SLACK, |d| d.has_ended(row)).await;
+        let inner = self.lock();
+        let record = inner.store.get(row)?.ok_or_else(|| WireError::unknown_id(&args.id))?;
+        let mut item = self.item(&record);
+        if record.state != State::Ended {
+            item.stop_requested = Some(true);
+        }
+        Ok(item)
+    }
+
+    pub(crate) fn send(&self, session: &str, args: &SendArgs) -> Result<Ack, WireError> {
+        let inner = self.lock();
+        let record = Self::find(&inner, session, &args.id)?;
+        let id = &args.id;
+        if record.kind == Kind::Monitor {
+            return Err(WireError::new(
+                ErrorCode::NoInput,
+                format!("{id} is a monitor and takes no input: `bgwork stop {id}` ends it"),
+            ));
+        }
+        if record.state == State::Ended {
+            return Err(WireError::new(
+                ErrorCode::NotRunning,
+                format!("{id} has ended and takes no input: start it again to send it input"),
+            ));
+        }
+        let live = inner.live.get(&record.row).ok_or_else(|| {
+            WireError::new(ErrorCode::NotRunning, format!("{id} is not attached yet"))
+        })?;
+        if live.input_closed {
+            return Err(WireError::new(
+                ErrorCode::NoInput,
+                format!("{id} has no input: its stdin is closed; a pane (--pty) takes keystrokes"),
+            ));
+        }
+        let mut commands = Vec::new();
+        let data = crate::keys::unescape(&args.text)?;
+        if !data.is_empty() {
+            commands.push(ToSupervisor::Input { data });
+        }
+        for key in &args.keys {
+            commands.push(crate::keys::plain_job_key(key)?);
+        }
+        for command in commands {
+            live.handle.send(command);
+        }
+        Ok(Ack {
+            ok: true,
+            message: format!("sent to {id}"),
+        })
+    }
+
+    pub(crate) async fn shutdown(&self, session: &str, stop_work: bool) -> Result<Ack, WireError> {
+        let mut stopped = 0;
+        if stop_work {
+            let rows: Vec<i64> = {
+                let inner = self.lock();
+                for live in inner.live.values() {
+                    live.handle.send(ToSupervisor::Stop {
+                        grace_ms: DEFAULT_GRACE.as_millis() as u64,
+                        actor: Actor::Agent,
+                    });
+                }
+                inner.live.keys().copied().collect()
+            };
+            for row in &rows {
+                let _ = self.lock().store.set_stop_actor(*row, Actor::Agent);
+            }
+            stopped = rows.len();
+            self.wait_for(DEFAULT_GRACE + STOP_SLACK, |d| {
+                rows.iter().all(|row| d.has_ended(*row))
+            })
+            .await;
+        }
+        let _ = session;
+        self.request_shutdown();
+        let message = if stop_work {
+            format!("daemon stopping; {stopped} running item(s) stopped")
+        } else {
+            "daemon stopping; running work goes on and is reattached at the next start".into()
+        };
+        Ok(Ack { ok: true, message })
+    }
+}
+
+fn check_start(args: &StartArgs) -> Result<(), WireError> {
+    if args.command.trim().is_empty() {
+        return Err(WireError::bad_request(
+            "no command: give one after `--`, e.g. `bgwork start -- make test`",
+        ));
+    }
+    let texts = [Some(&args.command), args.cwd.as_ref(), args.name.as_ref()];
+    let env = args.env.iter().flat_map(|(k, v)| [k, v]);
+    if texts.into_iter().flatten().chain(env).any(|t| t.contains('\0')) {
+        return Err(WireError::bad_request(
+            "an argument holds a NUL byte, which no command can receive: remove it",
+        ));
+    }
+    if args.env.keys().any(|k| k.is_empty() || k.contains('=')) {
+        return Err(WireError::bad_request("--env takes NAME=VALUE with a non-empty NAME"));
+    }
+    Ok(())
+}
+
+fn running_items(daemon: &Daemon, records: &[crate::store::Record]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| {
+            let item = daemon.item(r);
+            format!("{} ({})", item.id, item.name.unwrap_or(item.command))
+        })
+        .collect()
+}
+
+fn limit_error(max: usize, running: &[String]) -> WireError {
+    WireError::new(
+        ErrorCode::Limit,
+        format!(
+            "this session already runs {max} items, its limit: {}. Stop one (`bgwork stop ID`) or wait for one to end",
+            running.join(", ")
+        ),
+    )
+}

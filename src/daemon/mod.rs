@@ -1,0 +1,155 @@
+//! The daemon: owns the records, the live registry of running items, sessions, limits,
+//! notices and waits, and serves the newline-delimited JSON protocol of [`crate::wire`]
+//! on a Unix socket.
+//!
+//! How it works: one accept loop, one task per client connection, and one event task
+//! that applies what executors report ([`ExecEvent`]) to the store. Every change that a
+//! waiter may care about (an end, new output, a new notice) bumps one `watch` counter;
+//! waiters re-check their condition when it moves, so nothing polls. The store and the
+//! registry sit behind one mutex that is never held across an `await`.
+
+mod config;
+mod items;
+mod jobs;
+mod notices;
+mod read;
+mod serve;
+mod settle;
+mod wait;
+
+pub use config::Config;
+pub use serve::main;
+
+use crate::executor::local::LocalExecutor;
+use crate::executor::{ExecEvent, JobHandle};
+use crate::paths::Paths;
+use crate::store::{Store, StoreError};
+use crate::wire::{Envelope, ErrorCode, Request, WireError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+impl From<StoreError> for WireError {
+    fn from(error: StoreError) -> Self {
+        WireError::internal(error)
+    }
+}
+
+/// A running item the daemon is connected to.
+pub(crate) struct Live {
+    pub handle: JobHandle,
+    pub dropped: u64,
+    pub input_closed: bool,
+}
+
+pub(crate) struct Inner {
+    pub store: Store,
+    pub live: HashMap<i64, Live>,
+}
+
+pub struct Daemon {
+    pub paths: Paths,
+    pub config: Config,
+    inner: Mutex<Inner>,
+    changed: watch::Sender<u64>,
+    executor: LocalExecutor,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Daemon {
+    /// A daemon over an open store; returns it with the receiver of executor events.
+    pub fn new(
+        paths: Paths,
+        config: Config,
+        store: Store,
+    ) -> (Arc<Daemon>, mpsc::UnboundedReceiver<ExecEvent>) {
+        let (events, receiver) = mpsc::unbounded_channel();
+        let daemon = Daemon {
+            paths,
+            config,
+            inner: Mutex::new(Inner {
+                store,
+                live: HashMap::new(),
+            }),
+            changed: watch::channel(0).0,
+            executor: LocalExecutor::new(events),
+            shutdown: watch::channel(false).0,
+        };
+        (Arc::new(daemon), receiver)
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Wakes every waiter: something it may wait for happened.
+    pub(crate) fn bump(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Waits until `condition` holds or `timeout` passes; returns whether it held.
+    pub(crate) async fn wait_for(
+        &self,
+        timeout: Duration,
+        mut condition: impl FnMut(&Daemon) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.changed.subscribe();
+        loop {
+            if condition(self) {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return condition(self),
+            }
+        }
+    }
+
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Serves one request whose reply is a single object.
+    pub(crate) async fn dispatch(&self, envelope: Envelope) -> Vec<u8> {
+        use crate::wire::encode_result as reply;
+        let session = envelope.session;
+        if let Err(e) = check_session(&session) {
+            return reply::<()>(&Err(e));
+        }
+        match envelope.request {
+            Request::Start(args) => reply(&self.start(&session, args).await),
+            Request::List { all } => reply(&self.list(&session, all)),
+            Request::Read(args) => reply(&self.read(&session, &args)),
+            Request::Send(args) => reply(&self.send(&session, &args)),
+            Request::Stop(args) => reply(&self.stop(&session, &args).await),
+            Request::Wait(args) => reply(&self.wait(&session, &args).await),
+            Request::Notices { peek, wait_s, .. } => {
+                reply(&self.wait_notices(&session, peek, wait_s).await)
+            }
+            Request::Dismiss { id } => reply(&self.dismiss(&session, &id)),
+            Request::Gc => reply(&self.gc()),
+            Request::Status => reply(&self.status()),
+            Request::Shutdown { stop_work } => reply(&self.shutdown(&session, stop_work).await),
+        }
+    }
+}
+
+fn check_session(session: &str) -> Result<(), WireError> {
+    if session.is_empty() || session.contains('\0') || session.len() > 256 {
+        return Err(WireError::new(
+            ErrorCode::BadRequest,
+            "the session name must be 1 to 256 bytes without NUL: set --session or BGWORK_SESSION",
+        ));
+    }
+    Ok(())
+}

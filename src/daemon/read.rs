@@ -1,0 +1,73 @@
+//! `read`: an item's output since this session's last read (a durable cursor), or a
+//! chosen range. Never blocks.
+
+use super::Daemon;
+use crate::output;
+use crate::wire::{ReadArgs, ReadReply, State, WireError};
+use base64::Engine;
+
+/// How far back `--tail N` looks for its lines.
+const TAIL_WINDOW: u64 = 1 << 20;
+
+impl Daemon {
+    pub(crate) fn read(&self, session: &str, args: &ReadArgs) -> Result<ReadReply, WireError> {
+        let mut inner = self.lock();
+        let record = Self::find(&inner, session, &args.id)?;
+        let path = output::log_path(&record.job_dir);
+        let len = output::log_len(&path);
+        let dropped = inner
+            .live
+            .get(&record.row)
+            .map(|l| l.dropped)
+            .unwrap_or(record.dropped);
+        let by_cursor = args.from.is_none() && !args.all && args.tail.is_none();
+        let from = match (args.from, args.all, args.tail) {
+            (Some(from), _, _) => from.min(len),
+            (None, true, _) => 0,
+            (None, false, Some(_)) => len.saturating_sub(TAIL_WINDOW),
+            (None, false, None) => inner.store.cursor(session, record.row)?.min(len),
+        };
+        let max = args.max_bytes.unwrap_or(output::DEFAULT_MAX_BYTES).max(64);
+        let head = self.config.log_head;
+        let (to, text, clipped, skipped, base64) = if args.raw {
+            // Raw bytes are never clipped in the middle: a read returns up to `max`
+            // consecutive bytes and the next read goes on from `to`.
+            let to = len.min(from + max as u64);
+            let (bytes, skipped) = output::read_range(&path, from, to, head, dropped);
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            (to, text, to < len, skipped, Some(encoded))
+        } else {
+            let excerpt = output::excerpt(&path, from, len, head, dropped, max);
+            let (mut text, clipped) = excerpt.render(max, &path);
+            if let Some(n) = args.tail {
+                text = output::last_lines(&text, n);
+            }
+            if excerpt.skipped > 0 {
+                text = format!(
+                    "[... {} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}",
+                    excerpt.skipped
+                );
+            }
+            (len, text, clipped, excerpt.skipped, None)
+        };
+        if by_cursor {
+            inner.store.set_cursor(session, record.row, to)?;
+        }
+        let running = record.state != State::Ended;
+        Ok(ReadReply {
+            id: record.id.clone(),
+            running,
+            output: text,
+            from,
+            to,
+            dropped_bytes: skipped,
+            clipped,
+            log_path: path.display().to_string(),
+            report: record
+                .end
+                .map(|end| crate::end::report(&record.id, end, record.exit_code, record.signal)),
+            output_base64: base64,
+        })
+    }
+}

@@ -1,0 +1,196 @@
+//! Starting the daemon (lock, socket, store, reconcile) and serving client connections.
+//!
+//! A request is read with a hard bound ([`MAX_FRAME`]) before any parsing; a peer of
+//! another uid is refused; a malformed request gets a `bad_request` reply and the
+//! connection goes on. `notices --follow` and `wait` watch the client's side of the
+//! connection, so a client that goes away ends them and leaves everything else as it was.
+
+use super::{Config, Daemon};
+use crate::paths::{Paths, SocketPath};
+use crate::store::Store;
+use crate::wire::{self, Envelope, ErrorCode, Request, WireError, MAX_FRAME};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{UnixListener, UnixStream};
+
+/// `bgwork daemon`: takes the home's lock, binds the socket and serves until shutdown.
+pub fn main() -> anyhow::Result<()> {
+    let paths = Paths::from_env();
+    paths.create_dirs()?;
+    let mut lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&paths.lock)?;
+    if lock.try_lock().is_err() {
+        let holder = std::fs::read_to_string(&paths.lock).unwrap_or_default();
+        anyhow::bail!(
+            "another bgwork daemon (pid {}) already serves {}: use it, or `bgwork shutdown` first",
+            holder.trim(),
+            paths.home.display()
+        );
+    }
+    lock.set_len(0)?;
+    write!(lock, "{}", std::process::id())?;
+    let store = Store::open(&paths.db)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let listener = bind(&paths)?;
+        let (daemon, events) = Daemon::new(paths.clone(), Config::from_env(), store);
+        eprintln!(
+            "bgwork daemon {} serving {} (pid {})",
+            env!("CARGO_PKG_VERSION"),
+            paths.socket.display(),
+            std::process::id()
+        );
+        let shutdown = daemon.shutdown_signal();
+        run(daemon, events, listener, shutdown).await;
+        let _ = std::fs::remove_file(&paths.socket);
+        anyhow::Ok(())
+    })?;
+    drop(lock);
+    Ok(())
+}
+
+/// Binds the socket under a restrictive umask and makes it 0600.
+fn bind(paths: &Paths) -> std::io::Result<UnixListener> {
+    let _ = std::fs::remove_file(&paths.socket);
+    let short = SocketPath::new(&paths.socket)?;
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let listener = UnixListener::bind(&short.path);
+    nix::sys::stat::umask(old);
+    let listener = listener?;
+    std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// Serves `listener` until `shutdown` turns true. Tests and `main` both come here.
+pub async fn run(
+    daemon: Arc<Daemon>,
+    events: tokio::sync::mpsc::UnboundedReceiver<crate::executor::ExecEvent>,
+    listener: UnixListener,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    daemon.reconcile().await;
+    tokio::spawn(daemon.clone().apply_events(events));
+    if let Err(e) = daemon.gc() {
+        eprintln!("bgwork daemon: gc at start failed: {}", e.message);
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let daemon = daemon.clone();
+                    tokio::spawn(async move { serve_client(daemon, stream, me).await });
+                }
+                Err(e) => eprintln!("bgwork daemon: accept failed: {e}"),
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+    eprintln!("bgwork daemon: shut down; running work goes on under its supervisors");
+}
+
+async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
+    let peer = stream.peer_cred().map(|c| c.uid());
+    let (read_half, mut writer) = stream.into_split();
+    if peer.ok() != Some(me) {
+        let refusal = WireError::new(
+            ErrorCode::BadRequest,
+            "refused: this daemon serves only its own user",
+        );
+        let _ = writer.write_all(&wire::encode_result::<()>(&Err(refusal))).await;
+        return;
+    }
+    let mut reader = BufReader::new(read_half);
+    loop {
+        let line = match read_frame(&mut reader).await {
+            Ok(Some(line)) => line,
+            Ok(None) => return,
+            Err(error) => {
+                let _ = writer.write_all(&wire::encode_result::<()>(&Err(error))).await;
+                return;
+            }
+        };
+        let envelope: Envelope = match serde_json::from_slice(&line) {
+            Ok(envelope) => envelope,
+            Err(e) => {
+                let error = WireError::bad_request(format!(
+                    "malformed request: {e}; send one JSON object per line with \"session\" and \"op\""
+                ));
+                if writer.write_all(&wire::encode_result::<()>(&Err(error))).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let gone = client_gone(&mut reader);
+        let reply = match envelope.request {
+            Request::Notices { peek, follow: true, .. } => {
+                let session = envelope.session.clone();
+                daemon.follow_notices(&session, peek, &mut writer, gone).await;
+                return;
+            }
+            Request::Wait(_) | Request::Notices { wait_s: Some(_), .. } => {
+                tokio::select! {
+                    reply = daemon.dispatch(envelope) => reply,
+                    _ = gone => return,
+                }
+            }
+            _ => daemon.dispatch(envelope).await,
+        };
+        if writer.write_all(&reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads one request line, refusing it once it passes [`MAX_FRAME`] bytes.
+async fn read_frame(
+    reader: &mut BufReader<OwnedReadHalf>,
+) -> Result<Option<Vec<u8>>, WireError> {
+    let mut line = Vec::new();
+    loop {
+        let buf = match reader.fill_buf().await {
+            Ok(buf) => buf,
+            Err(_) => return Ok(None),
+        };
+        if buf.is_empty() {
+            return Ok((!line.is_empty()).then_some(line));
+        }
+        if let Some(end) = buf.iter().position(|&b| b == b'\n') {
+            line.extend_from_slice(&buf[..end]);
+            reader.consume(end + 1);
+            return Ok(Some(line));
+        }
+        let n = buf.len();
+        line.extend_from_slice(buf);
+        reader.consume(n);
+        if line.len() > MAX_FRAME {
+            return Err(WireError::new(
+                ErrorCode::TooLarge,
+                format!("request refused: larger than {MAX_FRAME} bytes"),
+            ));
+        }
+    }
+}
+
+/// Resolves when the client closes its side of the connection.
+async fn client_gone(reader: &mut BufReader<OwnedReadHalf>) {
+    match reader.fill_buf().await {
+        Ok([]) | Err(_) => {}
+        Ok(_) => std::future::pending::<()>().await,
+    }
+}
+
+/// Writes a stream of lines (for `notices --follow`); false once the client is gone.
+pub(crate) async fn write_line(writer: &mut OwnedWriteHalf, line: &[u8]) -> bool {
+    writer.write_all(line).await.is_ok()
+}

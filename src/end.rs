@@ -1,0 +1,115 @@
+//! Classifying how an item ended (SPEC §2) and writing its one-line report.
+//!
+//! Every end goes through [`classify`]: the exit code, the killing signal and who asked
+//! for a stop, in one function, so no caller invents an end or an exit code.
+
+use crate::wire::control::ExitStatus;
+use crate::wire::{Actor, End};
+
+/// Exit codes a shell reports for a job killed by a stop signal (HUP, INT, KILL, TERM).
+const STOP_SIGNAL_CODES: [i32; 4] = [129, 130, 137, 143];
+
+/// The end of a job from what its supervisor saw.
+pub fn classify(status: &ExitStatus) -> End {
+    if status.spawn_error.is_some() {
+        return End::SpawnFailed;
+    }
+    match status.stop_actor {
+        Some(Actor::Agent) => return End::StoppedByAgent,
+        Some(Actor::Person) => return End::StoppedByPerson,
+        None => {}
+    }
+    match (status.exit_code, status.signal) {
+        (_, Some(_)) => End::Signaled,
+        (Some(0), None) => End::Succeeded,
+        (Some(code), None) if STOP_SIGNAL_CODES.contains(&code) => End::Signaled,
+        (Some(_), None) => End::Failed,
+        (None, None) => End::Lost,
+    }
+}
+
+/// The one-line report of an end, e.g. `bg-3 FAILED (exit 2)`.
+pub fn report(id: &str, end: End, exit_code: Option<i32>, signal: Option<i32>) -> String {
+    let how = match (exit_code, signal) {
+        (_, Some(signal)) => format!("signal {signal}{}", signal_name(signal)),
+        (Some(code), None) => format!("exit {code}"),
+        (None, None) => String::new(),
+    };
+    match end {
+        End::Succeeded => format!("{id} finished successfully ({how})"),
+        End::Failed => format!("{id} FAILED ({how})"),
+        End::StoppedByAgent => format!("{id} was stopped by the agent"),
+        End::StoppedByPerson => format!("{id} was stopped by the person"),
+        End::Signaled => format!("{id} was stopped by a signal ({how})"),
+        End::Cancelled => format!("{id} was cancelled (pane closed)"),
+        End::SpawnFailed => format!("{id} could not start"),
+        End::Lost => format!("{id} was lost (daemon restart)"),
+    }
+}
+
+/// Whether an end counts as a failure for exit codes (a stop is not a failure).
+pub fn is_failure(end: End) -> bool {
+    matches!(
+        end,
+        End::Failed | End::Signaled | End::SpawnFailed | End::Lost
+    )
+}
+
+fn signal_name(signal: i32) -> String {
+    nix::sys::signal::Signal::try_from(signal)
+        .map(|s| format!(", {}", s.as_str()))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: Option<i32>, signal: Option<i32>, actor: Option<Actor>) -> ExitStatus {
+        ExitStatus {
+            exit_code: code,
+            signal,
+            stop_actor: actor,
+            ..ExitStatus::default()
+        }
+    }
+
+    #[test]
+    fn each_row_of_the_end_table() {
+        assert_eq!(classify(&status(Some(0), None, None)), End::Succeeded);
+        assert_eq!(classify(&status(Some(2), None, None)), End::Failed);
+        assert_eq!(classify(&status(Some(143), None, None)), End::Signaled);
+        assert_eq!(classify(&status(Some(128), None, None)), End::Failed);
+        assert_eq!(classify(&status(None, Some(9), None)), End::Signaled);
+        assert_eq!(
+            classify(&status(None, Some(15), Some(Actor::Agent))),
+            End::StoppedByAgent
+        );
+        assert_eq!(
+            classify(&status(Some(0), None, Some(Actor::Person))),
+            End::StoppedByPerson
+        );
+        let spawn = ExitStatus {
+            spawn_error: Some("no such directory".into()),
+            ..ExitStatus::default()
+        };
+        assert_eq!(classify(&spawn), End::SpawnFailed);
+    }
+
+    #[test]
+    fn reports_read_as_the_spec_says() {
+        assert_eq!(
+            report("bg-3", End::Succeeded, Some(0), None),
+            "bg-3 finished successfully (exit 0)"
+        );
+        assert_eq!(report("bg-3", End::Failed, Some(2), None), "bg-3 FAILED (exit 2)");
+        assert_eq!(
+            report("bg-3", End::Signaled, Some(143), None),
+            "bg-3 was stopped by a signal (exit 143)"
+        );
+        assert_eq!(
+            report("bg-3", End::Lost, None, None),
+            "bg-3 was lost (daemon restart)"
+        );
+    }
+}

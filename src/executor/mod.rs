@@ -1,0 +1,56 @@
+//! The boundary between the daemon and "where a job runs".
+//!
+//! The daemon asks an executor to start a job, to reattach to one after a restart, and
+//! sends it commands (stop, signal, input) through a [`JobHandle`]; the executor reports
+//! what happens as [`ExecEvent`]s on one channel. Output is never carried as events: it
+//! lies in the job's log file, read by offset ([`crate::output`]). Today the one executor
+//! is [`local::LocalExecutor`] (a supervisor process per job on this machine); a cluster
+//! executor is a second implementation of the same calls and events.
+
+pub mod local;
+
+use crate::wire::control::{ExitStatus, ToSupervisor};
+use tokio::sync::mpsc;
+
+/// What happens to a running job, as the executor sees it.
+#[derive(Debug)]
+pub enum ExecEvent {
+    /// The job's output grew.
+    Output { row: i64, log_len: u64, dropped: u64 },
+    /// The job no longer reads its input.
+    InputClosed { row: i64 },
+    /// The job ended with this status.
+    Ended { row: i64, status: ExitStatus },
+    /// The connection to the job's supervisor was lost without an end.
+    Detached { row: i64 },
+}
+
+/// Commands to one running job.
+#[derive(Clone, Debug)]
+pub struct JobHandle {
+    commands: mpsc::UnboundedSender<ToSupervisor>,
+}
+
+impl JobHandle {
+    /// Sends a command; false when the job's connection is gone.
+    pub fn send(&self, command: ToSupervisor) -> bool {
+        self.commands.send(command).is_ok()
+    }
+}
+
+/// A job that runs, as `start` or `reattach` found it.
+#[derive(Debug)]
+pub struct Running {
+    pub pid: i32,
+    pub log_len: u64,
+    pub dropped: u64,
+    pub handle: JobHandle,
+}
+
+/// What reattaching to a job found.
+#[derive(Debug)]
+pub enum Reattach {
+    Running(Running),
+    Ended(ExitStatus),
+    Lost(String),
+}

@@ -1,0 +1,17 @@
+//! bgwork: background work for AI agents — start now, read later, hear when it ends.
+//!
+//! Three kinds of process share this library: the CLI (and other front ends) in
+//! [`cli`] and [`client`], the daemon in [`daemon`], and one supervisor per job in
+//! [`supervisor`]. ARCHITECTURE.md maps the modules and the rules between them.
+
+pub mod cli;
+pub mod client;
+pub mod daemon;
+pub mod end;
+pub mod executor;
+pub mod keys;
+pub mod output;
+pub mod paths;
+pub mod store;
+pub mod supervisor;
+pub mod wire;

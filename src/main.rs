@@ -1,0 +1,5 @@
+//! The `bgwork` binary: everything lives in the library.
+
+fn main() -> std::process::ExitCode {
+    bgwork::cli::main()
+}

@@ -1,0 +1,239 @@
+//! Reading job logs for people and models: byte ranges, the dropped middle, ANSI
+//! stripping, carriage-return collapsing, head+tail clipping and last lines.
+//!
+//! Everything here works on bytes read by offset (`pread`), so reading the newest
+//! megabyte of a 1 GB log costs a megabyte, and memory never grows with a log.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// The name of the output log in a job's folder.
+pub const LOG_FILE: &str = crate::supervisor::LOG_FILE;
+
+/// The default size of a read's reply.
+pub const DEFAULT_MAX_BYTES: usize = 32 << 10;
+
+/// How much of the end of a log a notice or a wait reply carries.
+pub const TAIL_BYTES: u64 = 2 << 10;
+
+pub fn log_path(job_dir: &str) -> PathBuf {
+    Path::new(job_dir).join(LOG_FILE)
+}
+
+/// The current length of a log (0 when it does not exist yet).
+pub fn log_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The bytes of `[from, to)` that a log still holds, skipping its dropped middle
+/// (`[head, head + dropped)`). Returns the bytes and how many were skipped.
+pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (Vec<u8>, u64) {
+    let gap = head..head + dropped;
+    let mut skipped = 0;
+    let mut start = from;
+    if dropped > 0 && gap.contains(&start) {
+        skipped = gap.end.min(to) - start;
+        start = gap.end;
+    }
+    if start >= to {
+        return (Vec::new(), skipped);
+    }
+    let mut bytes = vec![0u8; (to - start) as usize];
+    let read = File::open(path).and_then(|file| {
+        let mut filled = 0;
+        while filled < bytes.len() {
+            match file.read_at(&mut bytes[filled..], start + filled as u64)? {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        Ok(filled)
+    });
+    bytes.truncate(read.unwrap_or(0));
+    if dropped > 0 && start < gap.start && to > gap.end {
+        // The range spans the dropped middle: cut out the hole's zeros.
+        let hole_from = (gap.start - start) as usize;
+        let hole_to = ((gap.end - start) as usize).min(bytes.len());
+        if hole_from < hole_to {
+            bytes.drain(hole_from..hole_to);
+            skipped += (hole_to - hole_from) as u64;
+        }
+    }
+    (bytes, skipped)
+}
+
+/// A range of a log, whole or as its head and tail when larger than `max` bytes, so
+/// that memory stays bounded whatever the range.
+pub struct Excerpt {
+    pub head: Vec<u8>,
+    /// Bytes left out between head and tail, and the tail.
+    pub tail: Option<(u64, Vec<u8>)>,
+    /// Bytes of the range that the log cap had dropped.
+    pub skipped: u64,
+}
+
+pub fn excerpt(path: &Path, from: u64, to: u64, head: u64, dropped: u64, max: usize) -> Excerpt {
+    let max = max as u64;
+    if to.saturating_sub(from) <= max {
+        let (bytes, skipped) = read_range(path, from, to, head, dropped);
+        return Excerpt { head: bytes, tail: None, skipped };
+    }
+    let (first, skipped_first) = read_range(path, from, from + max / 2, head, dropped);
+    let (last, skipped_last) = read_range(path, to - max / 2, to, head, dropped);
+    let elided = (to - max / 2) - (from + max / 2);
+    Excerpt { head: first, tail: Some((elided, last)), skipped: skipped_first + skipped_last }
+}
+
+impl Excerpt {
+    /// Readable text of the excerpt, with an elision line naming the log; and whether
+    /// anything was left out.
+    pub fn render(&self, max: usize, log_path: &Path) -> (String, bool) {
+        match &self.tail {
+            None => clip(readable(&self.head), max, log_path),
+            Some((elided, tail)) => {
+                let text = format!(
+                    "{}\n[... {elided} bytes not shown; the whole output is in {} (bgwork read --from BYTE) ...]\n{}",
+                    readable(&self.head),
+                    log_path.display(),
+                    readable(tail)
+                );
+                (text, true)
+            }
+        }
+    }
+}
+
+/// Text for a model: escape sequences stripped, progress-bar rewrites (`\r`) collapsed
+/// to each line's final state, invalid UTF-8 replaced.
+pub fn readable(bytes: &[u8]) -> String {
+    let stripped = strip_ansi_escapes::strip(bytes);
+    collapse_carriage_returns(&String::from_utf8_lossy(&stripped))
+}
+
+/// Applies `\r` as a terminal would: the text after it overwrites the line's start.
+pub fn collapse_carriage_returns(text: &str) -> String {
+    if !text.contains('\r') {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    for (index, line) in text.split('\n').enumerate() {
+        if index > 0 {
+            out.push('\n');
+        }
+        if !line.contains('\r') {
+            out.push_str(line);
+            continue;
+        }
+        let mut cells: Vec<char> = Vec::new();
+        let mut cursor = 0;
+        for c in line.chars() {
+            if c == '\r' {
+                cursor = 0;
+            } else if cursor < cells.len() {
+                cells[cursor] = c;
+                cursor += 1;
+            } else {
+                cells.push(c);
+                cursor += 1;
+            }
+        }
+        out.extend(cells);
+    }
+    out
+}
+
+/// Clips text longer than `max` to its head and tail around an elision line.
+pub fn clip(text: String, max: usize, log_path: &Path) -> (String, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let half = max / 2;
+    let head_end = floor_char_boundary(&text, half);
+    let tail_start = ceil_char_boundary(&text, text.len() - half);
+    let elided = tail_start - head_end;
+    let clipped = format!(
+        "{}\n[... {elided} bytes not shown; the whole output is in {} (bgwork read --from BYTE) ...]\n{}",
+        &text[..head_end],
+        log_path.display(),
+        &text[tail_start..]
+    );
+    (clipped, true)
+}
+
+/// The last `n` lines of a text.
+pub fn last_lines(text: &str, n: usize) -> String {
+    let trimmed = text.strip_suffix('\n').unwrap_or(text);
+    let start = trimmed
+        .rmatch_indices('\n')
+        .nth(n.saturating_sub(1))
+        .map(|(i, _)| i + 1)
+        .unwrap_or(0);
+    if n == 0 {
+        return String::new();
+    }
+    text[start..].to_string()
+}
+
+/// The readable last lines of a log (up to [`TAIL_BYTES`]), starting at a line.
+pub fn tail(path: &Path, head: u64, dropped: u64) -> String {
+    let len = log_len(path);
+    let from = len.saturating_sub(TAIL_BYTES);
+    let (bytes, _) = read_range(path, from, len, head, dropped);
+    let text = readable(&bytes);
+    if from == 0 {
+        return text;
+    }
+    match text.find('\n') {
+        Some(i) if i + 1 < text.len() => text[i + 1..].to_string(),
+        _ => text,
+    }
+}
+
+fn floor_char_boundary(text: &str, mut index: usize) -> usize {
+    while index > 0 && !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+fn ceil_char_boundary(text: &str, mut index: usize) -> usize {
+    while index < text.len() && !text.is_char_boundary(index) {
+        index += 1;
+    }
+    index
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_progress_bar_collapses_to_its_last_frame() {
+        let frames: String = (0..=100).map(|p| format!("\r{p:3}%")).collect();
+        assert_eq!(collapse_carriage_returns(&format!("{frames}\ndone\n")), "100%\ndone\n");
+        assert_eq!(collapse_carriage_returns("abcdef\rXY\n"), "XYcdef\n");
+        assert_eq!(collapse_carriage_returns("crlf\r\n"), "crlf\n");
+    }
+
+    #[test]
+    fn escapes_are_stripped_and_bad_utf8_replaced() {
+        assert_eq!(readable(b"\x1b[31mred\x1b[0m \xff!"), "red \u{fffd}!");
+    }
+
+    #[test]
+    fn clipping_keeps_head_and_tail_and_names_the_log() {
+        let text = format!("{}{}", "a".repeat(1000), "z".repeat(1000));
+        let (clipped, was) = clip(text, 100, Path::new("/x/output.log"));
+        assert!(was);
+        assert!(clipped.starts_with(&"a".repeat(50)));
+        assert!(clipped.ends_with(&"z".repeat(50)));
+        assert!(clipped.contains("/x/output.log"));
+    }
+
+    #[test]
+    fn last_lines_counts_from_the_end() {
+        assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc\n");
+        assert_eq!(last_lines("a\nb\nc", 5), "a\nb\nc");
+    }
+}

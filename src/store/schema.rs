@@ -1,0 +1,77 @@
+//! The schema, as an ordered list of migrations counted in `PRAGMA user_version`.
+
+use super::{Result, StoreError};
+use rusqlite::Connection;
+
+/// Each entry moves the schema one version up; never edit one that has shipped.
+const MIGRATIONS: &[&str] = &[
+    // 1: records, id counters, read cursors, the notices outbox.
+    "CREATE TABLE items(
+        row         INTEGER PRIMARY KEY,
+        session     TEXT NOT NULL,
+        id          TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        end_kind    TEXT,
+        exit_code   INTEGER,
+        signal      INTEGER,
+        name        TEXT,
+        command     TEXT NOT NULL,
+        cwd         TEXT NOT NULL,
+        pid         INTEGER,
+        started_at  INTEGER NOT NULL,
+        ended_at    INTEGER,
+        notify      INTEGER NOT NULL,
+        env_names   TEXT NOT NULL,
+        job_dir     TEXT NOT NULL,
+        stop_actor  TEXT,
+        dropped     INTEGER NOT NULL DEFAULT 0,
+        log_len     INTEGER NOT NULL DEFAULT 0,
+        dismissed   INTEGER NOT NULL DEFAULT 0,
+        lost_reason TEXT,
+        UNIQUE(session, id)
+    );
+    CREATE INDEX items_by_state ON items(state);
+    CREATE TABLE counters(
+        session TEXT NOT NULL,
+        prefix  TEXT NOT NULL,
+        next    INTEGER NOT NULL,
+        PRIMARY KEY(session, prefix)
+    );
+    CREATE TABLE cursors(
+        session TEXT NOT NULL,
+        row     INTEGER NOT NULL,
+        offset  INTEGER NOT NULL,
+        PRIMARY KEY(session, row)
+    );
+    CREATE TABLE notices(
+        nrow         INTEGER PRIMARY KEY,
+        key          TEXT NOT NULL UNIQUE,
+        row          INTEGER NOT NULL,
+        session      TEXT NOT NULL,
+        item         TEXT NOT NULL,
+        end_kind     TEXT NOT NULL,
+        exit_code    INTEGER,
+        signal       INTEGER,
+        text         TEXT NOT NULL,
+        tail         TEXT NOT NULL,
+        created_at   INTEGER NOT NULL,
+        delivered_at INTEGER
+    );
+    CREATE INDEX notices_pending ON notices(session) WHERE delivered_at IS NULL;",
+];
+
+pub fn migrate(conn: &Connection) -> Result<()> {
+    let known = MIGRATIONS.len() as i64;
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > known {
+        return Err(StoreError::TooNew { found, known });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = index as i64 + 1;
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {version}; COMMIT;"
+        ))?;
+    }
+    Ok(())
+}

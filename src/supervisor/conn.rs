@@ -1,0 +1,120 @@
+//! `Conn`: one control connection of a supervisor (to a daemon), non-blocking both ways.
+//!
+//! Output progress is coalesced: while earlier messages wait in the write buffer, only a
+//! flag is set, and the newest offsets are sent once the buffer drains. A slow or absent
+//! daemon therefore never slows the job down or grows the supervisor's memory.
+
+use crate::wire::control::{self, FromSupervisor, ToSupervisor};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+
+/// A line longer than this on a control connection closes it.
+const MAX_LINE: usize = 1 << 20;
+
+pub struct Conn {
+    pub stream: UnixStream,
+    read_buf: Vec<u8>,
+    write_buf: Vec<u8>,
+    progress_due: bool,
+    pub closed: bool,
+}
+
+impl Conn {
+    pub fn new(stream: UnixStream, already_read: Vec<u8>) -> std::io::Result<Conn> {
+        stream.set_nonblocking(true)?;
+        Ok(Conn {
+            stream,
+            read_buf: already_read,
+            write_buf: Vec::new(),
+            progress_due: false,
+            closed: false,
+        })
+    }
+
+    pub fn wants_write(&self) -> bool {
+        !self.write_buf.is_empty()
+    }
+
+    /// Queues a message and tries to send it now.
+    pub fn send(&mut self, message: &FromSupervisor) {
+        self.write_buf.extend_from_slice(&control::encode(message));
+        self.flush();
+    }
+
+    /// Sends the newest output offsets, or remembers to once the buffer drains.
+    pub fn progress(&mut self, log_len: u64, dropped: u64) {
+        if self.write_buf.is_empty() {
+            self.send(&FromSupervisor::Output { log_len, dropped });
+        } else {
+            self.progress_due = true;
+        }
+    }
+
+    /// Writes what it can; returns true when a coalesced progress message is due.
+    pub fn flush(&mut self) -> bool {
+        while !self.write_buf.is_empty() && !self.closed {
+            match self.stream.write(&self.write_buf) {
+                Ok(0) => self.closed = true,
+                Ok(n) => {
+                    self.write_buf.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => self.closed = true,
+            }
+        }
+        let due = self.write_buf.is_empty() && self.progress_due;
+        if due {
+            self.progress_due = false;
+        }
+        due
+    }
+
+    /// Reads what has arrived and returns the complete messages in it.
+    pub fn receive(&mut self) -> Vec<ToSupervisor> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    self.closed = true;
+                    break;
+                }
+                Ok(n) => self.read_buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.closed = true;
+                    break;
+                }
+            }
+            if self.read_buf.len() > MAX_LINE {
+                self.closed = true;
+                break;
+            }
+        }
+        self.take_messages()
+    }
+
+    /// The complete messages already buffered.
+    pub fn take_messages(&mut self) -> Vec<ToSupervisor> {
+        let mut messages = Vec::new();
+        while let Some(end) = self.read_buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.read_buf.drain(..=end).collect();
+            match control::decode(&line[..line.len() - 1]) {
+                Ok(message) => messages.push(message),
+                Err(e) => eprintln!("bgwork supervise: {e}"),
+            }
+        }
+        messages
+    }
+
+    /// Blocks (up to `timeout`) until everything queued is written.
+    pub fn flush_blocking(&mut self, timeout: std::time::Duration) {
+        let _ = self.stream.set_nonblocking(false);
+        let _ = self.stream.set_write_timeout(Some(timeout));
+        if !self.closed && !self.write_buf.is_empty() {
+            let _ = self.stream.write_all(&self.write_buf);
+            self.write_buf.clear();
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! The per-job supervisor (`bgwork supervise`, hidden): the job's parent for its whole life.
+//!
+//! How it works: the daemon starts this process with a connected socket on fd 3 and
+//! writes the [`JobSpec`] to it. The supervisor leaves the daemon's session (`setsid`),
+//! becomes a child subreaper, and runs `bash -c COMMAND` in a process group of its own
+//! with stdout and stderr on one pipe (so they interleave in write order) and stdin on
+//! another. One `poll` loop then serves the output pipe (copied into the [`OutputLog`]),
+//! a signalfd for SIGCHLD (`waitpid` gives the real status), the control socket
+//! `control.sock` in the job's folder (daemons reconnect there after a restart), and the
+//! stop timer. When the job's main process has ended, leftover processes of the job get
+//! TERM then KILL, the output is drained, and the status is written atomically (temp
+//! file, fsync, rename) before the daemon is told: a daemon that was away reads it later.
+//! The supervisor needs no daemon to do any of this: its life does not depend on one.
+
+mod conn;
+mod log;
+pub mod tree;
+
+use crate::paths::{now_ms, SocketPath};
+use crate::wire::control::{self, ExitStatus, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
+use crate::wire::Actor;
+use conn::Conn;
+use log::OutputLog;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::fs::File;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The descriptor on which the daemon hands a new supervisor its launch socket.
+pub const LAUNCH_FD: i32 = 3;
+
+/// Names of the files in a job's folder.
+pub const LOG_FILE: &str = "output.log";
+pub const STATUS_FILE: &str = "status";
+pub const CONTROL_SOCKET: &str = "control.sock";
+
+/// Output is read from the pipe in chunks of this size.
+const READ_CHUNK: usize = 256 << 10;
+/// After the job's processes are gone, output still buffered is drained for this long.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs one job to its end. Called by `bgwork supervise`; never returns to a caller.
+pub fn run() -> ! {
+    // SAFETY: the daemon starts every supervisor with its launch socket on LAUNCH_FD and
+    // nothing else in this process owns that descriptor.
+    let launch = unsafe { UnixStream::from_raw_fd(LAUNCH_FD) };
+    let code = match Supervisor::launch(launch) {
+        Ok(mut supervisor) => {
+            supervisor.serve();
+            0
+        }
+        Err(e) => {
+            eprintln!("bgwork supervise: {e}");
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+/// A pending escalation: when to send SIGKILL to whatever is left of the job.
+struct Escalation {
+    kill_at: Instant,
+}
+
+struct Supervisor {
+    spec: JobSpec,
+    me: i32,
+    pid: i32,
+    log: OutputLog,
+    output: Option<File>,
+    stdin: Option<File>,
+    input_queue: Vec<u8>,
+    listener: UnixListener,
+    conns: Vec<Conn>,
+    signals: SignalFd,
+    main_status: Option<(Option<i32>, Option<i32>)>,
+    stop_actor: Option<Actor>,
+    escalation: Option<Escalation>,
+    drain_until: Option<Instant>,
+}
+
+impl Supervisor {
+    fn launch(launch: UnixStream) -> std::io::Result<Supervisor> {
+        let mut reader = BufReader::new(launch.try_clone()?);
+        let mut line = Vec::new();
+        reader.read_until(b'\n', &mut line)?;
+        let already_read = reader.buffer().to_vec();
+        let spec: JobSpec = control::decode(&line).map_err(std::io::Error::other)?;
+        let mut first = Conn::new(launch, already_read)?;
+        if spec.protocol != PROTOCOL {
+            let message = format!("supervisor speaks protocol {PROTOCOL}, not {}", spec.protocol);
+            first.send(&FromSupervisor::SpawnFailed { message });
+            first.flush_blocking(Duration::from_secs(1));
+            return Err(std::io::Error::other("protocol mismatch"));
+        }
+        let _ = nix::unistd::setsid();
+        let _ = nix::sys::prctl::set_child_subreaper(true);
+        let _ = std::env::set_current_dir("/");
+        let mut mask = SigSet::empty();
+        for signal in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            mask.add(signal);
+        }
+        mask.thread_block()?;
+        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+
+        let job_dir = PathBuf::from(&spec.job_dir);
+        let log_file = File::create(job_dir.join(LOG_FILE))?;
+        let log = OutputLog::new(log_file, spec.log_cap, spec.log_head);
+        let socket_path = job_dir.join(CONTROL_SOCKET);
+        let _ = std::fs::remove_file(&socket_path);
+        let short = SocketPath::new(&socket_path)?;
+        let listener = UnixListener::bind(&short.path)?;
+        listener.set_nonblocking(true)?;
+
+        let (pid, output, stdin) = match spawn_job(&spec) {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                let message = spawn_message(&spec, &e);
+                let status = ExitStatus {
+                    protocol: PROTOCOL,
+                    spawn_error: Some(message.clone()),
+                    ended_at_ms: now_ms(),
+                    ..ExitStatus::default()
+                };
+                write_status(&job_dir, &status)?;
+                let _ = std::fs::remove_file(&socket_path);
+                first.send(&FromSupervisor::SpawnFailed { message });
+                first.flush_blocking(Duration::from_secs(1));
+                return Err(e);
+            }
+        };
+        first.send(&FromSupervisor::Spawned { pid });
+        Ok(Supervisor {
+            spec,
+            me: std::process::id() as i32,
+            pid,
+            log,
+            output: Some(output),
+            stdin: Some(stdin),
+            input_queue: Vec::new(),
+            listener,
+            conns: vec![first],
+            signals,
+            main_status: None,
+            stop_actor: None,
+            escalation: None,
+            drain_until: None,
+        })
+    }
+
+    fn serve(&mut self) {
+        let pending: Vec<ToSupervisor> = self.conns[0].take_messages();
+        for message in pending {
+            self.handle(0, message);
+        }
+        while !self.finished() {
+            self.poll_once();
+            self.escalate_when_due();
+        }
+        self.finish();
+    }
+
+    fn finished(&self) -> bool {
+        if self.main_status.is_none() {
+            return false;
+        }
+        let drained = self.output.is_none()
+            || self.drain_until.is_some_and(|until| Instant::now() >= until);
+        drained && tree::descendants(self.me).is_empty()
+    }
+
+    fn poll_once(&mut self) {
+        let timeout = self.next_deadline().map(|at| at.saturating_duration_since(Instant::now()));
+        let timeout = match timeout {
+            Some(d) => PollTimeout::try_from(d.as_millis().min(60_000) as i32 + 1)
+                .unwrap_or(PollTimeout::MAX),
+            None => PollTimeout::NONE,
+        };
+        let (signals_ready, output_ready, listener_ready, stdin_ready, conn_ready) = {
+            let mut fds = vec![
+                PollFd::new(self.signals.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.listener.as_fd(), PollFlags::POLLIN),
+            ];
+            let output_at = self.output.as_ref().map(|out| {
+                fds.push(PollFd::new(out.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let stdin_at = match (&self.stdin, self.input_queue.is_empty()) {
+                (Some(stdin), false) => {
+                    fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLOUT));
+                    Some(fds.len() - 1)
+                }
+                _ => None,
+            };
+            let conn_from = fds.len();
+            for conn in &self.conns {
+                let mut flags = PollFlags::POLLIN;
+                if conn.wants_write() {
+                    flags |= PollFlags::POLLOUT;
+                }
+                fds.push(PollFd::new(conn.stream.as_fd(), flags));
+            }
+            match poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => return,
+                Err(e) => {
+                    eprintln!("bgwork supervise: poll failed: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    return;
+                }
+            }
+            let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+            (
+                ready(&fds[0]),
+                output_at.is_some_and(|i| ready(&fds[i])),
+                ready(&fds[1]),
+                stdin_at.is_some_and(|i| ready(&fds[i])),
+                fds[conn_from..].iter().map(ready).collect::<Vec<_>>(),
+            )
+        };
+        if output_ready {
+            self.read_output();
+        }
+        if signals_ready {
+            self.read_signals();
+        }
+        if listener_ready {
+            self.accept();
+        }
+        if stdin_ready {
+            self.write_input();
+        }
+        for (index, ready) in conn_ready.into_iter().enumerate() {
+            if ready {
+                self.serve_conn(index);
+            }
+        }
+        self.conns.retain(|conn| !conn.closed);
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let kill_at = self.escalation.as_ref().map(|e| e.kill_at);
+        match (kill_at, self.drain_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .or_else(|| self.main_status.map(|_| Instant::now() + Duration::from_millis(200)))
+    }
+
+    fn read_output(&mut self) {
+        let Some(output) = self.output.as_mut() else {
+            return;
+        };
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut appended = false;
+        for _ in 0..16 {
+            match output.read(&mut buf) {
+                Ok(0) => {
+                    self.output = None;
+                    break;
+                }
+                Ok(n) => {
+                    self.log.append(&buf[..n]);
+                    appended = true;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.output = None;
+                    break;
+                }
+            }
+        }
+        if appended {
+            let (log_len, dropped) = (self.log.len(), self.log.dropped());
+            for conn in &mut self.conns {
+                conn.progress(log_len, dropped);
+            }
+        }
+    }
+
+    fn read_signals(&mut self) {
+        while let Ok(Some(info)) = self.signals.read_signal() {
+            let signal = info.ssi_signo as i32;
+            if signal == Signal::SIGTERM as i32 || signal == Signal::SIGINT as i32 {
+                // Someone stopped the supervisor itself: stop the job, record no actor.
+                self.begin_stop(None, Duration::from_secs(5));
+            }
+        }
+        self.reap();
+    }
+
+    fn reap(&mut self) {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => self.reaped(pid, Some(code), None),
+                Ok(WaitStatus::Signaled(pid, signal, _)) => {
+                    self.reaped(pid, None, Some(signal as i32))
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn reaped(&mut self, pid: Pid, code: Option<i32>, signal: Option<i32>) {
+        if pid.as_raw() != self.pid || self.main_status.is_some() {
+            return;
+        }
+        self.main_status = Some((code, signal));
+        self.stdin = None;
+        self.drain_until = None;
+        if self.escalation.is_none() {
+            let leftovers = !tree::descendants(self.me).is_empty();
+            if leftovers {
+                tree::signal_all(self.me, self.pid, Signal::SIGTERM);
+            }
+            let grace = Duration::from_millis(self.spec.linger_grace_ms);
+            self.escalation = Some(Escalation {
+                kill_at: Instant::now() + if leftovers { grace } else { Duration::ZERO },
+            });
+        }
+    }
+
+    fn escalate_when_due(&mut self) {
+        let now = Instant::now();
+        if let Some(escalation) = &self.escalation {
+            if now < escalation.kill_at {
+                return;
+            }
+            self.escalation = None;
+            for _ in 0..3 {
+                tree::signal_all(self.me, self.pid, Signal::SIGKILL);
+                if tree::descendants(self.me).is_empty() {
+                    break;
+                }
+            }
+            self.reap();
+        }
+        if self.main_status.is_some() && self.escalation.is_none() && self.drain_until.is_none() {
+            self.drain_until = Some(now + DRAIN_GRACE);
+        }
+    }
+
+    fn begin_stop(&mut self, actor: Option<Actor>, grace: Duration) {
+        if self.main_status.is_some() {
+            return;
+        }
+        if self.stop_actor.is_none() {
+            self.stop_actor = actor;
+        }
+        tree::signal_all(self.me, self.pid, Signal::SIGTERM);
+        let kill_at = Instant::now() + grace;
+        let sooner = self.escalation.as_ref().is_none_or(|e| kill_at < e.kill_at);
+        if sooner {
+            self.escalation = Some(Escalation { kill_at });
+        }
+    }
+
+    fn accept(&mut self) {
+        while let Ok((stream, _)) = self.listener.accept() {
+            if let Ok(conn) = Conn::new(stream, Vec::new()) {
+                self.conns.push(conn);
+            }
+        }
+    }
+
+    fn serve_conn(&mut self, index: usize) {
+        if self.conns[index].flush() {
+            let (log_len, dropped) = (self.log.len(), self.log.dropped());
+            self.conns[index].send(&FromSupervisor::Output { log_len, dropped });
+        }
+        for message in self.conns[index].receive() {
+            self.handle(index, message);
+        }
+    }
+
+    fn handle(&mut self, index: usize, message: ToSupervisor) {
+        match message {
+            ToSupervisor::Hello { .. } => {
+                let hello = FromSupervisor::Hello {
+                    protocol: PROTOCOL,
+                    pid: self.pid,
+                    log_len: self.log.len(),
+                    dropped: self.log.dropped(),
+                    status: None,
+                };
+                self.conns[index].send(&hello);
+            }
+            ToSupervisor::Stop { grace_ms, actor } => {
+                self.begin_stop(Some(actor), Duration::from_millis(grace_ms));
+            }
+            ToSupervisor::Input { data } => {
+                if self.stdin.is_some() {
+                    self.input_queue.extend_from_slice(&data);
+                    self.write_input();
+                } else {
+                    self.conns[index].send(&FromSupervisor::InputClosed);
+                }
+            }
+            ToSupervisor::CloseInput => {
+                self.stdin = None;
+                self.input_queue.clear();
+            }
+            ToSupervisor::Signal { signal } => {
+                if let (Ok(signal), None) = (Signal::try_from(signal), self.main_status) {
+                    let _ = nix::sys::signal::killpg(Pid::from_raw(self.pid), signal);
+                }
+            }
+        }
+    }
+
+    fn write_input(&mut self) {
+        let Some(stdin) = self.stdin.as_mut() else {
+            self.input_queue.clear();
+            return;
+        };
+        while !self.input_queue.is_empty() {
+            match stdin.write(&self.input_queue) {
+                Ok(n) => {
+                    self.input_queue.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.stdin = None;
+                    self.input_queue.clear();
+                    for conn in &mut self.conns {
+                        conn.send(&FromSupervisor::InputClosed);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.output.is_some() {
+            self.read_output();
+        }
+        self.log.sync();
+        let (exit_code, signal) = self.main_status.unwrap_or((None, None));
+        let status = ExitStatus {
+            protocol: PROTOCOL,
+            exit_code,
+            signal,
+            stop_actor: self.stop_actor,
+            spawn_error: None,
+            log_len: self.log.len(),
+            dropped: self.log.dropped(),
+            unwritten: self.log.unwritten(),
+            ended_at_ms: now_ms(),
+        };
+        let job_dir = PathBuf::from(&self.spec.job_dir);
+        if let Err(e) = write_status(&job_dir, &status) {
+            eprintln!("bgwork supervise: could not write the status file: {e}");
+        }
+        self.accept();
+        for conn in &mut self.conns {
+            conn.send(&FromSupervisor::Exited {
+                status: status.clone(),
+            });
+            conn.flush_blocking(Duration::from_secs(1));
+        }
+        let _ = std::fs::remove_file(job_dir.join(CONTROL_SOCKET));
+    }
+}
+
+/// Starts `bash -c COMMAND` in its own process group; returns its pid, the read end of
+/// its output pipe and the write end of its stdin, both non-blocking.
+fn spawn_job(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
+    let (output_read, output_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (input_read, input_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let _ = nix::fcntl::fcntl(&output_read, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+    let mut command = Command::new("bash");
+    command
+        .arg("-c")
+        .arg(&spec.command)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(&spec.env)
+        .env("BGWORK_JOB", &spec.job_key)
+        .stdin(Stdio::from(input_read))
+        .stdout(Stdio::from(output_write.try_clone()?))
+        .stderr(Stdio::from(output_write));
+    // SAFETY: the closure only makes async-signal-safe system calls (setpgid,
+    // sigprocmask, sigaction, prctl) between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+            SigSet::empty().thread_set_mask()?;
+            for signal in [Signal::SIGPIPE, Signal::SIGHUP, Signal::SIGINT, Signal::SIGTERM] {
+                nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)?;
+            }
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            Ok(())
+        });
+    }
+    let child = command.spawn()?;
+    drop(command);
+    let output = nonblocking(OwnedFd::from(output_read))?;
+    let stdin = nonblocking(OwnedFd::from(input_write))?;
+    Ok((child.id() as i32, output, stdin))
+}
+
+fn nonblocking(fd: OwnedFd) -> std::io::Result<File> {
+    let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL)?;
+    let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(flags))?;
+    Ok(File::from(fd))
+}
+
+fn spawn_message(spec: &JobSpec, error: &std::io::Error) -> String {
+    if !Path::new(&spec.cwd).is_dir() {
+        return format!("the working directory {} does not exist: pass an existing --cwd", spec.cwd);
+    }
+    format!("could not run bash -c: {error}")
+}
+
+/// Writes the status file atomically: temp file, fsync, rename, fsync of the folder.
+pub fn write_status(job_dir: &Path, status: &ExitStatus) -> std::io::Result<()> {
+    let temp = job_dir.join("status.tmp");
+    let mut file = File::create(&temp)?;
+    file.write_all(&status.encode())?;
+    file.sync_all()?;
+    std::fs::rename(&temp, job_dir.join(STATUS_FILE))?;
+    File::open(job_dir)?.sync_all()
+}
+
+/// Reads a job's status file, if it has one.
+pub fn read_status(job_dir: &Path) -> Option<Result<ExitStatus, String>> {
+    match std::fs::read(job_dir.join(STATUS_FILE)) {
+        Ok(bytes) => Some(ExitStatus::decode(&bytes)),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => Some(Err(format!("status file unreadable: {e}"))),
+    }
+}

@@ -1,0 +1,112 @@
+//! The daemon ↔ supervisor protocol and the supervisor's durable status file.
+//!
+//! One JSON object per line over the job's control socket. The first line a supervisor
+//! reads on its launch socket is a [`JobSpec`]; after that the daemon sends
+//! [`ToSupervisor`] and the supervisor sends [`FromSupervisor`]. Every connection
+//! starts with `hello`, which carries [`PROTOCOL`]: a daemon refuses a supervisor whose
+//! protocol it does not speak, and says so, instead of guessing.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the daemon ↔ supervisor protocol and of the status file.
+pub const PROTOCOL: u32 = 1;
+
+/// Everything a supervisor needs to run one job. Sent once, over the launch socket,
+/// so that environment values never appear in a process's argument list.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct JobSpec {
+    pub protocol: u32,
+    /// Unique for this home; also exported to the job as `BGWORK_JOB`.
+    pub job_key: String,
+    pub job_dir: String,
+    pub command: String,
+    pub cwd: String,
+    pub env: BTreeMap<String, String>,
+    pub log_cap: u64,
+    pub log_head: u64,
+    /// How long leftover children of a job whose main process ended get after TERM.
+    pub linger_grace_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ToSupervisor {
+    Hello { protocol: u32 },
+    Stop { grace_ms: u64, actor: crate::wire::Actor },
+    Input { data: Vec<u8> },
+    CloseInput,
+    Signal { signal: i32 },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum FromSupervisor {
+    Hello {
+        protocol: u32,
+        pid: i32,
+        log_len: u64,
+        dropped: u64,
+        /// Present once the job has ended (the status file holds the same).
+        status: Option<ExitStatus>,
+    },
+    Spawned {
+        pid: i32,
+    },
+    SpawnFailed {
+        message: String,
+    },
+    Output {
+        log_len: u64,
+        dropped: u64,
+    },
+    InputClosed,
+    Exited {
+        status: ExitStatus,
+    },
+}
+
+/// How a job ended, as its supervisor saw it; written atomically to `status`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExitStatus {
+    pub protocol: u32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Set when a stop was asked for before the job ended.
+    pub stop_actor: Option<crate::wire::Actor>,
+    /// Set when the command could not start.
+    pub spawn_error: Option<String>,
+    pub log_len: u64,
+    pub dropped: u64,
+    /// Bytes of output that could not be written to the log (a full disk).
+    #[serde(default)]
+    pub unwritten: u64,
+    pub ended_at_ms: i64,
+}
+
+impl ExitStatus {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("status encodes")
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let status: ExitStatus =
+            serde_json::from_slice(bytes).map_err(|e| format!("status file unreadable: {e}"))?;
+        if status.protocol != PROTOCOL {
+            return Err(format!(
+                "status file has protocol {} and this build speaks {PROTOCOL}",
+                status.protocol
+            ));
+        }
+        Ok(status)
+    }
+}
+
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    let mut line = serde_json::to_vec(message).expect("control message encodes");
+    line.push(b'\n');
+    line
+}
+
+pub fn decode<T: for<'de> Deserialize<'de>>(line: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(line).map_err(|e| format!("malformed control message: {e}"))
+}

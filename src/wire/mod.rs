@@ -1,0 +1,377 @@
+//! The request and reply types every client speaks to the daemon, and their framing.
+//!
+//! One request is one line of JSON (an [`Envelope`]); one reply is one line of JSON:
+//! either the reply object of SPEC §10 or `{"error":{"code","message"}}`. `notices
+//! --follow` is the one request answered by many lines. This module (with
+//! [`control`], the daemon ↔ supervisor protocol) is the only place that derives
+//! `Serialize`: the CLI, the MCP server and the web page all build these same types.
+
+pub mod control;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Requests larger than this are refused before they are parsed.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// One request with the session that makes it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Envelope {
+    pub session: String,
+    #[serde(flatten)]
+    pub request: Request,
+}
+
+/// Every call the daemon serves.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Start(StartArgs),
+    List {
+        #[serde(default)]
+        all: bool,
+    },
+    Read(ReadArgs),
+    Send(SendArgs),
+    Stop(StopArgs),
+    Wait(WaitArgs),
+    Notices {
+        #[serde(default)]
+        peek: bool,
+        #[serde(default)]
+        follow: bool,
+        /// When none is pending, block up to this many seconds for the first one.
+        #[serde(default)]
+        wait_s: Option<f64>,
+    },
+    Dismiss {
+        id: String,
+    },
+    Gc,
+    Status,
+    Shutdown {
+        #[serde(default)]
+        stop_work: bool,
+    },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct StartArgs {
+    pub command: String,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Variables set with `--env`: their names are recorded, their values never.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The caller's whole environment, which the job inherits (never recorded).
+    #[serde(default)]
+    pub inherit_env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub notify: bool,
+    #[serde(default)]
+    pub window_ms: Option<u64>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct ReadArgs {
+    pub id: String,
+    #[serde(default)]
+    pub tail: Option<usize>,
+    #[serde(default)]
+    pub from: Option<u64>,
+    #[serde(default)]
+    pub all: bool,
+    #[serde(default)]
+    pub raw: bool,
+    #[serde(default)]
+    pub max_bytes: Option<usize>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct SendArgs {
+    pub id: String,
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub keys: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct StopArgs {
+    pub id: String,
+    #[serde(default)]
+    pub grace_s: Option<f64>,
+    #[serde(default)]
+    pub actor: Actor,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct WaitArgs {
+    pub ids: Vec<String>,
+    /// Wait for every item to end; the default is the first one.
+    #[serde(default)]
+    pub all: bool,
+    #[serde(default)]
+    pub until: Option<String>,
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+/// Who asked for a stop.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Actor {
+    #[default]
+    Agent,
+    Person,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Job,
+    Pane,
+    Monitor,
+    SubAgent,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Starting,
+    Running,
+    Ended,
+}
+
+/// How an item ended (SPEC §2). Exactly one per ended record.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    Succeeded,
+    Failed,
+    StoppedByAgent,
+    StoppedByPerson,
+    Signaled,
+    Cancelled,
+    SpawnFailed,
+    Lost,
+}
+
+/// A work record as clients see it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Item {
+    pub id: String,
+    pub kind: Kind,
+    pub state: State,
+    pub end: Option<End>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub name: Option<String>,
+    pub command: String,
+    pub cwd: String,
+    pub pid: Option<i32>,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub notify: bool,
+    pub session: String,
+    /// The one-line report of the end (SPEC §2), when ended.
+    #[serde(default)]
+    pub report: Option<String>,
+    /// Names of the variables set with `--env` (never their values).
+    #[serde(default)]
+    pub env_names: Vec<String>,
+    #[serde(default)]
+    pub log_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_requested: Option<bool>,
+    /// Why an item was settled as `lost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_reason: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct StartReply {
+    #[serde(flatten)]
+    pub item: Item,
+    pub output: String,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct ListReply {
+    pub items: Vec<Item>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct ReadReply {
+    pub id: String,
+    pub running: bool,
+    pub output: String,
+    pub from: u64,
+    pub to: u64,
+    pub dropped_bytes: u64,
+    pub clipped: bool,
+    pub log_path: String,
+    /// The end's one-line report when the item has ended.
+    #[serde(default)]
+    pub report: Option<String>,
+    /// With `raw`: the exact bytes, base64-encoded (JSON strings cannot hold any byte).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_base64: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    Ended,
+    Matched,
+    Timeout,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct WaitReply {
+    pub reason: WaitReason,
+    pub items: Vec<Item>,
+    #[serde(rename = "match")]
+    pub matched: Option<String>,
+    /// The last lines of each item's output, by id.
+    #[serde(default)]
+    pub tails: BTreeMap<String, String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Notice {
+    pub id: String,
+    pub item: String,
+    pub end: End,
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    pub text: String,
+    pub tail: String,
+    #[serde(default)]
+    pub created_at: String,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct NoticesReply {
+    pub notices: Vec<Notice>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct StatusReply {
+    pub pid: u32,
+    pub version: String,
+    pub home: String,
+    pub socket: String,
+    pub running: u64,
+    pub sessions: BTreeMap<String, u64>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct GcReply {
+    pub removed: u64,
+    pub freed_bytes: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Ack {
+    pub ok: bool,
+    pub message: String,
+}
+
+/// The error codes of SPEC §10.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    UnknownId,
+    Limit,
+    BadRequest,
+    SpawnFailed,
+    NoInput,
+    TooLarge,
+    NotRunning,
+    Unavailable,
+    Internal,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct WireError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl WireError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        WireError {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadRequest, message)
+    }
+    pub fn unknown_id(id: &str) -> Self {
+        Self::new(
+            ErrorCode::UnknownId,
+            format!("no item {id} in this session: `bgwork list --all` shows the ids it has"),
+        )
+    }
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        Self::new(ErrorCode::Internal, message.to_string())
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct ErrorReply {
+    pub error: WireError,
+}
+
+/// Encodes any reply object as one line (with the newline).
+pub fn encode_line<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut line = serde_json::to_vec(value).unwrap_or_else(|e| {
+        serde_json::to_vec(&ErrorReply {
+            error: WireError::internal(format!("reply could not be encoded: {e}")),
+        })
+        .expect("an error reply always encodes")
+    });
+    line.push(b'\n');
+    line
+}
+
+/// Encodes a result: the object, or `{"error":…}`.
+pub fn encode_result<T: Serialize>(result: &Result<T, WireError>) -> Vec<u8> {
+    match result {
+        Ok(value) => encode_line(value),
+        Err(error) => encode_line(&ErrorReply {
+            error: error.clone(),
+        }),
+    }
+}
+
+/// Decodes one reply line into the expected type, or the error it carries.
+pub fn decode_reply<T: for<'de> Deserialize<'de>>(line: &[u8]) -> Result<T, WireError> {
+    let value: serde_json::Value = serde_json::from_slice(line)
+        .map_err(|e| WireError::internal(format!("the daemon sent a malformed reply: {e}")))?;
+    if let Some(error) = value.get("error") {
+        return Err(serde_json::from_value(error.clone())
+            .unwrap_or_else(|_| WireError::internal(error.to_string())));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| WireError::internal(format!("the daemon sent an unexpected reply: {e}")))
+}
+
+/// Renders any wire value as pretty JSON (for `--json`).
+pub fn to_json_text<T: Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+/// The wire name of a unit enum value (`stopped_by_agent`, `running`, …).
+pub fn name_of<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
+    }
+}

@@ -103,7 +103,10 @@ fn spawn_daemon(paths: &Paths) -> Result<(), WireError> {
         .env_remove("BGWORK_JOB")
         .current_dir("/")
         .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| unavailable("open the daemon log", e))?)
+        .stdout(
+            log.try_clone()
+                .map_err(|e| unavailable("open the daemon log", e))?,
+        )
         .stderr(log);
     // SAFETY: setsid is async-signal-safe.
     unsafe {

@@ -102,7 +102,10 @@ mod tests {
             report("bg-3", End::Succeeded, Some(0), None),
             "bg-3 finished successfully (exit 0)"
         );
-        assert_eq!(report("bg-3", End::Failed, Some(2), None), "bg-3 FAILED (exit 2)");
+        assert_eq!(
+            report("bg-3", End::Failed, Some(2), None),
+            "bg-3 FAILED (exit 2)"
+        );
         assert_eq!(
             report("bg-3", End::Signaled, Some(143), None),
             "bg-3 was stopped by a signal (exit 143)"

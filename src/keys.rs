@@ -23,7 +23,9 @@ pub fn unescape(text: &str) -> Result<Vec<u8>, WireError> {
             Some('x') => {
                 let hex: String = chars.by_ref().take(2).collect();
                 let byte = u8::from_str_radix(&hex, 16).map_err(|_| {
-                    WireError::bad_request(format!("bad escape \\x{hex}: write two hex digits, e.g. \\x03"))
+                    WireError::bad_request(format!(
+                        "bad escape \\x{hex}: write two hex digits, e.g. \\x03"
+                    ))
                 })?;
                 out.push(byte);
             }

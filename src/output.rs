@@ -77,12 +77,20 @@ pub fn excerpt(path: &Path, from: u64, to: u64, head: u64, dropped: u64, max: us
     let max = max as u64;
     if to.saturating_sub(from) <= max {
         let (bytes, skipped) = read_range(path, from, to, head, dropped);
-        return Excerpt { head: bytes, tail: None, skipped };
+        return Excerpt {
+            head: bytes,
+            tail: None,
+            skipped,
+        };
     }
     let (first, skipped_first) = read_range(path, from, from + max / 2, head, dropped);
     let (last, skipped_last) = read_range(path, to - max / 2, to, head, dropped);
     let elided = (to - max / 2) - (from + max / 2);
-    Excerpt { head: first, tail: Some((elided, last)), skipped: skipped_first + skipped_last }
+    Excerpt {
+        head: first,
+        tail: Some((elided, last)),
+        skipped: skipped_first + skipped_last,
+    }
 }
 
 impl Excerpt {
@@ -104,16 +112,43 @@ impl Excerpt {
     }
 }
 
+/// How many bytes of `[from, to)` the log cap dropped (they lie in
+/// `[head, head + dropped)`).
+pub fn dropped_in(from: u64, to: u64, head: u64, dropped: u64) -> u64 {
+    let (start, end) = (from.max(head), to.min(head + dropped));
+    end.saturating_sub(start)
+}
+
 /// Text for a model: escape sequences stripped, progress-bar rewrites (`\r`) collapsed
 /// to each line's final state, invalid UTF-8 replaced.
 pub fn readable(bytes: &[u8]) -> String {
-    let stripped = strip_ansi_escapes::strip(bytes);
-    collapse_carriage_returns(&String::from_utf8_lossy(&stripped))
+    let mut plain = PlainText::default();
+    vte::Parser::new().advance(&mut plain, bytes);
+    collapse_carriage_returns(&plain.text)
 }
 
-/// Applies `\r` as a terminal would: the text after it overwrites the line's start.
+/// Keeps what a terminal would print and the line controls; drops every escape.
+#[derive(Default)]
+struct PlainText {
+    text: String,
+}
+
+impl vte::Perform for PlainText {
+    fn print(&mut self, c: char) {
+        self.text.push(c);
+    }
+
+    fn execute(&mut self, byte: u8) {
+        if matches!(byte, b'\n' | b'\r' | b'\t' | 0x08) {
+            self.text.push(byte as char);
+        }
+    }
+}
+
+/// Applies `\r` (and backspace) as a terminal would: the text after it overwrites the
+/// line's start.
 pub fn collapse_carriage_returns(text: &str) -> String {
-    if !text.contains('\r') {
+    if !text.contains(['\r', '\u{8}']) {
         return text.to_string();
     }
     let mut out = String::with_capacity(text.len());
@@ -121,15 +156,17 @@ pub fn collapse_carriage_returns(text: &str) -> String {
         if index > 0 {
             out.push('\n');
         }
-        if !line.contains('\r') {
+        if !line.contains(['\r', '\u{8}']) {
             out.push_str(line);
             continue;
         }
         let mut cells: Vec<char> = Vec::new();
-        let mut cursor = 0;
+        let mut cursor: usize = 0;
         for c in line.chars() {
             if c == '\r' {
                 cursor = 0;
+            } else if c == '\u{8}' {
+                cursor = cursor.saturating_sub(1);
             } else if cursor < cells.len() {
                 cells[cursor] = c;
                 cursor += 1;
@@ -211,7 +248,10 @@ mod tests {
     #[test]
     fn a_progress_bar_collapses_to_its_last_frame() {
         let frames: String = (0..=100).map(|p| format!("\r{p:3}%")).collect();
-        assert_eq!(collapse_carriage_returns(&format!("{frames}\ndone\n")), "100%\ndone\n");
+        assert_eq!(
+            collapse_carriage_returns(&format!("{frames}\ndone\n")),
+            "100%\ndone\n"
+        );
         assert_eq!(collapse_carriage_returns("abcdef\rXY\n"), "XYcdef\n");
         assert_eq!(collapse_carriage_returns("crlf\r\n"), "crlf\n");
     }

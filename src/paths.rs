@@ -56,7 +56,10 @@ impl Paths {
     pub fn create_dirs(&self) -> std::io::Result<()> {
         let socket_dir = self.socket.parent().unwrap_or(Path::new("/"));
         for dir in [&self.home, &socket_dir.to_path_buf(), &self.jobs] {
-            fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
         }
         for dir in [&self.home, &socket_dir.to_path_buf()] {
             fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;

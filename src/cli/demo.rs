@@ -16,7 +16,10 @@ pub fn run() -> Result<ExitCode, WireError> {
         std::env::set_var("BGWORK_HOME", home.path());
         std::env::set_var("BGWORK_SESSION", "demo");
     }
-    println!("bgwork demo — a throw-away home in {}\n", home.path().display());
+    println!(
+        "bgwork demo — a throw-away home in {}\n",
+        home.path().display()
+    );
     let steps: &[(&str, &[&str])] = &[
         (
             "An agent starts a build it does not want to wait for. The call returns at once\n\
@@ -70,7 +73,9 @@ pub fn run() -> Result<ExitCode, WireError> {
 fn shell_words(args: &[&str]) -> String {
     args.iter()
         .map(|a| {
-            if a.chars().any(|c| c.is_whitespace() || "'\"$;|&".contains(c)) {
+            if a.chars()
+                .any(|c| c.is_whitespace() || "'\"$;|&".contains(c))
+            {
                 format!("'{}'", a.replace('\'', r"'\''"))
             } else {
                 a.to_string()

@@ -174,7 +174,12 @@ pub fn execute(cli: Cli) -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             if json {
-                println!("{}", wire::to_json_text(&wire::ErrorReply { error: error.clone() }));
+                println!(
+                    "{}",
+                    wire::to_json_text(&wire::ErrorReply {
+                        error: error.clone()
+                    })
+                );
             } else {
                 eprintln!("bgwork: {}", error.message);
             }
@@ -258,21 +263,25 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     let mut env = BTreeMap::new();
     for pair in &start.env {
         let (key, value) = pair.split_once('=').ok_or_else(|| {
-            WireError::bad_request(format!("--env {pair}: write NAME=VALUE"))
+            WireError::bad_request("--env takes NAME=VALUE and one was given without '='")
         })?;
         env.insert(key.to_string(), value.to_string());
     }
     let cwd = match start.cwd {
         Some(cwd) => Some(cwd),
-        None => std::env::current_dir().ok().map(|d| d.display().to_string()),
+        None => std::env::current_dir()
+            .ok()
+            .map(|d| d.display().to_string()),
     };
     Ok(wire::StartArgs {
         command: start.command.join(" "),
         cwd,
         env,
-        inherit_env: Some(std::env::vars_os().filter_map(|(k, v)| {
-            Some((k.into_string().ok()?, v.into_string().ok()?))
-        }).collect()),
+        inherit_env: Some(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
+        ),
         name: start.name,
         notify: start.notify,
         window_ms: start.window,

@@ -46,13 +46,23 @@ pub fn call_and_print(
                 print_text(&wait_text(&reply));
             }
             let failed = reply.reason == WaitReason::Timeout
-                || reply.items.iter().any(|i| i.end.is_some_and(crate::end::is_failure));
-            Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+                || reply
+                    .items
+                    .iter()
+                    .any(|i| i.end.is_some_and(crate::end::is_failure));
+            Ok(if failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Request::Notices { follow: true, .. } => follow(client, &envelope, json),
         Request::Notices { .. } => print(client, &envelope, json, notices_text),
         Request::Gc => print(client, &envelope, json, |gc: &GcReply| {
-            format!("removed {} ended record(s), freed {} bytes", gc.removed, gc.freed_bytes)
+            format!(
+                "removed {} ended record(s), freed {} bytes",
+                gc.removed, gc.freed_bytes
+            )
         }),
         Request::Status => print(client, &envelope, json, status_text),
     }
@@ -90,7 +100,13 @@ fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCo
 /// Prints a plain message (or `{"message":…}` with `--json`).
 pub fn say(json: bool, message: &str) {
     if json {
-        println!("{}", wire::to_json_text(&Ack { ok: true, message: message.to_string() }));
+        println!(
+            "{}",
+            wire::to_json_text(&Ack {
+                ok: true,
+                message: message.to_string()
+            })
+        );
     } else {
         println!("{message}");
     }
@@ -209,7 +225,12 @@ fn notices_text(reply: &NoticesReply) -> String {
     if reply.notices.is_empty() {
         return "no pending notices".to_string();
     }
-    reply.notices.iter().map(notice_text).collect::<Vec<_>>().join("")
+    reply
+        .notices
+        .iter()
+        .map(notice_text)
+        .collect::<Vec<_>>()
+        .join("")
 }
 
 fn status_text(status: &StatusReply) -> String {

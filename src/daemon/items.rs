@@ -3,9 +3,7 @@
 use super::{Daemon, Inner};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::Record;
-use crate::wire::{
-    Ack, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError,
-};
+use crate::wire::{Ack, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError};
 use std::collections::BTreeMap;
 
 impl Daemon {
@@ -32,8 +30,11 @@ impl Daemon {
             session: record.session.clone(),
             report,
             env_names: record.env_names.clone(),
-            log_path: (!record.job_dir.is_empty())
-                .then(|| crate::output::log_path(&record.job_dir).display().to_string()),
+            log_path: (!record.job_dir.is_empty()).then(|| {
+                crate::output::log_path(&record.job_dir)
+                    .display()
+                    .to_string()
+            }),
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
             lost_reason: record.lost_reason.clone(),
         }

@@ -24,14 +24,18 @@ impl Daemon {
         args: StartArgs,
     ) -> Result<StartReply, WireError> {
         check_start(&args)?;
-        let cwd = args.cwd.clone().unwrap_or_else(|| {
-            std::env::var("HOME").unwrap_or_else(|_| "/".to_string())
-        });
+        let cwd = args
+            .cwd
+            .clone()
+            .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
         let record = {
             let mut inner = self.lock();
             let running = Self::counted(&inner, session)?;
             if running.len() >= self.config.max_running {
-                return Err(limit_error(self.config.max_running, &running_items(self, &running)));
+                return Err(limit_error(
+                    self.config.max_running,
+                    &running_items(self, &running),
+                ));
             }
             inner.store.insert(&NewRecord {
                 session: session.to_string(),
@@ -49,17 +53,23 @@ impl Daemon {
             .map_err(|e| format!("could not make {}: {e}", job_dir.display()))
             .and_then(|()| {
                 let dir = job_dir.display().to_string();
-                self.lock().store.set_job_dir(record.row, &dir).map_err(|e| e.to_string())
+                self.lock()
+                    .store
+                    .set_job_dir(record.row, &dir)
+                    .map_err(|e| e.to_string())
             });
         if let Err(reason) = prepared {
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
         if !Path::new(&cwd).is_dir() {
-            let reason = format!("the working directory {cwd} does not exist: pass an existing --cwd");
+            let reason =
+                format!("the working directory {cwd} does not exist: pass an existing --cwd");
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
-        let mut env: BTreeMap<String, String> =
-            args.inherit_env.clone().unwrap_or_else(|| std::env::vars().collect());
+        let mut env: BTreeMap<String, String> = args
+            .inherit_env
+            .clone()
+            .unwrap_or_else(|| std::env::vars().collect());
         env.extend(args.env.clone());
         let spec = JobSpec {
             protocol: PROTOCOL,
@@ -78,7 +88,10 @@ impl Daemon {
         };
         {
             let mut inner = self.lock();
-            let still = inner.store.get(record.row)?.is_some_and(|r| r.state != State::Ended);
+            let still = inner
+                .store
+                .get(record.row)?
+                .is_some_and(|r| r.state != State::Ended);
             if still {
                 inner.store.set_running(record.row, running.pid)?;
                 inner.live.insert(
@@ -97,9 +110,18 @@ impl Daemon {
             .map(Duration::from_millis)
             .unwrap_or(self.config.default_window);
         let row = record.row;
-        if !window.is_zero() {
-            self.wait_for(window, |d| d.has_ended(row)).await;
+        if window.is_zero() {
+            // No window: nothing is shown, so nothing counts as read.
+            let record = self.lock().store.get(row)?;
+            let item = record
+                .map(|r| self.item(&r))
+                .ok_or_else(|| WireError::internal("record vanished"))?;
+            return Ok(StartReply {
+                item,
+                output: String::new(),
+            });
         }
+        self.wait_for(window, |d| d.has_ended(row)).await;
         let (output, item) = self.window_output(session, row)?;
         Ok(StartReply { item, output })
     }
@@ -107,12 +129,20 @@ impl Daemon {
     /// The output written so far (which then counts as read) and the item.
     fn window_output(&self, session: &str, row: i64) -> Result<(String, Item), WireError> {
         let mut inner = self.lock();
-        let record = inner.store.get(row)?.ok_or_else(|| WireError::internal("record vanished"))?;
+        let record = inner
+            .store
+            .get(row)?
+            .ok_or_else(|| WireError::internal("record vanished"))?;
         let path = output::log_path(&record.job_dir);
         let len = output::log_len(&path);
-        let dropped = inner.live.get(&row).map(|l| l.dropped).unwrap_or(record.dropped);
-        let (bytes, _) = output::read_range(&path, 0, len, self.config.log_head, dropped);
-        let (text, _) = output::clip(output::readable(&bytes), output::DEFAULT_MAX_BYTES, &path);
+        let dropped = inner
+            .live
+            .get(&row)
+            .map(|l| l.dropped)
+            .unwrap_or(record.dropped);
+        let max = output::DEFAULT_MAX_BYTES;
+        let excerpt = output::excerpt(&path, 0, len, self.config.log_head, dropped, max);
+        let (text, _) = excerpt.render(max, &path);
         inner.store.set_cursor(session, row, len)?;
         if record.state == State::Ended {
             // The reply shows the end, so its notice has been delivered.
@@ -142,7 +172,10 @@ impl Daemon {
             eprintln!("bgwork daemon: could not record the failed start of {id}: {e}");
         }
         self.bump();
-        WireError::new(ErrorCode::SpawnFailed, format!("{id} could not start: {reason}"))
+        WireError::new(
+            ErrorCode::SpawnFailed,
+            format!("{id} could not start: {reason}"),
+        )
     }
 
     pub(crate) async fn stop(&self, session: &str, args: &StopArgs) -> Result<Item, WireError> {
@@ -171,9 +204,13 @@ impl Daemon {
             inner.store.set_stop_actor(record.row, args.actor)?;
             record.row
         };
-        self.wait_for(grace + STOP_SLACK, |d| d.has_ended(row)).await;
+        self.wait_for(grace + STOP_SLACK, |d| d.has_ended(row))
+            .await;
         let inner = self.lock();
-        let record = inner.store.get(row)?.ok_or_else(|| WireError::unknown_id(&args.id))?;
+        let record = inner
+            .store
+            .get(row)?
+            .ok_or_else(|| WireError::unknown_id(&args.id))?;
         let mut item = self.item(&record);
         if record.state != State::Ended {
             item.stop_requested = Some(true);
@@ -264,13 +301,20 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
     }
     let texts = [Some(&args.command), args.cwd.as_ref(), args.name.as_ref()];
     let env = args.env.iter().flat_map(|(k, v)| [k, v]);
-    if texts.into_iter().flatten().chain(env).any(|t| t.contains('\0')) {
+    if texts
+        .into_iter()
+        .flatten()
+        .chain(env)
+        .any(|t| t.contains('\0'))
+    {
         return Err(WireError::bad_request(
             "an argument holds a NUL byte, which no command can receive: remove it",
         ));
     }
     if args.env.keys().any(|k| k.is_empty() || k.contains('=')) {
-        return Err(WireError::bad_request("--env takes NAME=VALUE with a non-empty NAME"));
+        return Err(WireError::bad_request(
+            "--env takes NAME=VALUE with a non-empty NAME",
+        ));
     }
     Ok(())
 }

@@ -58,7 +58,10 @@ impl Daemon {
         loop {
             let pending = self.lock().store.pending_notices(session);
             let fresh: Vec<NoticeRow> = match pending {
-                Ok(rows) => rows.into_iter().filter(|n| !sent.contains(&n.nrow)).collect(),
+                Ok(rows) => rows
+                    .into_iter()
+                    .filter(|n| !sent.contains(&n.nrow))
+                    .collect(),
                 Err(e) => {
                     let error = WireError::from(e);
                     let _ = write_line(writer, &wire::encode_result::<()>(&Err(error))).await;

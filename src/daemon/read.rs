@@ -8,6 +8,8 @@ use base64::Engine;
 
 /// How far back `--tail N` looks for its lines.
 const TAIL_WINDOW: u64 = 1 << 20;
+/// The default size of a `--raw` read (raw bytes are returned consecutively).
+const RAW_MAX_BYTES: usize = 8 << 20;
 
 impl Daemon {
     pub(crate) fn read(&self, session: &str, args: &ReadArgs) -> Result<ReadReply, WireError> {
@@ -27,13 +29,19 @@ impl Daemon {
             (None, false, Some(_)) => len.saturating_sub(TAIL_WINDOW),
             (None, false, None) => inner.store.cursor(session, record.row)?.min(len),
         };
-        let max = args.max_bytes.unwrap_or(output::DEFAULT_MAX_BYTES).max(64);
+        let default_max = if args.raw {
+            RAW_MAX_BYTES
+        } else {
+            output::DEFAULT_MAX_BYTES
+        };
+        let max = args.max_bytes.unwrap_or(default_max).max(64);
         let head = self.config.log_head;
         let (to, text, clipped, skipped, base64) = if args.raw {
             // Raw bytes are never clipped in the middle: a read returns up to `max`
             // consecutive bytes and the next read goes on from `to`.
             let to = len.min(from + max as u64);
-            let (bytes, skipped) = output::read_range(&path, from, to, head, dropped);
+            let (bytes, _) = output::read_range(&path, from, to, head, dropped);
+            let skipped = output::dropped_in(from, to, head, dropped);
             let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
             let text = String::from_utf8_lossy(&bytes).into_owned();
             (to, text, to < len, skipped, Some(encoded))
@@ -43,13 +51,13 @@ impl Daemon {
             if let Some(n) = args.tail {
                 text = output::last_lines(&text, n);
             }
-            if excerpt.skipped > 0 {
+            let skipped = output::dropped_in(from, len, head, dropped);
+            if skipped > 0 {
                 text = format!(
-                    "[... {} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}",
-                    excerpt.skipped
+                    "[... {skipped} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}"
                 );
             }
-            (len, text, clipped, excerpt.skipped, None)
+            (len, text, clipped, skipped, None)
         };
         if by_cursor {
             inner.store.set_cursor(session, record.row, to)?;

@@ -106,7 +106,9 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
             ErrorCode::BadRequest,
             "refused: this daemon serves only its own user",
         );
-        let _ = writer.write_all(&wire::encode_result::<()>(&Err(refusal))).await;
+        let _ = writer
+            .write_all(&wire::encode_result::<()>(&Err(refusal)))
+            .await;
         return;
     }
     let mut reader = BufReader::new(read_half);
@@ -115,7 +117,9 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
             Ok(Some(line)) => line,
             Ok(None) => return,
             Err(error) => {
-                let _ = writer.write_all(&wire::encode_result::<()>(&Err(error))).await;
+                let _ = writer
+                    .write_all(&wire::encode_result::<()>(&Err(error)))
+                    .await;
                 return;
             }
         };
@@ -125,7 +129,11 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
                 let error = WireError::bad_request(format!(
                     "malformed request: {e}; send one JSON object per line with \"session\" and \"op\""
                 ));
-                if writer.write_all(&wire::encode_result::<()>(&Err(error))).await.is_err() {
+                if writer
+                    .write_all(&wire::encode_result::<()>(&Err(error)))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 continue;
@@ -133,12 +141,19 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
         };
         let gone = client_gone(&mut reader);
         let reply = match envelope.request {
-            Request::Notices { peek, follow: true, .. } => {
+            Request::Notices {
+                peek, follow: true, ..
+            } => {
                 let session = envelope.session.clone();
-                daemon.follow_notices(&session, peek, &mut writer, gone).await;
+                daemon
+                    .follow_notices(&session, peek, &mut writer, gone)
+                    .await;
                 return;
             }
-            Request::Wait(_) | Request::Notices { wait_s: Some(_), .. } => {
+            Request::Wait(_)
+            | Request::Notices {
+                wait_s: Some(_), ..
+            } => {
                 tokio::select! {
                     reply = daemon.dispatch(envelope) => reply,
                     _ = gone => return,
@@ -153,9 +168,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
 }
 
 /// Reads one request line, refusing it once it passes [`MAX_FRAME`] bytes.
-async fn read_frame(
-    reader: &mut BufReader<OwnedReadHalf>,
-) -> Result<Option<Vec<u8>>, WireError> {
+async fn read_frame(reader: &mut BufReader<OwnedReadHalf>) -> Result<Option<Vec<u8>>, WireError> {
     let mut line = Vec::new();
     loop {
         let buf = match reader.fill_buf().await {

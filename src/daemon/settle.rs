@@ -15,7 +15,10 @@ use tokio::sync::mpsc;
 
 impl Daemon {
     /// Applies executor events until the daemon stops.
-    pub(crate) async fn apply_events(self: Arc<Self>, mut events: mpsc::UnboundedReceiver<ExecEvent>) {
+    pub(crate) async fn apply_events(
+        self: Arc<Self>,
+        mut events: mpsc::UnboundedReceiver<ExecEvent>,
+    ) {
         while let Some(event) = events.recv().await {
             self.apply(event);
         }
@@ -36,14 +39,14 @@ impl Daemon {
             }
             ExecEvent::Ended { row, status } => self.settle_status(row, &status),
             ExecEvent::Detached { row } => {
-                let job_dir = match self.lock().store.get(row) {
-                    Ok(Some(record)) if record.state != State::Ended => record.job_dir,
+                let record = match self.lock().store.get(row) {
+                    Ok(Some(record)) if record.state != State::Ended => record,
                     _ => return,
                 };
-                match crate::supervisor::read_status(Path::new(&job_dir)) {
+                match crate::supervisor::read_status(Path::new(&record.job_dir)) {
                     Some(Ok(status)) => self.settle_status(row, &status),
-                    Some(Err(reason)) => self.settle_lost(row, &reason),
-                    None => self.settle_lost(row, "its supervisor died before the job ended"),
+                    Some(Err(reason)) => self.lose(&record, &reason),
+                    None => self.lose(&record, "its supervisor died before the job ended"),
                 }
             }
         }
@@ -66,7 +69,14 @@ impl Daemon {
                 log_len: status.log_len,
                 dropped: status.dropped,
                 lost_reason: status.spawn_error.clone(),
-                notice: self.armed_notice(&record, end, status.exit_code, status.signal, &path, status.dropped),
+                notice: self.armed_notice(
+                    &record,
+                    end,
+                    status.exit_code,
+                    status.signal,
+                    &path,
+                    status.dropped,
+                ),
             };
             inner.store.settle(row, &settlement)?;
             inner.live.remove(&row);
@@ -76,6 +86,18 @@ impl Daemon {
             eprintln!("bgwork daemon: could not record an end: {e}");
         }
         self.bump();
+    }
+
+    /// A job whose supervisor is gone: kill what is left of it, then settle it `lost`.
+    fn lose(&self, record: &Record, reason: &str) {
+        let killed = crate::supervisor::tree::sweep_job(&job_key(record));
+        if killed > 0 {
+            eprintln!(
+                "bgwork daemon: {} lost; killed {killed} leftover process(es)",
+                record.id
+            );
+        }
+        self.settle_lost(record.row, reason);
     }
 
     /// Settles a record whose end cannot be known: `lost`, with no exit code.
@@ -144,7 +166,11 @@ impl Daemon {
                 lost += 1;
                 continue;
             }
-            match self.executor.reattach(record.row, Path::new(&record.job_dir)).await {
+            match self
+                .executor
+                .reattach(record.row, Path::new(&record.job_dir))
+                .await
+            {
                 Reattach::Running(running) => {
                     let mut inner = self.lock();
                     if let Err(e) = inner.store.set_running(record.row, running.pid) {
@@ -165,8 +191,7 @@ impl Daemon {
                     settled += 1;
                 }
                 Reattach::Lost(reason) => {
-                    crate::supervisor::tree::sweep_job(&job_key(&record));
-                    self.settle_lost(record.row, &reason);
+                    self.lose(&record, &reason);
                     lost += 1;
                 }
             }

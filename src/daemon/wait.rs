@@ -22,9 +22,15 @@ struct Scan {
 }
 
 impl Daemon {
-    pub(crate) async fn wait(&self, session: &str, args: &WaitArgs) -> Result<WaitReply, WireError> {
+    pub(crate) async fn wait(
+        &self,
+        session: &str,
+        args: &WaitArgs,
+    ) -> Result<WaitReply, WireError> {
         if args.ids.is_empty() {
-            return Err(WireError::bad_request("wait needs at least one id, e.g. `bgwork wait bg-1`"));
+            return Err(WireError::bad_request(
+                "wait needs at least one id, e.g. `bgwork wait bg-1`",
+            ));
         }
         let until = match &args.until {
             Some(pattern) => Some(Regex::new(pattern).map_err(|e| {
@@ -41,8 +47,10 @@ impl Daemon {
         ids.dedup();
         let rows: Vec<i64> = {
             let inner = self.lock();
-            let records: Result<Vec<Record>, WireError> =
-                ids.iter().map(|id| Self::find(&inner, session, id)).collect();
+            let records: Result<Vec<Record>, WireError> = ids
+                .iter()
+                .map(|id| Self::find(&inner, session, id))
+                .collect();
             records?.iter().map(|r| r.row).collect()
         };
         // "New" output is what this session has not read yet, so `send` then
@@ -66,7 +74,11 @@ impl Daemon {
                 }
             }
             let ended = rows.iter().filter(|&&row| daemon.has_ended(row)).count();
-            let done = if args.all { ended == rows.len() } else { ended > 0 };
+            let done = if args.all {
+                ended == rows.len()
+            } else {
+                ended > 0
+            };
             if done {
                 reason = WaitReason::Ended;
             }
@@ -89,7 +101,11 @@ impl Daemon {
             let Some(record) = inner.store.get(row)? else {
                 continue;
             };
-            let dropped = inner.live.get(&row).map(|l| l.dropped).unwrap_or(record.dropped);
+            let dropped = inner
+                .live
+                .get(&row)
+                .map(|l| l.dropped)
+                .unwrap_or(record.dropped);
             let path = output::log_path(&record.job_dir);
             tails.insert(
                 record.id.clone(),
@@ -118,16 +134,25 @@ impl Daemon {
         let (path, dropped) = {
             let inner = self.lock();
             let record = inner.store.get(scan.row).ok()??;
-            let dropped = inner.live.get(&scan.row).map(|l| l.dropped).unwrap_or(record.dropped);
+            let dropped = inner
+                .live
+                .get(&scan.row)
+                .map(|l| l.dropped)
+                .unwrap_or(record.dropped);
             (output::log_path(&record.job_dir), dropped)
         };
         let len = output::log_len(&path);
         while scan.offset < len {
             let to = len.min(scan.offset + SCAN_CHUNK);
-            let (bytes, _) = output::read_range(&path, scan.offset, to, self.config.log_head, dropped);
+            let (bytes, _) =
+                output::read_range(&path, scan.offset, to, self.config.log_head, dropped);
             scan.offset = to;
             scan.partial.extend_from_slice(&bytes);
-            let complete = scan.partial.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            let complete = scan
+                .partial
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
             let lines: Vec<u8> = scan.partial.drain(..complete).collect();
             if scan.partial.len() > SCAN_CHUNK as usize {
                 scan.partial.clear();

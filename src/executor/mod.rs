@@ -16,7 +16,11 @@ use tokio::sync::mpsc;
 #[derive(Debug)]
 pub enum ExecEvent {
     /// The job's output grew.
-    Output { row: i64, log_len: u64, dropped: u64 },
+    Output {
+        row: i64,
+        log_len: u64,
+        dropped: u64,
+    },
     /// The job no longer reads its input.
     InputClosed { row: i64 },
     /// The job ended with this status.

@@ -119,14 +119,13 @@ impl Store {
     pub fn insert(&mut self, new: &NewRecord) -> Result<Record> {
         let tx = self.conn.transaction()?;
         let prefix = id_prefix(new.kind);
-        let n: i64 = tx
-            .query_row(
-                "INSERT INTO counters(session, prefix, next) VALUES (?1, ?2, 2)
+        let n: i64 = tx.query_row(
+            "INSERT INTO counters(session, prefix, next) VALUES (?1, ?2, 2)
                  ON CONFLICT(session, prefix) DO UPDATE SET next = next + 1
                  RETURNING next - 1",
-                params![new.session, prefix],
-                |r| r.get(0),
-            )?;
+            params![new.session, prefix],
+            |r| r.get(0),
+        )?;
         let id = format!("{prefix}-{n}");
         tx.execute(
             "INSERT INTO items(session, id, kind, state, name, command, cwd, started_at, notify,
@@ -150,8 +149,10 @@ impl Store {
     }
 
     pub fn set_job_dir(&mut self, row: i64, job_dir: &str) -> Result<()> {
-        self.conn
-            .execute("UPDATE items SET job_dir = ?2 WHERE row = ?1", params![row, job_dir])?;
+        self.conn.execute(
+            "UPDATE items SET job_dir = ?2 WHERE row = ?1",
+            params![row, job_dir],
+        )?;
         Ok(())
     }
 
@@ -224,7 +225,10 @@ impl Store {
             "SELECT {RECORD_COLUMNS} FROM items WHERE {VISIBLE} AND id = ?2
              ORDER BY session = ?1 DESC, row LIMIT 1"
         );
-        Ok(self.conn.query_row(&sql, params![session, id], record).optional()?)
+        Ok(self
+            .conn
+            .query_row(&sql, params![session, id], record)
+            .optional()?)
     }
 
     /// The session's records: running ones, or all not dismissed with `all`.
@@ -234,9 +238,8 @@ impl Store {
         } else {
             "state != 'ended'"
         };
-        let sql = format!(
-            "SELECT {RECORD_COLUMNS} FROM items WHERE {VISIBLE} AND {filter} ORDER BY row"
-        );
+        let sql =
+            format!("SELECT {RECORD_COLUMNS} FROM items WHERE {VISIBLE} AND {filter} ORDER BY row");
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([session], record)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -373,9 +376,13 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
             .map(String::from)
             .collect(),
         job_dir: r.get(16)?,
-        stop_actor: r
-            .get::<_, Option<String>>(17)?
-            .map(|a| if a == "person" { Actor::Person } else { Actor::Agent }),
+        stop_actor: r.get::<_, Option<String>>(17)?.map(|a| {
+            if a == "person" {
+                Actor::Person
+            } else {
+                Actor::Agent
+            }
+        }),
         dropped: r.get::<_, i64>(18)? as u64,
         log_len: r.get::<_, i64>(19)? as u64,
         lost_reason: r.get(20)?,
@@ -435,9 +442,15 @@ const ENDS: [(End, &str); 8] = [
 ];
 
 fn end_str(end: End) -> &'static str {
-    ENDS.iter().find(|(e, _)| *e == end).map(|(_, s)| *s).unwrap_or("lost")
+    ENDS.iter()
+        .find(|(e, _)| *e == end)
+        .map(|(_, s)| *s)
+        .unwrap_or("lost")
 }
 
 fn parse_end(text: &str) -> End {
-    ENDS.iter().find(|(_, s)| *s == text).map(|(e, _)| *e).unwrap_or(End::Lost)
+    ENDS.iter()
+        .find(|(_, s)| *s == text)
+        .map(|(e, _)| *e)
+        .unwrap_or(End::Lost)
 }

@@ -92,7 +92,14 @@ mod tests {
     fn keeps_head_and_newest_within_the_cap() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
-        let mut log = OutputLog::new(File::create(&path).unwrap(), 4 << 20, 1 << 20);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut log = OutputLog::new(file, 4 << 20, 1 << 20);
         let chunk = vec![b'x'; 64 << 10];
         for _ in 0..(32 * 16) {
             log.append(&chunk);
@@ -100,7 +107,10 @@ mod tests {
         assert_eq!(log.len(), 32 << 20);
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!(meta.len(), 32 << 20, "offsets never shift");
-        assert!(meta.blocks() * 512 <= 5 << 20, "disk use stays near the cap");
+        assert!(
+            meta.blocks() * 512 <= 5 << 20,
+            "disk use stays near the cap"
+        );
         assert!(log.dropped() >= 27 << 20);
         let mut byte = [0u8; 1];
         log.file.read_exact_at(&mut byte, 0).unwrap();

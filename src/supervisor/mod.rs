@@ -53,6 +53,11 @@ pub fn run() -> ! {
     // SAFETY: the daemon starts every supervisor with its launch socket on LAUNCH_FD and
     // nothing else in this process owns that descriptor.
     let launch = unsafe { UnixStream::from_raw_fd(LAUNCH_FD) };
+    // The job must not inherit the daemon's connection.
+    let _ = nix::fcntl::fcntl(
+        &launch,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    );
     let code = match Supervisor::launch(launch) {
         Ok(mut supervisor) => {
             supervisor.serve();
@@ -97,7 +102,10 @@ impl Supervisor {
         let spec: JobSpec = control::decode(&line).map_err(std::io::Error::other)?;
         let mut first = Conn::new(launch, already_read)?;
         if spec.protocol != PROTOCOL {
-            let message = format!("supervisor speaks protocol {PROTOCOL}, not {}", spec.protocol);
+            let message = format!(
+                "supervisor speaks protocol {PROTOCOL}, not {}",
+                spec.protocol
+            );
             first.send(&FromSupervisor::SpawnFailed { message });
             first.flush_blocking(Duration::from_secs(1));
             return Err(std::io::Error::other("protocol mismatch"));
@@ -106,7 +114,12 @@ impl Supervisor {
         let _ = nix::sys::prctl::set_child_subreaper(true);
         let _ = std::env::set_current_dir("/");
         let mut mask = SigSet::empty();
-        for signal in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        for signal in [
+            Signal::SIGCHLD,
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+        ] {
             mask.add(signal);
         }
         mask.thread_block()?;
@@ -174,12 +187,16 @@ impl Supervisor {
             return false;
         }
         let drained = self.output.is_none()
-            || self.drain_until.is_some_and(|until| Instant::now() >= until);
+            || self
+                .drain_until
+                .is_some_and(|until| Instant::now() >= until);
         drained && tree::descendants(self.me).is_empty()
     }
 
     fn poll_once(&mut self) {
-        let timeout = self.next_deadline().map(|at| at.saturating_duration_since(Instant::now()));
+        let timeout = self
+            .next_deadline()
+            .map(|at| at.saturating_duration_since(Instant::now()));
         let timeout = match timeout {
             Some(d) => PollTimeout::try_from(d.as_millis().min(60_000) as i32 + 1)
                 .unwrap_or(PollTimeout::MAX),
@@ -253,7 +270,10 @@ impl Supervisor {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
-        .or_else(|| self.main_status.map(|_| Instant::now() + Duration::from_millis(200)))
+        .or_else(|| {
+            self.main_status
+                .map(|_| Instant::now() + Duration::from_millis(200))
+        })
     }
 
     fn read_output(&mut self) {
@@ -498,7 +518,12 @@ fn spawn_job(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
         command.pre_exec(|| {
             nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
             SigSet::empty().thread_set_mask()?;
-            for signal in [Signal::SIGPIPE, Signal::SIGHUP, Signal::SIGINT, Signal::SIGTERM] {
+            for signal in [
+                Signal::SIGPIPE,
+                Signal::SIGHUP,
+                Signal::SIGINT,
+                Signal::SIGTERM,
+            ] {
                 nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)?;
             }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
@@ -507,8 +532,8 @@ fn spawn_job(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
     }
     let child = command.spawn()?;
     drop(command);
-    let output = nonblocking(OwnedFd::from(output_read))?;
-    let stdin = nonblocking(OwnedFd::from(input_write))?;
+    let output = nonblocking(output_read)?;
+    let stdin = nonblocking(input_write)?;
     Ok((child.id() as i32, output, stdin))
 }
 
@@ -521,7 +546,10 @@ fn nonblocking(fd: OwnedFd) -> std::io::Result<File> {
 
 fn spawn_message(spec: &JobSpec, error: &std::io::Error) -> String {
     if !Path::new(&spec.cwd).is_dir() {
-        return format!("the working directory {} does not exist: pass an existing --cwd", spec.cwd);
+        return format!(
+            "the working directory {} does not exist: pass an existing --cwd",
+            spec.cwd
+        );
     }
     format!("could not run bash -c: {error}")
 }

@@ -15,7 +15,11 @@ pub fn descendants(root: i32) -> Vec<i32> {
         return Vec::new();
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         if let Some((ppid, state)) = parent_and_state(pid) {
@@ -74,7 +78,11 @@ pub fn sweep_job(key: &str) -> usize {
         return 0;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         if pid == me {
@@ -84,7 +92,9 @@ pub fn sweep_job(key: &str) -> usize {
             continue;
         };
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        let ours = environ.split(|&b| b == 0).any(|var| var == marker.as_bytes());
+        let ours = environ
+            .split(|&b| b == 0)
+            .any(|var| var == marker.as_bytes());
         if ours && pidfd_kill(&pidfd) {
             killed += 1;
         }

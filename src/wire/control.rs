@@ -32,11 +32,20 @@ pub struct JobSpec {
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ToSupervisor {
-    Hello { protocol: u32 },
-    Stop { grace_ms: u64, actor: crate::wire::Actor },
-    Input { data: Vec<u8> },
+    Hello {
+        protocol: u32,
+    },
+    Stop {
+        grace_ms: u64,
+        actor: crate::wire::Actor,
+    },
+    Input {
+        data: Vec<u8>,
+    },
     CloseInput,
-    Signal { signal: i32 },
+    Signal {
+        signal: i32,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

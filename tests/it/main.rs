@@ -1,0 +1,11 @@
+//! One integration-test binary: every test drives the real `bgwork` binary against a
+//! real daemon in a temporary `BGWORK_HOME`.
+
+mod ends;
+mod output;
+mod restart;
+mod security;
+mod sessions;
+mod stop;
+mod util;
+mod wait;

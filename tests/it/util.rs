@@ -1,0 +1,228 @@
+//! The test harness: a temporary `BGWORK_HOME` with a real daemon, driven through the
+//! real `bgwork` binary.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_bgwork");
+
+/// A throw-away home; its daemon and work are stopped when it is dropped.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+    pub env: Vec<(String, String)>,
+    pub session: String,
+}
+
+/// What one CLI call printed and returned.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub raw_stdout: Vec<u8>,
+}
+
+impl Run {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+    }
+}
+
+impl Home {
+    pub fn new() -> Home {
+        let dir = tempfile::Builder::new()
+            .prefix("bgw")
+            .tempdir_in("/tmp")
+            .expect("temp home");
+        Home {
+            dir,
+            env: Vec::new(),
+            session: "test".to_string(),
+        }
+    }
+
+    /// A setting for the daemon (and every call), e.g. `BGWORK_MAX_RUNNING`.
+    pub fn with(mut self, key: &str, value: &str) -> Home {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .env("BGWORK_HOME", self.path())
+            .env("BGWORK_SESSION", &self.session)
+            .env_remove("BGWORK_JOB")
+            .stdin(Stdio::null());
+        for (k, v) in &self.env {
+            command.env(k, v);
+        }
+        command
+    }
+
+    /// Runs `bgwork ARGS` and returns what it printed.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let output: Output = self.command(args).output().expect("run bgwork");
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            raw_stdout: output.stdout,
+        }
+    }
+
+    /// Runs `bgwork --json ARGS`, expects success, and returns the reply.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let run = self.run(&all);
+        assert_eq!(
+            run.code, 0,
+            "bgwork {args:?} failed: {}{}",
+            run.stdout, run.stderr
+        );
+        run.json()
+    }
+
+    /// Runs `bgwork --json ARGS` expecting an error; returns its code.
+    pub fn error(&self, args: &[&str]) -> (i32, String, String) {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let run = self.run(&all);
+        assert_ne!(run.code, 0, "bgwork {args:?} should fail: {}", run.stdout);
+        let reply = run.json();
+        let code = reply["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let message = reply["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        (run.code, code, message)
+    }
+
+    /// Starts a job (window 0) and returns its id.
+    pub fn start(&self, command: &str) -> String {
+        self.start_with(&[], command)
+    }
+
+    pub fn start_with(&self, options: &[&str], command: &str) -> String {
+        let mut args = vec!["start", "--window", "0"];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&["--", command]);
+        let reply = self.json(&args);
+        reply["id"].as_str().expect("an id").to_string()
+    }
+
+    /// Waits for an item to end and returns it.
+    pub fn wait_end(&self, id: &str) -> Value {
+        let reply = self.run(&["--json", "wait", id, "--timeout", "30"]).json();
+        assert_eq!(reply["reason"], "ended", "{id} did not end: {reply}");
+        reply["items"][0].clone()
+    }
+
+    pub fn item(&self, id: &str) -> Value {
+        let list = self.json(&["list", "--all"]);
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} not listed: {list}"))
+    }
+
+    pub fn daemon_pid(&self) -> i32 {
+        self.json(&["status"])["pid"].as_i64().unwrap() as i32
+    }
+
+    /// Kills the daemon with SIGKILL and waits until it is gone.
+    pub fn kill_daemon(&self) {
+        let pid = self.daemon_pid();
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        eventually(Duration::from_secs(10), || {
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| s.contains(") Z"))
+                    .unwrap_or(true)
+        });
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.path().join("bgwork.sock")
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let _ = self
+            .command(&["shutdown", "--stop-work"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Polls `condition` until it holds or `timeout` passes; panics on timeout.
+pub fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "condition not met within {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether a process is alive (not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+        Err(_) => false,
+    }
+}
+
+/// Pids of processes whose environment holds `BGWORK_HOME=home` (the jobs of a home).
+pub fn processes_of(home: &Path) -> Vec<i32> {
+    let marker = format!("BGWORK_HOME={}", home.display());
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if environ.split(|&b| b == 0).any(|v| v == marker.as_bytes()) && alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether a process holds a socket (a client that has connected).
+pub fn has_socket(pid: i32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .map(|l| l.to_string_lossy().starts_with("socket:"))
+                    .unwrap_or(false)
+            })
+        })
+        .unwrap_or(false)
+}

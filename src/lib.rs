@@ -4,6 +4,16 @@
 //! [`cli`] and [`client`], the daemon in [`daemon`], and one supervisor per job in
 //! [`supervisor`]. ARCHITECTURE.md maps the modules and the rules between them.
 
+/// Writes a line to stderr (the daemon's or a supervisor's log), ignoring failure: a
+/// full disk must never take a daemon or a supervisor down (`eprintln!` would panic).
+#[macro_export]
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod cli;
 pub mod client;
 pub mod daemon;

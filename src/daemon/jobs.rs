@@ -169,7 +169,7 @@ impl Daemon {
             notice: None,
         };
         if let Err(e) = self.lock().store.settle(row, &settlement) {
-            eprintln!("bgwork daemon: could not record the failed start of {id}: {e}");
+            crate::note!("bgwork daemon: could not record the failed start of {id}: {e}");
         }
         self.bump();
         WireError::new(

@@ -122,13 +122,13 @@ impl Daemon {
     }
 
     /// Serves one request whose reply is a single object.
-    pub(crate) async fn dispatch(&self, envelope: Envelope) -> Vec<u8> {
+    pub(crate) async fn dispatch(&self, envelope: Envelope) -> Answer {
         use crate::wire::encode_result as reply;
         let session = envelope.session;
         if let Err(e) = check_session(&session) {
-            return reply::<()>(&Err(e));
+            return reply::<()>(&Err(e)).into();
         }
-        match envelope.request {
+        let line = match envelope.request {
             Request::Start(args) => reply(&self.start(&session, args).await),
             Request::List { all } => reply(&self.list(&session, all)),
             Request::Read(args) => reply(&self.read(&session, &args)),
@@ -136,12 +136,34 @@ impl Daemon {
             Request::Stop(args) => reply(&self.stop(&session, &args).await),
             Request::Wait(args) => reply(&self.wait(&session, &args).await),
             Request::Notices { peek, wait_s, .. } => {
-                reply(&self.wait_notices(&session, peek, wait_s).await)
+                return match self.wait_notices(&session, peek, wait_s).await {
+                    Ok((notices, deliver)) => Answer {
+                        line: reply(&Ok::<_, WireError>(notices)),
+                        deliver,
+                    },
+                    Err(e) => reply::<()>(&Err(e)).into(),
+                };
             }
             Request::Dismiss { id } => reply(&self.dismiss(&session, &id)),
             Request::Gc => reply(&self.gc()),
             Request::Status => reply(&self.status()),
             Request::Shutdown { stop_work } => reply(&self.shutdown(&session, stop_work).await),
+        };
+        line.into()
+    }
+}
+
+/// A reply line, and the notices it delivers once it has been written.
+pub(crate) struct Answer {
+    pub line: Vec<u8>,
+    pub deliver: Vec<i64>,
+}
+
+impl From<Vec<u8>> for Answer {
+    fn from(line: Vec<u8>) -> Self {
+        Answer {
+            line,
+            deliver: Vec::new(),
         }
     }
 }

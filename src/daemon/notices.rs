@@ -11,16 +11,34 @@ use std::future::Future;
 use tokio::net::unix::OwnedWriteHalf;
 
 impl Daemon {
-    pub(crate) fn notices(&self, session: &str, peek: bool) -> Result<NoticesReply, WireError> {
-        let mut inner = self.lock();
-        let rows = inner.store.pending_notices(session)?;
-        if !peek {
-            let nrows: Vec<i64> = rows.iter().map(|n| n.nrow).collect();
-            inner.store.mark_delivered(&nrows, now_ms())?;
-        }
-        Ok(NoticesReply {
+    /// The pending notices, and the rows to mark delivered once the reply is written
+    /// (none with `peek`). Marking after the write makes delivery at-least-once: a
+    /// reply lost in a crash is sent again, with the same notice ids.
+    pub(crate) fn notices(
+        &self,
+        session: &str,
+        peek: bool,
+    ) -> Result<(NoticesReply, Vec<i64>), WireError> {
+        let rows = self.lock().store.pending_notices(session)?;
+        let deliver = if peek {
+            Vec::new()
+        } else {
+            rows.iter().map(|n| n.nrow).collect()
+        };
+        let reply = NoticesReply {
             notices: rows.iter().map(notice).collect(),
-        })
+        };
+        Ok((reply, deliver))
+    }
+
+    /// Marks notices delivered (after the reply that carried them was written).
+    pub(crate) fn delivered(&self, nrows: &[i64]) {
+        if nrows.is_empty() {
+            return;
+        }
+        if let Err(e) = self.lock().store.mark_delivered(nrows, now_ms()) {
+            crate::note!("bgwork daemon: could not mark notices delivered: {e}");
+        }
     }
 
     /// Like [`Daemon::notices`], first blocking up to `wait_s` while none is pending.
@@ -29,7 +47,7 @@ impl Daemon {
         session: &str,
         peek: bool,
         wait_s: Option<f64>,
-    ) -> Result<NoticesReply, WireError> {
+    ) -> Result<(NoticesReply, Vec<i64>), WireError> {
         if let Some(seconds) = wait_s {
             if !seconds.is_finite() || seconds < 0.0 {
                 return Err(WireError::bad_request("--wait takes seconds, 0 or more"));
@@ -74,7 +92,7 @@ impl Daemon {
                 }
                 sent.insert(row.nrow);
                 if !peek {
-                    let _ = self.lock().store.mark_delivered(&[row.nrow], now_ms());
+                    self.delivered(&[row.nrow]);
                 }
             }
             tokio::select! {

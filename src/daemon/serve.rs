@@ -43,7 +43,7 @@ pub fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         let listener = bind(&paths)?;
         let (daemon, events) = Daemon::new(paths.clone(), Config::from_env(), store);
-        eprintln!(
+        crate::note!(
             "bgwork daemon {} serving {} (pid {})",
             env!("CARGO_PKG_VERSION"),
             paths.socket.display(),
@@ -80,7 +80,7 @@ pub async fn run(
     daemon.reconcile().await;
     tokio::spawn(daemon.clone().apply_events(events));
     if let Err(e) = daemon.gc() {
-        eprintln!("bgwork daemon: gc at start failed: {}", e.message);
+        crate::note!("bgwork daemon: gc at start failed: {}", e.message);
     }
     let me = nix::unistd::geteuid().as_raw();
     loop {
@@ -90,12 +90,12 @@ pub async fn run(
                     let daemon = daemon.clone();
                     tokio::spawn(async move { serve_client(daemon, stream, me).await });
                 }
-                Err(e) => eprintln!("bgwork daemon: accept failed: {e}"),
+                Err(e) => crate::note!("bgwork daemon: accept failed: {e}"),
             },
             _ = shutdown.changed() => break,
         }
     }
-    eprintln!("bgwork daemon: shut down; running work goes on under its supervisors");
+    crate::note!("bgwork daemon: shut down; running work goes on under its supervisors");
 }
 
 async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
@@ -161,9 +161,10 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
             }
             _ => daemon.dispatch(envelope).await,
         };
-        if writer.write_all(&reply).await.is_err() {
+        if writer.write_all(&reply.line).await.is_err() {
             return;
         }
+        daemon.delivered(&reply.deliver);
     }
 }
 

@@ -11,6 +11,7 @@ use crate::wire::control::ExitStatus;
 use crate::wire::{End, State};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 impl Daemon {
@@ -24,7 +25,34 @@ impl Daemon {
         }
     }
 
-    fn apply(&self, event: ExecEvent) {
+    /// Records an end, or retries it while the store refuses it (a full disk, say),
+    /// backing off up to a minute between tries, until it lands.
+    fn settle_or_retry(self: &Arc<Self>, row: i64, end: Ending) {
+        if self.settle_ending(row, &end) {
+            return;
+        }
+        let daemon = self.clone();
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(200);
+            loop {
+                tokio::time::sleep(delay).await;
+                if daemon.settle_ending(row, &end) {
+                    crate::note!("bgwork daemon: an end that could not be recorded earlier is now");
+                    return;
+                }
+                delay = (delay * 2).min(Duration::from_secs(60));
+            }
+        });
+    }
+
+    fn settle_ending(&self, row: i64, end: &Ending) -> bool {
+        match end {
+            Ending::Status(status) => self.settle_status(row, status),
+            Ending::Lost(reason) => self.settle_lost(row, reason),
+        }
+    }
+
+    fn apply(self: &Arc<Self>, event: ExecEvent) {
         match event {
             ExecEvent::Output { row, dropped, .. } => {
                 if let Some(live) = self.lock().live.get_mut(&row) {
@@ -37,14 +65,14 @@ impl Daemon {
                     live.input_closed = true;
                 }
             }
-            ExecEvent::Ended { row, status } => self.settle_status(row, &status),
+            ExecEvent::Ended { row, status } => self.settle_or_retry(row, Ending::Status(status)),
             ExecEvent::Detached { row } => {
                 let record = match self.lock().store.get(row) {
                     Ok(Some(record)) if record.state != State::Ended => record,
                     _ => return,
                 };
                 match crate::supervisor::read_status(Path::new(&record.job_dir)) {
-                    Some(Ok(status)) => self.settle_status(row, &status),
+                    Some(Ok(status)) => self.settle_or_retry(row, Ending::Status(status)),
                     Some(Err(reason)) => self.lose(&record, &reason),
                     None => self.lose(&record, "its supervisor died before the job ended"),
                 }
@@ -52,8 +80,9 @@ impl Daemon {
         }
     }
 
-    /// Records the end a supervisor reported, with its notice if one was armed.
-    pub(crate) fn settle_status(&self, row: i64, status: &ExitStatus) {
+    /// Records the end a supervisor reported, with its notice if one was armed. False
+    /// when the store could not take it.
+    pub(crate) fn settle_status(&self, row: i64, status: &ExitStatus) -> bool {
         let result = (|| {
             let mut inner = self.lock();
             let Some(record) = inner.store.get(row)? else {
@@ -82,26 +111,31 @@ impl Daemon {
             inner.live.remove(&row);
             Ok::<(), crate::store::StoreError>(())
         })();
-        if let Err(e) = result {
-            eprintln!("bgwork daemon: could not record an end: {e}");
-        }
         self.bump();
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                crate::note!("bgwork daemon: could not record an end (will retry): {e}");
+                false
+            }
+        }
     }
 
     /// A job whose supervisor is gone: kill what is left of it, then settle it `lost`.
-    fn lose(&self, record: &Record, reason: &str) {
+    fn lose(self: &Arc<Self>, record: &Record, reason: &str) {
         let killed = crate::supervisor::tree::sweep_job(&job_key(record));
         if killed > 0 {
-            eprintln!(
+            crate::note!(
                 "bgwork daemon: {} lost; killed {killed} leftover process(es)",
                 record.id
             );
         }
-        self.settle_lost(record.row, reason);
+        self.settle_or_retry(record.row, Ending::Lost(reason.to_string()));
     }
 
-    /// Settles a record whose end cannot be known: `lost`, with no exit code.
-    pub(crate) fn settle_lost(&self, row: i64, reason: &str) {
+    /// Settles a record whose end cannot be known: `lost`, with no exit code. False
+    /// when the store could not take it.
+    pub(crate) fn settle_lost(&self, row: i64, reason: &str) -> bool {
         let result = (|| {
             let mut inner = self.lock();
             let Some(record) = inner.store.get(row)? else {
@@ -122,10 +156,14 @@ impl Daemon {
             inner.live.remove(&row);
             Ok::<(), crate::store::StoreError>(())
         })();
-        if let Err(e) = result {
-            eprintln!("bgwork daemon: could not record a lost item: {e}");
-        }
         self.bump();
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                crate::note!("bgwork daemon: could not record a lost item (will retry): {e}");
+                false
+            }
+        }
     }
 
     /// The notice an end fires: only when armed, and never for a stop the agent asked
@@ -151,18 +189,19 @@ impl Daemon {
     /// Finds every record left unsettled by an earlier daemon: reattached when its
     /// supervisor answers, settled from its status file when it ended meanwhile, `lost`
     /// when neither can be known.
-    pub(crate) async fn reconcile(&self) {
+    pub(crate) async fn reconcile(self: &Arc<Self>) {
         let unsettled = match self.lock().store.unsettled() {
             Ok(records) => records,
             Err(e) => {
-                eprintln!("bgwork daemon: could not read records to reconcile: {e}");
+                crate::note!("bgwork daemon: could not read records to reconcile: {e}");
                 return;
             }
         };
         let (mut attached, mut settled, mut lost) = (0, 0, 0);
         for record in unsettled {
             if record.job_dir.is_empty() {
-                self.settle_lost(record.row, "the daemon stopped while starting it");
+                let reason = "the daemon stopped while starting it".to_string();
+                self.settle_or_retry(record.row, Ending::Lost(reason));
                 lost += 1;
                 continue;
             }
@@ -174,7 +213,7 @@ impl Daemon {
                 Reattach::Running(running) => {
                     let mut inner = self.lock();
                     if let Err(e) = inner.store.set_running(record.row, running.pid) {
-                        eprintln!("bgwork daemon: {e}");
+                        crate::note!("bgwork daemon: {e}");
                     }
                     inner.live.insert(
                         record.row,
@@ -187,7 +226,7 @@ impl Daemon {
                     attached += 1;
                 }
                 Reattach::Ended(status) => {
-                    self.settle_status(record.row, &status);
+                    self.settle_or_retry(record.row, Ending::Status(status));
                     settled += 1;
                 }
                 Reattach::Lost(reason) => {
@@ -197,11 +236,17 @@ impl Daemon {
             }
         }
         if attached + settled + lost > 0 {
-            eprintln!(
+            crate::note!(
                 "bgwork daemon: reconciled {attached} reattached, {settled} settled, {lost} lost"
             );
         }
     }
+}
+
+/// An end to record: a supervisor's status, or `lost` with its reason.
+enum Ending {
+    Status(ExitStatus),
+    Lost(String),
 }
 
 /// The key a job's processes carry in `BGWORK_JOB`: its folder, unique on the machine.

@@ -201,7 +201,7 @@ async fn next_message(reader: &mut BufReader<OwnedReadHalf>) -> Option<FromSuper
         }
         match control::decode(line.strip_suffix(b"\n").unwrap_or(&line)) {
             Ok(message) => return Some(message),
-            Err(e) => eprintln!("bgwork daemon: {e}"),
+            Err(e) => crate::note!("bgwork daemon: {e}"),
         }
     }
 }

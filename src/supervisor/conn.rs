@@ -102,7 +102,7 @@ impl Conn {
             let line: Vec<u8> = self.read_buf.drain(..=end).collect();
             match control::decode(&line[..line.len() - 1]) {
                 Ok(message) => messages.push(message),
-                Err(e) => eprintln!("bgwork supervise: {e}"),
+                Err(e) => crate::note!("bgwork supervise: {e}"),
             }
         }
         messages

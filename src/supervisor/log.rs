@@ -42,7 +42,7 @@ impl OutputLog {
         if let Err(e) = self.file.write_all_at(bytes, self.written) {
             self.unwritten += bytes.len() as u64;
             if self.unwritten == bytes.len() as u64 {
-                eprintln!("bgwork supervise: output log write failed: {e}");
+                crate::note!("bgwork supervise: output log write failed: {e}");
             }
         }
         self.written += bytes.len() as u64;
@@ -78,7 +78,7 @@ impl OutputLog {
         let length = (target - self.punched_to) as i64;
         match fallocate(&self.file, flags, self.punched_to as i64, length) {
             Ok(()) => self.punched_to = target,
-            Err(e) => eprintln!("bgwork supervise: could not release old output: {e}"),
+            Err(e) => crate::note!("bgwork supervise: could not release old output: {e}"),
         }
     }
 }

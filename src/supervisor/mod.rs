@@ -64,7 +64,7 @@ pub fn run() -> ! {
             0
         }
         Err(e) => {
-            eprintln!("bgwork supervise: {e}");
+            crate::note!("bgwork supervise: {e}");
             1
         }
     };
@@ -230,7 +230,7 @@ impl Supervisor {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => return,
                 Err(e) => {
-                    eprintln!("bgwork supervise: poll failed: {e}");
+                    crate::note!("bgwork supervise: poll failed: {e}");
                     std::thread::sleep(Duration::from_millis(10));
                     return;
                 }
@@ -482,7 +482,7 @@ impl Supervisor {
         };
         let job_dir = PathBuf::from(&self.spec.job_dir);
         if let Err(e) = write_status(&job_dir, &status) {
-            eprintln!("bgwork supervise: could not write the status file: {e}");
+            crate::note!("bgwork supervise: could not write the status file: {e}");
         }
         self.accept();
         for conn in &mut self.conns {

@@ -2,6 +2,7 @@
 //! real daemon in a temporary `BGWORK_HOME`.
 
 mod ends;
+mod faults;
 mod output;
 mod restart;
 mod security;

@@ -1,0 +1,206 @@
+//! Faults: broken status files, foreign supervisors, deleted logs, a full disk, stale
+//! pids, and leaks under load.
+
+use crate::util::{alive, eventually, processes_of, Home};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::time::Duration;
+
+/// Starts a job, then kills the daemon and the job's supervisor (and so the job): the
+/// record stays `running` with nobody behind it.
+fn orphaned_record(home: &Home) -> (String, std::path::PathBuf) {
+    let id = home.start("exec sleep 1000");
+    let pid = home.item(&id)["pid"].as_i64().unwrap() as i32;
+    let supervisor = parent_of(pid);
+    home.kill_daemon();
+    kill9(supervisor);
+    eventually(Duration::from_secs(10), || {
+        !alive(pid) && !alive(supervisor)
+    });
+    (id, home.path().join("jobs/1"))
+}
+
+#[test]
+fn a_corrupt_status_file_settles_as_lost_with_the_reason() {
+    let home = Home::new();
+    let (id, job_dir) = orphaned_record(&home);
+    std::fs::write(job_dir.join("status"), b"{\"protocol\":1,\"exit_co").unwrap();
+    let item = home.item(&id);
+    assert_eq!(item["end"], "lost");
+    assert_eq!(item["exit_code"], serde_json::Value::Null);
+    assert!(
+        item["lost_reason"]
+            .as_str()
+            .unwrap()
+            .contains("status file"),
+        "{item}"
+    );
+}
+
+#[test]
+fn a_supervisor_of_another_protocol_is_refused_with_a_clear_reason() {
+    let home = Home::new();
+    let (id, job_dir) = orphaned_record(&home);
+    let socket = job_dir.join("control.sock");
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket).unwrap();
+    let fake = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        BufReader::new(&stream).read_line(&mut line).unwrap();
+        let hello = "{\"ev\":\"hello\",\"protocol\":99,\"pid\":1,\"log_len\":0,\"dropped\":0,\"status\":null}\n";
+        (&stream).write_all(hello.as_bytes()).unwrap();
+        line
+    });
+    let item = home.item(&id);
+    assert!(fake.join().unwrap().contains("hello"));
+    assert_eq!(item["end"], "lost");
+    let reason = item["lost_reason"].as_str().unwrap();
+    assert!(reason.contains("protocol 99"), "{reason}");
+}
+
+#[test]
+fn a_deleted_log_reads_as_empty_and_the_daemon_serves_on() {
+    let home = Home::new();
+    let id = home.start("echo hello");
+    home.wait_end(&id);
+    std::fs::remove_file(home.path().join("jobs/1/output.log")).unwrap();
+    let read = home.json(&["read", &id, "--all"]);
+    assert_eq!(read["output"], "");
+    assert_eq!(read["running"], false);
+    assert_eq!(home.json(&["wait", &id])["reason"], "ended");
+}
+
+#[test]
+fn case20_a_stale_pid_in_a_record_never_signals_an_unrelated_process() {
+    let home = Home::new();
+    let (id, _) = orphaned_record(&home);
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .unwrap();
+    let db = home.path().join("work.db");
+    let mut store = bgwork::store::Store::open(&db).unwrap();
+    store.set_running(1, bystander.id() as i32).unwrap();
+    drop(store);
+    assert_eq!(home.item(&id)["end"], "lost");
+    let reply = home.json(&["stop", &id]);
+    assert_eq!(reply["end"], "lost");
+    assert!(
+        alive(bystander.id() as i32),
+        "the bystander with the stale pid lives"
+    );
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+}
+
+#[test]
+fn case18_a_full_disk_is_survived_and_recovered_from() {
+    let home = Home::new().with("BGWORK_LOG_CAP", &(64 << 20).to_string());
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"])
+        .arg(home.path())
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "the test needs root to mount a small tmpfs"
+    );
+    struct Unmount<'a>(&'a std::path::Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(home.path());
+    let id = home.start("echo start; head -c 8M /dev/zero | tr '\\0' x; echo; echo done");
+    let log = home.path().join("jobs/1/output.log");
+    eventually(Duration::from_secs(20), || {
+        let list = home.run(&["--json", "list", "--all"]);
+        assert_eq!(
+            list.code, 0,
+            "the daemon serves while the disk is full: {}",
+            list.stderr
+        );
+        list.json()["items"][0]["state"] == "ended" || {
+            // Free the space the output took, so that the job's end can be recorded.
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&log)
+                .and_then(|f| f.set_len(0));
+            false
+        }
+    });
+    let item = home.item(&id);
+    assert_eq!(
+        item["end"], "succeeded",
+        "the job itself was not harmed: {item}"
+    );
+    let after = home.start("echo after");
+    assert_eq!(
+        home.wait_end(&after)["end"],
+        "succeeded",
+        "the daemon works on"
+    );
+    home.json(&["shutdown", "--stop-work"]);
+}
+
+#[test]
+fn case19_many_jobs_leak_no_descriptor_thread_or_process() {
+    let home = Home::new().with("BGWORK_MAX_RUNNING", "500");
+    home.wait_end(&home.start("true"));
+    let daemon = home.daemon_pid();
+    let count = |what: &str| {
+        std::fs::read_dir(format!("/proc/{daemon}/{what}"))
+            .unwrap()
+            .count()
+    };
+    let (fds, threads) = (count("fd"), count("task"));
+    let at_once: Vec<String> = (0..100).map(|_| home.start("sleep 0.3")).collect();
+    for _ in 0..200 {
+        home.start("true");
+    }
+    for id in &at_once {
+        home.wait_end(id);
+    }
+    eventually(Duration::from_secs(30), || {
+        home.json(&["list"])["items"] == serde_json::json!([])
+    });
+    eventually(Duration::from_secs(10), || {
+        processes_of(home.path()).into_iter().all(|p| p == daemon)
+    });
+    eventually(Duration::from_secs(10), || count("fd") <= fds);
+    assert!(
+        count("task") <= threads + 2,
+        "threads {threads} -> {}",
+        count("task")
+    );
+    let zombies = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let after = stat.rsplit(')').next().unwrap_or("");
+            let mut fields = after.split_whitespace();
+            fields.next() == Some("Z") && fields.next() == Some(daemon.to_string().as_str())
+        })
+        .count();
+    assert_eq!(zombies, 0, "every supervisor was reaped");
+}
+
+fn kill9(pid: i32) {
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+}
+
+pub fn parent_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split(' ').nth(1).unwrap().parse().unwrap()
+}

@@ -93,7 +93,10 @@ pub enum Commands {
     Demo,
     /// The per-job supervisor (started by the daemon).
     #[command(hide = true)]
-    Supervise,
+    Supervise {
+        /// The job's folder (named here so that a daemon can find its supervisor).
+        job_dir: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -197,7 +200,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
     let json = cli.json;
     let request = match cli.command {
         Commands::Daemon { .. } => return Ok(run_daemon()),
-        Commands::Supervise => crate::supervisor::run(),
+        Commands::Supervise { .. } => crate::supervisor::run(),
         Commands::Demo => return demo::run(),
         Commands::Start(start) => Request::Start(start_args(start)?),
         Commands::List { all } => Request::List { all },

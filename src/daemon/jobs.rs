@@ -167,6 +167,7 @@ impl Daemon {
             dropped: 0,
             lost_reason: Some(reason.clone()),
             notice: None,
+            pid: None,
         };
         if let Err(e) = self.lock().store.settle(row, &settlement) {
             crate::note!("bgwork daemon: could not record the failed start of {id}: {e}");

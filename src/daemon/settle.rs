@@ -98,6 +98,7 @@ impl Daemon {
                 log_len: status.log_len,
                 dropped: status.dropped,
                 lost_reason: status.spawn_error.clone(),
+                pid: status.pid,
                 notice: self.armed_notice(
                     &record,
                     end,
@@ -150,6 +151,7 @@ impl Daemon {
                 log_len: output::log_len(&path),
                 dropped: record.dropped,
                 lost_reason: Some(reason.to_string()),
+                pid: None,
                 notice: self.armed_notice(&record, End::Lost, None, None, &path, record.dropped),
             };
             inner.store.settle(row, &settlement)?;

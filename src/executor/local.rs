@@ -47,6 +47,7 @@ impl LocalExecutor {
         let mut command = std::process::Command::new(&self.exe);
         command
             .arg("supervise")
+            .arg(job_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
@@ -101,10 +102,18 @@ impl LocalExecutor {
     /// Finds a job again after a daemon restart.
     pub async fn reattach(&self, row: i64, job_dir: &Path) -> Reattach {
         let socket = job_dir.join(CONTROL_SOCKET);
-        let connected = match SocketPath::new(&socket) {
-            Ok(short) => UnixStream::connect(&short.path).await.ok(),
-            Err(_) => None,
-        };
+        let mut connected = connect(&socket).await;
+        // A supervisor started just before the old daemon died may not have bound its
+        // socket yet: while it lives, give it time to.
+        let deadline = tokio::time::Instant::now() + SPAWN_TIMEOUT;
+        while connected.is_none()
+            && supervisor::read_status(job_dir).is_none()
+            && supervisor::tree::supervisor_alive(job_dir)
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            connected = connect(&socket).await;
+        }
         if let Some(stream) = connected {
             let (read_half, mut write_half) = stream.into_split();
             let mut reader = BufReader::new(read_half);
@@ -188,6 +197,11 @@ impl LocalExecutor {
         });
         JobHandle { commands }
     }
+}
+
+async fn connect(socket: &Path) -> Option<UnixStream> {
+    let short = SocketPath::new(socket).ok()?;
+    UnixStream::connect(&short.path).await.ok()
 }
 
 /// The next message from a supervisor; `None` when the connection ends.

@@ -71,6 +71,8 @@ pub struct Settlement {
     pub dropped: u64,
     pub lost_reason: Option<String>,
     pub notice: Option<NewNotice>,
+    /// The job's pid when the record does not have it yet.
+    pub pid: Option<i32>,
 }
 
 #[derive(Debug, Clone)]
@@ -178,7 +180,8 @@ impl Store {
         let tx = self.conn.transaction()?;
         let changed = tx.execute(
             "UPDATE items SET state = 'ended', end_kind = ?2, exit_code = ?3, signal = ?4,
-                    ended_at = ?5, log_len = ?6, dropped = ?7, lost_reason = ?8
+                    ended_at = ?5, log_len = ?6, dropped = ?7, lost_reason = ?8,
+                    pid = COALESCE(pid, ?9)
              WHERE row = ?1 AND state != 'ended'",
             params![
                 row,
@@ -189,6 +192,7 @@ impl Store {
                 settlement.log_len as i64,
                 settlement.dropped as i64,
                 settlement.lost_reason,
+                settlement.pid,
             ],
         )?;
         if changed == 1 {

@@ -479,6 +479,7 @@ impl Supervisor {
             dropped: self.log.dropped(),
             unwritten: self.log.unwritten(),
             ended_at_ms: now_ms(),
+            pid: Some(self.pid),
         };
         let job_dir = PathBuf::from(&self.spec.job_dir);
         if let Err(e) = write_status(&job_dir, &status) {

@@ -91,6 +91,9 @@ pub struct ExitStatus {
     #[serde(default)]
     pub unwritten: u64,
     pub ended_at_ms: i64,
+    /// The job's main process, so a daemon that never heard of it still records it.
+    #[serde(default)]
+    pub pid: Option<i32>,
 }
 
 impl ExitStatus {

@@ -1,4 +1,5 @@
 //! The test harness: a temporary `BGWORK_HOME` with a real daemon, driven through the
+#![allow(dead_code)]
 //! real `bgwork` binary.
 
 use serde_json::Value;

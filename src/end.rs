@@ -9,8 +9,9 @@ use crate::wire::{Actor, End};
 /// Exit codes a shell reports for a job killed by a stop signal (HUP, INT, KILL, TERM).
 const STOP_SIGNAL_CODES: [i32; 4] = [129, 130, 137, 143];
 
-/// The end of a job from what its supervisor saw.
-pub fn classify(status: &ExitStatus) -> End {
+/// The end of a job from what its supervisor saw. A pane whose terminal hung up
+/// (SIGHUP, or a shell's exit 129) was cancelled.
+pub fn classify(status: &ExitStatus, pane: bool) -> End {
     if status.spawn_error.is_some() {
         return End::SpawnFailed;
     }
@@ -18,6 +19,11 @@ pub fn classify(status: &ExitStatus) -> End {
         Some(Actor::Agent) => return End::StoppedByAgent,
         Some(Actor::Person) => return End::StoppedByPerson,
         None => {}
+    }
+    let hung_up =
+        status.signal == Some(1) || (status.signal.is_none() && status.exit_code == Some(129));
+    if pane && hung_up {
+        return End::Cancelled;
     }
     match (status.exit_code, status.signal) {
         (_, Some(_)) => End::Signaled,
@@ -65,6 +71,10 @@ fn signal_name(signal: i32) -> String {
 mod tests {
     use super::*;
 
+    fn classify_job(status: &ExitStatus) -> End {
+        classify(status, false)
+    }
+
     fn status(code: Option<i32>, signal: Option<i32>, actor: Option<Actor>) -> ExitStatus {
         ExitStatus {
             exit_code: code,
@@ -76,24 +86,27 @@ mod tests {
 
     #[test]
     fn each_row_of_the_end_table() {
-        assert_eq!(classify(&status(Some(0), None, None)), End::Succeeded);
-        assert_eq!(classify(&status(Some(2), None, None)), End::Failed);
-        assert_eq!(classify(&status(Some(143), None, None)), End::Signaled);
-        assert_eq!(classify(&status(Some(128), None, None)), End::Failed);
-        assert_eq!(classify(&status(None, Some(9), None)), End::Signaled);
+        assert_eq!(classify_job(&status(Some(0), None, None)), End::Succeeded);
+        assert_eq!(classify_job(&status(Some(2), None, None)), End::Failed);
+        assert_eq!(classify_job(&status(Some(143), None, None)), End::Signaled);
+        assert_eq!(classify_job(&status(Some(128), None, None)), End::Failed);
+        assert_eq!(classify_job(&status(None, Some(9), None)), End::Signaled);
         assert_eq!(
-            classify(&status(None, Some(15), Some(Actor::Agent))),
+            classify_job(&status(None, Some(15), Some(Actor::Agent))),
             End::StoppedByAgent
         );
         assert_eq!(
-            classify(&status(Some(0), None, Some(Actor::Person))),
+            classify_job(&status(Some(0), None, Some(Actor::Person))),
             End::StoppedByPerson
         );
         let spawn = ExitStatus {
             spawn_error: Some("no such directory".into()),
             ..ExitStatus::default()
         };
-        assert_eq!(classify(&spawn), End::SpawnFailed);
+        assert_eq!(classify_job(&spawn), End::SpawnFailed);
+        let hup = status(None, Some(1), None);
+        assert_eq!(classify(&hup, true), End::Cancelled);
+        assert_eq!(classify(&hup, false), End::Signaled);
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub struct Cli {
 pub enum Commands {
     /// Run COMMAND in the background; prints its id at once, then its first output.
     Start(StartCmd),
+    /// Run COMMAND in the foreground; past the deadline it moves to the background.
+    Run(RunCmd),
     /// List the session's running work (--all adds ended records).
     List {
         #[arg(long)]
@@ -71,6 +73,14 @@ pub enum Commands {
         /// When none is pending, wait up to S seconds for the first one.
         #[arg(long, value_name = "S", conflicts_with = "follow")]
         wait: Option<f64>,
+    },
+    /// Resize a pane's terminal.
+    Resize {
+        id: String,
+        #[arg(long)]
+        cols: u16,
+        #[arg(long)]
+        rows: u16,
     },
     /// Drop an ended record from lists.
     Dismiss { id: String },
@@ -115,6 +125,34 @@ pub struct StartCmd {
     /// Milliseconds to wait for first output (default 1000).
     #[arg(long)]
     pub window: Option<u64>,
+    /// Run on a pseudo-terminal (a pane): a screen, keystrokes, a size.
+    #[arg(long)]
+    pub pty: bool,
+    /// The pane's width (default 120).
+    #[arg(long, requires = "pty")]
+    pub cols: Option<u16>,
+    /// The pane's height (default 40).
+    #[arg(long, requires = "pty")]
+    pub rows: Option<u16>,
+    /// The command, run by `bash -c`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunCmd {
+    /// Seconds to run in the foreground before moving to the background (default 60).
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Fire one notice when the job ends (after a promotion).
+    #[arg(long)]
+    pub notify: bool,
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub cwd: Option<String>,
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
     /// The command, run by `bash -c`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -138,6 +176,9 @@ pub struct ReadCmd {
     /// Clip the reply to about this many bytes (head and tail kept).
     #[arg(long)]
     pub max_bytes: Option<usize>,
+    /// A pane's visible screen, as text.
+    #[arg(long)]
+    pub screen: bool,
 }
 
 #[derive(Args, Debug)]
@@ -211,6 +252,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             all: read.all,
             raw: read.raw,
             max_bytes: read.max_bytes,
+            screen: read.screen,
         }),
         Commands::Send { id, text, keys } => Request::Send(wire::SendArgs {
             id,
@@ -237,6 +279,22 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             wait_s: wait,
         },
         Commands::Dismiss { id } => Request::Dismiss { id },
+        Commands::Resize { id, cols, rows } => Request::Resize { id, cols, rows },
+        Commands::Run(run) => Request::Run(wire::RunArgs {
+            start: start_args(StartCmd {
+                notify: run.notify,
+                name: run.name,
+                cwd: run.cwd,
+                env: run.env,
+                window: None,
+                pty: false,
+                cols: None,
+                rows: None,
+                command: run.command,
+            })?,
+            timeout_s: run.timeout,
+            stream: !json,
+        }),
         Commands::Gc => Request::Gc,
         Commands::Status => Request::Status,
         Commands::Shutdown { stop_work } => {
@@ -288,5 +346,8 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         name: start.name,
         notify: start.notify,
         window_ms: start.window,
+        pty: start.pty,
+        cols: start.cols,
+        rows: start.rows,
     })
 }

@@ -2,8 +2,8 @@
 
 use crate::client::Client;
 use crate::wire::{
-    self, Ack, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request, StartReply,
-    State, StatusReply, WaitReason, WaitReply, WireError,
+    self, Ack, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request, RunOutcome,
+    RunReply, StartReply, State, StatusReply, WaitReason, WaitReply, WireError,
 };
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -23,6 +23,8 @@ pub fn call_and_print(
             let reply: ReadReply = client.call(&envelope)?;
             if json {
                 println!("{}", wire::to_json_text(&reply));
+            } else if args.screen {
+                print_text(&reply.output);
             } else if args.raw {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(reply.output_base64.as_deref().unwrap_or(""))
@@ -34,9 +36,11 @@ pub fn call_and_print(
             }
             Ok(ExitCode::SUCCESS)
         }
-        Request::Send(_) | Request::Dismiss { .. } | Request::Shutdown { .. } => {
-            print(client, &envelope, json, |ack: &Ack| ack.message.clone())
-        }
+        Request::Run(_) => run(client, &envelope, json),
+        Request::Send(_)
+        | Request::Dismiss { .. }
+        | Request::Shutdown { .. }
+        | Request::Resize { .. } => print(client, &envelope, json, |ack: &Ack| ack.message.clone()),
         Request::Stop(_) => print(client, &envelope, json, stop_text),
         Request::Wait(_) => {
             let reply: WaitReply = client.call(&envelope)?;
@@ -81,6 +85,45 @@ fn print<T: DeserializeOwned + Serialize>(
         print_text(&text(&reply));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `run`: streams output chunks, then exits with the command's own status when it
+/// ended in time, 0 when it was promoted, 1 when it was killed.
+fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode, WireError> {
+    client.send(envelope)?;
+    let mut out = std::io::stdout();
+    let reply: RunReply = loop {
+        let line = client.next_line()?.ok_or_else(|| {
+            WireError::new(
+                wire::ErrorCode::Unavailable,
+                "the daemon closed the connection",
+            )
+        })?;
+        if let Ok(chunk) = serde_json::from_slice::<wire::Chunk>(&line) {
+            let _ = out.write_all(chunk.chunk.as_bytes());
+            let _ = out.flush();
+            continue;
+        }
+        break wire::decode_reply(&line)?;
+    };
+    if json {
+        println!("{}", wire::to_json_text(&reply));
+    } else {
+        let _ = out.write_all(reply.output.as_bytes());
+        if reply.outcome != RunOutcome::Ended {
+            eprintln!("[{}]", reply.message);
+        }
+    }
+    let code = match reply.outcome {
+        RunOutcome::Ended => match (reply.item.exit_code, reply.item.signal) {
+            (Some(code), _) => code,
+            (None, Some(signal)) => 128 + signal,
+            (None, None) => 1,
+        },
+        RunOutcome::Promoted => 0,
+        RunOutcome::Killed => 1,
+    };
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
 }
 
 fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode, WireError> {

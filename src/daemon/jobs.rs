@@ -4,7 +4,7 @@ use super::{Daemon, Live};
 use crate::output;
 use crate::paths::now_ms;
 use crate::store::{NewRecord, Settlement};
-use crate::wire::control::{JobSpec, ToSupervisor, PROTOCOL};
+use crate::wire::control::{JobSpec, PaneSize, ToSupervisor, PROTOCOL};
 use crate::wire::{
     Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
     WireError,
@@ -16,6 +16,18 @@ use std::time::Duration;
 /// A stop waits this long past its grace for the job to be gone.
 const STOP_SLACK: Duration = Duration::from_secs(2);
 const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+/// A pane's terminal size when the caller gives none.
+const DEFAULT_COLS: u16 = 120;
+const DEFAULT_ROWS: u16 = 40;
+
+/// How a job is launched beyond its arguments.
+#[derive(Default)]
+pub(crate) struct Launch {
+    /// Start even past the session's limit (a foreground `run`, checked at promotion).
+    pub over_limit: bool,
+    /// Variables the daemon sets for the job (a sub-agent's session, say).
+    pub extra_env: BTreeMap<String, String>,
+}
 
 impl Daemon {
     pub(crate) async fn start(
@@ -23,15 +35,47 @@ impl Daemon {
         session: &str,
         args: StartArgs,
     ) -> Result<StartReply, WireError> {
-        check_start(&args)?;
+        let row = self.launch(session, &args, Launch::default()).await?;
+        let window = args
+            .window_ms
+            .map(Duration::from_millis)
+            .unwrap_or(self.config.default_window);
+        if window.is_zero() {
+            // No window: nothing is shown, so nothing counts as read.
+            let record = self.lock().store.get(row)?;
+            let item = record
+                .map(|r| self.item(&r))
+                .ok_or_else(|| WireError::internal("record vanished"))?;
+            return Ok(StartReply {
+                item,
+                output: String::new(),
+            });
+        }
+        self.wait_for(window, |d| d.has_ended(row)).await;
+        let (output, item) = self.window_output(session, row)?;
+        Ok(StartReply { item, output })
+    }
+
+    /// Checks the limit, writes the record and starts the job; returns its row.
+    pub(crate) async fn launch(
+        &self,
+        session: &str,
+        args: &StartArgs,
+        launch: Launch,
+    ) -> Result<i64, WireError> {
+        check_start(args)?;
         let cwd = args
             .cwd
             .clone()
             .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
+        let pane = args.pty.then(|| PaneSize {
+            cols: args.cols.unwrap_or(DEFAULT_COLS).clamp(2, 1000),
+            rows: args.rows.unwrap_or(DEFAULT_ROWS).clamp(2, 1000),
+        });
         let record = {
             let mut inner = self.lock();
             let running = Self::counted(&inner, session)?;
-            if running.len() >= self.config.max_running {
+            if !launch.over_limit && running.len() >= self.config.max_running {
                 return Err(limit_error(
                     self.config.max_running,
                     &running_items(self, &running),
@@ -39,13 +83,19 @@ impl Daemon {
             }
             inner.store.insert(&NewRecord {
                 session: session.to_string(),
-                kind: Kind::Job,
+                kind: if pane.is_some() {
+                    Kind::Pane
+                } else {
+                    Kind::Job
+                },
                 name: args.name.clone(),
                 command: args.command.clone(),
                 cwd: cwd.clone(),
                 notify: args.notify,
                 env_names: args.env.keys().cloned().collect(),
                 started_at: now_ms(),
+                cols: pane.map(|p| p.cols),
+                rows: pane.map(|p| p.rows),
             })?
         };
         let job_dir = self.paths.job_dir(record.row);
@@ -71,6 +121,7 @@ impl Daemon {
             .clone()
             .unwrap_or_else(|| std::env::vars().collect());
         env.extend(args.env.clone());
+        env.extend(launch.extra_env);
         let spec = JobSpec {
             protocol: PROTOCOL,
             job_key: job_dir.display().to_string(),
@@ -81,6 +132,7 @@ impl Daemon {
             log_cap: self.config.log_cap,
             log_head: self.config.log_head,
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
+            pane,
         };
         let running = match self.executor.start(record.row, &spec).await {
             Ok(running) => running,
@@ -105,25 +157,7 @@ impl Daemon {
             }
         }
         self.bump();
-        let window = args
-            .window_ms
-            .map(Duration::from_millis)
-            .unwrap_or(self.config.default_window);
-        let row = record.row;
-        if window.is_zero() {
-            // No window: nothing is shown, so nothing counts as read.
-            let record = self.lock().store.get(row)?;
-            let item = record
-                .map(|r| self.item(&r))
-                .ok_or_else(|| WireError::internal("record vanished"))?;
-            return Ok(StartReply {
-                item,
-                output: String::new(),
-            });
-        }
-        self.wait_for(window, |d| d.has_ended(row)).await;
-        let (output, item) = self.window_output(session, row)?;
-        Ok(StartReply { item, output })
+        Ok(record.row)
     }
 
     /// The output written so far (which then counts as read) and the item.
@@ -250,7 +284,12 @@ impl Daemon {
             commands.push(ToSupervisor::Input { data });
         }
         for key in &args.keys {
-            commands.push(crate::keys::plain_job_key(key)?);
+            commands.push(match record.kind {
+                Kind::Pane => ToSupervisor::Input {
+                    data: crate::keys::key_bytes(key)?,
+                },
+                _ => crate::keys::plain_job_key(key)?,
+            });
         }
         for command in commands {
             live.handle.send(command);

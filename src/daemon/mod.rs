@@ -12,7 +12,9 @@ mod config;
 mod items;
 mod jobs;
 mod notices;
+mod pane;
 mod read;
+mod run;
 mod serve;
 mod settle;
 mod wait;
@@ -46,6 +48,8 @@ pub(crate) struct Live {
 pub(crate) struct Inner {
     pub store: Store,
     pub live: HashMap<i64, Live>,
+    /// Terminal emulators of panes whose screen was read.
+    pub screens: HashMap<i64, pane::Screen>,
 }
 
 pub struct Daemon {
@@ -71,6 +75,7 @@ impl Daemon {
             inner: Mutex::new(Inner {
                 store,
                 live: HashMap::new(),
+                screens: HashMap::new(),
             }),
             changed: watch::channel(0).0,
             executor: LocalExecutor::new(events),
@@ -131,7 +136,10 @@ impl Daemon {
         let line = match envelope.request {
             Request::Start(args) => reply(&self.start(&session, args).await),
             Request::List { all } => reply(&self.list(&session, all)),
+            Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id)),
             Request::Read(args) => reply(&self.read(&session, &args)),
+            Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),
+            Request::Run(args) => reply(&self.run(&session, args).await),
             Request::Send(args) => reply(&self.send(&session, &args)),
             Request::Stop(args) => reply(&self.stop(&session, &args).await),
             Request::Wait(args) => reply(&self.wait(&session, &args).await),

@@ -88,7 +88,7 @@ impl Daemon {
             let Some(record) = inner.store.get(row)? else {
                 return Ok(());
             };
-            let end = end::classify(status);
+            let end = end::classify(status, record.kind == crate::wire::Kind::Pane);
             let path = output::log_path(&record.job_dir);
             let settlement = Settlement {
                 end,

@@ -45,6 +45,9 @@ pub struct Record {
     pub dropped: u64,
     pub log_len: u64,
     pub lost_reason: Option<String>,
+    /// A pane's terminal size.
+    pub cols: Option<u16>,
+    pub rows: Option<u16>,
 }
 
 /// What a new record holds before it runs.
@@ -58,6 +61,8 @@ pub struct NewRecord {
     pub notify: bool,
     pub env_names: Vec<String>,
     pub started_at: i64,
+    pub cols: Option<u16>,
+    pub rows: Option<u16>,
 }
 
 /// How a record ended, with the notice to fire (if it was armed).
@@ -101,7 +106,7 @@ pub struct Store {
 
 const RECORD_COLUMNS: &str = "row, session, id, kind, state, end_kind, exit_code, signal, name, \
     command, cwd, pid, started_at, ended_at, notify, env_names, job_dir, stop_actor, dropped, \
-    log_len, lost_reason";
+    log_len, lost_reason, cols, rows";
 
 /// The visibility rule: a session sees its own work and its sub-agents' (`S/…`).
 const VISIBLE: &str = "(session = ?1 OR substr(session, 1, length(?1) + 1) = ?1 || '/')";
@@ -131,8 +136,8 @@ impl Store {
         let id = format!("{prefix}-{n}");
         tx.execute(
             "INSERT INTO items(session, id, kind, state, name, command, cwd, started_at, notify,
-                               env_names, job_dir)
-             VALUES (?1, ?2, ?3, 'starting', ?4, ?5, ?6, ?7, ?8, ?9, '')",
+                               env_names, job_dir, cols, rows)
+             VALUES (?1, ?2, ?3, 'starting', ?4, ?5, ?6, ?7, ?8, ?9, '', ?10, ?11)",
             params![
                 new.session,
                 id,
@@ -143,6 +148,8 @@ impl Store {
                 new.started_at,
                 new.notify,
                 new.env_names.join(","),
+                new.cols,
+                new.rows,
             ],
         )?;
         let row = tx.last_insert_rowid();
@@ -162,6 +169,14 @@ impl Store {
         self.conn.execute(
             "UPDATE items SET state = 'running', pid = ?2 WHERE row = ?1 AND state != 'ended'",
             params![row, pid],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_size(&mut self, row: i64, cols: u16, rows: u16) -> Result<()> {
+        self.conn.execute(
+            "UPDATE items SET cols = ?2, rows = ?3 WHERE row = ?1",
+            params![row, cols, rows],
         )?;
         Ok(())
     }
@@ -390,6 +405,8 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
         dropped: r.get::<_, i64>(18)? as u64,
         log_len: r.get::<_, i64>(19)? as u64,
         lost_reason: r.get(20)?,
+        cols: r.get(21)?,
+        rows: r.get(22)?,
     })
 }
 

@@ -59,6 +59,9 @@ const MIGRATIONS: &[&str] = &[
         delivered_at INTEGER
     );
     CREATE INDEX notices_pending ON notices(session) WHERE delivered_at IS NULL;",
+    // 2: a pane's terminal size.
+    "ALTER TABLE items ADD COLUMN cols INTEGER;
+    ALTER TABLE items ADD COLUMN rows INTEGER;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

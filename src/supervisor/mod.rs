@@ -14,6 +14,7 @@
 
 mod conn;
 mod log;
+mod spawn;
 pub mod tree;
 
 use crate::paths::{now_ms, SocketPath};
@@ -28,11 +29,9 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::fs::File;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The descriptor on which the daemon hands a new supervisor its launch socket.
@@ -83,6 +82,8 @@ struct Supervisor {
     log: OutputLog,
     output: Option<File>,
     stdin: Option<File>,
+    /// The pane's terminal (for resizing), when the job runs on one.
+    pty: Option<pty_process::blocking::Pty>,
     input_queue: Vec<u8>,
     listener: UnixListener,
     conns: Vec<Conn>,
@@ -134,10 +135,10 @@ impl Supervisor {
         let listener = UnixListener::bind(&short.path)?;
         listener.set_nonblocking(true)?;
 
-        let (pid, output, stdin) = match spawn_job(&spec) {
+        let spawned = match spawn::spawn_job(&spec) {
             Ok(spawned) => spawned,
             Err(e) => {
-                let message = spawn_message(&spec, &e);
+                let message = spawn::spawn_message(&spec, &e);
                 let status = ExitStatus {
                     protocol: PROTOCOL,
                     spawn_error: Some(message.clone()),
@@ -151,14 +152,15 @@ impl Supervisor {
                 return Err(e);
             }
         };
-        first.send(&FromSupervisor::Spawned { pid });
+        first.send(&FromSupervisor::Spawned { pid: spawned.pid });
         Ok(Supervisor {
             spec,
             me: std::process::id() as i32,
-            pid,
+            pid: spawned.pid,
             log,
-            output: Some(output),
-            stdin: Some(stdin),
+            output: Some(spawned.output),
+            stdin: Some(spawned.input),
+            pty: spawned.pty,
             input_queue: Vec::new(),
             listener,
             conns: vec![first],
@@ -431,6 +433,11 @@ impl Supervisor {
                 self.stdin = None;
                 self.input_queue.clear();
             }
+            ToSupervisor::Resize { cols, rows } => {
+                if let Some(pty) = &self.pty {
+                    let _ = pty.resize(pty_process::Size::new(rows, cols));
+                }
+            }
             ToSupervisor::Signal { signal } => {
                 if let (Ok(signal), None) = (Signal::try_from(signal), self.main_status) {
                     let _ = nix::sys::signal::killpg(Pid::from_raw(self.pid), signal);
@@ -494,65 +501,6 @@ impl Supervisor {
         }
         let _ = std::fs::remove_file(job_dir.join(CONTROL_SOCKET));
     }
-}
-
-/// Starts `bash -c COMMAND` in its own process group; returns its pid, the read end of
-/// its output pipe and the write end of its stdin, both non-blocking.
-fn spawn_job(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
-    let (output_read, output_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (input_read, input_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let _ = nix::fcntl::fcntl(&output_read, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
-    let mut command = Command::new("bash");
-    command
-        .arg("-c")
-        .arg(&spec.command)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(&spec.env)
-        .env("BGWORK_JOB", &spec.job_key)
-        .stdin(Stdio::from(input_read))
-        .stdout(Stdio::from(output_write.try_clone()?))
-        .stderr(Stdio::from(output_write));
-    // SAFETY: the closure only makes async-signal-safe system calls (setpgid,
-    // sigprocmask, sigaction, prctl) between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
-            SigSet::empty().thread_set_mask()?;
-            for signal in [
-                Signal::SIGPIPE,
-                Signal::SIGHUP,
-                Signal::SIGINT,
-                Signal::SIGTERM,
-            ] {
-                nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)?;
-            }
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-            Ok(())
-        });
-    }
-    let child = command.spawn()?;
-    drop(command);
-    let output = nonblocking(output_read)?;
-    let stdin = nonblocking(input_write)?;
-    Ok((child.id() as i32, output, stdin))
-}
-
-fn nonblocking(fd: OwnedFd) -> std::io::Result<File> {
-    let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL)?;
-    let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
-    nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(flags))?;
-    Ok(File::from(fd))
-}
-
-fn spawn_message(spec: &JobSpec, error: &std::io::Error) -> String {
-    if !Path::new(&spec.cwd).is_dir() {
-        return format!(
-            "the working directory {} does not exist: pass an existing --cwd",
-            spec.cwd
-        );
-    }
-    format!("could not run bash -c: {error}")
 }
 
 /// Writes the status file atomically: temp file, fsync, rename, fsync of the folder.

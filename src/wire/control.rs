@@ -27,6 +27,15 @@ pub struct JobSpec {
     pub log_head: u64,
     /// How long leftover children of a job whose main process ended get after TERM.
     pub linger_grace_ms: u64,
+    /// Set for a pane: the job runs on a pseudo-terminal of this size.
+    #[serde(default)]
+    pub pane: Option<PaneSize>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PaneSize {
+    pub cols: u16,
+    pub rows: u16,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -43,6 +52,10 @@ pub enum ToSupervisor {
         data: Vec<u8>,
     },
     CloseInput,
+    Resize {
+        cols: u16,
+        rows: u16,
+    },
     Signal {
         signal: i32,
     },

@@ -47,6 +47,12 @@ pub enum Request {
     Dismiss {
         id: String,
     },
+    Resize {
+        id: String,
+        cols: u16,
+        rows: u16,
+    },
+    Run(RunArgs),
     Gc,
     Status,
     Shutdown {
@@ -72,6 +78,54 @@ pub struct StartArgs {
     pub notify: bool,
     #[serde(default)]
     pub window_ms: Option<u64>,
+    /// Run on a pseudo-terminal (a pane) of `cols`×`rows` (default 120×40).
+    #[serde(default)]
+    pub pty: bool,
+    #[serde(default)]
+    pub cols: Option<u16>,
+    #[serde(default)]
+    pub rows: Option<u16>,
+}
+
+/// A foreground run with a deadline, promoted to the background past it.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct RunArgs {
+    #[serde(flatten)]
+    pub start: StartArgs,
+    /// Seconds before promotion (default 60).
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+    /// Stream output as `{"chunk":…}` lines before the final reply.
+    #[serde(default)]
+    pub stream: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// Ended before the deadline.
+    Ended,
+    /// Still running at the deadline: now a background job.
+    Promoted,
+    /// Still running at the deadline with no room under the limit: killed.
+    Killed,
+}
+
+/// The final reply of `run`.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct RunReply {
+    pub outcome: RunOutcome,
+    #[serde(flatten)]
+    pub item: Item,
+    /// The output not streamed yet (all of it when not streaming).
+    pub output: String,
+    pub message: String,
+}
+
+/// One piece of streamed `run` output.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Chunk {
+    pub chunk: String,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -87,6 +141,9 @@ pub struct ReadArgs {
     pub raw: bool,
     #[serde(default)]
     pub max_bytes: Option<usize>,
+    /// A pane's visible screen, as text.
+    #[serde(default)]
+    pub screen: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]

@@ -4,6 +4,7 @@
 mod ends;
 mod faults;
 mod output;
+mod panes;
 mod restart;
 mod security;
 mod sessions;

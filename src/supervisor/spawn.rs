@@ -1,0 +1,131 @@
+//! Starting the job: `bash -c COMMAND` in a process group of its own with its output on
+//! a pipe, or, for a pane, as the session leader of a new pseudo-terminal.
+
+use crate::wire::control::JobSpec;
+use nix::sys::signal::{SigSet, Signal};
+use nix::unistd::Pid;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// A started job: its pid, where its output is read and where its input is written.
+pub struct Spawned {
+    pub pid: i32,
+    pub output: File,
+    pub input: File,
+    pub pty: Option<pty_process::blocking::Pty>,
+}
+
+/// Starts the job as its spec says (a pane when it asks for a terminal).
+pub fn spawn_job(spec: &JobSpec) -> std::io::Result<Spawned> {
+    match spec.pane {
+        Some(size) => spawn_pane(spec, size),
+        None => {
+            let (pid, output, input) = spawn_job_plain(spec)?;
+            Ok(Spawned {
+                pid,
+                output,
+                input,
+                pty: None,
+            })
+        }
+    }
+}
+
+fn spawn_pane(spec: &JobSpec, size: crate::wire::control::PaneSize) -> std::io::Result<Spawned> {
+    let (pty, pts) = pty_process::blocking::open().map_err(std::io::Error::other)?;
+    pty.resize(pty_process::Size::new(size.rows, size.cols))
+        .map_err(std::io::Error::other)?;
+    let command = pty_process::blocking::Command::new("bash")
+        .arg("-c")
+        .arg(&spec.command)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(&spec.env)
+        .env("TERM", "xterm-256color")
+        .env("BGWORK_JOB", &spec.job_key);
+    // SAFETY: only async-signal-safe calls (sigprocmask, sigaction, prctl) run between
+    // fork and exec; pty-process makes the child a session leader on the terminal first.
+    let command = unsafe { command.pre_exec(|| reset_for_exec(false)) };
+    if !Path::new(&spec.cwd).is_dir() {
+        return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+    }
+    let child = command.spawn(pts).map_err(std::io::Error::other)?;
+    let master: OwnedFd = nix::unistd::dup(&pty)?;
+    let output = nonblocking(master)?;
+    let input = output.try_clone()?;
+    Ok(Spawned {
+        pid: child.id() as i32,
+        output,
+        input,
+        pty: Some(pty),
+    })
+}
+
+/// What every job's process does between fork and exec: its own process group (a pane
+/// is already a session leader), default signal handling, and death with its supervisor.
+fn reset_for_exec(own_group: bool) -> std::io::Result<()> {
+    if own_group {
+        nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+    }
+    SigSet::empty().thread_set_mask()?;
+    for signal in [
+        Signal::SIGPIPE,
+        Signal::SIGHUP,
+        Signal::SIGINT,
+        Signal::SIGTERM,
+    ] {
+        // SAFETY: restoring the default disposition installs no handler.
+        unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl)? };
+    }
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    Ok(())
+}
+
+/// Starts `bash -c COMMAND` in its own process group; returns its pid, the read end of
+/// its output pipe and the write end of its stdin, both non-blocking.
+fn spawn_job_plain(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
+    let (output_read, output_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (input_read, input_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let _ = nix::fcntl::fcntl(&output_read, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+    let mut command = Command::new("bash");
+    command
+        .arg("-c")
+        .arg(&spec.command)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(&spec.env)
+        .env("BGWORK_JOB", &spec.job_key)
+        .stdin(Stdio::from(input_read))
+        .stdout(Stdio::from(output_write.try_clone()?))
+        .stderr(Stdio::from(output_write));
+    // SAFETY: only async-signal-safe calls (setpgid, sigprocmask, sigaction, prctl) run
+    // between fork and exec.
+    unsafe {
+        command.pre_exec(|| reset_for_exec(true));
+    }
+    let child = command.spawn()?;
+    drop(command);
+    let output = nonblocking(output_read)?;
+    let stdin = nonblocking(input_write)?;
+    Ok((child.id() as i32, output, stdin))
+}
+
+fn nonblocking(fd: OwnedFd) -> std::io::Result<File> {
+    let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL)?;
+    let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
+    nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(flags))?;
+    Ok(File::from(fd))
+}
+
+pub fn spawn_message(spec: &JobSpec, error: &std::io::Error) -> String {
+    if !Path::new(&spec.cwd).is_dir() {
+        return format!(
+            "the working directory {} does not exist: pass an existing --cwd",
+            spec.cwd
+        );
+    }
+    format!("could not run bash -c: {error}")
+}

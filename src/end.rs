@@ -41,12 +41,17 @@ pub fn report(id: &str, end: End, exit_code: Option<i32>, signal: Option<i32>) -
         (Some(code), None) => format!("exit {code}"),
         (None, None) => String::new(),
     };
+    let how = if how.is_empty() {
+        how
+    } else {
+        format!(" ({how})")
+    };
     match end {
-        End::Succeeded => format!("{id} finished successfully ({how})"),
-        End::Failed => format!("{id} FAILED ({how})"),
+        End::Succeeded => format!("{id} finished successfully{how}"),
+        End::Failed => format!("{id} FAILED{how}"),
         End::StoppedByAgent => format!("{id} was stopped by the agent"),
         End::StoppedByPerson => format!("{id} was stopped by the person"),
-        End::Signaled => format!("{id} was stopped by a signal ({how})"),
+        End::Signaled => format!("{id} was stopped by a signal{how}"),
         End::Cancelled => format!("{id} was cancelled (pane closed)"),
         End::SpawnFailed => format!("{id} could not start"),
         End::Lost => format!("{id} was lost (daemon restart)"),

@@ -74,6 +74,12 @@ pub enum Commands {
         #[arg(long, value_name = "S", conflicts_with = "follow")]
         wait: Option<f64>,
     },
+    /// Monitors: wait until a condition holds, or watch for matching lines.
+    #[command(subcommand)]
+    Monitor(MonitorCmd),
+    /// Sub-agents: child agents whose report comes back as a notice.
+    #[command(subcommand)]
+    Agent(AgentCmd),
     /// Resize a pane's terminal.
     Resize {
         id: String,
@@ -137,6 +143,63 @@ pub struct StartCmd {
     /// The command, run by `bash -c`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MonitorCmd {
+    /// mon-N: one notice when the condition holds (or the timeout passes).
+    Wait {
+        /// A line of ID's output matches REGEX.
+        #[arg(long, num_args = 2, value_names = ["ID", "REGEX"])]
+        until_output: Option<Vec<String>>,
+        /// Something accepts connections on HOST:PORT.
+        #[arg(long, value_name = "HOST:PORT")]
+        until_port: Option<String>,
+        /// The file exists.
+        #[arg(long, value_name = "PATH")]
+        until_file: Option<String>,
+        /// The item ended.
+        #[arg(long, value_name = "ID")]
+        until_end: Option<String>,
+        /// Fail when the condition has not held after S seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// Fire a notice when it ends.
+        #[arg(long)]
+        notify: bool,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// mon-N: every matching line goes to its log (`read mon-N`); notices in batches.
+    Watch {
+        /// Lines of ID's output.
+        #[arg(long, value_name = "ID")]
+        output: Option<String>,
+        /// Lines appended to PATH.
+        #[arg(long, value_name = "PATH")]
+        file: Option<String>,
+        /// Only lines matching REGEX.
+        #[arg(long)]
+        regex: Option<String>,
+        #[arg(long)]
+        name: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AgentCmd {
+    /// sub-N: run a child agent; its work is filed under this session.
+    Start {
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        cwd: Option<String>,
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
+        /// The agent's command, run by `bash -c`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -280,6 +343,23 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         },
         Commands::Dismiss { id } => Request::Dismiss { id },
         Commands::Resize { id, cols, rows } => Request::Resize { id, cols, rows },
+        Commands::Monitor(monitor) => Request::Monitor(monitor_args(monitor)?),
+        Commands::Agent(AgentCmd::Start {
+            name,
+            cwd,
+            env,
+            command,
+        }) => Request::AgentStart(start_args(StartCmd {
+            notify: true,
+            name,
+            cwd,
+            env,
+            window: Some(0),
+            pty: false,
+            cols: None,
+            rows: None,
+            command,
+        })?),
         Commands::Run(run) => Request::Run(wire::RunArgs {
             start: start_args(StartCmd {
                 notify: run.notify,
@@ -350,4 +430,69 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         cols: start.cols,
         rows: start.rows,
     })
+}
+
+fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
+    use wire::{Condition, MonitorMode};
+    let one_of = "give exactly one condition";
+    match monitor {
+        MonitorCmd::Wait {
+            until_output,
+            until_port,
+            until_file,
+            until_end,
+            timeout,
+            notify,
+            name,
+        } => {
+            let mut regex = None;
+            let mut conditions = Vec::new();
+            if let Some(pair) = until_output {
+                regex = pair.get(1).cloned();
+                conditions.push(Condition::Output {
+                    id: pair[0].clone(),
+                });
+            }
+            conditions.extend(until_port.map(|address| Condition::Port { address }));
+            conditions.extend(until_file.map(|path| Condition::File { path }));
+            conditions.extend(until_end.map(|id| Condition::End { id }));
+            if conditions.len() != 1 {
+                return Err(WireError::bad_request(format!(
+                    "monitor wait: {one_of} of --until-output, --until-port, --until-file, --until-end"
+                )));
+            }
+            Ok(wire::MonitorArgs {
+                mode: MonitorMode::Wait,
+                condition: conditions.remove(0),
+                regex,
+                timeout_s: timeout,
+                notify,
+                name,
+            })
+        }
+        MonitorCmd::Watch {
+            output,
+            file,
+            regex,
+            name,
+        } => {
+            let condition = match (output, file) {
+                (Some(id), None) => Condition::Output { id },
+                (None, Some(path)) => Condition::File { path },
+                _ => {
+                    return Err(WireError::bad_request(format!(
+                        "monitor watch: {one_of} of --output ID, --file PATH"
+                    )))
+                }
+            };
+            Ok(wire::MonitorArgs {
+                mode: MonitorMode::Watch,
+                condition,
+                regex,
+                timeout_s: None,
+                notify: true,
+                name,
+            })
+        }
+    }
 }

@@ -17,7 +17,15 @@ pub fn call_and_print(
     json: bool,
 ) -> Result<ExitCode, WireError> {
     match &envelope.request {
-        Request::Start(_) => print(client, &envelope, json, start_text),
+        Request::Start(_) | Request::AgentStart(_) => print(client, &envelope, json, start_text),
+        Request::Monitor(_) => print(client, &envelope, json, |item: &Item| {
+            format!(
+                "{} {}: {}",
+                item.id,
+                wire::name_of(&item.state),
+                item.command
+            )
+        }),
         Request::List { .. } => print(client, &envelope, json, list_text),
         Request::Read(args) => {
             let reply: ReadReply = client.call(&envelope)?;
@@ -205,7 +213,12 @@ fn list_text(reply: &ListReply) -> String {
                 (State::Ended, Some(end)) => wire::name_of(end),
                 (state, _) => wire::name_of(state),
             };
-            format!("{:<8} {:<16} {}", item.id, state, label(item))
+            let owner = item
+                .session
+                .rsplit_once('/')
+                .map(|(_, agent)| format!(" (by {agent})"))
+                .unwrap_or_default();
+            format!("{:<8} {:<16} {}{owner}", item.id, state, label(item))
         })
         .collect::<Vec<_>>()
         .join("\n")

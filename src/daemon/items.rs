@@ -9,9 +9,17 @@ use std::collections::BTreeMap;
 impl Daemon {
     /// The item of a record (with what the registry knows of it while it runs).
     pub(crate) fn item(&self, record: &Record) -> Item {
-        let report = record
+        let mut report = record
             .end
             .map(|end| crate::end::report(&record.id, end, record.exit_code, record.signal));
+        let mut lost_reason = record.lost_reason.clone();
+        if record.kind == Kind::Monitor {
+            // A monitor's detail says what happened ("matched: …", "timed out …").
+            if let (Some(text), Some(detail)) = (report.as_mut(), lost_reason.take()) {
+                text.push_str(": ");
+                text.push_str(&detail);
+            }
+        }
         let running = record.state != State::Ended;
         Item {
             id: record.id.clone(),
@@ -36,7 +44,7 @@ impl Daemon {
                     .to_string()
             }),
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
-            lost_reason: record.lost_reason.clone(),
+            lost_reason,
         }
     }
 

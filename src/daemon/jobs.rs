@@ -3,7 +3,7 @@
 use super::{Daemon, Live};
 use crate::output;
 use crate::paths::now_ms;
-use crate::store::{NewRecord, Settlement};
+use crate::store::{NewRecord, Record, Settlement};
 use crate::wire::control::{JobSpec, PaneSize, ToSupervisor, PROTOCOL};
 use crate::wire::{
     Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
@@ -19,14 +19,16 @@ const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
+/// Sub-agents a session may run at once (SPEC §5).
+const MAX_SUB_AGENTS: usize = 2;
 
 /// How a job is launched beyond its arguments.
 #[derive(Default)]
 pub(crate) struct Launch {
     /// Start even past the session's limit (a foreground `run`, checked at promotion).
     pub over_limit: bool,
-    /// Variables the daemon sets for the job (a sub-agent's session, say).
-    pub extra_env: BTreeMap<String, String>,
+    /// A sub-agent: counted against its own limit, with its session and report file.
+    pub sub_agent: bool,
 }
 
 impl Daemon {
@@ -74,19 +76,31 @@ impl Daemon {
         });
         let record = {
             let mut inner = self.lock();
-            let running = Self::counted(&inner, session)?;
-            if !launch.over_limit && running.len() >= self.config.max_running {
-                return Err(limit_error(
-                    self.config.max_running,
-                    &running_items(self, &running),
-                ));
+            if launch.sub_agent {
+                let agents: Vec<Record> = inner
+                    .store
+                    .list(session, false)?
+                    .into_iter()
+                    .filter(|r| r.session == session && r.kind == Kind::SubAgent)
+                    .collect();
+                if agents.len() >= MAX_SUB_AGENTS {
+                    return Err(limit_error(MAX_SUB_AGENTS, &running_items(self, &agents)));
+                }
+            } else {
+                let running = Self::counted(&inner, session)?;
+                if !launch.over_limit && running.len() >= self.config.max_running {
+                    return Err(limit_error(
+                        self.config.max_running,
+                        &running_items(self, &running),
+                    ));
+                }
             }
             inner.store.insert(&NewRecord {
                 session: session.to_string(),
-                kind: if pane.is_some() {
-                    Kind::Pane
-                } else {
-                    Kind::Job
+                kind: match (launch.sub_agent, pane.is_some()) {
+                    (true, _) => Kind::SubAgent,
+                    (false, true) => Kind::Pane,
+                    (false, false) => Kind::Job,
                 },
                 name: args.name.clone(),
                 command: args.command.clone(),
@@ -121,7 +135,11 @@ impl Daemon {
             .clone()
             .unwrap_or_else(|| std::env::vars().collect());
         env.extend(args.env.clone());
-        env.extend(launch.extra_env);
+        if launch.sub_agent {
+            let report = job_dir.join(super::settle::REPORT_FILE);
+            env.insert("BGWORK_SESSION".into(), format!("{session}/{}", record.id));
+            env.insert("BGWORK_REPORT".into(), report.display().to_string());
+        }
         let spec = JobSpec {
             protocol: PROTOCOL,
             job_key: job_dir.display().to_string(),
@@ -219,38 +237,89 @@ impl Daemon {
             Some(_) => return Err(WireError::bad_request("--grace takes seconds, 0 or more")),
             None => DEFAULT_GRACE,
         };
-        let row = {
-            let mut inner = self.lock();
-            let record = Self::find(&inner, session, &args.id)?;
-            if record.state == State::Ended {
-                return Ok(self.item(&record));
-            }
-            let Some(live) = inner.live.get(&record.row) else {
-                return Err(WireError::new(
-                    ErrorCode::NotRunning,
-                    format!("{} is not attached yet: try again in a moment", args.id),
-                ));
-            };
-            let stop = ToSupervisor::Stop {
-                grace_ms: grace.as_millis() as u64,
-                actor: args.actor,
-            };
-            live.handle.send(stop);
-            inner.store.set_stop_actor(record.row, args.actor)?;
-            record.row
-        };
-        self.wait_for(grace + STOP_SLACK, |d| d.has_ended(row))
-            .await;
+        let record = Self::find(&self.lock(), session, &args.id)?;
+        if record.state == State::Ended {
+            return Ok(self.item(&record));
+        }
+        // A sub-agent is stopped with everything it started.
+        let mut rows = vec![record.row];
+        if record.kind == Kind::SubAgent {
+            let child = format!("{}/{}", record.session, record.id);
+            rows.extend(self.lock().store.list(&child, false)?.iter().map(|r| r.row));
+        }
+        for &row in &rows {
+            self.request_stop(row, grace, args.actor)?;
+        }
+        self.wait_for(grace + STOP_SLACK, |d| {
+            rows.iter().all(|&row| d.has_ended(row))
+        })
+        .await;
         let inner = self.lock();
         let record = inner
             .store
-            .get(row)?
+            .get(record.row)?
             .ok_or_else(|| WireError::unknown_id(&args.id))?;
         let mut item = self.item(&record);
         if record.state != State::Ended {
             item.stop_requested = Some(true);
         }
         Ok(item)
+    }
+
+    /// Asks one running item to stop: its supervisor for a job, the daemon for a monitor.
+    fn request_stop(&self, row: i64, grace: Duration, actor: Actor) -> Result<(), WireError> {
+        let mut inner = self.lock();
+        let Some(record) = inner.store.get(row)? else {
+            return Ok(());
+        };
+        if record.state == State::Ended {
+            return Ok(());
+        }
+        if record.kind == Kind::Monitor {
+            drop(inner);
+            let end = match actor {
+                Actor::Agent => End::StoppedByAgent,
+                Actor::Person => End::StoppedByPerson,
+            };
+            self.settle_monitor(row, end, "stopped");
+            return Ok(());
+        }
+        let Some(live) = inner.live.get(&row) else {
+            return Err(WireError::new(
+                ErrorCode::NotRunning,
+                format!("{} is not attached yet: try again in a moment", record.id),
+            ));
+        };
+        live.handle.send(ToSupervisor::Stop {
+            grace_ms: grace.as_millis() as u64,
+            actor,
+        });
+        inner.store.set_stop_actor(row, actor)?;
+        Ok(())
+    }
+
+    /// `agent start`: a sub-agent, a job whose own work is filed under `SESSION/sub-N`
+    /// and whose report comes back as a notice.
+    pub(crate) async fn agent_start(
+        &self,
+        session: &str,
+        mut args: StartArgs,
+    ) -> Result<StartReply, WireError> {
+        args.pty = false;
+        args.notify = true;
+        let launch = Launch {
+            sub_agent: true,
+            ..Launch::default()
+        };
+        let row = self.launch(session, &args, launch).await?;
+        let record = self.lock().store.get(row)?;
+        let item = record
+            .map(|r| self.item(&r))
+            .ok_or_else(|| WireError::internal("record vanished"))?;
+        Ok(StartReply {
+            item,
+            output: String::new(),
+        })
     }
 
     pub(crate) fn send(&self, session: &str, args: &SendArgs) -> Result<Ack, WireError> {

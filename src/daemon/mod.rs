@@ -11,6 +11,7 @@
 mod config;
 mod items;
 mod jobs;
+mod monitor;
 mod notices;
 mod pane;
 mod read;
@@ -127,7 +128,7 @@ impl Daemon {
     }
 
     /// Serves one request whose reply is a single object.
-    pub(crate) async fn dispatch(&self, envelope: Envelope) -> Answer {
+    pub(crate) async fn dispatch(self: &Arc<Self>, envelope: Envelope) -> Answer {
         use crate::wire::encode_result as reply;
         let session = envelope.session;
         if let Err(e) = check_session(&session) {
@@ -140,6 +141,8 @@ impl Daemon {
             Request::Read(args) => reply(&self.read(&session, &args)),
             Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),
             Request::Run(args) => reply(&self.run(&session, args).await),
+            Request::Monitor(args) => reply(&self.monitor(&session, args).await),
+            Request::AgentStart(args) => reply(&self.agent_start(&session, args).await),
             Request::Send(args) => reply(&self.send(&session, &args)),
             Request::Stop(args) => reply(&self.stop(&session, &args).await),
             Request::Wait(args) => reply(&self.wait(&session, &args).await),

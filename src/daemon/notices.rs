@@ -113,5 +113,6 @@ pub(crate) fn notice(row: &NoticeRow) -> Notice {
         text: row.text.clone(),
         tail: row.tail.clone(),
         created_at: rfc3339(row.created_at),
+        count: row.count,
     }
 }

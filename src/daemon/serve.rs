@@ -79,6 +79,7 @@ pub async fn run(
 ) {
     daemon.reconcile().await;
     tokio::spawn(daemon.clone().apply_events(events));
+    daemon.resume_monitors();
     if let Err(e) = daemon.gc() {
         crate::note!("bgwork daemon: gc at start failed: {}", e.message);
     }

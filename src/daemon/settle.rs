@@ -8,7 +8,7 @@ use crate::output;
 use crate::paths::now_ms;
 use crate::store::{NewNotice, Record, Settlement};
 use crate::wire::control::ExitStatus;
-use crate::wire::{End, State};
+use crate::wire::{End, Kind, State};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,9 +182,14 @@ impl Daemon {
         if !record.notify || end == End::StoppedByAgent {
             return None;
         }
+        let tail = match record.kind {
+            Kind::SubAgent => sub_agent_report(record)
+                .unwrap_or_else(|| output::tail(log, self.config.log_head, dropped)),
+            _ => output::tail(log, self.config.log_head, dropped),
+        };
         Some(NewNotice {
             text: end::report(&record.id, end, exit_code, signal),
-            tail: output::tail(log, self.config.log_head, dropped),
+            tail,
         })
     }
 
@@ -200,7 +205,7 @@ impl Daemon {
             }
         };
         let (mut attached, mut settled, mut lost) = (0, 0, 0);
-        for record in unsettled {
+        for record in unsettled.into_iter().filter(|r| r.kind != Kind::Monitor) {
             if record.job_dir.is_empty() {
                 let reason = "the daemon stopped while starting it".to_string();
                 self.settle_or_retry(record.row, Ending::Lost(reason));
@@ -244,6 +249,19 @@ impl Daemon {
         }
     }
 }
+
+/// The most of a sub-agent's report file a notice carries.
+const REPORT_MAX: usize = 16 << 10;
+
+/// A sub-agent's report: the file named by `BGWORK_REPORT`, when it wrote one.
+fn sub_agent_report(record: &Record) -> Option<String> {
+    let bytes = std::fs::read(Path::new(&record.job_dir).join(REPORT_FILE)).ok()?;
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(REPORT_MAX)]).into_owned();
+    (!text.trim().is_empty()).then_some(text)
+}
+
+/// The report file in a sub-agent's folder.
+pub(crate) const REPORT_FILE: &str = "report";
 
 /// An end to record: a supervisor's status, or `lost` with its reason.
 enum Ending {

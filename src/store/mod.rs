@@ -6,7 +6,10 @@
 //! so a crash can never keep one without the other. Schema changes are migrations in
 //! [`schema`], applied in order and counted in `PRAGMA user_version`.
 
+mod monitors;
 mod schema;
+
+pub use monitors::MonitorRow;
 
 use crate::wire::{Actor, End, Kind, State};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -92,12 +95,14 @@ pub struct NoticeRow {
     pub nrow: i64,
     pub session: String,
     pub item: String,
-    pub end: End,
+    /// None for a watch's batch of matches.
+    pub end: Option<End>,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub text: String,
     pub tail: String,
     pub created_at: i64,
+    pub count: u64,
 }
 
 pub struct Store {
@@ -107,6 +112,9 @@ pub struct Store {
 const RECORD_COLUMNS: &str = "row, session, id, kind, state, end_kind, exit_code, signal, name, \
     command, cwd, pid, started_at, ended_at, notify, env_names, job_dir, stop_actor, dropped, \
     log_len, lost_reason, cols, rows";
+
+/// `end_kind` of a notice that reports matches of a watch, not an end.
+const MATCH_NOTICE: &str = "match";
 
 /// The visibility rule: a session sees its own work and its sub-agents' (`S/…`).
 const VISIBLE: &str = "(session = ?1 OR substr(session, 1, length(?1) + 1) = ?1 || '/')";
@@ -177,6 +185,15 @@ impl Store {
         self.conn.execute(
             "UPDATE items SET cols = ?2, rows = ?3 WHERE row = ?1",
             params![row, cols, rows],
+        )?;
+        Ok(())
+    }
+
+    /// Marks a record running that has no process (a monitor).
+    pub fn mark_running(&mut self, row: i64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE items SET state = 'running' WHERE row = ?1 AND state != 'ended'",
+            [row],
         )?;
         Ok(())
     }
@@ -296,7 +313,7 @@ impl Store {
     /// Notices of the session (and its sub-agents) not yet delivered, oldest first.
     pub fn pending_notices(&self, session: &str) -> Result<Vec<NoticeRow>> {
         let sql = format!(
-            "SELECT nrow, session, item, end_kind, exit_code, signal, text, tail, created_at
+            "SELECT nrow, session, item, end_kind, exit_code, signal, text, tail, created_at, count
              FROM notices WHERE {VISIBLE} AND delivered_at IS NULL ORDER BY nrow"
         );
         let mut stmt = self.conn.prepare(&sql)?;
@@ -305,12 +322,15 @@ impl Store {
                 nrow: r.get(0)?,
                 session: r.get(1)?,
                 item: r.get(2)?,
-                end: parse_end(&r.get::<_, String>(3)?),
+                end: Some(r.get::<_, String>(3)?)
+                    .filter(|e| e != MATCH_NOTICE)
+                    .map(|e| parse_end(&e)),
                 exit_code: r.get(4)?,
                 signal: r.get(5)?,
                 text: r.get(6)?,
                 tail: r.get(7)?,
                 created_at: r.get(8)?,
+                count: r.get::<_, i64>(9)? as u64,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

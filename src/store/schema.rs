@@ -62,6 +62,19 @@ const MIGRATIONS: &[&str] = &[
     // 2: a pane's terminal size.
     "ALTER TABLE items ADD COLUMN cols INTEGER;
     ALTER TABLE items ADD COLUMN rows INTEGER;",
+    // 3: monitors, and notices that stand for several events (a watch's matches).
+    "CREATE TABLE monitors(
+        row         INTEGER PRIMARY KEY,
+        mode        TEXT NOT NULL,
+        condition   TEXT NOT NULL,
+        target      TEXT NOT NULL,
+        target_row  INTEGER,
+        regex       TEXT,
+        deadline_at INTEGER,
+        offset      INTEGER NOT NULL DEFAULT 0,
+        matches     INTEGER NOT NULL DEFAULT 0
+    );
+    ALTER TABLE notices ADD COLUMN count INTEGER NOT NULL DEFAULT 1;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

@@ -53,6 +53,8 @@ pub enum Request {
         rows: u16,
     },
     Run(RunArgs),
+    Monitor(MonitorArgs),
+    AgentStart(StartArgs),
     Gc,
     Status,
     Shutdown {
@@ -85,6 +87,44 @@ pub struct StartArgs {
     pub cols: Option<u16>,
     #[serde(default)]
     pub rows: Option<u16>,
+}
+
+/// A monitor: a durable wait (until a condition holds) or watch (every matching line).
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct MonitorArgs {
+    pub mode: MonitorMode,
+    pub condition: Condition,
+    /// Lines to match (`--until-output ID REGEX`, `watch --regex`).
+    #[serde(default)]
+    pub regex: Option<String>,
+    /// A wait fails when its condition has not held after this many seconds.
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+    #[serde(default)]
+    pub notify: bool,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MonitorMode {
+    Wait,
+    Watch,
+}
+
+/// What a monitor watches.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Condition {
+    /// A line of an item's output.
+    Output { id: String },
+    /// Something accepts connections on `address` (HOST:PORT).
+    Port { address: String },
+    /// The file exists (wait), or lines appended to it (watch).
+    File { path: String },
+    /// The item ended.
+    End { id: String },
 }
 
 /// A foreground run with a deadline, promoted to the background past it.
@@ -301,7 +341,8 @@ pub struct WaitReply {
 pub struct Notice {
     pub id: String,
     pub item: String,
-    pub end: End,
+    /// The end it reports; none for a watch's batch of matches.
+    pub end: Option<End>,
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub signal: Option<i32>,
@@ -309,6 +350,13 @@ pub struct Notice {
     pub tail: String,
     #[serde(default)]
     pub created_at: String,
+    /// How many events the notice stands for (a watch's matches since the last one).
+    #[serde(default = "one")]
+    pub count: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

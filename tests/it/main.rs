@@ -3,6 +3,7 @@
 
 mod ends;
 mod faults;
+mod monitors;
 mod output;
 mod panes;
 mod restart;

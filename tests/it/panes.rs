@@ -56,7 +56,8 @@ fn ctrl_c_interrupts_a_sleep_in_the_panes_shell() {
     home.json(&["send", &id, r"sleep 1000; echo finished-$?\n"]);
     eventually(Duration::from_secs(10), || {
         crate::util::processes_of(home.path()).iter().any(|&pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default() == b"sleep\x001000\x00"
+            std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()
+                == b"sleep\x001000\x00"
         })
     });
     home.json(&["send", &id, "--key", "C-c"]);

@@ -100,6 +100,11 @@ pub enum Commands {
     },
     /// The daemon's pid, version, home, socket and running work.
     Status,
+    /// An MCP server on stdio exposing the same calls as tools.
+    Mcp,
+    /// Turn-boundary hooks of agent harnesses.
+    #[command(subcommand)]
+    Hook(HookCmd),
     /// Stop the daemon; running work goes on unless --stop-work.
     Shutdown {
         #[arg(long)]
@@ -183,6 +188,16 @@ pub enum MonitorCmd {
         regex: Option<String>,
         #[arg(long)]
         name: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HookCmd {
+    /// Claude Code: reads a hook event on stdin, prints pending notices as context.
+    ClaudeCode {
+        /// On Stop, ask the agent to wait for work armed with --notify that still runs.
+        #[arg(long)]
+        wait_on_stop: bool,
     },
 }
 
@@ -306,6 +321,14 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Daemon { .. } => return Ok(run_daemon()),
         Commands::Supervise { .. } => crate::supervisor::run(),
         Commands::Demo => return demo::run(),
+        Commands::Mcp => {
+            return crate::mcp::main()
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(|e| WireError::internal(format!("the MCP server stopped: {e}")))
+        }
+        Commands::Hook(HookCmd::ClaudeCode { wait_on_stop }) => {
+            return Ok(crate::hook::claude_code(&paths, wait_on_stop))
+        }
         Commands::Start(start) => Request::Start(start_args(start)?),
         Commands::List { all } => Request::List { all },
         Commands::Read(read) => Request::Read(wire::ReadArgs {

@@ -3,6 +3,7 @@
 
 mod ends;
 mod faults;
+mod mcp;
 mod monitors;
 mod output;
 mod panes;

@@ -1,0 +1,104 @@
+"""A full agent session against `bgwork mcp`, driven by the official Python MCP SDK client.
+
+Usage: python mcp_session.py BGWORK_BINARY
+Prints one line per step and exits non-zero on the first thing that is not as expected.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def check(condition, what):
+    if not condition:
+        print(f"FAILED: {what}", flush=True)
+        sys.exit(1)
+    print(f"ok: {what}", flush=True)
+
+
+def field(obj, snake, camel):
+    """An attribute by its SDK name (snake_case in newer SDKs, camelCase in older)."""
+    return getattr(obj, snake) if hasattr(obj, snake) else getattr(obj, camel)
+
+
+def body(result):
+    """The structured result, checked against its JSON text twin."""
+    check(not field(result, "is_error", "isError"), "the call succeeded")
+    structured = field(result, "structured_content", "structuredContent")
+    text = json.loads(result.content[0].text)
+    check(structured == text, "structured content and JSON text agree")
+    return structured
+
+
+async def main(binary):
+    env = dict(os.environ)
+    env["BGWORK_SESSION"] = "interop"
+    env["BGWORK_MCP_PROGRESS_MS"] = "200"
+    params = StdioServerParameters(command=binary, args=["mcp"], env=env)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            check(field(init, "server_info", "serverInfo").name == "bgwork", "initialize names the server")
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            wanted = {"start", "run", "list", "read", "send", "stop", "wait", "monitor", "notices"}
+            check(wanted <= tools, f"tools/list offers {sorted(wanted)}")
+
+            started = body(await session.call_tool("start", {
+                "command": "echo compiling; read go; echo 'tests: 41 passed, 1 failed'; exit 1",
+                "notify": True, "window_ms": 0, "name": "suite"}))
+            job = started["id"]
+            check(job.startswith("bg-") and started["state"] == "running", f"start returns {job} at once")
+            check(started["notices"] == [], "no notice yet")
+
+            waited = body(await session.call_tool("wait", {"ids": [job], "until": "compiling", "timeout_s": 20}))
+            check(waited["reason"] == "matched", "wait until a pattern")
+            read = body(await session.call_tool("read", {"id": job}))
+            check(read["output"] == "compiling\n" and read["running"], "read returns what is new")
+
+            body(await session.call_tool("send", {"id": job, "text": "\\n"}))
+            progress = []
+
+            async def on_progress(done, total, message):
+                progress.append(done)
+
+            ended = body(await session.call_tool(
+                "wait", {"ids": [job], "timeout_s": 20}, progress_callback=on_progress))
+            check(ended["reason"] == "ended" and ended["items"][0]["end"] == "failed", "wait sees the end")
+            check("1 failed" in ended["tails"][job], "the wait carries the last lines")
+
+            other = body(await session.call_tool("start", {"command": "echo second; exit 0", "notify": True, "window_ms": 0}))
+            listed = body(await session.call_tool("wait", {"id": other["id"], "timeout_s": 20}))
+            check(listed["reason"] == "ended", "second job ended")
+            third = body(await session.call_tool("start", {"command": "exit 0", "notify": True, "window_ms": 0}))
+            seen = []
+            for _ in range(200):
+                result = body(await session.call_tool("list", {}))
+                seen.extend(result["notices"])
+                if seen:
+                    break
+                await asyncio.sleep(0.05)
+            check([n["item"] for n in seen] == [third["id"]], "the notice rides along on the next result")
+            check(seen[0]["text"].endswith("finished successfully (exit 0)"), "with its one-line report")
+            again = body(await session.call_tool("notices", {}))
+            check(again["notices"] == [], "each notice once")
+
+            error = await session.call_tool("read", {"id": "bg-999"})
+            check(field(error, "is_error", "isError"), "an unknown id is a tool error")
+            code = field(error, "structured_content", "structuredContent")["error"]["code"]
+            check(code == "unknown_id", "with the SPEC code")
+            stop = body(await session.call_tool("start", {"command": "sleep 1000", "window_ms": 0}))
+            slow = body(await session.call_tool(
+                "wait", {"ids": [stop["id"]], "timeout_s": 1}, progress_callback=on_progress))
+            check(slow["reason"] == "timeout", "a bounded wait times out")
+            check(len(progress) >= 2, f"a long wait sends progress ({len(progress)} notifications)")
+            stopped = body(await session.call_tool("stop", {"id": stop["id"], "grace_s": 1}))
+            check(stopped["end"] == "stopped_by_agent", "stop ends it")
+    print("interop session passed", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))

@@ -1,0 +1,353 @@
+//! `bgwork mcp` over stdio JSON-RPC, the Python SDK interop session, and the Claude Code
+//! hook fed with recorded hook events.
+
+use crate::util::{Home, BIN};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+
+struct Mcp {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Mcp {
+    fn start(home: &Home) -> Mcp {
+        let mut child = home
+            .command(&["mcp"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut mcp = Mcp {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+        };
+        let init = mcp.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "bgwork-tests", "version": "1"}
+            }),
+        );
+        assert_eq!(init["result"]["serverInfo"]["name"], "bgwork");
+        mcp.notify("notifications/initialized");
+        mcp
+    }
+
+    fn notify(&mut self, method: &str) {
+        let line = json!({"jsonrpc": "2.0", "method": method});
+        writeln!(self.stdin, "{line}").unwrap();
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let line =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        writeln!(self.stdin, "{line}").unwrap();
+        loop {
+            let mut reply = String::new();
+            assert!(
+                self.stdout.read_line(&mut reply).unwrap() > 0,
+                "the server hung up"
+            );
+            let reply: Value = serde_json::from_str(&reply).unwrap();
+            if reply["id"] == self.next_id {
+                return reply;
+            }
+        }
+    }
+
+    /// Calls a tool; returns (is_error, structured content).
+    fn call(&mut self, tool: &str, arguments: Value) -> (bool, Value) {
+        let reply = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
+        let result = &reply["result"];
+        let text: Value =
+            serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            text, result["structuredContent"],
+            "text and structured content agree"
+        );
+        (
+            result["isError"] == true,
+            result["structuredContent"].clone(),
+        )
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn tools_list_offers_every_call_with_a_schema_and_a_description() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let tools = mcp.request("tools/list", json!({}))["result"]["tools"].clone();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["start", "run", "list", "read", "send", "stop", "wait", "monitor", "notices"]
+    );
+    for tool in tools.as_array().unwrap() {
+        assert_eq!(tool["inputSchema"]["type"], "object");
+        assert!(tool["description"].as_str().unwrap().len() > 60);
+    }
+    let start = &tools[0];
+    assert_eq!(start["inputSchema"]["required"], json!(["command"]));
+    assert!(start["inputSchema"]["properties"]["window_ms"].is_object());
+}
+
+#[test]
+fn each_tool_works_and_notices_ride_along_once() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let (error, started) = mcp.call(
+        "start",
+        json!({"command": "echo one; read x; echo two", "notify": true, "window_ms": 0}),
+    );
+    assert!(!error);
+    let id = started["id"].as_str().unwrap().to_string();
+    assert_eq!(started["notices"], json!([]));
+    let (_, waited) = mcp.call(
+        "wait",
+        json!({"ids": [id], "until": "one", "timeout_s": 20}),
+    );
+    assert_eq!(waited["reason"], "matched");
+    let (_, read) = mcp.call("read", json!({"id": id}));
+    assert_eq!(read["output"], "one\n");
+    mcp.call("send", json!({"id": id, "text": "\\n"}));
+    let (_, ended) = mcp.call("wait", json!({"id": id, "timeout_s": 20}));
+    assert_eq!(ended["items"][0]["end"], "succeeded");
+
+    let (_, other) = mcp.call(
+        "start",
+        json!({"command": "exit 6", "notify": true, "window_ms": 0}),
+    );
+    let other = other["id"].as_str().unwrap().to_string();
+    let (_, listed) = mcp.call(
+        "run",
+        json!({"command": "sleep 0.3; echo ran", "timeout_s": 20}),
+    );
+    assert_eq!(listed["outcome"], "ended");
+    assert_eq!(listed["output"], "ran\n");
+    let notices = listed["notices"].as_array().unwrap();
+    assert_eq!(notices.len(), 1, "{listed}");
+    assert_eq!(notices[0]["item"], other.as_str());
+    assert_eq!(notices[0]["exit_code"], 6);
+    let (_, list) = mcp.call("list", json!({"all": true}));
+    assert_eq!(list["notices"], json!([]), "delivered once");
+    assert_eq!(list["items"].as_array().unwrap().len(), 3);
+
+    let (_, mon) = mcp.call("monitor", json!({"mode": "wait", "until_end": other}));
+    assert!(mon["id"].as_str().unwrap().starts_with("mon-"));
+    let (_, sleeper) = mcp.call("start", json!({"command": "sleep 1000", "window_ms": 0}));
+    let (_, stopped) = mcp.call("stop", json!({"id": sleeper["id"], "grace_s": 1}));
+    assert_eq!(stopped["end"], "stopped_by_agent");
+    let (_, notices) = mcp.call("notices", json!({}));
+    assert_eq!(notices["notices"], json!([]));
+}
+
+#[test]
+fn errors_are_tool_errors_with_the_spec_code_and_the_server_survives() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let cases = [
+        ("read", json!({"id": "bg-77"}), "unknown_id"),
+        (
+            "wait",
+            json!({"ids": ["bg-1"], "until": "(bad"}),
+            "bad_request",
+        ),
+        ("wait", json!({"ids": ["bg-1"]}), "unknown_id"),
+        ("start", json!({}), "bad_request"),
+        (
+            "start",
+            json!({"command": "true", "colour": "blue"}),
+            "bad_request",
+        ),
+        (
+            "start",
+            json!({"command": "true", "cwd": "/no/such/dir", "window_ms": 0}),
+            "spawn_failed",
+        ),
+        ("read", json!({"id": 5}), "bad_request"),
+        ("teleport", json!({}), "bad_request"),
+    ];
+    for (tool, args, code) in cases {
+        let (error, body) = mcp.call(tool, args.clone());
+        assert!(error, "{tool} {args}");
+        assert_eq!(body["error"]["code"], code, "{tool} {args}: {body}");
+        assert!(body["notices"].is_array());
+    }
+    let (error, _) = mcp.call("list", json!({}));
+    assert!(!error, "still serving");
+}
+
+#[test]
+fn the_python_sdk_client_runs_a_whole_session() {
+    let python = std::env::var("BGWORK_TEST_PYTHON")
+        .expect("BGWORK_TEST_PYTHON names a Python with the `mcp` package: scripts/test makes one");
+    let home = Home::new();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/mcp_session.py");
+    let output = std::process::Command::new(python)
+        .args([script, BIN])
+        .env("BGWORK_HOME", home.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("interop session passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn hook(home: &Home, event: Value, extra: &[&str]) -> String {
+    let mut args = vec!["hook", "claude-code"];
+    args.extend_from_slice(extra);
+    let mut child = home
+        .command(&args)
+        .env_remove("BGWORK_SESSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(event.to_string().as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn the_claude_code_hook_delivers_notices_once_as_additional_context() {
+    let home = Home::new();
+    let session = "3f1c2a9e-claude-session";
+    let run = home.run(&[
+        "--session",
+        session,
+        "--json",
+        "start",
+        "--notify",
+        "--window",
+        "0",
+        "--",
+        "echo 'BUILD FAILED: missing ;'; exit 2",
+    ]);
+    let id = run.json()["id"].as_str().unwrap().to_string();
+    home.run(&["--session", session, "wait", &id]);
+    let prompt = json!({
+        "session_id": session,
+        "transcript_path": "/tmp/transcript.jsonl",
+        "cwd": "/work",
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "what next?"
+    });
+    // The wait above showed the end: nothing to say.
+    assert_eq!(hook(&home, prompt.clone(), &[]), "");
+    let second = home.run(&[
+        "--session",
+        session,
+        "--json",
+        "start",
+        "--notify",
+        "--window",
+        "0",
+        "--",
+        "echo ok",
+    ]);
+    let second = second.json()["id"].as_str().unwrap().to_string();
+    let mut said = String::new();
+    for _ in 0..500 {
+        said = hook(
+            &home,
+            json!({"session_id": session, "hook_event_name": "PostToolUse", "tool_name": "Bash"}),
+            &[],
+        );
+        if !said.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let reply: Value = serde_json::from_str(&said).unwrap();
+    assert_eq!(reply["hookSpecificOutput"]["hookEventName"], "PostToolUse");
+    let context = reply["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    assert!(
+        context.contains(&format!("{second} finished successfully (exit 0)")),
+        "{context}"
+    );
+    assert!(context.contains("| ok"), "{context}");
+    assert_eq!(hook(&home, prompt, &[]), "", "delivered once");
+}
+
+#[test]
+fn the_stop_hook_asks_to_wait_for_armed_work_only_when_asked_to() {
+    let home = Home::new();
+    let session = "stop-session";
+    home.run(&[
+        "--session",
+        session,
+        "start",
+        "--notify",
+        "--window",
+        "0",
+        "--name",
+        "suite",
+        "--",
+        "sleep 1000",
+    ]);
+    let stop = json!({"session_id": session, "hook_event_name": "Stop", "stop_hook_active": false});
+    assert_eq!(hook(&home, stop.clone(), &[]), "");
+    let reply: Value = serde_json::from_str(&hook(&home, stop, &["--wait-on-stop"])).unwrap();
+    assert_eq!(reply["decision"], "block");
+    assert!(
+        reply["reason"]
+            .as_str()
+            .unwrap()
+            .contains("bgwork wait bg-1"),
+        "{reply}"
+    );
+    let again = json!({"session_id": session, "hook_event_name": "Stop", "stop_hook_active": true});
+    assert_eq!(hook(&home, again, &["--wait-on-stop"]), "", "never loops");
+    let env_file = home.path().join("claude-env");
+    let mut child = home
+        .command(&["hook", "claude-code"])
+        .env_remove("BGWORK_SESSION")
+        .env("CLAUDE_ENV_FILE", &env_file)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start =
+        json!({"session_id": session, "hook_event_name": "SessionStart", "source": "startup"});
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(start.to_string().as_bytes())
+        .unwrap();
+    child.wait().unwrap();
+    let exported = std::fs::read_to_string(env_file).unwrap();
+    assert_eq!(exported, format!("export BGWORK_SESSION='{session}'\n"));
+}

@@ -9,10 +9,8 @@
 
 use super::{ExecEvent, JobHandle, Reattach, Running};
 use crate::paths::SocketPath;
-use crate::supervisor::{self, CONTROL_SOCKET, LAUNCH_FD};
+use crate::supervisor::{self, CONTROL_SOCKET};
 use crate::wire::control::{self, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -44,33 +42,18 @@ impl LocalExecutor {
             .map_err(|e| format!("could not make a socket pair: {e}"))?;
         let stderr = std::fs::File::create(job_dir.join("supervisor.log"))
             .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))?;
+        // The launch socket is the supervisor's stdin, and it leaves the daemon's session
+        // itself: with no hook between fork and exec, the spawn is a fast posix_spawn.
         let mut command = std::process::Command::new(&self.exe);
         command
             .arg("supervise")
             .arg(job_dir)
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .stderr(stderr);
-        let their_fd = theirs.as_raw_fd();
-        // SAFETY: only async-signal-safe calls (setsid, dup2, fcntl) between fork and exec.
-        unsafe {
-            command.pre_exec(move || {
-                nix::unistd::setsid()?;
-                let rc = if their_fd == LAUNCH_FD {
-                    nix::libc::fcntl(their_fd, nix::libc::F_SETFD, 0)
-                } else {
-                    nix::libc::dup2(their_fd, LAUNCH_FD)
-                };
-                if rc < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let mut child = tokio::process::Command::from(command)
             .spawn()
             .map_err(|e| format!("could not start the supervisor {}: {e}", self.exe.display()))?;
-        drop(theirs);
         tokio::spawn(async move {
             let _ = child.wait().await;
         });

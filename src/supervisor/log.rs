@@ -61,10 +61,6 @@ impl OutputLog {
         self.unwritten
     }
 
-    pub fn sync(&self) {
-        let _ = self.file.sync_data();
-    }
-
     fn release_middle(&mut self) {
         if self.written <= self.cap {
             return;

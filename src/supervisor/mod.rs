@@ -34,8 +34,9 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The descriptor on which the daemon hands a new supervisor its launch socket.
-pub const LAUNCH_FD: i32 = 3;
+/// The descriptor on which the daemon hands a new supervisor its launch socket: its
+/// stdin, so that the daemon can spawn it without a hook between fork and exec.
+pub const LAUNCH_FD: i32 = 0;
 
 /// Names of the files in a job's folder.
 pub const LOG_FILE: &str = "output.log";
@@ -52,6 +53,8 @@ pub fn run() -> ! {
     // SAFETY: the daemon starts every supervisor with its launch socket on LAUNCH_FD and
     // nothing else in this process owns that descriptor.
     let launch = unsafe { UnixStream::from_raw_fd(LAUNCH_FD) };
+    // First of all, leave the daemon's session: nothing that happens to it reaches us.
+    let _ = nix::unistd::setsid();
     // The job must not inherit the daemon's connection.
     let _ = nix::fcntl::fcntl(
         &launch,
@@ -111,7 +114,6 @@ impl Supervisor {
             first.flush_blocking(Duration::from_secs(1));
             return Err(std::io::Error::other("protocol mismatch"));
         }
-        let _ = nix::unistd::setsid();
         let _ = nix::sys::prctl::set_child_subreaper(true);
         let _ = std::env::set_current_dir("/");
         let mut mask = SigSet::empty();
@@ -341,14 +343,12 @@ impl Supervisor {
         self.main_status = Some((code, signal));
         self.stdin = None;
         self.drain_until = None;
-        if self.escalation.is_none() {
-            let leftovers = !tree::descendants(self.me).is_empty();
-            if leftovers {
-                tree::signal_all(self.me, self.pid, Signal::SIGTERM);
-            }
+        if self.escalation.is_none() && !tree::descendants(self.me).is_empty() {
+            // The main process ended but left processes behind: they go too.
+            tree::signal_all(self.me, self.pid, Signal::SIGTERM);
             let grace = Duration::from_millis(self.spec.linger_grace_ms);
             self.escalation = Some(Escalation {
-                kill_at: Instant::now() + if leftovers { grace } else { Duration::ZERO },
+                kill_at: Instant::now() + grace,
             });
         }
     }
@@ -474,7 +474,6 @@ impl Supervisor {
         if self.output.is_some() {
             self.read_output();
         }
-        self.log.sync();
         let (exit_code, signal) = self.main_status.unwrap_or((None, None));
         let status = ExitStatus {
             protocol: PROTOCOL,
@@ -503,14 +502,14 @@ impl Supervisor {
     }
 }
 
-/// Writes the status file atomically: temp file, fsync, rename, fsync of the folder.
+/// Writes the status file atomically (temp file, rename): a reader finds the whole
+/// status or none, whenever any process dies. It is not fsynced: like the store
+/// (`synchronous=NORMAL`), it survives process crashes, not a power cut.
 pub fn write_status(job_dir: &Path, status: &ExitStatus) -> std::io::Result<()> {
     let temp = job_dir.join("status.tmp");
     let mut file = File::create(&temp)?;
     file.write_all(&status.encode())?;
-    file.sync_all()?;
-    std::fs::rename(&temp, job_dir.join(STATUS_FILE))?;
-    File::open(job_dir)?.sync_all()
+    std::fs::rename(&temp, job_dir.join(STATUS_FILE))
 }
 
 /// Reads a job's status file, if it has one.

@@ -38,7 +38,7 @@ fn spawn_pane(spec: &JobSpec, size: crate::wire::control::PaneSize) -> std::io::
     let (pty, pts) = pty_process::blocking::open().map_err(std::io::Error::other)?;
     pty.resize(pty_process::Size::new(size.rows, size.cols))
         .map_err(std::io::Error::other)?;
-    let command = pty_process::blocking::Command::new("bash")
+    let command = pty_process::blocking::Command::new(bash())
         .arg("-c")
         .arg(&spec.command)
         .current_dir(&spec.cwd)
@@ -48,7 +48,7 @@ fn spawn_pane(spec: &JobSpec, size: crate::wire::control::PaneSize) -> std::io::
         .env("BGWORK_JOB", &spec.job_key);
     // SAFETY: only async-signal-safe calls (sigprocmask, sigaction, prctl) run between
     // fork and exec; pty-process makes the child a session leader on the terminal first.
-    let command = unsafe { command.pre_exec(|| reset_for_exec(false)) };
+    let command = unsafe { command.pre_exec(reset_for_exec) };
     if !Path::new(&spec.cwd).is_dir() {
         return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
     }
@@ -64,12 +64,11 @@ fn spawn_pane(spec: &JobSpec, size: crate::wire::control::PaneSize) -> std::io::
     })
 }
 
-/// What every job's process does between fork and exec: its own process group (a pane
-/// is already a session leader), default signal handling, and death with its supervisor.
-fn reset_for_exec(own_group: bool) -> std::io::Result<()> {
-    if own_group {
-        nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
-    }
+/// What a job's process does between fork and exec (after joining a group of its own,
+/// or becoming a pane's session leader): the signal mask and handling a fresh process
+/// has (the supervisor blocks signals it reads from a signalfd), and death with its
+/// supervisor.
+fn reset_for_exec() -> std::io::Result<()> {
     SigSet::empty().thread_set_mask()?;
     for signal in [
         Signal::SIGPIPE,
@@ -90,7 +89,7 @@ fn spawn_job_plain(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
     let (output_read, output_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let (input_read, input_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let _ = nix::fcntl::fcntl(&output_read, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
-    let mut command = Command::new("bash");
+    let mut command = Command::new(bash());
     command
         .arg("-c")
         .arg(&spec.command)
@@ -104,7 +103,10 @@ fn spawn_job_plain(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
     // SAFETY: only async-signal-safe calls (setpgid, sigprocmask, sigaction, prctl) run
     // between fork and exec.
     unsafe {
-        command.pre_exec(|| reset_for_exec(true));
+        command.pre_exec(|| {
+            nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+            reset_for_exec()
+        });
     }
     let child = command.spawn()?;
     drop(command);
@@ -118,6 +120,15 @@ fn nonblocking(fd: OwnedFd) -> std::io::Result<File> {
     let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
     nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(flags))?;
     Ok(File::from(fd))
+}
+
+/// The shell that runs commands: `/bin/bash` where it exists (no PATH search).
+fn bash() -> &'static str {
+    if Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "bash"
+    }
 }
 
 pub fn spawn_message(spec: &JobSpec, error: &std::io::Error) -> String {

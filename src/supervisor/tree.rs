@@ -8,8 +8,44 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use std::collections::HashMap;
 
-/// Every live descendant of `root` (not `root` itself), zombies excluded.
+/// Every live descendant of `root` (not `root` itself), zombies excluded. Walks the
+/// kernel's per-task `children` lists (cost: the size of the tree), or, where the
+/// kernel has none, every process in `/proc`.
 pub fn descendants(root: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        let Some(children) = children_of(pid) else {
+            if pid == root {
+                return descendants_by_scan(root);
+            }
+            continue;
+        };
+        for child in children {
+            if matches!(parent_and_state(child), Some((_, state)) if state != 'Z' && state != 'X') {
+                found.push(child);
+            }
+            queue.push(child);
+        }
+    }
+    found
+}
+
+/// The children of every thread of `pid`; `None` where the kernel offers no list.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+        children.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    Some(children)
+}
+
+fn descendants_by_scan(root: i32) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();

@@ -12,6 +12,11 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// One section of the report.
+type Section = fn(&Opts, &mut String);
+/// One way for an agent to dispatch the suite.
+type Strategy = fn(&Home, &Costs) -> Tally;
+
 struct Opts {
     smoke: bool,
     out: PathBuf,
@@ -41,7 +46,7 @@ fn main() {
     std::fs::create_dir_all(&opts.data).unwrap();
     let mut report = String::new();
     header(&mut report, &opts);
-    let sections: [(&str, fn(&Opts, &mut String)); 6] = [
+    let sections: [(&str, Section); 6] = [
         ("launch", launch),
         ("exit to notice", exit_to_notice),
         ("capture", capture),
@@ -806,7 +811,7 @@ fn agent_cost(opts: &Opts, report: &mut String) {
             "sleep 4; for i in $(seq 41); do echo \"test_$i PASSED\"; done; echo '42 passed'"
         },
     };
-    let strategies: [(&str, fn(&Home, &Costs) -> Tally); 4] = [
+    let strategies: [(&str, Strategy); 4] = [
         ("blocking (`run`, then the edits)", blocking),
         ("background + polling `read`", polling),
         (

@@ -55,7 +55,14 @@ impl Client {
 
     /// Sends one request and reads its one reply.
     pub fn call<T: DeserializeOwned>(&mut self, envelope: &Envelope) -> Result<T, WireError> {
-        self.send(envelope)?;
+        if let Err(error) = self.send(envelope) {
+            // A daemon that refuses a client may close before the request is written:
+            // its refusal is still there to read.
+            return match self.next_line() {
+                Ok(Some(line)) => wire::decode_reply(&line),
+                _ => Err(error),
+            };
+        }
         let line = self.next_line()?.ok_or_else(|| {
             WireError::new(ErrorCode::Unavailable, "the daemon closed the connection")
         })?;

@@ -114,10 +114,7 @@ pub enum Commands {
     Demo,
     /// The per-job supervisor (started by the daemon).
     #[command(hide = true)]
-    Supervise {
-        /// The job's folder (named here so that a daemon can find its supervisor).
-        job_dir: String,
-    },
+    Supervise,
 }
 
 #[derive(Args, Debug)]
@@ -319,7 +316,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
     let json = cli.json;
     let request = match cli.command {
         Commands::Daemon { .. } => return Ok(run_daemon()),
-        Commands::Supervise { .. } => crate::supervisor::run(),
+        Commands::Supervise => crate::supervisor::run(),
         Commands::Demo => return demo::run(),
         Commands::Mcp => {
             return crate::mcp::main()

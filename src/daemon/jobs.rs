@@ -16,6 +16,8 @@ use std::time::Duration;
 /// A stop waits this long past its grace for the job to be gone.
 const STOP_SLACK: Duration = Duration::from_secs(2);
 const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+/// How long `start` waits to learn that a job's process started.
+const SPAWN_WAIT: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
@@ -43,7 +45,8 @@ impl Daemon {
             .map(Duration::from_millis)
             .unwrap_or(self.config.default_window);
         if window.is_zero() {
-            // No window: nothing is shown, so nothing counts as read.
+            // No window: the id at once (the job is `starting` until its process runs),
+            // and nothing is shown, so nothing counts as read.
             let record = self.lock().store.get(row)?;
             let item = record
                 .map(|r| self.item(&r))
@@ -52,6 +55,19 @@ impl Daemon {
                 item,
                 output: String::new(),
             });
+        }
+        self.wait_for(SPAWN_WAIT, |d| d.state_of(row) != Some(State::Starting))
+            .await;
+        let failed = self
+            .lock()
+            .store
+            .get(row)?
+            .filter(|r| r.end == Some(End::SpawnFailed));
+        if let Some(record) = failed {
+            self.lock().store.mark_end_notice_delivered(row, now_ms())?;
+            let reason = record.lost_reason.unwrap_or_default();
+            let message = format!("{} could not start: {reason}", record.id);
+            return Err(WireError::new(ErrorCode::SpawnFailed, message));
         }
         self.wait_for(window, |d| d.has_ended(row)).await;
         let (output, item) = self.window_output(session, row)?;
@@ -152,8 +168,8 @@ impl Daemon {
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
             pane,
         };
-        let running = match self.executor.start(record.row, &spec).await {
-            Ok(running) => running,
+        let handle = match self.executor.start(record.row, &spec) {
+            Ok(handle) => handle,
             Err(reason) => return Err(self.spawn_failed(record.row, &record.id, reason)),
         };
         {
@@ -163,11 +179,10 @@ impl Daemon {
                 .get(record.row)?
                 .is_some_and(|r| r.state != State::Ended);
             if still {
-                inner.store.set_running(record.row, running.pid)?;
                 inner.live.insert(
                     record.row,
                     Live {
-                        handle: running.handle,
+                        handle,
                         dropped: 0,
                         input_closed: false,
                     },
@@ -201,6 +216,10 @@ impl Daemon {
             inner.store.mark_end_notice_delivered(row, now_ms())?;
         }
         Ok((text, self.item(&record)))
+    }
+
+    pub(crate) fn state_of(&self, row: i64) -> Option<State> {
+        self.lock().store.get(row).ok().flatten().map(|r| r.state)
     }
 
     pub(crate) fn has_ended(&self, row: i64) -> bool {

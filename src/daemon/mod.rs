@@ -58,7 +58,7 @@ pub struct Daemon {
     pub config: Config,
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
-    executor: LocalExecutor,
+    pub(crate) executor: LocalExecutor,
     shutdown: watch::Sender<bool>,
 }
 

@@ -80,6 +80,7 @@ pub async fn run(
     daemon.reconcile().await;
     tokio::spawn(daemon.clone().apply_events(events));
     daemon.resume_monitors();
+    daemon.executor.refill();
     if let Err(e) = daemon.gc() {
         crate::note!("bgwork daemon: gc at start failed: {}", e.message);
     }

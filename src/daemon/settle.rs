@@ -54,6 +54,21 @@ impl Daemon {
 
     fn apply(self: &Arc<Self>, event: ExecEvent) {
         match event {
+            ExecEvent::Spawned { row, pid } => {
+                if let Err(e) = self.lock().store.set_running(row, pid) {
+                    crate::note!("bgwork daemon: could not record a start: {e}");
+                }
+                self.bump();
+            }
+            ExecEvent::SpawnFailed { row, message } => {
+                let status = ExitStatus {
+                    protocol: crate::wire::control::PROTOCOL,
+                    spawn_error: Some(message),
+                    ended_at_ms: now_ms(),
+                    ..ExitStatus::default()
+                };
+                self.settle_or_retry(row, Ending::Status(status));
+            }
             ExecEvent::Output { row, dropped, .. } => {
                 if let Some(live) = self.lock().live.get_mut(&row) {
                     live.dropped = dropped;

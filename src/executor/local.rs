@@ -11,8 +11,10 @@ use super::{ExecEvent, JobHandle, Reattach, Running};
 use crate::paths::SocketPath;
 use crate::supervisor::{self, CONTROL_SOCKET};
 use crate::wire::control::{self, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -25,61 +27,57 @@ const SPAWN_TIMEOUT: Duration = Duration::from_secs(10);
 const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub struct LocalExecutor {
-    exe: PathBuf,
+    exe: Arc<PathBuf>,
     events: mpsc::UnboundedSender<ExecEvent>,
+    /// A supervisor started ahead of need, waiting for its job on its launch socket, so
+    /// that `start` does not wait for a process to load.
+    warm: Arc<Mutex<Option<Warm>>>,
 }
+
+/// An idle supervisor: its pid and the daemon's end of its launch socket.
+struct Warm {
+    pid: u32,
+    launch: std::os::unix::net::UnixStream,
+}
+
+/// The file in a job's folder that names the pid of its supervisor.
+pub const SUPERVISOR_PID_FILE: &str = "supervisor.pid";
 
 impl LocalExecutor {
     pub fn new(events: mpsc::UnboundedSender<ExecEvent>) -> LocalExecutor {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("bgwork"));
-        LocalExecutor { exe, events }
+        LocalExecutor {
+            exe: Arc::new(exe),
+            events,
+            warm: Arc::new(Mutex::new(None)),
+        }
     }
 
-    /// Starts a job; `Err` carries the reason it could not start.
-    pub async fn start(&self, row: i64, spec: &JobSpec) -> Result<Running, String> {
+    /// Hands a job to a supervisor and returns at once; `Spawned` or `SpawnFailed`
+    /// follows as an event. `Err` when no supervisor could be had.
+    pub fn start(&self, row: i64, spec: &JobSpec) -> Result<JobHandle, String> {
         let job_dir = Path::new(&spec.job_dir);
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
-            .map_err(|e| format!("could not make a socket pair: {e}"))?;
-        let stderr = std::fs::File::create(job_dir.join("supervisor.log"))
+        let taken = self.warm.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let warm = match taken {
+            Some(warm) => warm,
+            None => spawn_supervisor(&self.exe)?,
+        };
+        self.refill();
+        // Written before the job is handed over: a daemon that restarts before the
+        // supervisor binds its socket still finds it.
+        std::fs::write(job_dir.join(SUPERVISOR_PID_FILE), warm.pid.to_string())
             .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))?;
-        // The launch socket is the supervisor's stdin, and it leaves the daemon's session
-        // itself: with no hook between fork and exec, the spawn is a fast posix_spawn.
-        let mut command = std::process::Command::new(&self.exe);
-        command
-            .arg("supervise")
-            .arg(job_dir)
-            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        let mut child = tokio::process::Command::from(command)
-            .spawn()
-            .map_err(|e| format!("could not start the supervisor {}: {e}", self.exe.display()))?;
-        tokio::spawn(async move {
-            let _ = child.wait().await;
-        });
-
-        ours.set_nonblocking(true)
-            .map_err(|e| format!("socket setup failed: {e}"))?;
-        let stream = UnixStream::from_std(ours).map_err(|e| format!("socket setup failed: {e}"))?;
-        let (read_half, mut write_half) = stream.into_split();
-        let mut reader = BufReader::new(read_half);
-        let _ = write_half.write_all(&control::encode(spec)).await;
-        let first = tokio::time::timeout(SPAWN_TIMEOUT, next_message(&mut reader))
-            .await
-            .map_err(|_| "the supervisor did not report within 10 s".to_string())?;
-        match first {
-            Some(FromSupervisor::Spawned { pid }) => {
-                let handle = self.relay(row, reader, write_half);
-                Ok(Running {
-                    pid,
-                    log_len: 0,
-                    dropped: 0,
-                    handle,
-                })
-            }
-            Some(FromSupervisor::SpawnFailed { message }) => Err(message),
-            _ => Err(supervisor_error(job_dir)),
-        }
+        let mut launch = warm.launch;
+        // A fresh socket's buffer takes the spec whole: this write does not wait.
+        launch
+            .write_all(&control::encode(spec))
+            .and_then(|()| launch.set_nonblocking(true))
+            .map_err(|e| format!("the supervisor did not take the job: {e}"))?;
+        let stream =
+            UnixStream::from_std(launch).map_err(|e| format!("socket setup failed: {e}"))?;
+        let (read_half, write_half) = stream.into_split();
+        let launching = Some(job_dir.to_path_buf());
+        Ok(self.relay(row, BufReader::new(read_half), write_half, launching))
     }
 
     /// Finds a job again after a daemon restart.
@@ -91,7 +89,7 @@ impl LocalExecutor {
         let deadline = tokio::time::Instant::now() + SPAWN_TIMEOUT;
         while connected.is_none()
             && supervisor::read_status(job_dir).is_none()
-            && supervisor::tree::supervisor_alive(job_dir)
+            && supervisor_alive(job_dir)
             && tokio::time::Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -119,7 +117,7 @@ impl LocalExecutor {
                     if let Some(status) = status {
                         return Reattach::Ended(status);
                     }
-                    let handle = self.relay(row, reader, write_half);
+                    let handle = self.relay(row, reader, write_half, None);
                     return Reattach::Running(Running {
                         pid,
                         log_len,
@@ -139,19 +137,33 @@ impl LocalExecutor {
     }
 
     /// Spawns the task that relays one supervisor connection; returns its handle.
+    /// `launching` (the job's folder) while the supervisor has yet to say whether the
+    /// job started.
     fn relay(
         &self,
         row: i64,
         mut reader: BufReader<OwnedReadHalf>,
         mut writer: OwnedWriteHalf,
+        mut launching: Option<PathBuf>,
     ) -> JobHandle {
         let (commands, mut incoming) = mpsc::unbounded_channel();
         let events = self.events.clone();
         tokio::spawn(async move {
+            let launch_deadline = tokio::time::Instant::now() + SPAWN_TIMEOUT;
             let mut ended = false;
             loop {
                 tokio::select! {
                     message = next_message(&mut reader) => match message {
+                        Some(FromSupervisor::Spawned { pid }) => {
+                            launching = None;
+                            let _ = events.send(ExecEvent::Spawned { row, pid });
+                        }
+                        Some(FromSupervisor::SpawnFailed { message }) => {
+                            launching = None;
+                            ended = true;
+                            let _ = events.send(ExecEvent::SpawnFailed { row, message });
+                            break;
+                        }
                         Some(FromSupervisor::Output { log_len, dropped }) => {
                             let _ = events.send(ExecEvent::Output { row, log_len, dropped });
                         }
@@ -163,7 +175,7 @@ impl LocalExecutor {
                             let _ = events.send(ExecEvent::Ended { row, status });
                             break;
                         }
-                        Some(_) => {}
+                        Some(FromSupervisor::Hello { .. }) => {}
                         None => break,
                     },
                     command = incoming.recv() => match command {
@@ -172,14 +184,51 @@ impl LocalExecutor {
                         }
                         None => return,
                     },
+                    _ = tokio::time::sleep_until(launch_deadline), if launching.is_some() => break,
                 }
             }
-            if !ended {
+            if let Some(job_dir) = launching {
+                let message = supervisor_error(&job_dir);
+                let _ = events.send(ExecEvent::SpawnFailed { row, message });
+            } else if !ended {
                 let _ = events.send(ExecEvent::Detached { row });
             }
         });
         JobHandle { commands }
     }
+}
+
+impl LocalExecutor {
+    /// Starts an idle supervisor in the background, unless one is waiting already.
+    pub fn refill(&self) {
+        let (exe, warm) = (self.exe.clone(), self.warm.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut slot = warm.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                *slot = spawn_supervisor(&exe).ok();
+            }
+        });
+    }
+}
+
+/// Spawns `bgwork supervise` with its launch socket as stdin. It leaves the daemon's
+/// session itself: with no hook between fork and exec, the spawn is a fast posix_spawn.
+fn spawn_supervisor(exe: &Path) -> Result<Warm, String> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| format!("could not make a socket pair: {e}"))?;
+    // It needs none of the daemon's environment: its job's comes in the spec.
+    let mut child = tokio::process::Command::new(exe)
+        .arg("supervise")
+        .env_clear()
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("could not start the supervisor {}: {e}", exe.display()))?;
+    let pid = child.id().unwrap_or(0);
+    // Reap it whenever it ends (it outlives this daemon if the daemon goes first).
+    tokio::spawn(async move { child.wait().await });
+    Ok(Warm { pid, launch: ours })
 }
 
 async fn connect(socket: &Path) -> Option<UnixStream> {
@@ -207,4 +256,12 @@ fn supervisor_error(job_dir: &Path) -> String {
     let log = std::fs::read_to_string(job_dir.join("supervisor.log")).unwrap_or_default();
     let last = log.lines().last().unwrap_or("it exited without a word");
     format!("the supervisor failed: {last}")
+}
+
+/// Whether the supervisor named in a job's folder still runs.
+fn supervisor_alive(job_dir: &Path) -> bool {
+    let pid = std::fs::read_to_string(job_dir.join(SUPERVISOR_PID_FILE))
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok());
+    pid.is_some_and(supervisor::tree::is_supervisor)
 }

@@ -15,6 +15,10 @@ use tokio::sync::mpsc;
 /// What happens to a running job, as the executor sees it.
 #[derive(Debug)]
 pub enum ExecEvent {
+    /// The job's process started.
+    Spawned { row: i64, pid: i32 },
+    /// The job could not start.
+    SpawnFailed { row: i64, message: String },
     /// The job's output grew.
     Output {
         row: i64,

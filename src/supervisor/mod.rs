@@ -129,6 +129,7 @@ impl Supervisor {
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
 
         let job_dir = PathBuf::from(&spec.job_dir);
+        redirect_stderr(&job_dir.join("supervisor.log"));
         let log_file = File::create(job_dir.join(LOG_FILE))?;
         let log = OutputLog::new(log_file, spec.log_cap, spec.log_head);
         let socket_path = job_dir.join(CONTROL_SOCKET);
@@ -499,6 +500,14 @@ impl Supervisor {
             conn.flush_blocking(Duration::from_secs(1));
         }
         let _ = std::fs::remove_file(job_dir.join(CONTROL_SOCKET));
+    }
+}
+
+/// Sends this process's stderr to the job's folder (a supervisor is started before it
+/// knows its job).
+fn redirect_stderr(path: &Path) {
+    if let Ok(file) = File::create(path) {
+        let _ = nix::unistd::dup2_stderr(&file);
     }
 }
 

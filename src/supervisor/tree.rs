@@ -162,24 +162,9 @@ fn pidfd_kill(pidfd: &std::os::fd::OwnedFd) -> bool {
     rc == 0
 }
 
-/// Whether a supervisor for `job_dir` is alive (its command line names the folder).
-pub fn supervisor_alive(job_dir: &std::path::Path) -> bool {
-    let wanted = format!("supervise\0{}\0", job_dir.display());
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    entries.flatten().any(|entry| {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            return false;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let found = cmdline
-            .windows(wanted.len())
-            .any(|w| w == wanted.as_bytes());
-        found && matches!(parent_and_state(pid), Some((_, state)) if state != 'Z')
-    })
+/// Whether `pid` is a live `bgwork supervise` process.
+pub fn is_supervisor(pid: i32) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let supervise = cmdline.split(|&b| b == 0).nth(1) == Some(b"supervise".as_slice());
+    supervise && matches!(parent_and_state(pid), Some((_, state)) if state != 'Z')
 }

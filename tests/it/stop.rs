@@ -31,7 +31,7 @@ fn case1_a_job_ignoring_term_is_killed_after_the_grace() {
 fn case2_the_whole_group_dies_pipelines_included() {
     let home = Home::new();
     let id = home.start("yes | tail -f /dev/null");
-    eventually(Duration::from_secs(10), || leftovers(&home).len() >= 4);
+    eventually(Duration::from_secs(10), || leftovers(&home).len() >= 3);
     assert_eq!(home.json(&["stop", &id])["end"], "stopped_by_agent");
     assert_all_gone(&home);
 }
@@ -42,7 +42,7 @@ fn case3_setsid_grandchildren_and_double_forked_daemons_die_too() {
     let id = home
         .start("setsid sleep 1001 & (setsid sleep 1002 &); (sleep 1003 &) ; echo up; sleep 1000");
     home.json(&["wait", &id, "--until", "up", "--timeout", "20"]);
-    eventually(Duration::from_secs(10), || leftovers(&home).len() >= 5);
+    eventually(Duration::from_secs(10), || leftovers(&home).len() >= 4);
     home.json(&["stop", &id, "--grace", "1"]);
     assert_all_gone(&home);
 }

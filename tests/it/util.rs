@@ -84,11 +84,13 @@ impl Home {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         let run = self.run(&all);
-        assert_eq!(
-            run.code, 0,
-            "bgwork {args:?} failed: {}{}",
-            run.stdout, run.stderr
-        );
+        if run.code != 0 {
+            let log = std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default();
+            panic!(
+                "bgwork {args:?} failed: {}{}\ndaemon.log:\n{log}",
+                run.stdout, run.stderr
+            );
+        }
         run.json()
     }
 
@@ -120,7 +122,12 @@ impl Home {
         args.extend_from_slice(options);
         args.extend_from_slice(&["--", command]);
         let reply = self.json(&args);
-        reply["id"].as_str().expect("an id").to_string()
+        let id = reply["id"].as_str().expect("an id").to_string();
+        // With no window the reply comes before the process runs: wait until it does.
+        eventually(Duration::from_secs(20), || {
+            self.item(&id)["state"] != "starting"
+        });
+        id
     }
 
     /// Waits for an item to end and returns it.
@@ -145,15 +152,13 @@ impl Home {
         self.json(&["status"])["pid"].as_i64().unwrap() as i32
     }
 
-    /// Kills the daemon with SIGKILL and waits until it is gone.
+    /// Kills the daemon with SIGKILL and waits until it is gone: its listening socket
+    /// refuses connections (its last thread may exit after its leader is a zombie).
     pub fn kill_daemon(&self) {
         let pid = self.daemon_pid();
         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         eventually(Duration::from_secs(10), || {
-            !Path::new(&format!("/proc/{pid}")).exists()
-                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .map(|s| s.contains(") Z"))
-                    .unwrap_or(true)
+            std::os::unix::net::UnixStream::connect(self.socket()).is_err()
         });
     }
 

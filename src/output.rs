@@ -122,6 +122,13 @@ pub fn dropped_in(from: u64, to: u64, head: u64, dropped: u64) -> u64 {
 /// Text for a model: escape sequences stripped, progress-bar rewrites (`\r`) collapsed
 /// to each line's final state, invalid UTF-8 replaced.
 pub fn readable(bytes: &[u8]) -> String {
+    let plain_already = !bytes
+        .iter()
+        .any(|&b| (b < 0x20 && !matches!(b, b'\n' | b'\t' | b'\r' | 0x08)) || b == 0x7f);
+    if plain_already {
+        // No escape or control byte: nothing for the terminal parser to do.
+        return collapse_carriage_returns(&String::from_utf8_lossy(bytes));
+    }
     let mut plain = PlainText::default();
     vte::Parser::new().advance(&mut plain, bytes);
     collapse_carriage_returns(&plain.text)

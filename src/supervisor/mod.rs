@@ -44,7 +44,9 @@ pub const STATUS_FILE: &str = "status";
 pub const CONTROL_SOCKET: &str = "control.sock";
 
 /// Output is read from the pipe in chunks of this size.
-const READ_CHUNK: usize = 256 << 10;
+const READ_CHUNK: usize = 1 << 20;
+/// Output progress goes to the daemon at most this often while output streams.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(2);
 /// After the job's processes are gone, output still buffered is drained for this long.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -92,6 +94,10 @@ struct Supervisor {
     conns: Vec<Conn>,
     signals: SignalFd,
     main_status: Option<(Option<i32>, Option<i32>)>,
+    /// Output read into here (one buffer for the supervisor's life).
+    buffer: Vec<u8>,
+    progress_due: bool,
+    last_progress: Instant,
     stop_actor: Option<Actor>,
     escalation: Option<Escalation>,
     drain_until: Option<Instant>,
@@ -169,6 +175,9 @@ impl Supervisor {
             conns: vec![first],
             signals,
             main_status: None,
+            buffer: vec![0u8; READ_CHUNK],
+            progress_due: false,
+            last_progress: Instant::now(),
             stop_actor: None,
             escalation: None,
             drain_until: None,
@@ -182,6 +191,7 @@ impl Supervisor {
         }
         while !self.finished() {
             self.poll_once();
+            self.report_progress(false);
             self.escalate_when_due();
         }
         self.finish();
@@ -271,24 +281,26 @@ impl Supervisor {
 
     fn next_deadline(&self) -> Option<Instant> {
         let kill_at = self.escalation.as_ref().map(|e| e.kill_at);
-        match (kill_at, self.drain_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-        .or_else(|| {
-            self.main_status
-                .map(|_| Instant::now() + Duration::from_millis(200))
-        })
+        let progress_at = self
+            .progress_due
+            .then(|| self.last_progress + PROGRESS_INTERVAL);
+        let after_exit = self
+            .main_status
+            .map(|_| Instant::now() + Duration::from_millis(200));
+        [kill_at, self.drain_until, progress_at, after_exit]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn read_output(&mut self) {
         let Some(output) = self.output.as_mut() else {
             return;
         };
-        let mut buf = vec![0u8; READ_CHUNK];
+        let buf = &mut self.buffer;
         let mut appended = false;
         for _ in 0..16 {
-            match output.read(&mut buf) {
+            match output.read(buf) {
                 Ok(0) => {
                     self.output = None;
                     break;
@@ -306,10 +318,24 @@ impl Supervisor {
             }
         }
         if appended {
-            let (log_len, dropped) = (self.log.len(), self.log.dropped());
-            for conn in &mut self.conns {
-                conn.progress(log_len, dropped);
-            }
+            self.progress_due = true;
+        }
+        self.report_progress(false);
+    }
+
+    /// Tells the daemon how far the log has grown: at most once per
+    /// [`PROGRESS_INTERVAL`] while output streams, so a fast writer does not make the
+    /// daemon spin; `now` forces it (before the end is reported).
+    fn report_progress(&mut self, now: bool) {
+        let due_at = self.last_progress + PROGRESS_INTERVAL;
+        if !self.progress_due || (!now && Instant::now() < due_at) {
+            return;
+        }
+        self.progress_due = false;
+        self.last_progress = Instant::now();
+        let (log_len, dropped) = (self.log.len(), self.log.dropped());
+        for conn in &mut self.conns {
+            conn.progress(log_len, dropped);
         }
     }
 

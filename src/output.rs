@@ -124,10 +124,11 @@ pub fn dropped_in(from: u64, to: u64, head: u64, dropped: u64) -> u64 {
 pub fn readable(bytes: &[u8]) -> String {
     let plain_already = !bytes
         .iter()
-        .any(|&b| (b < 0x20 && !matches!(b, b'\n' | b'\t' | b'\r' | 0x08)) || b == 0x7f);
+        .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f);
     if plain_already {
-        // No escape or control byte: nothing for the terminal parser to do.
-        return collapse_carriage_returns(&String::from_utf8_lossy(bytes));
+        // No escape or control byte (not even a carriage return): nothing to do but
+        // repair the UTF-8.
+        return String::from_utf8_lossy(bytes).into_owned();
     }
     let mut plain = PlainText::default();
     vte::Parser::new().advance(&mut plain, bytes);
@@ -155,7 +156,7 @@ impl vte::Perform for PlainText {
 /// Applies `\r` (and backspace) as a terminal would: the text after it overwrites the
 /// line's start.
 pub fn collapse_carriage_returns(text: &str) -> String {
-    if !text.contains(['\r', '\u{8}']) {
+    if !text.bytes().any(|b| b == b'\r' || b == 0x08) {
         return text.to_string();
     }
     let mut out = String::with_capacity(text.len());

@@ -202,11 +202,7 @@ impl Daemon {
             .ok_or_else(|| WireError::internal("record vanished"))?;
         let path = output::log_path(&record.job_dir);
         let len = output::log_len(&path);
-        let dropped = inner
-            .live
-            .get(&row)
-            .map(|l| l.dropped)
-            .unwrap_or(record.dropped);
+        let dropped = inner.dropped(&record);
         let max = output::DEFAULT_MAX_BYTES;
         let excerpt = output::excerpt(&path, 0, len, self.config.log_head, dropped, max);
         let (text, _) = excerpt.render(max, &path);

@@ -46,6 +46,16 @@ pub(crate) struct Live {
     pub input_closed: bool,
 }
 
+impl Inner {
+    /// Bytes the log cap has dropped from a record's log (live figure while it runs).
+    pub fn dropped(&self, record: &crate::store::Record) -> u64 {
+        self.live
+            .get(&record.row)
+            .map(|l| l.dropped)
+            .unwrap_or(record.dropped)
+    }
+}
+
 pub(crate) struct Inner {
     pub store: Store,
     pub live: HashMap<i64, Live>,

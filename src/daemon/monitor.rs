@@ -291,11 +291,7 @@ impl Daemon {
             let Ok(Some(target)) = inner.store.get(monitor.target_row.unwrap_or(0)) else {
                 return Check::Done(End::Failed, format!("{} no longer exists", monitor.target));
             };
-            let dropped = inner
-                .live
-                .get(&target.row)
-                .map(|l| l.dropped)
-                .unwrap_or(target.dropped);
+            let dropped = inner.dropped(&target);
             let path = output::log_path(&target.job_dir);
             (
                 path,

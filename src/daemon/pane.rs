@@ -30,11 +30,7 @@ impl Daemon {
         }
         let path = output::log_path(&record.job_dir);
         let len = output::log_len(&path);
-        let dropped = inner
-            .live
-            .get(&record.row)
-            .map(|l| l.dropped)
-            .unwrap_or(record.dropped);
+        let dropped = inner.dropped(&record);
         let (rows, cols) = (record.rows.unwrap_or(40), record.cols.unwrap_or(120));
         let head = self.config.log_head;
         let screen = inner.screens.entry(record.row).or_insert_with(|| Screen {

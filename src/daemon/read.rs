@@ -17,11 +17,7 @@ impl Daemon {
         let record = Self::find(&inner, session, &args.id)?;
         let path = output::log_path(&record.job_dir);
         let len = output::log_len(&path);
-        let dropped = inner
-            .live
-            .get(&record.row)
-            .map(|l| l.dropped)
-            .unwrap_or(record.dropped);
+        let dropped = inner.dropped(&record);
         let by_cursor = args.from.is_none() && !args.all && args.tail.is_none();
         let from = match (args.from, args.all, args.tail) {
             (Some(from), _, _) => from.min(len),

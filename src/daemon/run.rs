@@ -168,11 +168,7 @@ impl Daemon {
         let Ok(Some(record)) = inner.store.get(row) else {
             return String::new();
         };
-        let dropped = inner
-            .live
-            .get(&row)
-            .map(|l| l.dropped)
-            .unwrap_or(record.dropped);
+        let dropped = inner.dropped(&record);
         let path = output::log_path(&record.job_dir);
         let max = output::DEFAULT_MAX_BYTES;
         let excerpt = output::excerpt(&path, from, to, self.config.log_head, dropped, max);

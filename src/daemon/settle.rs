@@ -98,31 +98,48 @@ impl Daemon {
     /// Records the end a supervisor reported, with its notice if one was armed. False
     /// when the store could not take it.
     pub(crate) fn settle_status(&self, row: i64, status: &ExitStatus) -> bool {
+        self.record_end(row, |record, path| {
+            let end = end::classify(status, record.kind == crate::wire::Kind::Pane);
+            let (code, signal, dropped) = (status.exit_code, status.signal, status.dropped);
+            Settlement {
+                end,
+                exit_code: code,
+                signal,
+                ended_at: status.ended_at_ms,
+                log_len: status.log_len,
+                dropped,
+                lost_reason: status.spawn_error.clone(),
+                pid: status.pid,
+                notice: self.armed_notice(record, end, code, signal, path, dropped),
+            }
+        })
+    }
+
+    /// Settles a record whose end cannot be known: `lost`, with no exit code. False
+    /// when the store could not take it.
+    pub(crate) fn settle_lost(&self, row: i64, reason: &str) -> bool {
+        self.record_end(row, |record, path| Settlement {
+            end: End::Lost,
+            exit_code: None,
+            signal: None,
+            ended_at: now_ms(),
+            log_len: output::log_len(path),
+            dropped: record.dropped,
+            lost_reason: Some(reason.to_string()),
+            pid: None,
+            notice: self.armed_notice(record, End::Lost, None, None, path, record.dropped),
+        })
+    }
+
+    /// Writes the settlement `settle` makes of a record (with its log's path), drops the
+    /// record from the registry and wakes waiters. False when the store refused it.
+    fn record_end(&self, row: i64, settle: impl FnOnce(&Record, &Path) -> Settlement) -> bool {
         let result = (|| {
             let mut inner = self.lock();
             let Some(record) = inner.store.get(row)? else {
                 return Ok(());
             };
-            let end = end::classify(status, record.kind == crate::wire::Kind::Pane);
-            let path = output::log_path(&record.job_dir);
-            let settlement = Settlement {
-                end,
-                exit_code: status.exit_code,
-                signal: status.signal,
-                ended_at: status.ended_at_ms,
-                log_len: status.log_len,
-                dropped: status.dropped,
-                lost_reason: status.spawn_error.clone(),
-                pid: status.pid,
-                notice: self.armed_notice(
-                    &record,
-                    end,
-                    status.exit_code,
-                    status.signal,
-                    &path,
-                    status.dropped,
-                ),
-            };
+            let settlement = settle(&record, &output::log_path(&record.job_dir));
             inner.store.settle(row, &settlement)?;
             inner.live.remove(&row);
             Ok::<(), crate::store::StoreError>(())
@@ -147,40 +164,6 @@ impl Daemon {
             );
         }
         self.settle_or_retry(record.row, Ending::Lost(reason.to_string()));
-    }
-
-    /// Settles a record whose end cannot be known: `lost`, with no exit code. False
-    /// when the store could not take it.
-    pub(crate) fn settle_lost(&self, row: i64, reason: &str) -> bool {
-        let result = (|| {
-            let mut inner = self.lock();
-            let Some(record) = inner.store.get(row)? else {
-                return Ok(());
-            };
-            let path = output::log_path(&record.job_dir);
-            let settlement = Settlement {
-                end: End::Lost,
-                exit_code: None,
-                signal: None,
-                ended_at: now_ms(),
-                log_len: output::log_len(&path),
-                dropped: record.dropped,
-                lost_reason: Some(reason.to_string()),
-                pid: None,
-                notice: self.armed_notice(&record, End::Lost, None, None, &path, record.dropped),
-            };
-            inner.store.settle(row, &settlement)?;
-            inner.live.remove(&row);
-            Ok::<(), crate::store::StoreError>(())
-        })();
-        self.bump();
-        match result {
-            Ok(()) => true,
-            Err(e) => {
-                crate::note!("bgwork daemon: could not record a lost item (will retry): {e}");
-                false
-            }
-        }
     }
 
     /// The notice an end fires: only when armed, and never for a stop the agent asked

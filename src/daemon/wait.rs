@@ -101,11 +101,7 @@ impl Daemon {
             let Some(record) = inner.store.get(row)? else {
                 continue;
             };
-            let dropped = inner
-                .live
-                .get(&row)
-                .map(|l| l.dropped)
-                .unwrap_or(record.dropped);
+            let dropped = inner.dropped(&record);
             let path = output::log_path(&record.job_dir);
             tails.insert(
                 record.id.clone(),
@@ -134,11 +130,7 @@ impl Daemon {
         let (path, dropped) = {
             let inner = self.lock();
             let record = inner.store.get(scan.row).ok()??;
-            let dropped = inner
-                .live
-                .get(&scan.row)
-                .map(|l| l.dropped)
-                .unwrap_or(record.dropped);
+            let dropped = inner.dropped(&record);
             (output::log_path(&record.job_dir), dropped)
         };
         let len = output::log_len(&path);

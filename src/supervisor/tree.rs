@@ -47,17 +47,7 @@ fn children_of(pid: i32) -> Option<Vec<i32>> {
 
 fn descendants_by_scan(root: i32) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in all_pids() {
         if let Some((ppid, state)) = parent_and_state(pid) {
             if state != 'Z' && state != 'X' {
                 children.entry(ppid).or_default().push(pid);
@@ -90,6 +80,15 @@ pub fn signal_all(root: i32, group: i32, signal: Signal) {
     }
 }
 
+/// The pid of every process, from `/proc`.
+fn all_pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+}
+
 /// `(ppid, state)` from `/proc/PID/stat`; the name field may hold spaces and parens.
 fn parent_and_state(pid: i32) -> Option<(i32, char)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -110,17 +109,7 @@ pub fn sweep_job(key: &str) -> usize {
     let marker = format!("BGWORK_JOB={key}");
     let mut killed = 0;
     let me = std::process::id() as i32;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for pid in all_pids() {
         if pid == me {
             continue;
         }

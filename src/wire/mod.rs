@@ -436,7 +436,9 @@ pub struct ErrorReply {
 
 /// Encodes any reply object as one line (with the newline).
 pub fn encode_line<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut line = serde_json::to_vec(value).unwrap_or_else(|e| {
+    let mut line = Vec::with_capacity(4096);
+    let encoded = serde_json::to_writer(&mut line, value);
+    let mut line = encoded.map(|()| line).unwrap_or_else(|e| {
         serde_json::to_vec(&ErrorReply {
             error: WireError::internal(format!("reply could not be encoded: {e}")),
         })
@@ -458,13 +460,15 @@ pub fn encode_result<T: Serialize>(result: &Result<T, WireError>) -> Vec<u8> {
 
 /// Decodes one reply line into the expected type, or the error it carries.
 pub fn decode_reply<T: for<'de> Deserialize<'de>>(line: &[u8]) -> Result<T, WireError> {
-    let value: serde_json::Value = serde_json::from_slice(line)
-        .map_err(|e| WireError::internal(format!("the daemon sent a malformed reply: {e}")))?;
-    if let Some(error) = value.get("error") {
-        return Err(serde_json::from_value(error.clone())
-            .unwrap_or_else(|_| WireError::internal(error.to_string())));
+    // An error reply is `{"error":…}`: its key comes first, so a large reply is parsed
+    // once, straight into its type.
+    if line.starts_with(b"{\"error\"") {
+        return Err(match serde_json::from_slice::<ErrorReply>(line) {
+            Ok(reply) => reply.error,
+            Err(e) => WireError::internal(format!("the daemon sent a malformed error: {e}")),
+        });
     }
-    serde_json::from_value(value)
+    serde_json::from_slice(line)
         .map_err(|e| WireError::internal(format!("the daemon sent an unexpected reply: {e}")))
 }
 

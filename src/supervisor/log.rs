@@ -8,7 +8,7 @@
 //! lie in `[head, head + dropped)`. A write that fails (a full disk) is counted in
 //! `unwritten` and the job goes on: its later bytes still land at their own offsets.
 
-use nix::fcntl::{fallocate, FallocateFlags};
+use nix::fcntl::{fallocate, splice, FallocateFlags, SpliceFFlags};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
@@ -47,6 +47,18 @@ impl OutputLog {
         }
         self.written += bytes.len() as u64;
         self.release_middle();
+    }
+
+    /// Moves up to `max` bytes from a pipe into the log with `splice` (no copy through
+    /// this process). `Ok(0)` at end of file; `WouldBlock` when the pipe is empty; any
+    /// other error means the caller should copy instead (a terminal, a full disk).
+    pub fn splice_from(&mut self, pipe: &File, max: usize) -> std::io::Result<usize> {
+        let mut offset = self.written as i64;
+        let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
+        let n = splice(pipe, None, &self.file, Some(&mut offset), max, flags)?;
+        self.written += n as u64;
+        self.release_middle();
+        Ok(n)
     }
 
     pub fn len(&self) -> u64 {

@@ -94,8 +94,10 @@ struct Supervisor {
     conns: Vec<Conn>,
     signals: SignalFd,
     main_status: Option<(Option<i32>, Option<i32>)>,
-    /// Output read into here (one buffer for the supervisor's life).
+    /// Output read into here when it cannot be spliced (one buffer for life).
     buffer: Vec<u8>,
+    /// Whether output goes pipe → log by `splice`.
+    splicing: bool,
     progress_due: bool,
     last_progress: Instant,
     stop_actor: Option<Actor>,
@@ -176,6 +178,7 @@ impl Supervisor {
             signals,
             main_status: None,
             buffer: vec![0u8; READ_CHUNK],
+            splicing: true,
             progress_due: false,
             last_progress: Instant::now(),
             stop_actor: None,
@@ -297,20 +300,26 @@ impl Supervisor {
         let Some(output) = self.output.as_mut() else {
             return;
         };
-        let buf = &mut self.buffer;
         let mut appended = false;
         for _ in 0..16 {
-            match output.read(buf) {
+            let moved = if self.splicing {
+                self.log.splice_from(output, READ_CHUNK)
+            } else {
+                output
+                    .read(&mut self.buffer)
+                    .inspect(|&n| self.log.append(&self.buffer[..n]))
+            };
+            match moved {
                 Ok(0) => {
                     self.output = None;
                     break;
                 }
-                Ok(n) => {
-                    self.log.append(&buf[..n]);
-                    appended = true;
-                }
+                Ok(_) => appended = true,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                // splice does not serve this output (a terminal) or this disk (full):
+                // copy through the buffer from now on, which counts what it cannot write.
+                Err(_) if self.splicing => self.splicing = false,
                 Err(_) => {
                     self.output = None;
                     break;

@@ -14,8 +14,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// One section of the report.
 type Section = fn(&Opts, &mut String);
-/// One way for an agent to dispatch the suite.
-type Strategy = fn(&Home, &Costs) -> Tally;
 
 /// What the report says under "Notes on the targets missed", one line per miss.
 static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -23,6 +21,12 @@ static NOTES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 fn note(text: &str) {
     NOTES.lock().unwrap().push(text.to_string());
 }
+
+mod agent;
+mod scale;
+
+use agent::agent_cost;
+use scale::scale;
 
 struct Opts {
     smoke: bool,
@@ -387,6 +391,19 @@ fn launch(opts: &Opts, report: &mut String) {
             "missed (see the note at the end)"
         }
     );
+    if !met {
+        note(&format!(
+            "**Launch** ({:.2} ms against 3 ms). The `bgwork` client alone (exec of the binary, \
+             connect, one request) is most of it: `bgwork status` costs about 1.9 ms here, \
+             against about 1.1 ms for the whole floor. The daemon's part is a store insert \
+             and the hand-over to a supervisor that is already running; the job's own `bash` \
+             and the next warm supervisor then start on the same two cores while the client \
+             exits. What would close the gap: a client smaller than the 7.5 MB daemon binary \
+             (a static `bgwork-start`); through a client that is already running (the MCP \
+             server) a start costs the daemon's part alone.",
+            median(&bgwork)
+        ));
+    }
     write_samples(opts, "launch-floor", &floor);
     write_samples(opts, "launch-bgwork", &bgwork);
     write_samples(opts, "launch-tmux", &tmux);
@@ -638,6 +655,16 @@ fn capture(opts: &Opts, report: &mut String) {
         if total < 30.0 { "met" } else { "missed" }
     );
     let met = median(&floor) / median(&bgwork) >= 0.8;
+    if !met {
+        note(&format!(
+            "**Capture** ({:.2}× the floor against 0.8×). The floor's own time varies with the \
+             page cache from run to run (1.1 s to 0.7 s for 1 GiB here); bgwork's copy goes \
+             pipe → log with `splice` and, past the 256 MiB cap, releases old output with \
+             hole punching, one `fallocate` per MiB. What would close the gap: releasing \
+             old output in larger steps.",
+            median(&floor) / median(&bgwork)
+        ));
+    }
     let _ = writeln!(
         report,
         "Throughput target {}.\n",
@@ -702,304 +729,17 @@ fn incremental_read(opts: &Opts, report: &mut String) {
             "missed (see the note at the end)"
         }
     );
-    write_samples(opts, "read-bgwork", &bgwork);
-    write_samples(opts, "read-floor", &floor);
-}
-
-// ---------------------------------------------------------------- 5. scale
-
-fn scale(opts: &Opts, report: &mut String) {
-    let idle = if opts.smoke { 50 } else { 1000 };
-    let idle_secs = if opts.smoke { 3 } else { 60 };
-    let short = if opts.smoke { 200 } else { 10_000 };
-    let home = Home::new(opts, &[("BGWORK_MAX_RUNNING", "100000")]);
-    for _ in 0..idle {
-        home.start("exec sleep 3600", &[]);
-    }
-    let items = home.json(&["list"]);
-    let pids: Vec<i32> = items["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|i| i["pid"].as_i64())
-        .map(|p| p as i32)
-        .collect();
-    let supervisors: Vec<i32> = pids.iter().map(|&p| parent_of(p)).collect();
-    let daemon = home.daemon_pid();
-    let daemon_rss = memory_kb(daemon, "VmRSS").unwrap_or(0) as f64 / 1024.0;
-    let supervisor_rss: Vec<f64> = supervisors
-        .iter()
-        .filter_map(|&s| memory_kb(s, "VmRSS"))
-        .map(|kb| kb as f64 / 1024.0)
-        .collect();
-    let sleep_rss: Vec<f64> = pids
-        .iter()
-        .filter_map(|&p| memory_kb(p, "VmRSS"))
-        .map(|kb| kb as f64 / 1024.0)
-        .collect();
-    let private_mb = |all: &[i32]| -> Vec<f64> {
-        all.iter()
-            .filter_map(|&p| private_kb(p))
-            .map(|kb| kb as f64 / 1024.0)
-            .collect()
-    };
-    let (supervisor_uss, sleep_uss) = (private_mb(&supervisors), private_mb(&pids));
-    let ticks = |all: &[i32]| all.iter().map(|&p| cpu_ticks(p)).sum::<u64>();
-    let mut watched = supervisors.clone();
-    watched.push(daemon);
-    let before = ticks(&watched);
-    std::thread::sleep(Duration::from_secs(idle_secs));
-    let after = ticks(&watched);
-    let hz = 100.0;
-    let cpu_percent = (after - before) as f64 / hz / idle_secs as f64 * 100.0;
-    let mut list_times = Vec::new();
-    for _ in 0..10 {
-        list_times.push(time(|| quiet(&mut home.command(&["--json", "list"]))));
-    }
-    let mut floor_list = Vec::new();
-    for _ in 0..10 {
-        floor_list.push(time(|| quiet(Command::new("ps").args(["-e"]))));
-    }
-    drop(home);
-
-    let home = Home::new(opts, &[("BGWORK_MAX_RUNNING", "100000")]);
-    let daemon = home.daemon_pid();
-    home.start("true", &[]);
-    let (fds_before, rss_before) = (fd_count(daemon), memory_kb(daemon, "VmRSS").unwrap_or(0));
-    let began = Instant::now();
-    for _ in 0..short {
-        quiet(&mut home.command(&["start", "--window", "0", "--", "true"]));
-    }
-    let bgwork_rate = short as f64 / began.elapsed().as_secs_f64();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline && !home.json(&["list"])["items"].as_array().unwrap().is_empty()
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let (fds_after, rss_after) = (fd_count(daemon), memory_kb(daemon, "VmRSS").unwrap_or(0));
-    let began = Instant::now();
-    for _ in 0..short.min(2000) {
-        quiet(Command::new("sh").args(["-c", "true &"]));
-    }
-    let floor_rate = short.min(2000) as f64 / began.elapsed().as_secs_f64();
-
-    let _ = writeln!(report, "## 5. Scale\n\n{idle} idle jobs (`sleep 3600`) at once, then {short} short jobs (`true`) in sequence. Targets: daemon ≤ 100 MB, each supervisor ≤ 2 MB, idle CPU ≈ 0.\n");
-    let _ = writeln!(report, "| what | bgwork | baseline | ratio |");
-    let _ = writeln!(report, "| --- | ---: | ---: | ---: |");
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
-    let _ = writeln!(
-        report,
-        "| daemon RSS with {idle} jobs | {daemon_rss:.1} MB | — | — |"
-    );
-    let _ = writeln!(report, "| supervisor RSS, mean / max | {:.2} / {:.2} MB | the job's own `sleep`: {:.2} MB | {:.2}× |", mean(&supervisor_rss), max(&supervisor_rss), mean(&sleep_rss), mean(&supervisor_rss) / mean(&sleep_rss));
-    let _ = writeln!(report, "| supervisor private memory (USS: not shared with other processes), mean | {:.2} MB | the `sleep`'s: {:.2} MB | {:.2}× |", mean(&supervisor_uss), mean(&sleep_uss), mean(&supervisor_uss) / mean(&sleep_uss));
-    if mean(&supervisor_rss) > 2.0 {
+    if median(&bgwork) > 5.0 {
         note(&format!(
-            "**Supervisor memory** (RSS {:.2} MB against 2 MB). RSS counts the pages of the \
-             shared binary and C library each supervisor maps; they are in memory once for all \
-             supervisors. What a supervisor costs on its own is its private memory (USS), \
-             {:.2} MB here, under the target. What would lower the RSS too: a supervisor built \
-             as its own small binary (no async runtime, SQLite or MCP code mapped).",
-            mean(&supervisor_rss),
-            mean(&supervisor_uss)
+            "**Incremental read** ({:.2} ms for 1 MiB against 5 ms). The figure is a whole CLI \
+             call that returns the megabyte as JSON and prints it: a client exec (~1.9 ms), a \
+             1 MiB `pread`, UTF-8 repair, JSON encoding and decoding of 1 MiB and the copy \
+             through the socket. The log's size does not enter (the read is by offset). What \
+             would close the gap: output bytes sent outside JSON (a length-prefixed frame), \
+             written by the client straight to stdout.",
+            median(&bgwork)
         ));
     }
-    let _ = writeln!(report, "| CPU of daemon + {idle} supervisors over {idle_secs} s idle | {cpu_percent:.3} % of a core | 0 | — |");
-    let _ = writeln!(
-        report,
-        "| `bgwork list --json` of {idle} jobs, median | {:.1} ms | `ps -e`: {:.1} ms | {:.2}× |",
-        median(&list_times),
-        median(&floor_list),
-        median(&list_times) / median(&floor_list)
-    );
-    let _ = writeln!(report, "| short jobs in sequence | {bgwork_rate:.0} jobs/s | `sh -c 'true &'`: {floor_rate:.0}/s | {:.2}× |", bgwork_rate / floor_rate);
-    let _ = writeln!(
-        report,
-        "| daemon fds before → after {short} jobs | {fds_before} → {fds_after} | — | — |"
-    );
-    let _ = writeln!(
-        report,
-        "| daemon RSS before → after {short} jobs | {:.1} → {:.1} MB | — | — |\n",
-        rss_before as f64 / 1024.0,
-        rss_after as f64 / 1024.0
-    );
-}
-
-// ---------------------------------------------------------------- 6. agent cost
-
-/// The scenario of the reference lesson, scaled down tenfold: a 4 s test suite, three
-/// independent edits, then a report; a model turn is 0.8 s and an edit 0.5 s.
-struct Costs {
-    turn: Duration,
-    edit: Duration,
-    suite: &'static str,
-}
-
-#[derive(Default)]
-struct Tally {
-    calls: u32,
-    empty_polls: u32,
-    reads: u32,
-    bytes: usize,
-    wall_ms: f64,
-}
-
-fn agent_cost(opts: &Opts, report: &mut String) {
-    let scale = if opts.smoke { 0.25 } else { 1.0 };
-    let costs = Costs {
-        turn: Duration::from_secs_f64(0.8 * scale),
-        edit: Duration::from_secs_f64(0.5 * scale),
-        suite: if opts.smoke {
-            "sleep 1; for i in $(seq 41); do echo \"test_$i PASSED\"; done; echo '42 passed'"
-        } else {
-            "sleep 4; for i in $(seq 41); do echo \"test_$i PASSED\"; done; echo '42 passed'"
-        },
-    };
-    let strategies: [(&str, Strategy); 4] = [
-        ("blocking (`run`, then the edits)", blocking),
-        ("background + polling `read`", polling),
-        (
-            "notice without output (end only), then a read",
-            notice_then_read,
-        ),
-        ("**bgwork: notice with end and tail**", notice_with_tail),
-    ];
-    let mut results = Vec::new();
-    for (name, strategy) in strategies {
-        let home = Home::new(opts, &[]);
-        let began = Instant::now();
-        let mut tally = strategy(&home, &costs);
-        tally.wall_ms = began.elapsed().as_secs_f64() * 1000.0;
-        results.push((name, tally));
-    }
-    let _ = writeln!(report, "## 6. Agent cost\n\nThe scenario of the reference lesson scaled down tenfold{}: a 4 s test suite, three edits that do not depend on it (0.5 s each), then a report; every model turn costs 0.8 s (simulated), every bgwork call is real. Counted: tool calls the model makes, empty polls (a read that finds the job still running), bytes of tool results returned to the model.\n", if opts.smoke { " (and by four again in --smoke)" } else { "" });
-    let _ = writeln!(
-        report,
-        "| strategy | wall s | tool calls | empty polls | read calls | bytes to the model |"
-    );
-    let _ = writeln!(report, "| --- | ---: | ---: | ---: | ---: | ---: |");
-    for (name, t) in &results {
-        let _ = writeln!(
-            report,
-            "| {name} | {:.1} | {} | {} | {} | {} |",
-            t.wall_ms / 1000.0,
-            t.calls,
-            t.empty_polls,
-            t.reads,
-            t.bytes
-        );
-    }
-    let bg = &results[3].1;
-    let _ = writeln!(
-        report,
-        "\nTarget (the bgwork strategy needs no poll and no separate read call): {}.\n",
-        if bg.empty_polls == 0 && bg.reads == 0 {
-            "met"
-        } else {
-            "missed"
-        }
-    );
-}
-
-fn tool(home: &Home, tally: &mut Tally, args: &[&str]) -> Value {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let output = home.run(&all);
-    tally.calls += 1;
-    tally.bytes += output.stdout.len();
-    serde_json::from_slice(&output.stdout).unwrap_or_default()
-}
-
-fn edits(costs: &Costs, tally: &mut Tally) {
-    for _ in 0..3 {
-        std::thread::sleep(costs.turn + costs.edit);
-        tally.calls += 1;
-        tally.bytes += 40; // "edited CHANGELOG.md" and the like
-    }
-}
-
-fn blocking(home: &Home, costs: &Costs) -> Tally {
-    let mut tally = Tally::default();
-    std::thread::sleep(costs.turn);
-    tool(
-        home,
-        &mut tally,
-        &["run", "--timeout", "60", "--", costs.suite],
-    );
-    edits(costs, &mut tally);
-    std::thread::sleep(costs.turn);
-    tally
-}
-
-fn polling(home: &Home, costs: &Costs) -> Tally {
-    let mut tally = Tally::default();
-    std::thread::sleep(costs.turn);
-    let id = tool(
-        home,
-        &mut tally,
-        &["start", "--window", "0", "--", costs.suite],
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    edits(costs, &mut tally);
-    loop {
-        std::thread::sleep(costs.turn);
-        let read = tool(home, &mut tally, &["read", &id]);
-        tally.reads += 1;
-        if read["running"] == false {
-            break;
-        }
-        tally.empty_polls += 1;
-    }
-    std::thread::sleep(costs.turn);
-    tally
-}
-
-/// The harness holds the model until a notice arrives (no tool call), then the model
-/// takes a turn with it.
-fn await_notice(home: &Home, tally: &mut Tally, with_tail: bool) -> Value {
-    let notices = home.json(&["notices", "--wait", "60"]);
-    let mut notice = notices["notices"][0].clone();
-    if !with_tail {
-        notice["tail"] = Value::String(String::new());
-    }
-    tally.bytes += notice.to_string().len();
-    notice
-}
-
-fn notice_then_read(home: &Home, costs: &Costs) -> Tally {
-    let mut tally = Tally::default();
-    std::thread::sleep(costs.turn);
-    let id = tool(
-        home,
-        &mut tally,
-        &["start", "--notify", "--window", "0", "--", costs.suite],
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    edits(costs, &mut tally);
-    await_notice(home, &mut tally, false);
-    std::thread::sleep(costs.turn);
-    tool(home, &mut tally, &["read", &id]);
-    tally.reads += 1;
-    std::thread::sleep(costs.turn);
-    tally
-}
-
-fn notice_with_tail(home: &Home, costs: &Costs) -> Tally {
-    let mut tally = Tally::default();
-    std::thread::sleep(costs.turn);
-    tool(
-        home,
-        &mut tally,
-        &["start", "--notify", "--window", "0", "--", costs.suite],
-    );
-    edits(costs, &mut tally);
-    let notice = await_notice(home, &mut tally, true);
-    assert!(notice["tail"].as_str().unwrap_or("").contains("42 passed"));
-    std::thread::sleep(costs.turn);
-    tally
+    write_samples(opts, "read-bgwork", &bgwork);
+    write_samples(opts, "read-floor", &floor);
 }

@@ -1,0 +1,201 @@
+//! Figures 3 and 4: capturing output at full speed, and reading new output from a
+//! large log.
+
+use super::*;
+
+pub fn capture(opts: &Opts, report: &mut String) {
+    let size = if opts.smoke { "64M" } else { "1G" };
+    let bytes: f64 = if opts.smoke {
+        64.0 * 1048576.0
+    } else {
+        1073741824.0
+    };
+    let rounds = if opts.smoke { 1 } else { 3 };
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let mut floor = Vec::new();
+    let mut bgwork = Vec::new();
+    let mut tmux = Vec::new();
+    let mut peaks = Vec::new();
+    let script = opts.data.join("tmux-start.sh");
+    for round in 0..(rounds + 1) {
+        let out = dir.path().join("floor.out");
+        let f = time(|| {
+            quiet(Command::new("sh").args([
+                "-c",
+                &format!("head -c {size} /dev/zero | cat > {}", out.display()),
+            ]))
+        });
+        let _ = std::fs::remove_file(&out);
+        let home = Home::new(opts, &[]);
+        let (b, peak) = {
+            let began = Instant::now();
+            let id = home.start(&format!("head -c {size} /dev/zero"), &[]);
+            // The supervisor's pid is on file before `start` answers; its peak memory is
+            // sampled from /proc while one blocking `wait` (no polling client) runs.
+            let pid_file = home.dir.path().join("jobs/1/supervisor.pid");
+            let supervisor: i32 = std::fs::read_to_string(pid_file)
+                .ok()
+                .and_then(|p| p.trim().parse().ok())
+                .unwrap_or(0);
+            let sampler = std::thread::spawn(move || {
+                let mut peak = 0;
+                while let Some(kb) = memory_kb(supervisor, "VmHWM") {
+                    peak = kb.max(peak);
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                peak
+            });
+            home.run(&["wait", &id, "--timeout", "600"]);
+            let elapsed = began.elapsed().as_secs_f64() * 1000.0;
+            let supervisor_peak = sampler.join().unwrap_or(0);
+            let daemon_peak = memory_kb(home.daemon_pid(), "VmHWM").unwrap_or(0);
+            (elapsed, (daemon_peak, supervisor_peak))
+        };
+        drop(home);
+        let t = if Command::new("tmux").arg("-V").output().is_ok() {
+            let began = Instant::now();
+            let state = Command::new("bash")
+                .arg(&script)
+                .arg(format!("head -c {size} /dev/zero"))
+                .output()
+                .unwrap();
+            let state = PathBuf::from(String::from_utf8_lossy(&state.stdout).trim());
+            let deadline = Instant::now() + Duration::from_secs(600);
+            while Instant::now() < deadline && !state.join("exit-code").exists() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let elapsed = began.elapsed().as_secs_f64() * 1000.0;
+            let _ = Command::new("tmux")
+                .args(["-L", "bgbench", "kill-server"])
+                .output();
+            let _ = std::fs::remove_dir_all(&state);
+            Some(elapsed)
+        } else {
+            None
+        };
+        if round > 0 {
+            floor.push(f);
+            bgwork.push(b);
+            peaks.push(peak);
+            tmux.extend(t);
+        }
+    }
+    let speed = |ms: f64| bytes / 1048576.0 / (ms / 1000.0);
+    let _ = writeln!(report, "## 3. Capture throughput and memory\n\nA job writing {size}B (`head -c {size} /dev/zero`) at full speed, start to recorded end, against `head -c {size} /dev/zero | cat > file`. The bgwork log keeps its default cap (256 MiB: first 1 MiB and newest bytes). Target ≥ 0.8× the floor's speed, daemon + supervisor peak RSS < 30 MB.\n");
+    let _ = writeln!(
+        report,
+        "| what | median ms | MiB/s | speed vs floor | runs |"
+    );
+    let _ = writeln!(report, "| --- | ---: | ---: | ---: | ---: |");
+    let line = |report: &mut String, what: &str, samples: &[f64]| {
+        let m = median(samples);
+        let _ = writeln!(
+            report,
+            "| {what} | {m:.0} | {:.0} | {:.2}× | {} |",
+            speed(m),
+            median(&floor) / m,
+            samples.len()
+        );
+    };
+    line(report, "floor: `| cat > file`", &floor);
+    line(report, "**bgwork job**", &bgwork);
+    if !tmux.is_empty() {
+        line(report, "tmux workflow (pane + tee)", &tmux);
+    }
+    let daemon_peak = peaks.iter().map(|p| p.0).max().unwrap_or(0);
+    let supervisor_peak = peaks.iter().map(|p| p.1).max().unwrap_or(0);
+    let total = (daemon_peak + supervisor_peak) as f64 / 1024.0;
+    let _ = writeln!(
+        report,
+        "\nPeak RSS: daemon {:.1} MB + supervisor {:.1} MB = {total:.1} MB (target < 30 MB: {}).",
+        daemon_peak as f64 / 1024.0,
+        supervisor_peak as f64 / 1024.0,
+        if total < 30.0 { "met" } else { "missed" }
+    );
+    let met = median(&floor) / median(&bgwork) >= 0.8;
+    if !met {
+        note(&format!(
+            "**Capture** ({:.2}× the floor against 0.8×). The floor's own time varies with the \
+             page cache from run to run; bgwork's copy goes pipe → log with `splice` and, past \
+             the 256 MiB cap, releases old output with hole punching, one `fallocate` per MiB, \
+             and its time includes recording the end. What would close the gap: releasing old \
+             output in larger steps.",
+            median(&floor) / median(&bgwork)
+        ));
+    }
+    let _ = writeln!(
+        report,
+        "Throughput target {}.\n",
+        if met { "met" } else { "missed" }
+    );
+}
+
+pub fn incremental_read(opts: &Opts, report: &mut String) {
+    let n = if opts.smoke { 5 } else { 40 };
+    let size = if opts.smoke { 64u64 << 20 } else { 1u64 << 30 };
+    let home = Home::new(opts, &[("BGWORK_LOG_CAP", &(4u64 << 30).to_string())]);
+    let line = "0123456789abcdef".repeat(6) + "\n";
+    let chunk = line.repeat((1 << 20) / line.len() + 1);
+    let chunk_file = opts.data.join("chunk.txt");
+    std::fs::write(&chunk_file, &chunk[..1 << 20]).unwrap();
+    let id = home.start(
+        &format!(
+            "head -c {size} /dev/zero; while read x; do cat {}; done",
+            chunk_file.display()
+        ),
+        &[],
+    );
+    let log = home.dir.path().join("jobs/1/output.log");
+    let len = || std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while len() < size && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    home.run(&["read", &id, "--max-bytes", "64"]);
+    let mut bgwork = Vec::new();
+    let mut floor = Vec::new();
+    for i in 0..(n + 3) {
+        let before = len();
+        home.run(&["send", &id, "\\n"]);
+        while len() < before + (1 << 20) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let b = time(|| quiet(&mut home.command(&["read", &id, "--max-bytes", "2000000"])));
+        let f = time(|| {
+            quiet(Command::new("sh").args([
+                "-c",
+                &format!("tail -c 1048576 {} > /dev/null", log.display()),
+            ]))
+        });
+        if i >= 3 {
+            bgwork.push(b);
+            floor.push(f);
+        }
+    }
+    let _ = writeln!(report, "## 4. Incremental read\n\n1 MiB of new output read from a {} GiB log (`bgwork read ID`: cursor, escape stripping, carriage-return collapsing, UTF-8 repair), against `tail -c 1048576 LOG > /dev/null`. Target ≤ 5 ms.\n", size >> 30);
+    table_head(report);
+    row(report, "floor: `tail -c 1M`", &floor, None);
+    row(report, "**bgwork read (1 MiB new)**", &bgwork, Some(&floor));
+    let _ = writeln!(
+        report,
+        "\nTarget {}.\n",
+        if median(&bgwork) <= 5.0 {
+            "met"
+        } else {
+            "missed (see the note at the end)"
+        }
+    );
+    if median(&bgwork) > 5.0 {
+        note(&format!(
+            "**Incremental read** ({:.2} ms for 1 MiB against 5 ms). The figure is a whole CLI \
+             call that returns the megabyte as JSON and prints it: a client exec (~1.9 ms), a \
+             1 MiB `pread`, UTF-8 repair, JSON encoding and decoding of 1 MiB and the copy \
+             through the socket. The log's size does not enter (the read is by offset). What \
+             would close the gap: output bytes sent outside JSON (a length-prefixed frame), \
+             written by the client straight to stdout.",
+            median(&bgwork)
+        ));
+    }
+    write_samples(opts, "read-bgwork", &bgwork);
+    write_samples(opts, "read-floor", &floor);
+}

@@ -117,9 +117,10 @@ pub enum Commands {
     Supervise,
 }
 
+/// What every command that starts work takes: the command and where it runs.
 #[derive(Args, Debug)]
-pub struct StartCmd {
-    /// Fire one notice when the job ends.
+pub struct JobCmd {
+    /// Fire one notice when it ends.
     #[arg(long)]
     pub notify: bool,
     #[arg(long)]
@@ -130,6 +131,15 @@ pub struct StartCmd {
     /// Set a variable for the job (its name is recorded, its value never).
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
+    /// The command, run by `bash -c`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct StartCmd {
+    #[command(flatten)]
+    pub job: JobCmd,
     /// Milliseconds to wait for first output (default 1000).
     #[arg(long)]
     pub window: Option<u64>,
@@ -142,9 +152,6 @@ pub struct StartCmd {
     /// The pane's height (default 40).
     #[arg(long, requires = "pty")]
     pub rows: Option<u16>,
-    /// The command, run by `bash -c`.
-    #[arg(last = true, required = true)]
-    pub command: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -201,17 +208,7 @@ pub enum HookCmd {
 #[derive(Subcommand, Debug)]
 pub enum AgentCmd {
     /// sub-N: run a child agent; its work is filed under this session.
-    Start {
-        #[arg(long)]
-        name: Option<String>,
-        #[arg(long)]
-        cwd: Option<String>,
-        #[arg(long = "env", value_name = "K=V")]
-        env: Vec<String>,
-        /// The agent's command, run by `bash -c`.
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
+    Start(JobCmd),
 }
 
 #[derive(Args, Debug)]
@@ -219,18 +216,8 @@ pub struct RunCmd {
     /// Seconds to run in the foreground before moving to the background (default 60).
     #[arg(long)]
     pub timeout: Option<f64>,
-    /// Fire one notice when the job ends (after a promotion).
-    #[arg(long)]
-    pub notify: bool,
-    #[arg(long)]
-    pub name: Option<String>,
-    #[arg(long)]
-    pub cwd: Option<String>,
-    #[arg(long = "env", value_name = "K=V")]
-    pub env: Vec<String>,
-    /// The command, run by `bash -c`.
-    #[arg(last = true, required = true)]
-    pub command: Vec<String>,
+    #[command(flatten)]
+    pub job: JobCmd,
 }
 
 #[derive(Args, Debug)]
@@ -364,33 +351,20 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Dismiss { id } => Request::Dismiss { id },
         Commands::Resize { id, cols, rows } => Request::Resize { id, cols, rows },
         Commands::Monitor(monitor) => Request::Monitor(monitor_args(monitor)?),
-        Commands::Agent(AgentCmd::Start {
-            name,
-            cwd,
-            env,
-            command,
-        }) => Request::AgentStart(start_args(StartCmd {
-            notify: true,
-            name,
-            cwd,
-            env,
+        Commands::Agent(AgentCmd::Start(job)) => Request::AgentStart(start_args(StartCmd {
+            job,
             window: Some(0),
             pty: false,
             cols: None,
             rows: None,
-            command,
         })?),
         Commands::Run(run) => Request::Run(wire::RunArgs {
             start: start_args(StartCmd {
-                notify: run.notify,
-                name: run.name,
-                cwd: run.cwd,
-                env: run.env,
+                job: run.job,
                 window: None,
                 pty: false,
                 cols: None,
                 rows: None,
-                command: run.command,
             })?,
             timeout_s: run.timeout,
             stream: !json,
@@ -422,20 +396,21 @@ fn run_daemon() -> ExitCode {
 
 fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     let mut env = BTreeMap::new();
-    for pair in &start.env {
+    let job = start.job;
+    for pair in &job.env {
         let (key, value) = pair.split_once('=').ok_or_else(|| {
             WireError::bad_request("--env takes NAME=VALUE and one was given without '='")
         })?;
         env.insert(key.to_string(), value.to_string());
     }
-    let cwd = match start.cwd {
+    let cwd = match job.cwd {
         Some(cwd) => Some(cwd),
         None => std::env::current_dir()
             .ok()
             .map(|d| d.display().to_string()),
     };
     Ok(wire::StartArgs {
-        command: start.command.join(" "),
+        command: job.command.join(" "),
         cwd,
         env,
         inherit_env: Some(
@@ -443,8 +418,8 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
                 .collect(),
         ),
-        name: start.name,
-        notify: start.notify,
+        name: job.name,
+        notify: job.notify,
         window_ms: start.window,
         pty: start.pty,
         cols: start.cols,

@@ -75,13 +75,14 @@ async def main(binary):
             check(listed["reason"] == "ended", "second job ended")
             third = body(await session.call_tool("start", {"command": "exit 0", "notify": True, "window_ms": 0}))
             seen = list(third["notices"])  # it may have ended before its own reply
-            for _ in range(200):
+            for _ in range(600):
                 result = body(await session.call_tool("list", {}))
                 seen.extend(result["notices"])
                 if seen:
                     break
                 await asyncio.sleep(0.05)
-            check([n["item"] for n in seen] == [third["id"]], "the notice rides along on the next result")
+            items = [n["item"] for n in seen]
+            check(items == [third["id"]], f"the notice rides along on the next result ({items})")
             check(seen[0]["text"].endswith("finished successfully (exit 0)"), "with its one-line report")
             again = body(await session.call_tool("notices", {}))
             check(again["notices"] == [], "each notice once")

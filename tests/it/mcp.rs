@@ -4,6 +4,7 @@
 use crate::util::{Home, BIN};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 
 struct Mcp {
@@ -150,7 +151,7 @@ fn each_tool_works_and_notices_ride_along_once() {
     assert_eq!(listed["output"], "ran\n");
     // The other job's notice rides along on a result once it has ended.
     notices.extend(listed["notices"].as_array().unwrap().iter().cloned());
-    for _ in 0..500 {
+    for _ in 0..2000 {
         if !notices.is_empty() {
             break;
         }
@@ -234,11 +235,17 @@ fn the_python_sdk_client_runs_a_whole_session() {
 }
 
 fn hook(home: &Home, event: Value, extra: &[&str]) -> String {
+    hook_with_env(home, event, extra, &[])
+}
+
+/// Feeds one recorded hook event to `bgwork hook claude-code`; returns what it printed.
+fn hook_with_env(home: &Home, event: Value, extra: &[&str], env: &[(&str, &Path)]) -> String {
     let mut args = vec!["hook", "claude-code"];
     args.extend_from_slice(extra);
     let mut child = home
         .command(&args)
         .env_remove("BGWORK_SESSION")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -347,22 +354,9 @@ fn the_stop_hook_asks_to_wait_for_armed_work_only_when_asked_to() {
     let again = json!({"session_id": session, "hook_event_name": "Stop", "stop_hook_active": true});
     assert_eq!(hook(&home, again, &["--wait-on-stop"]), "", "never loops");
     let env_file = home.path().join("claude-env");
-    let mut child = home
-        .command(&["hook", "claude-code"])
-        .env_remove("BGWORK_SESSION")
-        .env("CLAUDE_ENV_FILE", &env_file)
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
     let start =
         json!({"session_id": session, "hook_event_name": "SessionStart", "source": "startup"});
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(start.to_string().as_bytes())
-        .unwrap();
-    child.wait().unwrap();
+    hook_with_env(&home, start, &[], &[("CLAUDE_ENV_FILE", &env_file)]);
     let exported = std::fs::read_to_string(env_file).unwrap();
     assert_eq!(exported, format!("export BGWORK_SESSION='{session}'\n"));
 }

@@ -100,7 +100,7 @@ impl LocalExecutor {
             let mut reader = BufReader::new(read_half);
             let hello = control::encode(&ToSupervisor::Hello { protocol: PROTOCOL });
             let _ = write_half.write_all(&hello).await;
-            let reply = tokio::time::timeout(HELLO_TIMEOUT, next_message(&mut reader)).await;
+            let reply = tokio::time::timeout(HELLO_TIMEOUT, answer_to_hello(&mut reader)).await;
             match reply {
                 Ok(Some(FromSupervisor::Hello {
                     protocol,
@@ -229,6 +229,18 @@ fn spawn_supervisor(exe: &Path) -> Result<Warm, String> {
     // Reap it whenever it ends (it outlives this daemon if the daemon goes first).
     tokio::spawn(async move { child.wait().await });
     Ok(Warm { pid, launch: ours })
+}
+
+/// The supervisor's answer to `hello`: its `hello`, or `exited` if it is ending. Output
+/// progress it sent on the new connection before reading the `hello` is passed over
+/// (the reattached relay learns the log's length from the `hello`).
+async fn answer_to_hello(reader: &mut BufReader<OwnedReadHalf>) -> Option<FromSupervisor> {
+    loop {
+        match next_message(reader).await? {
+            FromSupervisor::Output { .. } | FromSupervisor::InputClosed => continue,
+            answer => return Some(answer),
+        }
+    }
 }
 
 async fn connect(socket: &Path) -> Option<UnixStream> {

@@ -265,18 +265,21 @@ fn hook_with_env(home: &Home, event: Value, extra: &[&str], env: &[(&str, &Path)
 fn the_claude_code_hook_delivers_notices_once_as_additional_context() {
     let home = Home::new();
     let session = "3f1c2a9e-claude-session";
-    let run = home.run(&[
-        "--session",
-        session,
-        "--json",
-        "start",
-        "--notify",
-        "--window",
-        "0",
-        "--",
-        "echo 'BUILD FAILED: missing ;'; exit 2",
-    ]);
-    let id = run.json()["id"].as_str().unwrap().to_string();
+    let start = |command: &str| {
+        let args = [
+            "--session",
+            session,
+            "--json",
+            "start",
+            "--notify",
+            "--window",
+            "0",
+            "--",
+            command,
+        ];
+        home.run(&args).json()["id"].as_str().unwrap().to_string()
+    };
+    let id = start("echo 'BUILD FAILED: missing ;'; exit 2");
     home.run(&["--session", session, "wait", &id]);
     let prompt = json!({
         "session_id": session,
@@ -287,18 +290,7 @@ fn the_claude_code_hook_delivers_notices_once_as_additional_context() {
     });
     // The wait above showed the end: nothing to say.
     assert_eq!(hook(&home, prompt.clone(), &[]), "");
-    let second = home.run(&[
-        "--session",
-        session,
-        "--json",
-        "start",
-        "--notify",
-        "--window",
-        "0",
-        "--",
-        "echo ok",
-    ]);
-    let second = second.json()["id"].as_str().unwrap().to_string();
+    let second = start("echo ok");
     let mut said = String::new();
     for _ in 0..500 {
         said = hook(

@@ -203,6 +203,8 @@ impl Daemon {
             }
         };
         let (mut attached, mut settled, mut lost) = (0, 0, 0);
+        // Every job is looked for at once: one slow supervisor delays no other.
+        let mut pending = tokio::task::JoinSet::new();
         for record in unsettled.into_iter().filter(|r| r.kind != Kind::Monitor) {
             if record.job_dir.is_empty() {
                 let reason = "the daemon stopped while starting it".to_string();
@@ -210,11 +212,18 @@ impl Daemon {
                 lost += 1;
                 continue;
             }
-            match self
-                .executor
-                .reattach(record.row, Path::new(&record.job_dir))
-                .await
-            {
+            let daemon = self.clone();
+            pending.spawn(async move {
+                let job_dir = Path::new(&record.job_dir).to_path_buf();
+                let found = daemon.executor.reattach(record.row, &job_dir).await;
+                (record, found)
+            });
+        }
+        while let Some(joined) = pending.join_next().await {
+            let Ok((record, found)) = joined else {
+                continue;
+            };
+            match found {
                 Reattach::Running(running) => {
                     let mut inner = self.lock();
                     if let Err(e) = inner.store.set_running(record.row, running.pid) {

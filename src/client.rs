@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 /// How long a client waits for a daemon it started to answer.
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many daemons a client starts at most while waiting for one to answer.
+const MAX_DAEMON_STARTS: u32 = 5;
 
 pub struct Client {
     writer: UnixStream,
@@ -24,11 +26,16 @@ impl Client {
         if let Ok(client) = Client::connect_existing(paths) {
             return Ok(client);
         }
-        spawn_daemon(paths)?;
+        let mut daemon = spawn_daemon(paths)?;
+        let mut starts = 1;
         let deadline = Instant::now() + DAEMON_START_TIMEOUT;
         loop {
             match Client::connect_existing(paths) {
-                Ok(client) => return Ok(client),
+                Ok(client) => {
+                    // Reap it whenever it ends (this client may live long: an MCP server).
+                    std::thread::spawn(move || daemon.wait());
+                    return Ok(client);
+                }
                 Err(e) if Instant::now() >= deadline => {
                     return Err(WireError::new(
                         ErrorCode::Unavailable,
@@ -38,7 +45,15 @@ impl Client {
                         ),
                     ))
                 }
-                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => {
+                    // A daemon that ended before it answered (killed while starting, or
+                    // it found another one still letting go of the home): start another.
+                    if starts < MAX_DAEMON_STARTS && matches!(daemon.try_wait(), Ok(Some(_))) {
+                        daemon = spawn_daemon(paths)?;
+                        starts += 1;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             }
         }
     }
@@ -91,7 +106,7 @@ impl Client {
 }
 
 /// Starts `bgwork daemon` detached, in a session of its own, logging to `daemon.log`.
-fn spawn_daemon(paths: &Paths) -> Result<(), WireError> {
+fn spawn_daemon(paths: &Paths) -> Result<std::process::Child, WireError> {
     let unavailable = |what: &str, e: std::io::Error| {
         WireError::new(ErrorCode::Unavailable, format!("could not {what}: {e}"))
     };
@@ -122,9 +137,7 @@ fn spawn_daemon(paths: &Paths) -> Result<(), WireError> {
             Ok(())
         });
     }
-    let mut child = command
+    command
         .spawn()
-        .map_err(|e| unavailable("start the daemon", e))?;
-    std::thread::spawn(move || child.wait());
-    Ok(())
+        .map_err(|e| unavailable("start the daemon", e))
 }

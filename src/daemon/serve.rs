@@ -16,6 +16,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
 
+/// How long a starting daemon waits for the home's lock before refusing.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// `bgwork daemon`: takes the home's lock, binds the socket and serves until shutdown.
 pub fn main() -> anyhow::Result<()> {
     let paths = Paths::from_env();
@@ -25,6 +28,12 @@ pub fn main() -> anyhow::Result<()> {
         .truncate(false)
         .write(true)
         .open(&paths.lock)?;
+    // A daemon that was just killed holds the lock until its last thread is gone: give
+    // it a moment before deciding that another daemon serves this home.
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    while lock.try_lock().is_err() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     if lock.try_lock().is_err() {
         let holder = std::fs::read_to_string(&paths.lock).unwrap_or_default();
         anyhow::bail!(

@@ -86,12 +86,21 @@ impl LocalExecutor {
         let mut connected = connect(&socket).await;
         // A supervisor started just before the old daemon died may not have bound its
         // socket yet: while it lives, give it time to.
-        let deadline = tokio::time::Instant::now() + SPAWN_TIMEOUT;
+        let began = tokio::time::Instant::now();
+        let deadline = began + SPAWN_TIMEOUT;
+        let mut said = false;
         while connected.is_none()
             && supervisor::read_status(job_dir).is_none()
             && supervisor_alive(job_dir)
             && tokio::time::Instant::now() < deadline
         {
+            if !said && began.elapsed() > Duration::from_secs(1) {
+                said = true;
+                crate::note!(
+                    "bgwork daemon: waiting for the supervisor of {} to open its socket",
+                    job_dir.display()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(5)).await;
             connected = connect(&socket).await;
         }

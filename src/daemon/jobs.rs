@@ -384,7 +384,7 @@ impl Daemon {
         })
     }
 
-    pub(crate) async fn shutdown(&self, session: &str, stop_work: bool) -> Result<Ack, WireError> {
+    pub(crate) async fn shutdown(&self, stop_work: bool) -> Result<Ack, WireError> {
         let mut stopped = 0;
         if stop_work {
             let rows: Vec<i64> = {
@@ -406,7 +406,6 @@ impl Daemon {
             })
             .await;
         }
-        let _ = session;
         self.request_shutdown();
         let message = if stop_work {
             format!("daemon stopping; {stopped} running item(s) stopped")

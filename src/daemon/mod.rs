@@ -168,7 +168,7 @@ impl Daemon {
             Request::Dismiss { id } => reply(&self.dismiss(&session, &id)),
             Request::Gc => reply(&self.gc()),
             Request::Status => reply(&self.status()),
-            Request::Shutdown { stop_work } => reply(&self.shutdown(&session, stop_work).await),
+            Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),
         };
         line.into()
     }

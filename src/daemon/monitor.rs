@@ -41,20 +41,15 @@ impl Daemon {
         session: &str,
         args: MonitorArgs,
     ) -> Result<Item, WireError> {
-        let (row, monitor) = self.create_monitor(session, &args)?;
+        let row = self.create_monitor(session, &args)?;
         tokio::spawn(self.clone().run_monitor(row));
-        let _ = monitor;
         let record = self.lock().store.get(row)?;
         record
             .map(|r| self.item(&r))
             .ok_or_else(|| WireError::internal("record vanished"))
     }
 
-    fn create_monitor(
-        &self,
-        session: &str,
-        args: &MonitorArgs,
-    ) -> Result<(i64, MonitorRow), WireError> {
+    fn create_monitor(&self, session: &str, args: &MonitorArgs) -> Result<i64, WireError> {
         let regex = match &args.regex {
             Some(pattern) => Some(
                 Regex::new(pattern)
@@ -164,7 +159,7 @@ impl Daemon {
         };
         inner.store.insert_monitor(record.row, &monitor)?;
         inner.store.mark_running(record.row)?;
-        Ok((record.row, monitor))
+        Ok(record.row)
     }
 
     /// Starts the task of every monitor still running (after a daemon start).

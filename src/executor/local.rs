@@ -114,9 +114,9 @@ impl LocalExecutor {
                 Ok(Some(FromSupervisor::Hello {
                     protocol,
                     pid,
-                    log_len,
                     dropped,
                     status,
+                    ..
                 })) => {
                     if protocol != PROTOCOL {
                         return Reattach::Lost(format!(
@@ -129,7 +129,6 @@ impl LocalExecutor {
                     let handle = self.relay(row, reader, write_half, None);
                     return Reattach::Running(Running {
                         pid,
-                        log_len,
                         dropped,
                         handle,
                     });
@@ -242,7 +241,7 @@ fn spawn_supervisor(exe: &Path) -> Result<Warm, String> {
 
 /// The supervisor's answer to `hello`: its `hello`, or `exited` if it is ending. Output
 /// progress it sent on the new connection before reading the `hello` is passed over
-/// (the reattached relay learns the log's length from the `hello`).
+/// (the daemon reads the log's length from the file).
 async fn answer_to_hello(reader: &mut BufReader<OwnedReadHalf>) -> Option<FromSupervisor> {
     loop {
         match next_message(reader).await? {

@@ -46,11 +46,10 @@ impl JobHandle {
     }
 }
 
-/// A job that runs, as `start` or `reattach` found it.
+/// A job that still runs, as `reattach` found it (the log's length is the file's own).
 #[derive(Debug)]
 pub struct Running {
     pub pid: i32,
-    pub log_len: u64,
     pub dropped: u64,
     pub handle: JobHandle,
 }

@@ -403,12 +403,7 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         })?;
         env.insert(key.to_string(), value.to_string());
     }
-    let cwd = match job.cwd {
-        Some(cwd) => Some(cwd),
-        None => std::env::current_dir()
-            .ok()
-            .map(|d| d.display().to_string()),
-    };
+    let cwd = Some(crate::paths::resolve(job.cwd.as_deref().unwrap_or("."), "--cwd")?);
     Ok(wire::StartArgs {
         command: job.command.join(" "),
         cwd,

@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 impl Daemon {
     /// The item of a record (with what the registry knows of it while it runs).
     pub(crate) fn item(&self, record: &Record) -> Item {
-        let mut report = record
-            .end
-            .map(|end| crate::end::report(&record.id, end, record.exit_code, record.signal));
+        let mut report = record.end.map(|end| {
+            crate::end::report(&record.id, end, record.exit_code, record.signal)
+                + &crate::end::unwritten_note(record.unwritten)
+        });
         let mut lost_reason = record.lost_reason.clone();
         if record.kind == Kind::Monitor {
             // A monitor's detail says what happened ("matched: …", "timed out …").
@@ -94,10 +95,12 @@ impl Daemon {
             if !too_old && total <= self.config.gc_total_bytes {
                 continue;
             }
-            inner.store.delete(record.row)?;
+            // The folder goes first: a gc killed in between leaves a record without
+            // its folder (gone at the next gc), never a folder that outlives its record.
             if !record.job_dir.is_empty() {
                 let _ = std::fs::remove_dir_all(&record.job_dir);
             }
+            inner.store.delete(record.row)?;
             total -= size;
             removed += 1;
             freed += size;

@@ -4,7 +4,7 @@ use super::{Daemon, Live};
 use crate::output;
 use crate::paths::now_ms;
 use crate::store::{NewRecord, Record, Settlement};
-use crate::wire::control::{JobSpec, PaneSize, ToSupervisor, PROTOCOL};
+use crate::wire::control::{self, JobRecord, JobSpec, PaneSize, ToSupervisor, JOB_RECORD, PROTOCOL};
 use crate::wire::{
     Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
     WireError,
@@ -18,6 +18,8 @@ const STOP_SLACK: Duration = Duration::from_secs(2);
 const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// How long `start` waits to learn that a job's process started.
 const SPAWN_WAIT: Duration = Duration::from_secs(10);
+/// How long `send` waits for a supervisor to confirm that it took the input.
+const INPUT_ANSWER: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
@@ -82,10 +84,13 @@ impl Daemon {
         launch: Launch,
     ) -> Result<i64, WireError> {
         check_start(args)?;
+        // A request with no folder runs in the daemon user's home, never in the daemon's
+        // own folder; a relative one is refused, never interpreted.
         let cwd = args
             .cwd
             .clone()
             .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
+        crate::paths::require_absolute(&cwd, "cwd")?;
         let pane = args.pty.then(|| PaneSize {
             cols: args.cols.unwrap_or(DEFAULT_COLS).clamp(2, 1000),
             rows: args.rows.unwrap_or(DEFAULT_ROWS).clamp(2, 1000),
@@ -129,8 +134,11 @@ impl Daemon {
             })?
         };
         let job_dir = self.paths.job_dir(record.row);
-        let prepared = std::fs::create_dir_all(&job_dir)
+        // A folder of its own, never one that exists already (rows are never reused, so
+        // one that exists was put there by something else, maybe a symlink).
+        let prepared = std::fs::create_dir(&job_dir)
             .map_err(|e| format!("could not make {}: {e}", job_dir.display()))
+            .and_then(|()| write_job_record(&job_dir, &record))
             .and_then(|()| {
                 let dir = job_dir.display().to_string();
                 self.lock()
@@ -167,6 +175,8 @@ impl Daemon {
             log_head: self.config.log_head,
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
             pane,
+            owner: super::settle::owner(&record),
+            no_cgroup: !self.config.cgroups,
         };
         let handle = match self.executor.start(record.row, &spec) {
             Ok(handle) => handle,
@@ -185,6 +195,8 @@ impl Daemon {
                         handle,
                         dropped: 0,
                         input_closed: false,
+                        unwritten: 0,
+                        unwritten_at: 0,
                     },
                 );
             }
@@ -235,6 +247,8 @@ impl Daemon {
             lost_reason: Some(reason.clone()),
             notice: None,
             pid: None,
+            unwritten: 0,
+            unwritten_at: 0,
         };
         if let Err(e) = self.lock().store.settle(row, &settlement) {
             crate::note!("bgwork daemon: could not record the failed start of {id}: {e}");
@@ -337,31 +351,35 @@ impl Daemon {
         })
     }
 
-    pub(crate) fn send(&self, session: &str, args: &SendArgs) -> Result<Ack, WireError> {
-        let inner = self.lock();
-        let record = Self::find(&inner, session, &args.id)?;
+    /// Writes to a job's stdin; answers once its supervisor has taken the bytes.
+    pub(crate) async fn send(&self, session: &str, args: &SendArgs) -> Result<Ack, WireError> {
         let id = &args.id;
-        if record.kind == Kind::Monitor {
-            return Err(WireError::new(
-                ErrorCode::NoInput,
-                format!("{id} is a monitor and takes no input: `bgwork stop {id}` ends it"),
-            ));
-        }
-        if record.state == State::Ended {
-            return Err(WireError::new(
-                ErrorCode::NotRunning,
-                format!("{id} has ended and takes no input: start it again to send it input"),
-            ));
-        }
-        let live = inner.live.get(&record.row).ok_or_else(|| {
-            WireError::new(ErrorCode::NotRunning, format!("{id} is not attached yet"))
-        })?;
-        if live.input_closed {
-            return Err(WireError::new(
-                ErrorCode::NoInput,
-                format!("{id} has no input: its stdin is closed; a pane (--pty) takes keystrokes"),
-            ));
-        }
+        let (record, handle) = {
+            let inner = self.lock();
+            let record = Self::find(&inner, session, id)?;
+            if record.kind == Kind::Monitor {
+                return Err(WireError::new(
+                    ErrorCode::NoInput,
+                    format!("{id} is a monitor and takes no input: `bgwork stop {id}` ends it"),
+                ));
+            }
+            if record.state == State::Ended {
+                return Err(WireError::new(
+                    ErrorCode::NotRunning,
+                    format!("{id} has ended and takes no input: start it again to send it input"),
+                ));
+            }
+            let live = inner.live.get(&record.row).ok_or_else(|| {
+                WireError::new(
+                    ErrorCode::NotRunning,
+                    format!("{id} is not attached yet: try again in a moment"),
+                )
+            })?;
+            if live.input_closed {
+                return Err(no_input(id));
+            }
+            (record, live.handle.clone())
+        };
         let mut commands = Vec::new();
         let data = crate::keys::unescape(&args.text)?;
         if !data.is_empty() {
@@ -375,8 +393,38 @@ impl Daemon {
                 _ => crate::keys::plain_job_key(key)?,
             });
         }
+        let mut sent = 0;
         for command in commands {
-            live.handle.send(command);
+            match command {
+                ToSupervisor::Input { data } => {
+                    let len = data.len();
+                    let taken = tokio::time::timeout(INPUT_ANSWER, handle.write(data)).await;
+                    match taken {
+                        Ok(Ok(_)) => sent += len,
+                        Ok(Err(reason)) if reason.contains("stdin is closed") => {
+                            return Err(no_input(id))
+                        }
+                        Ok(Err(reason)) => {
+                            return Err(WireError::new(
+                                ErrorCode::NoInput,
+                                format!("{id} did not take the input ({sent} bytes sent before): {reason}"),
+                            ))
+                        }
+                        Err(_) => {
+                            return Err(WireError::new(
+                                ErrorCode::Unavailable,
+                                format!(
+                                    "{id}'s supervisor did not confirm the input within {} s ({sent} bytes confirmed before): try again",
+                                    INPUT_ANSWER.as_secs()
+                                ),
+                            ))
+                        }
+                    }
+                }
+                other => {
+                    handle.send(other);
+                }
+            }
         }
         Ok(Ack {
             ok: true,
@@ -414,6 +462,33 @@ impl Daemon {
         };
         Ok(Ack { ok: true, message })
     }
+}
+
+/// Writes the job's own description into its folder, so that a daemon whose database
+/// was lost can take the job back (`JOB_RECORD`).
+fn write_job_record(job_dir: &Path, record: &Record) -> Result<(), String> {
+    let description = JobRecord {
+        session: record.session.clone(),
+        id: record.id.clone(),
+        kind: record.kind,
+        name: record.name.clone(),
+        command: record.command.clone(),
+        cwd: record.cwd.clone(),
+        notify: record.notify,
+        env_names: record.env_names.clone(),
+        started_at: record.started_at,
+        cols: record.cols,
+        rows: record.rows,
+    };
+    std::fs::write(job_dir.join(JOB_RECORD), control::encode(&description))
+        .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
+}
+
+fn no_input(id: &str) -> WireError {
+    WireError::new(
+        ErrorCode::NoInput,
+        format!("{id} has no input: its stdin is closed; a pane (--pty) takes keystrokes"),
+    )
 }
 
 fn check_start(args: &StartArgs) -> Result<(), WireError> {

@@ -44,6 +44,9 @@ pub(crate) struct Live {
     pub handle: JobHandle,
     pub dropped: u64,
     pub input_closed: bool,
+    /// Output bytes that could not be written (a full disk), and where they were lost.
+    pub unwritten: u64,
+    pub unwritten_at: u64,
 }
 
 impl Inner {
@@ -53,6 +56,15 @@ impl Inner {
             .get(&record.row)
             .map(|l| l.dropped)
             .unwrap_or(record.dropped)
+    }
+
+    /// Output bytes that could not be written to a record's log, and the log offset
+    /// where the first was lost (live figures while it runs).
+    pub fn unwritten(&self, record: &crate::store::Record) -> (u64, u64) {
+        self.live
+            .get(&record.row)
+            .map(|l| (l.unwritten, l.unwritten_at))
+            .unwrap_or((record.unwritten, record.unwritten_at))
     }
 }
 
@@ -153,7 +165,7 @@ impl Daemon {
             Request::Run(args) => reply(&self.run(&session, args).await),
             Request::Monitor(args) => reply(&self.monitor(&session, args).await),
             Request::AgentStart(args) => reply(&self.agent_start(&session, args).await),
-            Request::Send(args) => reply(&self.send(&session, &args)),
+            Request::Send(args) => reply(&self.send(&session, &args).await),
             Request::Stop(args) => reply(&self.stop(&session, &args).await),
             Request::Wait(args) => reply(&self.wait(&session, &args).await),
             Request::Notices { peek, wait_s, .. } => {

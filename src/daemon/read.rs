@@ -6,6 +6,11 @@ use crate::output;
 use crate::wire::{ReadArgs, ReadReply, State, WireError};
 use base64::Engine;
 
+/// What a reader is told of output a full disk kept out of the log.
+pub(crate) fn unwritten_line(unwritten: u64) -> String {
+    format!("[... {unwritten} bytes could not be written: disk full ...]")
+}
+
 /// How far back `--tail N` looks for its lines.
 const TAIL_WINDOW: u64 = 1 << 20;
 /// The default size of a `--raw` read (raw bytes are returned consecutively).
@@ -58,6 +63,14 @@ impl Daemon {
         if by_cursor {
             inner.store.set_cursor(session, record.row, to)?;
         }
+        // Output that a full disk kept out of the log is said where it was lost.
+        let (unwritten, unwritten_at) = inner.unwritten(&record);
+        let lost_here = unwritten > 0 && (from..=to).contains(&unwritten_at);
+        let mut text = text;
+        if lost_here && !args.raw {
+            text = format!("{}\n{text}", unwritten_line(unwritten));
+        }
+        let skipped = skipped + if lost_here { unwritten } else { 0 };
         let running = record.state != State::Ended;
         Ok(ReadReply {
             id: record.id.clone(),

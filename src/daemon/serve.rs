@@ -44,7 +44,10 @@ pub fn main() -> anyhow::Result<()> {
     }
     lock.set_len(0)?;
     write!(lock, "{}", std::process::id())?;
-    let store = Store::open(&paths.db)?;
+    // New rows (and so job folders) start above every folder there is, even when the
+    // database was lost.
+    let floor = paths.job_folders().iter().map(|(row, _)| *row).max().unwrap_or(0);
+    let store = Store::open(&paths.db, floor)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -86,6 +89,7 @@ pub async fn run(
     listener: UnixListener,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    daemon.adopt_orphans();
     daemon.reconcile().await;
     tokio::spawn(daemon.clone().apply_events(events));
     daemon.resume_monitors();

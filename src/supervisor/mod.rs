@@ -12,6 +12,7 @@
 //! file, fsync, rename) before the daemon is told: a daemon that was away reads it later.
 //! The supervisor needs no daemon to do any of this: its life does not depend on one.
 
+mod cgroup;
 mod conn;
 mod log;
 mod spawn;
@@ -47,6 +48,8 @@ pub const CONTROL_SOCKET: &str = "control.sock";
 const READ_CHUNK: usize = 1 << 20;
 /// Output progress goes to the daemon at most this often while output streams.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(2);
+/// Input accepted for a job that has not read it yet, at most.
+const INPUT_QUEUE_MAX: usize = 8 << 20;
 /// After the job's processes are gone, output still buffered is drained for this long.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -83,6 +86,8 @@ struct Escalation {
 struct Supervisor {
     spec: JobSpec,
     me: i32,
+    /// The job's cgroup, left and removed once every process of the job is gone.
+    cgroup: Option<PathBuf>,
     pid: i32,
     log: OutputLog,
     output: Option<File>,
@@ -146,14 +151,24 @@ impl Supervisor {
         let listener = UnixListener::bind(&short.path)?;
         listener.set_nonblocking(true)?;
 
+        // The job's cgroup, where one can be made: every process of the job is born in it.
+        let me = std::process::id() as i32;
+        let my_start = tree::start_time(me);
+        let cgroup = my_start
+            .filter(|_| !spec.no_cgroup)
+            .and_then(|start| cgroup::enter(&format!("bgwork-{me}-{start}")));
         let spawned = match spawn::spawn_job(&spec) {
             Ok(spawned) => spawned,
             Err(e) => {
+                if let Some(dir) = &cgroup {
+                    cgroup::leave(dir);
+                }
                 let message = spawn::spawn_message(&spec, &e);
                 let status = ExitStatus {
                     protocol: PROTOCOL,
                     spawn_error: Some(message.clone()),
                     ended_at_ms: now_ms(),
+                    owner: spec.owner.clone(),
                     ..ExitStatus::default()
                 };
                 write_status(&job_dir, &status)?;
@@ -163,10 +178,19 @@ impl Supervisor {
                 return Err(e);
             }
         };
+        let record = tree::TreeRecord {
+            supervisor: my_start.map(|start| (me, start)),
+            job: tree::start_time(spawned.pid).map(|start| (spawned.pid, start)),
+            cgroup: cgroup.clone(),
+        };
+        if let Err(e) = record.write(&job_dir) {
+            crate::note!("bgwork supervise: could not record the job's processes: {e}");
+        }
         first.send(&FromSupervisor::Spawned { pid: spawned.pid });
         Ok(Supervisor {
             spec,
-            me: std::process::id() as i32,
+            me,
+            cgroup,
             pid: spawned.pid,
             log,
             output: Some(spawned.output),
@@ -342,9 +366,19 @@ impl Supervisor {
         }
         self.progress_due = false;
         self.last_progress = Instant::now();
-        let (log_len, dropped) = (self.log.len(), self.log.dropped());
-        for conn in &mut self.conns {
-            conn.progress(log_len, dropped);
+        for index in 0..self.conns.len() {
+            let figures = self.figures();
+            self.conns[index].progress(figures);
+        }
+    }
+
+    /// The log's figures, as an output progress message.
+    fn figures(&self) -> FromSupervisor {
+        FromSupervisor::Output {
+            log_len: self.log.len(),
+            dropped: self.log.dropped(),
+            unwritten: self.log.unwritten(),
+            unwritten_at: self.log.unwritten_at(),
         }
     }
 
@@ -434,8 +468,8 @@ impl Supervisor {
 
     fn serve_conn(&mut self, index: usize) {
         if self.conns[index].flush() {
-            let (log_len, dropped) = (self.log.len(), self.log.dropped());
-            self.conns[index].send(&FromSupervisor::Output { log_len, dropped });
+            let figures = self.figures();
+            self.conns[index].send(&figures);
         }
         for message in self.conns[index].receive() {
             self.handle(index, message);
@@ -450,6 +484,8 @@ impl Supervisor {
                     pid: self.pid,
                     log_len: self.log.len(),
                     dropped: self.log.dropped(),
+                    unwritten: self.log.unwritten(),
+                    unwritten_at: self.log.unwritten_at(),
                     status: None,
                 };
                 self.conns[index].send(&hello);
@@ -464,6 +500,14 @@ impl Supervisor {
                 } else {
                     self.conns[index].send(&FromSupervisor::InputClosed);
                 }
+            }
+            ToSupervisor::Write { seq, data } => {
+                let answer = self.take_input(data);
+                let answer = match answer {
+                    Ok(queued) => FromSupervisor::InputTaken { seq, queued },
+                    Err(reason) => FromSupervisor::InputRefused { seq, reason },
+                };
+                self.conns[index].send(&answer);
             }
             ToSupervisor::CloseInput => {
                 self.stdin = None;
@@ -480,6 +524,23 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Queues input for the job, within [`INPUT_QUEUE_MAX`]; the bytes now waiting.
+    fn take_input(&mut self, data: Vec<u8>) -> Result<u64, String> {
+        if self.stdin.is_none() {
+            return Err("its stdin is closed".into());
+        }
+        let waiting = self.input_queue.len();
+        if waiting + data.len() > INPUT_QUEUE_MAX {
+            return Err(format!(
+                "it is not reading its input: {waiting} bytes sent earlier still wait \
+                 (at most {INPUT_QUEUE_MAX} may)"
+            ));
+        }
+        self.input_queue.extend_from_slice(&data);
+        self.write_input();
+        Ok(self.input_queue.len() as u64)
     }
 
     fn write_input(&mut self) {
@@ -520,6 +581,8 @@ impl Supervisor {
             log_len: self.log.len(),
             dropped: self.log.dropped(),
             unwritten: self.log.unwritten(),
+            unwritten_at: self.log.unwritten_at(),
+            owner: self.spec.owner.clone(),
             ended_at_ms: now_ms(),
             pid: Some(self.pid),
         };
@@ -535,6 +598,9 @@ impl Supervisor {
             conn.flush_blocking(Duration::from_secs(1));
         }
         let _ = std::fs::remove_file(job_dir.join(CONTROL_SOCKET));
+        if let Some(dir) = &self.cgroup {
+            cgroup::leave(dir);
+        }
     }
 }
 
@@ -556,11 +622,23 @@ pub fn write_status(job_dir: &Path, status: &ExitStatus) -> std::io::Result<()> 
     std::fs::rename(&temp, job_dir.join(STATUS_FILE))
 }
 
-/// Reads a job's status file, if it has one.
-pub fn read_status(job_dir: &Path) -> Option<Result<ExitStatus, String>> {
-    match std::fs::read(job_dir.join(STATUS_FILE)) {
-        Ok(bytes) => Some(ExitStatus::decode(&bytes)),
-        Err(e) if e.kind() == ErrorKind::NotFound => None,
-        Err(e) => Some(Err(format!("status file unreadable: {e}"))),
+/// Reads a job's status file, if it has one. A status that names another owner than
+/// `owner` (a folder left by an earlier job) is no status of this job.
+pub fn read_status(job_dir: &Path, owner: &str) -> Option<Result<ExitStatus, String>> {
+    let status = match std::fs::read(job_dir.join(STATUS_FILE)) {
+        Ok(bytes) => ExitStatus::decode(&bytes),
+        Err(e) if e.kind() == ErrorKind::NotFound => return None,
+        Err(e) => return Some(Err(format!("status file unreadable: {e}"))),
+    };
+    if let Ok(found) = &status {
+        if !owner.is_empty() && !found.owner.is_empty() && found.owner != owner {
+            crate::note!(
+                "bgwork: {} holds the status of {}, not of {owner}: ignored",
+                job_dir.display(),
+                found.owner
+            );
+            return None;
+        }
     }
+    Some(status)
 }

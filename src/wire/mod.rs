@@ -7,6 +7,7 @@
 //! `Serialize`: the CLI, the MCP server and the web page all build these same types.
 
 pub mod control;
+pub mod frame;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

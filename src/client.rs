@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many daemons a client starts at most while waiting for one to answer.
 const MAX_DAEMON_STARTS: u32 = 5;
+/// The exit code of a daemon that will not serve its home as it is (a broken
+/// database): starting another would not help, its reason is the client's error.
+pub const DAEMON_REFUSED: u8 = 3;
 
 pub struct Client {
     writer: UnixStream,
@@ -46,9 +49,17 @@ impl Client {
                     ))
                 }
                 Err(_) => {
+                    let ended = daemon.try_wait().ok().flatten();
+                    if ended.and_then(|status| status.code()) == Some(DAEMON_REFUSED.into()) {
+                        return Err(WireError::new(
+                            ErrorCode::Unavailable,
+                            last_line(&paths.daemon_log)
+                                .unwrap_or_else(|| "the daemon refused to start".into()),
+                        ));
+                    }
                     // A daemon that ended before it answered (killed while starting, or
                     // it found another one still letting go of the home): start another.
-                    if starts < MAX_DAEMON_STARTS && matches!(daemon.try_wait(), Ok(Some(_))) {
+                    if starts < MAX_DAEMON_STARTS && ended.is_some() {
                         daemon = spawn_daemon(paths)?;
                         starts += 1;
                     }
@@ -103,6 +114,12 @@ impl Client {
             )),
         }
     }
+}
+
+/// The last line of a log file.
+fn last_line(path: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().last().map(str::to_string)
 }
 
 /// Starts `bgwork daemon` detached, in a session of its own, logging to `daemon.log`.

@@ -389,7 +389,22 @@ fn run_daemon() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bgwork daemon: {e}");
-            ExitCode::from(1)
+            // A home this daemon will not serve as it is (its database is broken): the
+            // client that started it says why at once instead of starting another.
+            let refused = e
+                .downcast_ref::<crate::store::StoreError>()
+                .is_some_and(|e| {
+                    matches!(
+                        e,
+                        crate::store::StoreError::Corrupt { .. }
+                            | crate::store::StoreError::TooNew { .. }
+                    )
+                });
+            ExitCode::from(if refused {
+                crate::client::DAEMON_REFUSED
+            } else {
+                1
+            })
         }
     }
 }
@@ -403,7 +418,10 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         })?;
         env.insert(key.to_string(), value.to_string());
     }
-    let cwd = Some(crate::paths::resolve(job.cwd.as_deref().unwrap_or("."), "--cwd")?);
+    let cwd = Some(crate::paths::resolve(
+        job.cwd.as_deref().unwrap_or("."),
+        "--cwd",
+    )?);
     Ok(wire::StartArgs {
         command: job.command.join(" "),
         cwd,

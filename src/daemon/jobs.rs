@@ -4,7 +4,9 @@ use super::{Daemon, Live};
 use crate::output;
 use crate::paths::now_ms;
 use crate::store::{NewRecord, Record, Settlement};
-use crate::wire::control::{self, JobRecord, JobSpec, PaneSize, ToSupervisor, JOB_RECORD, PROTOCOL};
+use crate::wire::control::{
+    self, JobRecord, JobSpec, PaneSize, ToSupervisor, JOB_RECORD, PROTOCOL,
+};
 use crate::wire::{
     Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
     WireError,

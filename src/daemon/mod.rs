@@ -142,6 +142,8 @@ impl Daemon {
     }
 
     pub fn request_shutdown(&self) {
+        // No new client may reach a daemon that is going: the next one starts another.
+        let _ = std::fs::remove_file(&self.paths.socket);
         self.shutdown.send_replace(true);
     }
 

@@ -46,7 +46,12 @@ pub fn main() -> anyhow::Result<()> {
     write!(lock, "{}", std::process::id())?;
     // New rows (and so job folders) start above every folder there is, even when the
     // database was lost.
-    let floor = paths.job_folders().iter().map(|(row, _)| *row).max().unwrap_or(0);
+    let floor = paths
+        .job_folders()
+        .iter()
+        .map(|(row, _)| *row)
+        .max()
+        .unwrap_or(0);
     let store = Store::open(&paths.db, floor)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

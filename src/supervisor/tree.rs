@@ -186,7 +186,9 @@ pub fn sweep_job(key: &str, job_dir: &std::path::Path) -> usize {
         let in_tree = Some(fields.group) == group || Some(fields.session) == session;
         let marked = !key.is_empty() && {
             let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            environ.split(|&b| b == 0).any(|var| var == marker.as_bytes())
+            environ
+                .split(|&b| b == 0)
+                .any(|var| var == marker.as_bytes())
         };
         if (in_tree || marked) && pidfd_kill(&pidfd) {
             killed += 1;

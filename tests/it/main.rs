@@ -3,6 +3,7 @@
 
 mod ends;
 mod faults;
+mod hostile;
 mod mcp;
 mod monitors;
 mod output;

@@ -483,7 +483,8 @@ impl Store {
                 item: r.get(2)?,
                 end: Some(r.get::<_, String>(3)?)
                     .filter(|e| e != MATCH_NOTICE)
-                    .map(|e| parse_end(&e)),
+                    .map(|e| parse_end(3, &e))
+                    .transpose()?,
                 exit_code: r.get(4)?,
                 signal: r.get(5)?,
                 text: r.get(6)?,
@@ -559,9 +560,12 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
         row: r.get(0)?,
         session: r.get(1)?,
         id: r.get(2)?,
-        kind: parse_kind(&r.get::<_, String>(3)?),
-        state: parse_state(&r.get::<_, String>(4)?),
-        end: r.get::<_, Option<String>>(5)?.map(|e| parse_end(&e)),
+        kind: parse_kind(3, &r.get::<_, String>(3)?)?,
+        state: parse_state(4, &r.get::<_, String>(4)?)?,
+        end: r
+            .get::<_, Option<String>>(5)?
+            .map(|e| parse_end(5, &e))
+            .transpose()?,
         exit_code: r.get(6)?,
         signal: r.get(7)?,
         name: r.get(8)?,
@@ -577,13 +581,10 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
             .map(String::from)
             .collect(),
         job_dir: r.get(16)?,
-        stop_actor: r.get::<_, Option<String>>(17)?.map(|a| {
-            if a == "person" {
-                Actor::Person
-            } else {
-                Actor::Agent
-            }
-        }),
+        stop_actor: r
+            .get::<_, Option<String>>(17)?
+            .map(|a| parse_actor(17, &a))
+            .transpose()?,
         dropped: r.get::<_, i64>(18)? as u64,
         log_len: r.get::<_, i64>(19)? as u64,
         lost_reason: r.get(20)?,
@@ -635,21 +636,41 @@ fn kind_str(kind: Kind) -> &'static str {
     }
 }
 
-fn parse_kind(text: &str) -> Kind {
-    match text {
+/// A column whose text is none of the values this build writes: the row is refused
+/// (a database from a newer build, or damaged), never read as some default.
+fn unknown(column: usize, text: &str) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        column,
+        rusqlite::types::Type::Text,
+        format!("unknown value {text:?}").into(),
+    )
+}
+
+fn parse_kind(column: usize, text: &str) -> rusqlite::Result<Kind> {
+    Ok(match text {
+        "job" => Kind::Job,
         "pane" => Kind::Pane,
         "monitor" => Kind::Monitor,
         "sub_agent" => Kind::SubAgent,
-        _ => Kind::Job,
-    }
+        _ => return Err(unknown(column, text)),
+    })
 }
 
-fn parse_state(text: &str) -> State {
-    match text {
+fn parse_state(column: usize, text: &str) -> rusqlite::Result<State> {
+    Ok(match text {
         "starting" => State::Starting,
         "running" => State::Running,
-        _ => State::Ended,
-    }
+        "ended" => State::Ended,
+        _ => return Err(unknown(column, text)),
+    })
+}
+
+fn parse_actor(column: usize, text: &str) -> rusqlite::Result<Actor> {
+    Ok(match text {
+        "agent" => Actor::Agent,
+        "person" => Actor::Person,
+        _ => return Err(unknown(column, text)),
+    })
 }
 
 fn actor_str(actor: Actor) -> &'static str {
@@ -677,9 +698,9 @@ fn end_str(end: End) -> &'static str {
         .unwrap_or("lost")
 }
 
-fn parse_end(text: &str) -> End {
+fn parse_end(column: usize, text: &str) -> rusqlite::Result<End> {
     ENDS.iter()
         .find(|(_, s)| *s == text)
         .map(|(e, _)| *e)
-        .unwrap_or(End::Lost)
+        .ok_or_else(|| unknown(column, text))
 }

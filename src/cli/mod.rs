@@ -409,15 +409,13 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
             .ok()
             .map(|d| d.display().to_string()),
     };
+    let caller = crate::environ::CallerEnv::of_this_process();
     Ok(wire::StartArgs {
         command: job.command.join(" "),
         cwd,
         env,
-        inherit_env: Some(
-            std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect(),
-        ),
+        inherit_env: Some(caller.text),
+        inherit_env_bytes: caller.bytes,
         name: job.name,
         notify: job.notify,
         window_ms: start.window,

@@ -4,6 +4,7 @@
 mod ends;
 mod faults;
 mod mcp;
+mod mcp_hostile;
 mod monitors;
 mod output;
 mod panes;

@@ -46,8 +46,20 @@ pub struct Client {
 impl Client {
     /// Connects, starting the daemon first when none answers on the socket.
     pub fn connect(paths: &Paths) -> Result<Client, WireError> {
-        if let Ok(client) = Client::connect_existing(paths) {
-            return Ok(client);
+        match Client::connect_existing(paths) {
+            Ok(client) => return Ok(client),
+            // Someone listens but accepts nothing: a daemon that is stuck, not absent.
+            Err(e) if is_timeout(&e) => {
+                return Err(WireError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "the daemon of {} ({}) did not answer: {e}",
+                        paths.home.display(),
+                        describe_daemon(paths)
+                    ),
+                ))
+            }
+            Err(_) => {}
         }
         let mut daemon = spawn_daemon(paths)?;
         let mut starts = 1;
@@ -250,9 +262,7 @@ fn is_timeout(e: &std::io::Error) -> bool {
 
 /// "pid N", with what can be seen of it: the pid is the one in the home's lock file.
 pub fn describe_daemon(paths: &Paths) -> String {
-    let pid = std::fs::read_to_string(&paths.lock)
-        .ok()
-        .and_then(|text| text.trim().parse::<i32>().ok());
+    let pid = read_pid(&paths.lock);
     let Some(pid) = pid else {
         return "pid unknown".to_string();
     };
@@ -268,6 +278,20 @@ pub fn describe_daemon(paths: &Paths) -> String {
              another, and running work survives"
         )
     }
+}
+
+/// The pid a lock file holds (read without blocking, a few bytes at most).
+fn read_pid(lock: &std::path::Path) -> Option<i32> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW)
+        .open(lock)
+        .ok()?;
+    let mut text = String::new();
+    file.take(32).read_to_string(&mut text).ok()?;
+    text.trim().parse::<i32>().ok().filter(|&pid| pid > 0)
 }
 
 /// Connects to a Unix socket, waiting at most `patience` for room in a listener's queue

@@ -14,11 +14,14 @@ use crate::paths::Paths;
 use crate::wire::{Envelope, ListReply, Notice, NoticesReply, Request, WireError};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::ExitCode;
 use std::time::Duration;
 
 /// How long the hook works at most (a harness waits on its hooks; under 2 s in all).
-const HOOK_DEADLINE: Duration = Duration::from_millis(1500);
+const HOOK_DEADLINE: Duration = Duration::from_millis(1250);
+/// The most of a hook event read (events are small; a prompt is its largest part).
+const MAX_EVENT: u64 = 16 << 20;
 
 /// The session the hook speaks for: `BGWORK_SESSION`, else the harness's session id.
 pub fn session_of(event: &Value) -> String {
@@ -38,7 +41,7 @@ pub fn claude_code(paths: &Paths, wait_on_stop: bool) -> ExitCode {
     // when it takes too long: nothing it could be blocked in is allowed to hold the hook.
     std::thread::spawn(move || {
         let mut input = String::new();
-        let _ = std::io::stdin().read_to_string(&mut input);
+        let _ = std::io::stdin().take(MAX_EVENT).read_to_string(&mut input);
         read.store(true, std::sync::atomic::Ordering::SeqCst);
         let event: Value = serde_json::from_str(&input).unwrap_or(Value::Null);
         let session = session_of(&event);
@@ -53,11 +56,11 @@ pub fn claude_code(paths: &Paths, wait_on_stop: bool) -> ExitCode {
         Ok(Ok(None)) => {}
         Ok(Err(e)) => crate::note!("bgwork hook: {}", e.message),
         Err(_) if !event_read.load(std::sync::atomic::Ordering::SeqCst) => crate::note!(
-            "bgwork hook: no hook event on stdin within {:.1} s (it must end with EOF); nothing to say",
+            "bgwork hook: no hook event on stdin within {:.2} s (it must end with EOF); nothing to say",
             HOOK_DEADLINE.as_secs_f64()
         ),
         Err(_) => crate::note!(
-            "bgwork hook: no answer within {:.1} s from the daemon of {} ({}); notices wait for a later turn",
+            "bgwork hook: no answer within {:.2} s from the daemon of {} ({}); notices wait for a later turn",
             HOOK_DEADLINE.as_secs_f64(),
             paths.home.display(),
             client::describe_daemon(paths)
@@ -114,9 +117,11 @@ fn remember_session(session: &str) {
         return;
     };
     let quoted = session.replace('\'', r"'\''");
+    // Non-blocking: a FIFO with no reader is refused rather than waited on.
     if let Ok(mut env) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
         .open(file)
     {
         let _ = writeln!(env, "export BGWORK_SESSION='{quoted}'");

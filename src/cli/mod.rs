@@ -372,9 +372,12 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Gc => Request::Gc,
         Commands::Status => Request::Status,
         Commands::Shutdown { stop_work } => {
-            if Client::connect_existing(&paths).is_err() {
-                render::say(json, "no daemon is running for this home");
-                return Ok(ExitCode::SUCCESS);
+            // A daemon that accepts no connection is there all the same (stuck).
+            if let Err(e) = Client::connect_existing(&paths) {
+                if e.kind() != std::io::ErrorKind::TimedOut {
+                    render::say(json, "no daemon is running for this home");
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
             Request::Shutdown { stop_work }
         }

@@ -27,6 +27,9 @@ const MAX_LINE: usize = 4 << 20;
 /// How much of a longer line is kept to find its id.
 const KEPT_OF_LONG_LINE: usize = 64 << 10;
 
+/// The requests this server serves (the others are "method not found").
+const SERVED: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
+
 /// JSON-RPC error codes.
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -34,7 +37,7 @@ const INVALID_PARAMS: i64 = -32602;
 
 pub struct StdioLines {
     incoming: mpsc::Receiver<ClientJsonRpcMessage>,
-    outgoing: std::sync::mpsc::Sender<Outgoing>,
+    outgoing: mpsc::Sender<Outgoing>,
 }
 
 /// A line for stdout and, for rmcp's own, who waits for it to be written.
@@ -47,7 +50,8 @@ impl StdioLines {
     /// Starts the reader (stdin) and writer (stdout) threads; the receiver resolves
     /// when stdin has ended (or failed).
     pub fn start() -> (StdioLines, oneshot::Receiver<()>) {
-        let (outgoing, to_stdout) = std::sync::mpsc::channel::<Outgoing>();
+        // Both bounded: a client that writes and never reads is held back, not buffered.
+        let (outgoing, to_stdout) = mpsc::channel::<Outgoing>(64);
         let (messages, incoming) = mpsc::channel(64);
         let (ended, stdin_ended) = oneshot::channel();
         std::thread::spawn(move || write_lines(to_stdout));
@@ -78,6 +82,7 @@ impl Transport<RoleServer> for StdioLines {
                     line,
                     written: Some(written),
                 })
+                .await
                 .map_err(|_| closed())?;
             done.await.unwrap_or_else(|_| Err(closed()))
         }
@@ -94,9 +99,9 @@ impl Transport<RoleServer> for StdioLines {
 
 /// Writes each line whole and flushes it. With stdout gone nobody can hear this server
 /// any more: it ends.
-fn write_lines(lines: std::sync::mpsc::Receiver<Outgoing>) {
+fn write_lines(mut lines: mpsc::Receiver<Outgoing>) {
     let mut stdout = std::io::stdout().lock();
-    for Outgoing { line, written } in lines {
+    while let Some(Outgoing { line, written }) = lines.blocking_recv() {
         let result = stdout.write_all(&line).and_then(|()| stdout.flush());
         if let Err(e) = &result {
             crate::note!("bgwork mcp: stdout closed ({e}); stopping");
@@ -109,10 +114,7 @@ fn write_lines(lines: std::sync::mpsc::Receiver<Outgoing>) {
 }
 
 /// Reads stdin line by line until it ends; messages go to rmcp, the rest is answered.
-fn read_lines(
-    messages: mpsc::Sender<ClientJsonRpcMessage>,
-    answers: std::sync::mpsc::Sender<Outgoing>,
-) {
+fn read_lines(messages: mpsc::Sender<ClientJsonRpcMessage>, answers: mpsc::Sender<Outgoing>) {
     let mut stdin = std::io::stdin().lock();
     let mut line = Vec::new();
     loop {
@@ -144,7 +146,7 @@ fn read_lines(
                     line,
                     written: None,
                 };
-                if answers.send(answer).is_err() {
+                if answers.blocking_send(answer).is_err() {
                     return;
                 }
             }
@@ -272,8 +274,15 @@ fn judge(line: &[u8]) -> Verdict {
             return invalid(INVALID_PARAMS, message);
         }
     }
+    let served = method.is_some_and(|m| SERVED.contains(&m));
+    let params_error = |method: &str| {
+        format!("invalid params: the params of {method} do not fit its schema (see the MCP specification)")
+    };
     let message: ClientJsonRpcMessage = match serde_json::from_value(value.clone()) {
         Ok(message) => message,
+        Err(_) if served && id.is_some() => {
+            return invalid(INVALID_PARAMS, params_error(method.unwrap_or_default()))
+        }
         Err(_) if method.is_none() => {
             return invalid(
                 INVALID_REQUEST,
@@ -288,12 +297,8 @@ fn judge(line: &[u8]) -> Verdict {
     // as a custom request (answered "method not found"): it is a matter of params.
     if let JsonRpcMessage::Request(request) = &message {
         if let ClientRequest::CustomRequest(custom) = &request.request {
-            let method = custom.method.as_str();
-            if matches!(method, "initialize" | "ping" | "tools/list" | "tools/call") {
-                return invalid(
-                    INVALID_PARAMS,
-                    format!("invalid params: the params of {method} do not fit its schema"),
-                );
+            if SERVED.contains(&custom.method.as_str()) {
+                return invalid(INVALID_PARAMS, params_error(&custom.method));
             }
         }
     }

@@ -642,3 +642,56 @@ fn issue16_12_refusing_another_users_client_exits_1() {
     assert_eq!(refused.status.code(), Some(1), "{stderr}");
     assert!(Path::new(&home.socket()).exists());
 }
+
+#[test]
+fn issue16_2_a_socket_that_accepts_nothing_fails_the_call_and_starts_no_daemon() {
+    use nix::sys::socket::{self, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
+    let home = Home::new().with("BGWORK_ANSWER_TIMEOUT_MS", "1000");
+    // A listener (a stuck daemon) that accepts nothing, its queue full.
+    let address = UnixAddr::new(&home.socket()).unwrap();
+    let listener = socket::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    socket::bind(std::os::fd::AsRawFd::as_raw_fd(&listener), &address).unwrap();
+    socket::listen(&listener, Backlog::new(0).unwrap()).unwrap();
+    let mut queued = Vec::new();
+    loop {
+        let client = socket::socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        )
+        .unwrap();
+        if socket::connect(std::os::fd::AsRawFd::as_raw_fd(&client), &address).is_err() {
+            break;
+        }
+        queued.push(client);
+    }
+    let began = Instant::now();
+    let call = home
+        .command(&["list"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = finish_within(call, Duration::from_secs(10));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+    assert!(stderr.contains("accepts no connection"), "{stderr}");
+    assert!(
+        !home.path().join("daemon.log").exists(),
+        "no second daemon was started over it"
+    );
+    drop(queued);
+    drop(listener);
+}

@@ -130,7 +130,7 @@ pub struct JobCmd {
     pub cwd: Option<String>,
     /// Set a variable for the job (its name is recorded, its value never).
     #[arg(long = "env", value_name = "K=V")]
-    pub env: Vec<String>,
+    pub env: Vec<std::ffi::OsString>,
     /// The command, run by `bash -c`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -401,6 +401,13 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     let mut env = BTreeMap::new();
     let job = start.job;
     for pair in &job.env {
+        let pair = pair.to_str().ok_or_else(|| {
+            WireError::bad_request(format!(
+                "--env {}: not UTF-8, which --env cannot carry; set the variable in bgwork's own \
+                 environment instead (inherited variables reach the job as they are)",
+                pair.to_string_lossy()
+            ))
+        })?;
         let (key, value) = pair.split_once('=').ok_or_else(|| {
             WireError::bad_request("--env takes NAME=VALUE and one was given without '='")
         })?;

@@ -327,6 +327,16 @@ fn issue10_10_the_cli_passes_non_utf8_variables_to_the_job_as_bytes() {
         hex_of_weird(stdout.lines().next().unwrap_or("")),
         "{stdout}"
     );
+    // `--env` carries text only, and says so.
+    let refused = home
+        .command(&["run", "--env"])
+        .arg(std::ffi::OsStr::from_bytes(b"A=caf\xe9"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not UTF-8"), "{stderr}");
     // A raw socket client gets a clear refusal for pairs no environment can hold.
     let bad = json!({"session": "test", "op": "start", "command": "true",
                      "inherit_env": {}, "inherit_env_bytes": [["QQ==", "not base64!"]]});

@@ -33,8 +33,8 @@ pub struct Client {
     writer: UnixStream,
     reader: BufReader<UnixStream>,
     paths: Paths,
-    /// The deadline for each answer of the request in flight (none: wait for ever).
-    patience: Option<Duration>,
+    /// The deadline for each answer of the request in flight.
+    patience: Duration,
     /// The request in flight is a `notices --follow` stream.
     following: bool,
     /// The request in flight may change state (said when its answer is given up on).
@@ -101,7 +101,7 @@ impl Client {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
             paths: paths.clone(),
-            patience: Some(patience()),
+            patience: patience(),
             following: false,
             acts: false,
             session: String::new(),
@@ -145,12 +145,12 @@ impl Client {
                 | Request::Status
         );
         self.patience = if self.following {
-            Some(FOLLOW_QUIET.min(patience()))
+            FOLLOW_QUIET.min(patience())
         } else {
-            Some(patience() + own_time(request))
+            patience() + own_time(request)
         };
-        let _ = self.writer.set_write_timeout(self.patience);
-        let _ = self.reader.get_ref().set_read_timeout(self.patience);
+        let _ = self.writer.set_write_timeout(Some(self.patience));
+        let _ = self.reader.get_ref().set_read_timeout(Some(self.patience));
         let line = wire::encode_line(envelope);
         self.writer.write_all(&line).map_err(|e| {
             if is_timeout(&e) {
@@ -199,7 +199,7 @@ impl Client {
 
     /// The error for a daemon that let a deadline pass.
     fn not_answering(&self) -> WireError {
-        let seconds = self.patience.unwrap_or_default().as_secs_f64();
+        let seconds = self.patience.as_secs_f64();
         let mut message = format!(
             "the daemon of {} ({}) did not answer within {seconds:.0} s",
             self.paths.home.display(),

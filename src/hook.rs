@@ -6,7 +6,7 @@
 //! (marking them delivered); with nothing pending it prints nothing. On `Stop`, with
 //! `--wait-on-stop`, it blocks the stop while work armed with `--notify` still runs.
 //! A hook must never break the harness: every failure prints nothing and exits 0, and
-//! it answers within [`HOOK_DEADLINE`] whatever the daemon does (stopped, hung, slow to
+//! it answers within `HOOK_DEADLINE` whatever the daemon does (stopped, hung, slow to
 //! start): past it, it says one line on stderr and leaves the notices for a later turn.
 
 use crate::client::{self, Client};

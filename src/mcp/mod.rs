@@ -6,9 +6,10 @@
 //! call of any tool without polling. A long `wait` sends progress notifications when
 //! the client gave a progress token, so clients that time out idle calls keep waiting.
 //!
-//! Every line on stdin gets an answer ([`stdio`]). A call the client cancels
+//! Every line on stdin gets an answer (`stdio.rs`). A call the client cancels
 //! (`notifications/cancelled`) ends its daemon connection at once, so the daemon ends a
-//! `wait` too; when stdin ends the server exits at once, abandoning calls in flight.
+//! `wait` too; when stdin ends the server exits a moment later (`ANSWER_AFTER_EOF`),
+//! abandoning the calls still in flight.
 
 mod stdio;
 mod tools;

@@ -24,6 +24,8 @@ use tokio::sync::{mpsc, oneshot};
 /// The longest line read whole. No legal tool call comes near it: the daemon refuses a
 /// request past 1 MiB.
 const MAX_LINE: usize = 4 << 20;
+/// How many dropped notifications are reported on stderr.
+const NOTES_OF_DROPS: u32 = 20;
 /// How much of a longer line is kept to find its id.
 const KEPT_OF_LONG_LINE: usize = 64 << 10;
 
@@ -117,6 +119,7 @@ fn write_lines(mut lines: mpsc::Receiver<Outgoing>) {
 fn read_lines(messages: mpsc::Sender<ClientJsonRpcMessage>, answers: mpsc::Sender<Outgoing>) {
     let mut stdin = std::io::stdin().lock();
     let mut line = Vec::new();
+    let mut dropped = 0;
     loop {
         let complete = match read_line(&mut stdin, &mut line) {
             Ok(Some(complete)) => complete,
@@ -150,7 +153,17 @@ fn read_lines(messages: mpsc::Sender<ClientJsonRpcMessage>, answers: mpsc::Sende
                     return;
                 }
             }
-            Verdict::Drop(why) => crate::note!("bgwork mcp: dropped a notification: {why}"),
+            // Said a few times only: a client that floods bad notifications and does
+            // not read stderr must not block this thread on a full pipe.
+            Verdict::Drop(why) => {
+                dropped += 1;
+                if dropped <= NOTES_OF_DROPS {
+                    crate::note!("bgwork mcp: dropped a notification: {why}");
+                }
+                if dropped == NOTES_OF_DROPS {
+                    crate::note!("bgwork mcp: further dropped notifications are not reported");
+                }
+            }
             Verdict::Blank => {}
         }
     }

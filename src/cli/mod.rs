@@ -130,7 +130,7 @@ pub struct JobCmd {
     pub cwd: Option<String>,
     /// Set a variable for the job (its name is recorded, its value never).
     #[arg(long = "env", value_name = "K=V")]
-    pub env: Vec<String>,
+    pub env: Vec<std::ffi::OsString>,
     /// The command, run by `bash -c`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -372,9 +372,12 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Gc => Request::Gc,
         Commands::Status => Request::Status,
         Commands::Shutdown { stop_work } => {
-            if Client::connect_existing(&paths).is_err() {
-                render::say(json, "no daemon is running for this home");
-                return Ok(ExitCode::SUCCESS);
+            // A daemon that accepts no connection is there all the same (stuck).
+            if let Err(e) = Client::connect_existing(&paths) {
+                if e.kind() != std::io::ErrorKind::TimedOut {
+                    render::say(json, "no daemon is running for this home");
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
             Request::Shutdown { stop_work }
         }
@@ -413,6 +416,13 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     let mut env = BTreeMap::new();
     let job = start.job;
     for pair in &job.env {
+        let pair = pair.to_str().ok_or_else(|| {
+            WireError::bad_request(format!(
+                "--env {}: not UTF-8, which --env cannot carry; set the variable in bgwork's own \
+                 environment instead (inherited variables reach the job as they are)",
+                pair.to_string_lossy()
+            ))
+        })?;
         let (key, value) = pair.split_once('=').ok_or_else(|| {
             WireError::bad_request("--env takes NAME=VALUE and one was given without '='")
         })?;
@@ -422,15 +432,13 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         job.cwd.as_deref().unwrap_or("."),
         "--cwd",
     )?);
+    let caller = crate::environ::CallerEnv::of_this_process();
     Ok(wire::StartArgs {
         command: job.command.join(" "),
         cwd,
         env,
-        inherit_env: Some(
-            std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect(),
-        ),
+        inherit_env: Some(caller.text),
+        inherit_env_bytes: caller.bytes,
         name: job.name,
         notify: job.notify,
         window_ms: start.window,

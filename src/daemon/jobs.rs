@@ -1,6 +1,7 @@
 //! The calls that act on jobs: start, stop, send, shutdown.
 
 use super::{Daemon, Live};
+use crate::environ::{self, CallerEnv};
 use crate::output;
 use crate::paths::now_ms;
 use crate::store::{NewRecord, Record, Settlement};
@@ -11,7 +12,6 @@ use crate::wire::{
     Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
     WireError,
 };
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -156,16 +156,20 @@ impl Daemon {
                 format!("the working directory {cwd} does not exist: pass an existing --cwd");
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
-        let mut env: BTreeMap<String, String> = args
-            .inherit_env
-            .clone()
-            .unwrap_or_else(|| std::env::vars().collect());
+        let (mut env, env_bytes) = match &args.inherit_env {
+            Some(env) => (env.clone(), args.inherit_env_bytes.clone()),
+            None => {
+                let own = CallerEnv::of_this_process();
+                (own.text, own.bytes)
+            }
+        };
         env.extend(args.env.clone());
         if launch.sub_agent {
             let report = job_dir.join(super::settle::REPORT_FILE);
             env.insert("BGWORK_SESSION".into(), format!("{session}/{}", record.id));
             env.insert("BGWORK_REPORT".into(), report.display().to_string());
         }
+        let env_bytes = environ::without_names(&env_bytes, &env);
         let spec = JobSpec {
             protocol: PROTOCOL,
             job_key: job_dir.display().to_string(),
@@ -173,6 +177,7 @@ impl Daemon {
             command: args.command.clone(),
             cwd,
             env,
+            env_bytes,
             log_cap: self.config.log_cap,
             log_head: self.config.log_head,
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
@@ -516,6 +521,7 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
             "--env takes NAME=VALUE with a non-empty NAME",
         ));
     }
+    environ::decode_pairs(&args.inherit_env_bytes).map_err(WireError::bad_request)?;
     Ok(())
 }
 

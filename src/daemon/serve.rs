@@ -122,8 +122,9 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
     let peer = stream.peer_cred().map(|c| c.uid());
     let (read_half, mut writer) = stream.into_split();
     if peer.ok() != Some(me) {
+        // Not a usage error of the caller's (exit 2): this daemon is not theirs to use.
         let refusal = WireError::new(
-            ErrorCode::BadRequest,
+            ErrorCode::Unavailable,
             "refused: this daemon serves only its own user",
         );
         let _ = writer

@@ -23,6 +23,9 @@ pub struct JobSpec {
     pub command: String,
     pub cwd: String,
     pub env: BTreeMap<String, String>,
+    /// Variables whose name or value is not UTF-8: base64 `[name, value]` pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_bytes: Vec<[String; 2]>,
     pub log_cap: u64,
     pub log_head: u64,
     /// How long leftover children of a job whose main process ended get after TERM.

@@ -75,6 +75,10 @@ pub struct StartArgs {
     /// The caller's whole environment, which the job inherits (never recorded).
     #[serde(default)]
     pub inherit_env: Option<BTreeMap<String, String>>,
+    /// The caller's variables whose name or value is not UTF-8, inherited too: each a
+    /// `[name, value]` pair of base64 texts (a job's environment is bytes; JSON is not).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherit_env_bytes: Vec<[String; 2]>,
     #[serde(default)]
     pub name: Option<String>,
     #[serde(default)]

@@ -5,6 +5,7 @@ mod ends;
 mod faults;
 mod hostile;
 mod mcp;
+mod mcp_hostile;
 mod monitors;
 mod output;
 mod panes;

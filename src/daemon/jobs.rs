@@ -86,10 +86,15 @@ impl Daemon {
             .cwd
             .clone()
             .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
-        let pane = args.pty.then(|| PaneSize {
-            cols: args.cols.unwrap_or(DEFAULT_COLS).clamp(2, 1000),
-            rows: args.rows.unwrap_or(DEFAULT_ROWS).clamp(2, 1000),
-        });
+        let pane = match args.pty {
+            true => {
+                let cols = args.cols.unwrap_or(DEFAULT_COLS);
+                let rows = args.rows.unwrap_or(DEFAULT_ROWS);
+                super::pane::check_size(cols, rows)?;
+                Some(PaneSize { cols, rows })
+            }
+            false => None,
+        };
         let record = {
             let mut inner = self.lock();
             if launch.sub_agent {
@@ -201,8 +206,12 @@ impl Daemon {
             .get(row)?
             .ok_or_else(|| WireError::internal("record vanished"))?;
         let path = output::log_path(&record.job_dir);
-        let len = output::log_len(&path);
         let dropped = inner.dropped(&record);
+        let mut len = output::log_len(&path);
+        if record.state != State::Ended {
+            // Not half a character: the rest comes with the next read.
+            len = output::text_end(&path, 0, len, self.config.log_head, dropped);
+        }
         let max = output::DEFAULT_MAX_BYTES;
         let excerpt = output::excerpt(&path, 0, len, self.config.log_head, dropped, max);
         let (text, _) = excerpt.render(max, &path);

@@ -90,6 +90,8 @@ struct Supervisor {
     /// The pane's terminal (for resizing), when the job runs on one.
     pty: Option<pty_process::blocking::Pty>,
     input_queue: Vec<u8>,
+    /// End-of-input was asked for: stdin closes once the queued input is written.
+    close_input: bool,
     listener: UnixListener,
     conns: Vec<Conn>,
     signals: SignalFd,
@@ -173,6 +175,7 @@ impl Supervisor {
             stdin: Some(spawned.input),
             pty: spawned.pty,
             input_queue: Vec::new(),
+            close_input: false,
             listener,
             conns: vec![first],
             signals,
@@ -458,7 +461,7 @@ impl Supervisor {
                 self.begin_stop(Some(actor), Duration::from_millis(grace_ms));
             }
             ToSupervisor::Input { data } => {
-                if self.stdin.is_some() {
+                if self.stdin.is_some() && !self.close_input {
                     self.input_queue.extend_from_slice(&data);
                     self.write_input();
                 } else {
@@ -466,8 +469,10 @@ impl Supervisor {
                 }
             }
             ToSupervisor::CloseInput => {
-                self.stdin = None;
-                self.input_queue.clear();
+                // Input sent before end-of-input is still written (a caller's stdin
+                // passed on and then closed, `send` then C-d).
+                self.close_input = true;
+                self.write_input();
             }
             ToSupervisor::Resize { cols, rows } => {
                 if let Some(pty) = &self.pty {
@@ -503,6 +508,9 @@ impl Supervisor {
                     return;
                 }
             }
+        }
+        if self.close_input {
+            self.stdin = None;
         }
     }
 

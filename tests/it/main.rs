@@ -7,6 +7,7 @@ mod mcp;
 mod monitors;
 mod output;
 mod panes;
+mod panes_hostile;
 mod restart;
 mod security;
 mod sessions;

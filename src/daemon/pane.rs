@@ -32,6 +32,8 @@ const TAIL: u64 = 256 << 10;
 /// The most screen cells kept for running panes; past it the least recently read
 /// screens are dropped (and rebuilt from their log's tail when read again).
 const CELL_BUDGET: usize = 500_000;
+/// The most screens kept, whatever their size (an emulator costs more than its cells).
+const MAX_KEPT: usize = 64;
 /// The file of a pane's recorded resizes in its job folder.
 const SIZES_FILE: &str = "sizes";
 /// The most of the sizes file that is read; it is compacted when it grows past this.
@@ -66,7 +68,7 @@ struct Kept {
 
 impl Screens {
     /// The screen kept for `key` (a new one if none), dropping the least recently read
-    /// others while the kept cells pass the budget.
+    /// others while the kept screens or cells pass their bounds.
     fn get(&mut self, key: Key, cells: usize) -> Arc<Mutex<Screen>> {
         self.clock += 1;
         let now = self.clock;
@@ -78,7 +80,9 @@ impl Screens {
         kept.used = now;
         kept.cells = cells;
         let screen = kept.screen.clone();
-        while self.kept.values().map(|k| k.cells).sum::<usize>() > CELL_BUDGET {
+        while self.kept.len() > MAX_KEPT
+            || self.kept.values().map(|k| k.cells).sum::<usize>() > CELL_BUDGET
+        {
             let oldest = self
                 .kept
                 .iter()
@@ -162,7 +166,7 @@ impl Screen {
         let (_, rows) = source.size_at(len);
         let searched = (last_resize - self.fed) as usize;
         let cut = match self.parser {
-            None => plain_cut(&bytes, searched, rows),
+            None => plain_cut(&bytes, searched, rows).or_else(|| last_clear(&bytes, searched)),
             Some(_) => None,
         };
         if let Some(cut) = cut {
@@ -215,6 +219,28 @@ fn plain_cut(bytes: &[u8], from: usize, rows: u16) -> Option<usize> {
     }
     let cut = cut?;
     is_plain(bytes).then_some(cut)
+}
+
+/// Where the last sequence that clears the whole screen starts (a reset, erasing the
+/// display, entering the alternate screen), at or after `from`: what came before it is
+/// off the screen, so a screen built afresh starts there (replaying it).
+fn last_clear(bytes: &[u8], from: usize) -> Option<usize> {
+    const CLEARS: [&[u8]; 5] = [
+        b"\x1bc",
+        b"\x1b[2J",
+        b"\x1b[?1049h",
+        b"\x1b[?1047h",
+        b"\x1b[?47h",
+    ];
+    let region = bytes.get(from..)?;
+    let mut at = region.len();
+    while let Some(esc) = region[..at].iter().rposition(|&b| b == 0x1b) {
+        if CLEARS.iter().any(|clear| region[esc..].starts_with(clear)) {
+            return Some(from + esc).filter(|&cut| cut > 0);
+        }
+        at = esc;
+    }
+    None
 }
 
 /// Whether every byte is printable text, a line control, or a one-line escape sequence.
@@ -418,13 +444,20 @@ fn read_sizes(job_dir: &Path, current: (u16, u16)) -> Vec<SizeAt> {
         return only;
     };
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut text = String::new();
-    if file
-        .seek(SeekFrom::Start(len.saturating_sub(SIZES_MAX)))
-        .is_err()
-        || file.take(SIZES_MAX).read_to_string(&mut text).is_err()
+    let start = len.saturating_sub(SIZES_MAX);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(start)).is_err()
+        || file.take(SIZES_MAX).read_to_end(&mut bytes).is_err()
     {
         return only;
+    }
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if start > 0 {
+        // The first line read may be the end of a longer one.
+        text = text
+            .split_once('\n')
+            .map(|(_, rest)| rest.to_string())
+            .unwrap_or_default();
     }
     let sizes = parse_sizes(&text);
     if sizes.is_empty() {
@@ -531,6 +564,20 @@ mod tests {
     }
 
     #[test]
+    fn a_screen_built_afresh_starts_at_the_last_clear() {
+        let mut log = b"\x1b[5;10rold screen\x1b[2J".to_vec();
+        let second = log.len() - 4;
+        log.extend_from_slice(b"\x1b[Hdrawn\x1b[3;1Hagain");
+        assert_eq!(last_clear(&log, 0), Some(second));
+        assert_eq!(last_clear(&log, second + 1), None);
+        assert_eq!(
+            screen_of(&[&log[second..]], 5, 20),
+            screen_of(&[&log], 5, 20)
+        );
+        assert_eq!(last_clear(b"\x1b[2Jat the start", 0), None);
+    }
+
+    #[test]
     fn a_tail_rebuild_matches_a_full_feed_for_plain_output() {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("output.log");
@@ -570,6 +617,42 @@ mod tests {
         parser.screen_mut().set_size(6, 10);
         parser.process(second.as_bytes());
         assert_eq!(text, parser.screen().contents());
+    }
+
+    #[test]
+    fn the_sizes_file_stays_small_and_keeps_what_a_rebuild_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        record_size(dir.path(), 10, (80, 24), (100, 30)).unwrap();
+        assert_eq!(
+            read_sizes(dir.path(), (1, 1)),
+            vec![(0, 80, 24), (10, 100, 30)]
+        );
+        for i in 0..20_000u64 {
+            let cols = 20 + (i % 400) as u16;
+            record_size(dir.path(), 1000 + i * 100, (0, 0), (cols, 40)).unwrap();
+        }
+        let size = std::fs::metadata(dir.path().join(SIZES_FILE))
+            .unwrap()
+            .len();
+        assert!(size <= SIZES_MAX + 64, "{size}");
+        let sizes = read_sizes(dir.path(), (1, 1));
+        let last = 1000 + 19_999 * 100;
+        assert_eq!(
+            *sizes.last().unwrap(),
+            (last, 20 + (19_999 % 400) as u16, 40)
+        );
+        // A rebuild starts at most TAIL bytes back: the size there is the true one.
+        let source = Source {
+            log: PathBuf::new(),
+            len: last,
+            head: 0,
+            dropped: 0,
+            sizes,
+        };
+        for at in [last - TAIL, last - TAIL / 2, last] {
+            let i = (at - 1000) / 100;
+            assert_eq!(source.size_at(at), (20 + (i % 400) as u16, 40), "at {at}");
+        }
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (
 }
 
 /// How far back [`text_end`] looks for the start of an unfinished escape sequence.
-const HOLD_BACK_MAX: u64 = 256;
+const HOLD_BACK_MAX: u64 = 4096;
 
 /// Where readable text of `[from, to)` of a log that is still being written may end:
 /// before an unfinished UTF-8 character or escape sequence at its very end, whose rest

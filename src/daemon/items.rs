@@ -103,6 +103,7 @@ impl Daemon {
                 continue;
             }
             inner.store.delete(record.row)?;
+            inner.screens.forget(record.row);
             if !record.job_dir.is_empty() {
                 let _ = std::fs::remove_dir_all(&record.job_dir);
             }

@@ -245,9 +245,12 @@ impl Daemon {
             notice: None,
             pid: None,
         };
-        if let Err(e) = self.lock().store.settle(row, &settlement) {
+        let mut inner = self.lock();
+        if let Err(e) = inner.store.settle(row, &settlement) {
             crate::note!("bgwork daemon: could not record the failed start of {id}: {e}");
         }
+        inner.screens.forget(row);
+        drop(inner);
         self.bump();
         WireError::new(
             ErrorCode::SpawnFailed,

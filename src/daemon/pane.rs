@@ -131,7 +131,8 @@ impl Source {
             .iter()
             .take_while(|(from, _, _)| *from <= offset)
             .last()
-            .unwrap_or(&self.sizes[0]);
+            .or(self.sizes.first())
+            .unwrap_or(&(0, 120, 40));
         (at.1, at.2)
     }
 }
@@ -140,7 +141,13 @@ impl Screen {
     /// Feeds the screen up to the log's end and returns its text.
     fn catch_up(&mut self, source: &Source) -> String {
         let len = source.len;
-        let oldest = len.saturating_sub(TAIL);
+        let mut oldest = len.saturating_sub(TAIL);
+        let hole_end = source.head + source.dropped;
+        if source.dropped > 0 && oldest < hole_end && hole_end < len {
+            // Not the log's head and newest bytes as if one followed the other: the
+            // newest alone.
+            oldest = hole_end;
+        }
         if self.parser.is_none() || self.fed < oldest || self.fed > len {
             self.parser = None;
             self.fed = oldest;
@@ -594,6 +601,26 @@ mod tests {
         };
         let text = Screen::default().catch_up(&source);
         assert_eq!(text, screen_of(&[&bytes], 5, 30));
+    }
+
+    #[test]
+    fn a_screen_is_never_fed_the_logs_head_and_newest_bytes_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("output.log");
+        // A capped log: "HEAD" kept, a dropped middle (a hole reads as zeros), the newest.
+        let mut bytes = b"HEAD-LINE\r\n".to_vec();
+        bytes.resize(1000, 0);
+        bytes.extend_from_slice(b"newest\r\n");
+        std::fs::write(&log, &bytes).unwrap();
+        let source = Source {
+            log,
+            len: bytes.len() as u64,
+            head: 11,
+            dropped: 989,
+            sizes: vec![(0, 20, 4)],
+        };
+        let text = Screen::default().catch_up(&source);
+        assert_eq!(text, "newest");
     }
 
     #[test]

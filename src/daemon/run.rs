@@ -67,8 +67,9 @@ impl Daemon {
             ..Launch::default()
         };
         let row = self.launch(session, &args.start, launch).await?;
-        let mut stdin_open = args.stdin == RunStdin::Forward;
-        if !stdin_open {
+        let forward = args.stdin == RunStdin::Forward;
+        let mut stdin_open = forward;
+        if !forward {
             self.to_job(row, ToSupervisor::CloseInput);
         }
         let deadline = tokio::time::Instant::now() + timeout;
@@ -81,7 +82,7 @@ impl Daemon {
             let more = move |d: &Daemon| d.has_ended(row) || (stream && d.log_len_of(row) > seen);
             tokio::select! {
                 _ = self.wait_for(left, more) => {}
-                frame = frames.next(caller.reader) => match frame {
+                frame = frames.next(caller.reader, forward) => match frame {
                     Ok(Some(line)) => {
                         if let Err(e) = self.take_stdin(row, &line, &mut stdin_open) {
                             break Some(Interrupt::Bad(e));
@@ -282,11 +283,20 @@ struct Frames {
 }
 
 impl Frames {
-    /// The next line; `None` when the caller closed the connection.
+    /// The next line; `None` when the caller closed the connection. A caller that sends
+    /// no stdin (`forward` false) is only watched for going away: what it sends stays
+    /// unread, for the connection's next request.
     async fn next(
         &mut self,
         reader: &mut BufReader<OwnedReadHalf>,
+        forward: bool,
     ) -> Result<Option<Vec<u8>>, WireError> {
+        if !forward {
+            return match reader.fill_buf().await {
+                Ok([]) | Err(_) => Ok(None),
+                Ok(_) => std::future::pending().await,
+            };
+        }
         loop {
             let Ok(buf) = reader.fill_buf().await else {
                 return Ok(None);

@@ -172,6 +172,17 @@ impl Client {
         })
     }
 
+    /// A second handle on the connection, for writing while replies are read (a `run`
+    /// that passes its caller's stdin on).
+    pub fn writer(&self) -> Result<UnixStream, WireError> {
+        self.writer.try_clone().map_err(|e| {
+            WireError::new(
+                ErrorCode::Unavailable,
+                format!("daemon connection failed: {e}"),
+            )
+        })
+    }
+
     /// The next reply line (for streams such as `notices --follow`).
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, WireError> {
         let mut line = Vec::new();

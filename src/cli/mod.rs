@@ -146,10 +146,10 @@ pub struct StartCmd {
     /// Run on a pseudo-terminal (a pane): a screen, keystrokes, a size.
     #[arg(long)]
     pub pty: bool,
-    /// The pane's width (default 120).
+    /// The pane's width, 2 to 500 (default 120).
     #[arg(long, requires = "pty")]
     pub cols: Option<u16>,
-    /// The pane's height (default 40).
+    /// The pane's height, 2 to 200 (default 40).
     #[arg(long, requires = "pty")]
     pub rows: Option<u16>,
 }
@@ -368,6 +368,8 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             })?,
             timeout_s: run.timeout,
             stream: !json,
+            // As a shell does: the command reads this process's stdin.
+            stdin: wire::RunStdin::Forward,
         }),
         Commands::Gc => Request::Gc,
         Commands::Status => Request::Status,

@@ -3,7 +3,9 @@
 use super::{Daemon, Inner};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::Record;
-use crate::wire::{Ack, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError};
+use crate::wire::{
+    Ack, End, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError,
+};
 use std::collections::BTreeMap;
 
 impl Daemon {
@@ -19,6 +21,12 @@ impl Daemon {
             if let (Some(text), Some(detail)) = (report.as_mut(), lost_reason.take()) {
                 text.push_str(": ");
                 text.push_str(&detail);
+            }
+        } else if record.end == Some(End::StoppedByAgent) {
+            // A stop the agent did not ask for by itself says why ("killed at its
+            // deadline: …", for a `run`).
+            if let Some(detail) = lost_reason.take() {
+                report = Some(format!("{} was {detail}", record.id));
             }
         }
         let running = record.state != State::Ended;
@@ -101,6 +109,7 @@ impl Daemon {
                 let _ = std::fs::remove_dir_all(&record.job_dir);
             }
             inner.store.delete(record.row)?;
+            inner.screens.forget(record.row);
             total -= size;
             removed += 1;
             freed += size;

@@ -2,6 +2,7 @@
 
 use super::{Daemon, Live};
 use crate::environ::{self, CallerEnv};
+use crate::executor::WriteRefused;
 use crate::output;
 use crate::paths::now_ms;
 use crate::store::{NewRecord, Record, Settlement};
@@ -20,6 +21,9 @@ const STOP_SLACK: Duration = Duration::from_secs(2);
 const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// How long `start` waits to learn that a job's process started.
 const SPAWN_WAIT: Duration = Duration::from_secs(10);
+/// How long `stop` waits for a job that is starting (or being reconnected to) to be
+/// attached before it says so.
+const ATTACH_WAIT: Duration = Duration::from_secs(5);
 /// How long `send` waits for a supervisor to confirm that it took the input.
 const INPUT_ANSWER: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
@@ -93,10 +97,15 @@ impl Daemon {
             .clone()
             .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
         crate::paths::require_absolute(&cwd, "cwd")?;
-        let pane = args.pty.then(|| PaneSize {
-            cols: args.cols.unwrap_or(DEFAULT_COLS).clamp(2, 1000),
-            rows: args.rows.unwrap_or(DEFAULT_ROWS).clamp(2, 1000),
-        });
+        let pane = match args.pty {
+            true => {
+                let cols = args.cols.unwrap_or(DEFAULT_COLS);
+                let rows = args.rows.unwrap_or(DEFAULT_ROWS);
+                super::pane::check_size(cols, rows)?;
+                Some(PaneSize { cols, rows })
+            }
+            false => None,
+        };
         let record = {
             let mut inner = self.lock();
             if launch.sub_agent {
@@ -220,8 +229,12 @@ impl Daemon {
             .get(row)?
             .ok_or_else(|| WireError::internal("record vanished"))?;
         let path = output::log_path(&record.job_dir);
-        let len = output::log_len(&path);
         let dropped = inner.dropped(&record);
+        let mut len = output::log_len(&path);
+        if record.state != State::Ended {
+            // Not half a character: the rest comes with the next read.
+            len = output::text_end(&path, 0, len, self.config.log_head, dropped);
+        }
         let max = output::DEFAULT_MAX_BYTES;
         let excerpt = output::excerpt(&path, 0, len, self.config.log_head, dropped, max);
         let (text, _) = excerpt.render(max, &path);
@@ -257,9 +270,12 @@ impl Daemon {
             unwritten: 0,
             unwritten_at: 0,
         };
-        if let Err(e) = self.lock().store.settle(row, &settlement) {
+        let mut inner = self.lock();
+        if let Err(e) = inner.store.settle(row, &settlement) {
             crate::note!("bgwork daemon: could not record the failed start of {id}: {e}");
         }
+        inner.screens.forget(row);
+        drop(inner);
         self.bump();
         WireError::new(
             ErrorCode::SpawnFailed,
@@ -284,6 +300,15 @@ impl Daemon {
             rows.extend(self.lock().store.list(&child, false)?.iter().map(|r| r.row));
         }
         for &row in &rows {
+            // A job still being handed to its supervisor (or reconnected to) is waited
+            // for a moment: a stop is never lost to that race.
+            let attached = |d: &Daemon| {
+                let inner = d.lock();
+                inner.live.contains_key(&row)
+                    || matches!(inner.store.get(row), Ok(Some(r)) if r.state == State::Ended || r.kind == Kind::Monitor)
+                    || !matches!(inner.store.get(row), Ok(Some(_)))
+            };
+            self.wait_for(ATTACH_WAIT, attached).await;
             self.request_stop(row, grace, args.actor)?;
         }
         self.wait_for(grace + STOP_SLACK, |d| {
@@ -408,9 +433,7 @@ impl Daemon {
                     let taken = tokio::time::timeout(INPUT_ANSWER, handle.write(data)).await;
                     match taken {
                         Ok(Ok(_)) => sent += len,
-                        Ok(Err(reason)) if reason.contains("stdin is closed") => {
-                            return Err(no_input(id))
-                        }
+                        Ok(Err(WriteRefused::Closed)) => return Err(no_input(id)),
                         Ok(Err(reason)) => {
                             return Err(WireError::new(
                                 ErrorCode::NoInput,

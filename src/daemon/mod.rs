@@ -71,8 +71,8 @@ impl Inner {
 pub(crate) struct Inner {
     pub store: Store,
     pub live: HashMap<i64, Live>,
-    /// Terminal emulators of panes whose screen was read.
-    pub screens: HashMap<i64, pane::Screen>,
+    /// Terminal emulators of running panes whose screen was read.
+    pub screens: pane::Screens,
 }
 
 pub struct Daemon {
@@ -98,7 +98,7 @@ impl Daemon {
             inner: Mutex::new(Inner {
                 store,
                 live: HashMap::new(),
-                screens: HashMap::new(),
+                screens: pane::Screens::default(),
             }),
             changed: watch::channel(0).0,
             executor: LocalExecutor::new(events),
@@ -161,10 +161,14 @@ impl Daemon {
         let line = match envelope.request {
             Request::Start(args) => reply(&self.start(&session, args).await),
             Request::List { all } => reply(&self.list(&session, all)),
-            Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id)),
+            Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id).await),
             Request::Read(args) => reply(&self.read(&session, &args)),
             Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),
-            Request::Run(args) => reply(&self.run(&session, args).await),
+            // A run needs its connection (streamed output, the caller's stdin): the
+            // connection's server handles it.
+            Request::Run(_) => reply::<()>(&Err(WireError::internal(
+                "a run is served by its connection",
+            ))),
             Request::Monitor(args) => reply(&self.monitor(&session, args).await),
             Request::AgentStart(args) => reply(&self.agent_start(&session, args).await),
             Request::Send(args) => reply(&self.send(&session, &args).await),
@@ -203,7 +207,7 @@ impl From<Vec<u8>> for Answer {
     }
 }
 
-fn check_session(session: &str) -> Result<(), WireError> {
+pub(crate) fn check_session(session: &str) -> Result<(), WireError> {
     if session.is_empty() || session.contains('\0') || session.len() > 256 {
         return Err(WireError::new(
             ErrorCode::BadRequest,

@@ -15,6 +15,8 @@ pub(crate) fn unwritten_line(unwritten: u64) -> String {
 const TAIL_WINDOW: u64 = 1 << 20;
 /// The default size of a `--raw` read (raw bytes are returned consecutively).
 const RAW_MAX_BYTES: usize = 8 << 20;
+/// The most one read returns, whatever `--max-bytes` asks (the rest is read by range).
+const MAX_READ_BYTES: usize = 16 << 20;
 
 impl Daemon {
     pub(crate) fn read(&self, session: &str, args: &ReadArgs) -> Result<ReadReply, WireError> {
@@ -35,8 +37,19 @@ impl Daemon {
         } else {
             output::DEFAULT_MAX_BYTES
         };
-        let max = args.max_bytes.unwrap_or(default_max).max(64);
+        let max = args
+            .max_bytes
+            .unwrap_or(default_max)
+            .clamp(64, MAX_READ_BYTES);
         let head = self.config.log_head;
+        let running = record.state != State::Ended;
+        // Text of a running item stops before a character or escape sequence whose
+        // rest has not arrived, so no read shows half of one (the next read has it).
+        let len = if running && !args.raw {
+            output::text_end(&path, from, len, head, dropped)
+        } else {
+            len
+        };
         let (to, text, clipped, skipped, base64) = if args.raw {
             // Raw bytes are never clipped in the middle: a read returns up to `max`
             // consecutive bytes and the next read goes on from `to`.
@@ -71,7 +84,6 @@ impl Daemon {
             text = format!("{}\n{text}", unwritten_line(unwritten));
         }
         let skipped = skipped + if lost_here { unwritten } else { 0 };
-        let running = record.state != State::Ended;
         Ok(ReadReply {
             id: record.id.clone(),
             running,
@@ -81,9 +93,7 @@ impl Daemon {
             dropped_bytes: skipped,
             clipped,
             log_path: path.display().to_string(),
-            report: record
-                .end
-                .map(|end| crate::end::report(&record.id, end, record.exit_code, record.signal)),
+            report: self.item(&record).report,
             output_base64: base64,
         })
     }

@@ -160,21 +160,46 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
                 continue;
             }
         };
-        let gone = client_gone(&mut reader);
         let reply = match envelope.request {
             Request::Notices {
                 peek, follow: true, ..
             } => {
                 let session = envelope.session.clone();
+                let gone = client_gone(&mut reader);
                 daemon
                     .follow_notices(&session, peek, &mut writer, gone)
                     .await;
                 return;
             }
+            Request::Run(args) => {
+                // The connection is the run's: its output, and the caller's stdin.
+                let forward = args.stdin == wire::RunStdin::Forward;
+                let result = match super::check_session(&envelope.session) {
+                    Ok(()) => {
+                        let caller = super::run::Caller {
+                            reader: &mut reader,
+                            writer: &mut writer,
+                        };
+                        daemon.run(&envelope.session, args, caller).await
+                    }
+                    Err(e) => Err(e),
+                };
+                if writer
+                    .write_all(&wire::encode_result(&result))
+                    .await
+                    .is_err()
+                    || forward
+                {
+                    // What the caller sends after the reply is the rest of its stdin.
+                    return;
+                }
+                continue;
+            }
             Request::Wait(_)
             | Request::Notices {
                 wait_s: Some(_), ..
             } => {
+                let gone = client_gone(&mut reader);
                 tokio::select! {
                     reply = daemon.dispatch(envelope) => reply,
                     _ = gone => return,

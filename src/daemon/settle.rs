@@ -202,6 +202,7 @@ impl Daemon {
             let settlement = settle(&record, &output::log_path(&record.job_dir));
             inner.store.settle(row, &settlement)?;
             inner.live.remove(&row);
+            inner.screens.forget(row);
             Ok::<(), crate::store::StoreError>(())
         })();
         self.bump();

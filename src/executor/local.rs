@@ -7,7 +7,7 @@
 //! file when no supervisor answers. Either way one task per job then relays the
 //! supervisor's messages as [`ExecEvent`]s and the daemon's commands to it.
 
-use super::{Command, ExecEvent, JobHandle, Reattach, Running};
+use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused};
 use crate::paths::SocketPath;
 use crate::supervisor::{self, CONTROL_SOCKET};
 use crate::wire::control::{self, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
@@ -201,8 +201,12 @@ impl LocalExecutor {
                         Some(FromSupervisor::InputTaken { seq, queued }) => {
                             writes.answer(seq, Ok(queued));
                         }
-                        Some(FromSupervisor::InputRefused { seq, reason }) => {
-                            writes.answer(seq, Err(reason));
+                        Some(FromSupervisor::InputRefused { seq, reason, full }) => {
+                            let refusal = match full {
+                                true => WriteRefused::Full(reason),
+                                false => WriteRefused::Closed,
+                            };
+                            writes.answer(seq, Err(refusal));
                         }
                         Some(FromSupervisor::Hello { .. }) => {}
                         None => break,
@@ -240,7 +244,7 @@ struct Writes {
 }
 
 struct WriteAnswer {
-    answer: tokio::sync::oneshot::Sender<Result<u64, String>>,
+    answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
     /// The seq of the first piece: an earlier refusal answers the whole write.
     first: u64,
 }
@@ -250,7 +254,7 @@ impl Writes {
     fn ask(
         &mut self,
         data: Vec<u8>,
-        answer: tokio::sync::oneshot::Sender<Result<u64, String>>,
+        answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
     ) -> Vec<Vec<u8>> {
         const PIECE: usize = 64 << 10;
         let first = self.next_seq + 1;
@@ -273,7 +277,7 @@ impl Writes {
 
     /// A piece was answered: a refusal answers its write at once, the last piece's
     /// answer answers it in full.
-    fn answer(&mut self, seq: u64, result: Result<u64, String>) {
+    fn answer(&mut self, seq: u64, result: Result<u64, WriteRefused>) {
         if let Some(write) = self.waiting.remove(&seq) {
             let _ = write.answer.send(result);
             return;

@@ -49,8 +49,28 @@ pub enum Command {
     /// Bytes for the job's stdin; answered with the bytes now waiting, or why not.
     Write {
         data: Vec<u8>,
-        answer: oneshot::Sender<Result<u64, String>>,
+        answer: oneshot::Sender<Result<u64, WriteRefused>>,
     },
+}
+
+/// Why input was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteRefused {
+    /// The job has not read what waits yet: the same bytes may be taken later.
+    Full(String),
+    /// The job's stdin is closed: no input will ever be taken.
+    Closed,
+    /// The supervisor's connection is gone or did not answer: try again.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for WriteRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteRefused::Full(reason) | WriteRefused::Unreachable(reason) => f.write_str(reason),
+            WriteRefused::Closed => f.write_str("its stdin is closed"),
+        }
+    }
 }
 
 impl JobHandle {
@@ -65,13 +85,17 @@ impl JobHandle {
 
     /// Writes to the job's stdin and waits until its supervisor has taken the bytes:
     /// `Ok(waiting)` with the bytes not yet read by the job, or why they were refused.
-    pub async fn write(&self, data: Vec<u8>) -> Result<u64, String> {
+    pub async fn write(&self, data: Vec<u8>) -> Result<u64, WriteRefused> {
         let (answer, answered) = oneshot::channel();
         if self.commands.send(Command::Write { data, answer }).is_err() {
-            return Err("its supervisor is not connected: try again in a moment".into());
+            return Err(WriteRefused::Unreachable(
+                "its supervisor is not connected: try again in a moment".into(),
+            ));
         }
         answered.await.unwrap_or_else(|_| {
-            Err("the connection to its supervisor closed before it answered: try again".into())
+            Err(WriteRefused::Unreachable(
+                "the connection to its supervisor closed before it answered: try again".into(),
+            ))
         })
     }
 }

@@ -193,6 +193,8 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             start: start_args(&a)?,
             timeout_s: a.number("timeout_s")?,
             stream: false,
+            // The model has no stdin to give: the command reads end-of-input.
+            stdin: wire::RunStdin::Closed,
         }),
         "list" => Request::List {
             all: a.flag("all")?,

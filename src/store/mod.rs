@@ -362,6 +362,16 @@ impl Store {
         Ok(())
     }
 
+    /// Says why an ended record ended where its end alone does not (a `run` killed at
+    /// its deadline, say); shown in its report.
+    pub fn set_detail(&mut self, row: i64, detail: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE items SET lost_reason = ?2 WHERE row = ?1 AND state = 'ended'",
+            params![row, detail],
+        )?;
+        Ok(())
+    }
+
     /// Ends a record and writes its notice in one transaction. Returns false (and
     /// changes nothing) when the record had already ended: an end is recorded once.
     pub fn settle(&mut self, row: i64, settlement: &Settlement) -> Result<bool> {

@@ -95,6 +95,8 @@ struct Supervisor {
     /// The pane's terminal (for resizing), when the job runs on one.
     pty: Option<pty_process::blocking::Pty>,
     input_queue: Vec<u8>,
+    /// End-of-input was asked for: stdin closes once the queued input is written.
+    close_input: bool,
     listener: UnixListener,
     conns: Vec<Conn>,
     signals: SignalFd,
@@ -197,6 +199,7 @@ impl Supervisor {
             stdin: Some(spawned.input),
             pty: spawned.pty,
             input_queue: Vec::new(),
+            close_input: false,
             listener,
             conns: vec![first],
             signals,
@@ -494,7 +497,7 @@ impl Supervisor {
                 self.begin_stop(Some(actor), Duration::from_millis(grace_ms));
             }
             ToSupervisor::Input { data } => {
-                if self.stdin.is_some() {
+                if self.stdin.is_some() && !self.close_input {
                     self.input_queue.extend_from_slice(&data);
                     self.write_input();
                 } else {
@@ -505,13 +508,15 @@ impl Supervisor {
                 let answer = self.take_input(data);
                 let answer = match answer {
                     Ok(queued) => FromSupervisor::InputTaken { seq, queued },
-                    Err(reason) => FromSupervisor::InputRefused { seq, reason },
+                    Err((reason, full)) => FromSupervisor::InputRefused { seq, reason, full },
                 };
                 self.conns[index].send(&answer);
             }
             ToSupervisor::CloseInput => {
-                self.stdin = None;
-                self.input_queue.clear();
+                // Input sent before end-of-input is still written (a caller's stdin
+                // passed on and then closed, `send` then C-d).
+                self.close_input = true;
+                self.write_input();
             }
             ToSupervisor::Resize { cols, rows } => {
                 if let Some(pty) = &self.pty {
@@ -527,16 +532,18 @@ impl Supervisor {
     }
 
     /// Queues input for the job, within [`INPUT_QUEUE_MAX`]; the bytes now waiting.
-    fn take_input(&mut self, data: Vec<u8>) -> Result<u64, String> {
+    /// `Err((reason, full))`: refused, `full` when it may be taken later.
+    fn take_input(&mut self, data: Vec<u8>) -> Result<u64, (String, bool)> {
         if self.stdin.is_none() {
-            return Err("its stdin is closed".into());
+            return Err(("its stdin is closed".into(), false));
         }
         let waiting = self.input_queue.len();
         if waiting + data.len() > INPUT_QUEUE_MAX {
-            return Err(format!(
+            let reason = format!(
                 "it is not reading its input: {waiting} bytes sent earlier still wait \
                  (at most {INPUT_QUEUE_MAX} may)"
-            ));
+            );
+            return Err((reason, true));
         }
         self.input_queue.extend_from_slice(&data);
         self.write_input();
@@ -564,6 +571,9 @@ impl Supervisor {
                     return;
                 }
             }
+        }
+        if self.close_input {
+            self.stdin = None;
         }
     }
 

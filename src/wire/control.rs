@@ -137,10 +137,13 @@ pub enum FromSupervisor {
         seq: u64,
         queued: u64,
     },
-    /// The bytes of `write` `seq` were not taken, and why.
+    /// The bytes of `write` `seq` were not taken, and why; `full` when they may be
+    /// once the job has read what waits.
     InputRefused {
         seq: u64,
         reason: String,
+        #[serde(default)]
+        full: bool,
     },
     Exited {
         status: ExitStatus,

@@ -143,6 +143,33 @@ pub struct RunArgs {
     /// Stream output as `{"chunk":…}` lines before the final reply.
     #[serde(default)]
     pub stream: bool,
+    /// The command's stdin: closed at once (the default), or the caller's own.
+    #[serde(default)]
+    pub stdin: RunStdin,
+}
+
+/// What a foreground `run` gives the command as its stdin.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStdin {
+    /// Closed at once: the command reads end-of-input (MCP, and any caller that sends
+    /// nothing).
+    #[default]
+    Closed,
+    /// The caller's stdin, sent as [`StdinFrame`] lines on the connection after the
+    /// request, the last with `eof`. A promoted run keeps its stdin open for `send`.
+    Forward,
+}
+
+/// A piece of a `run` caller's stdin (after a `run` request with `"stdin":"forward"`).
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct StdinFrame {
+    /// The bytes, in base64.
+    #[serde(default)]
+    pub stdin: String,
+    /// The caller's stdin ended after these bytes.
+    #[serde(default)]
+    pub eof: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

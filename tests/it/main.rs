@@ -9,6 +9,7 @@ mod mcp_hostile;
 mod monitors;
 mod output;
 mod panes;
+mod panes_hostile;
 mod restart;
 mod security;
 mod sessions;

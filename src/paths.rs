@@ -25,9 +25,14 @@ impl Paths {
     /// `~/.local/share/bgwork`. The socket lives in the home when `BGWORK_HOME` is set,
     /// else in `$XDG_RUNTIME_DIR/bgwork` (or `/tmp/bgwork-$UID`).
     pub fn from_env() -> Paths {
-        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        if let Some(home) = env("BGWORK_HOME") {
-            let home = PathBuf::from(home);
+        // XDG names only absolute folders; a relative one is ignored, as its spec says.
+        let env = |name: &str| {
+            std::env::var_os(name).filter(|v| !v.is_empty() && Path::new(v).is_absolute())
+        };
+        if let Some(home) = std::env::var_os("BGWORK_HOME").filter(|v| !v.is_empty()) {
+            // A relative home is the caller's folder's, for the daemon it starts too
+            // (which runs in `/`).
+            let home = std::path::absolute(&home).unwrap_or_else(|_| PathBuf::from(home));
             return Paths::new(home.clone(), home);
         }
         let data = env("XDG_DATA_HOME")

@@ -5,6 +5,7 @@ mod ends;
 mod faults;
 mod mcp;
 mod monitors;
+mod monitors_hostile;
 mod output;
 mod panes;
 mod restart;

@@ -23,6 +23,9 @@ pub(crate) const STEP: u64 = 4 << 20;
 /// Lines are matched on their first this many bytes; the rest of a longer line is passed.
 pub(crate) const MAX_LINE: usize = 64 << 10;
 
+/// Ends a line that was longer than [`MAX_LINE`].
+const CUT_MARK: &str = " [... line cut at 64 KiB]";
+
 /// What a piece of text handed to a scan's caller is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Seen {
@@ -48,6 +51,8 @@ pub(crate) struct LineScan {
     carriage_return: bool,
     /// The line in progress was handed out as [`Seen::Partial`] as it is now.
     partial_offered: bool,
+    /// The line in progress is longer than [`MAX_LINE`]: its rest was left out.
+    cut: bool,
 }
 
 impl LineScan {
@@ -105,9 +110,10 @@ impl LineScan {
                 Some(k) => {
                     i += k + 1;
                     self.line_start = at + i as u64;
-                    let stop = if self.partial.is_empty() && !rest[..k].contains(&0) {
+                    let whole = self.partial.is_empty() && k <= MAX_LINE;
+                    let stop = if whole && !rest[..k].contains(&0) {
                         // The whole line is in this chunk: no copy.
-                        each(Seen::Line, &text(&rest[..k.min(MAX_LINE)]))
+                        each(Seen::Line, &text(&rest[..k]))
                     } else {
                         self.keep(&rest[..k]);
                         self.hand_out(Seen::Line, each)
@@ -151,24 +157,31 @@ impl LineScan {
     /// drops them anyway, and a hole read as zeros must not fill a line.
     fn keep(&mut self, bytes: &[u8]) {
         let before = self.partial.len();
-        if bytes.contains(&0) {
-            let room = MAX_LINE.saturating_sub(before);
-            self.partial
-                .extend(bytes.iter().filter(|&&b| b != 0).take(room));
+        let room = MAX_LINE.saturating_sub(before);
+        let all_kept = if bytes.contains(&0) {
+            let mut data = bytes.iter().filter(|&&b| b != 0);
+            self.partial.extend(data.by_ref().take(room));
+            data.next().is_none()
         } else {
-            let room = MAX_LINE.saturating_sub(before);
             self.partial
                 .extend_from_slice(&bytes[..bytes.len().min(room)]);
-        }
+            bytes.len() <= room
+        };
+        self.cut |= !all_kept;
         if self.partial.len() != before {
             self.partial_offered = false;
         }
     }
 
     fn hand_out(&mut self, seen: Seen, each: &mut impl FnMut(Seen, &str) -> bool) -> bool {
-        let stop = each(seen, &text(&self.partial));
+        let mut line = text(&self.partial);
+        if self.cut {
+            line.to_mut().push_str(CUT_MARK);
+        }
+        let stop = each(seen, &line);
         self.partial.clear();
         self.partial_offered = false;
+        self.cut = false;
         stop
     }
 }
@@ -270,6 +283,16 @@ mod tests {
                 (Line, "READY".into()),
             ]
         );
+    }
+
+    #[test]
+    fn a_long_line_is_matched_on_its_start_and_says_it_was_cut() {
+        let long = vec![b'a'; MAX_LINE * 3];
+        let seen = scan(&[&long, b"\nshort\n"]);
+        assert_eq!(seen.len(), 3, "a partial, the cut line, the short one");
+        assert_eq!(seen[1].1.len(), MAX_LINE + CUT_MARK.len());
+        assert!(seen[1].1.ends_with(CUT_MARK));
+        assert_eq!(seen[2], (Seen::Line, "short".to_string()));
     }
 
     #[test]

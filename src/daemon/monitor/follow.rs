@@ -39,6 +39,7 @@ pub(crate) enum Next {
 pub(crate) struct LogSource {
     pub row: i64,
     pub id: String,
+    path: Option<PathBuf>,
     file: Option<File>,
 }
 
@@ -47,6 +48,7 @@ impl LogSource {
         LogSource {
             row,
             id,
+            path: None,
             file: None,
         }
     }
@@ -58,28 +60,36 @@ impl LogSource {
         offset: u64,
         buf: &mut Vec<u8>,
     ) -> Result<Next, String> {
-        let (path, gap, ended) = {
+        let head = daemon.config.log_head;
+        let (dropped, ended) = {
             let inner = daemon.lock();
-            let Ok(Some(record)) = inner.store.get(self.row) else {
-                return Err(format!("{} no longer exists", self.id));
-            };
-            let head = daemon.config.log_head;
-            let dropped = inner.dropped(&record);
-            let path = output::log_path(&record.job_dir);
-            (path, head..head + dropped, record.state == State::Ended)
+            match (inner.live.get(&self.row), &self.path) {
+                // Attached and running: no need to ask the store.
+                (Some(live), Some(_)) => (live.dropped, false),
+                _ => {
+                    let Ok(Some(record)) = inner.store.get(self.row) else {
+                        return Err(format!("{} no longer exists", self.id));
+                    };
+                    self.path = Some(output::log_path(&record.job_dir));
+                    (inner.dropped(&record), record.state == State::Ended)
+                }
+            }
+        };
+        let Some(path) = &self.path else {
+            return Ok(Next::Idle);
         };
         // The state is read before the length, so an ended item's length is final.
-        let len = output::log_len(&path);
+        let len = output::log_len(path);
         if offset >= len {
             return Ok(if ended { Next::Ended } else { Next::Idle });
         }
         if self.file.is_none() {
-            self.file = File::open(&path).ok();
+            self.file = File::open(path).ok();
         }
         let Some(file) = &self.file else {
             return Ok(Next::Idle);
         };
-        match read_data(file, offset, len, gap, buf) {
+        match read_data(file, offset, len, head..head + dropped, buf) {
             Ok(at) => Ok(Next::Data(at)),
             Err(e) => Err(format!("could not read the output of {}: {e}", self.id)),
         }

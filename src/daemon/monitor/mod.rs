@@ -40,6 +40,8 @@ use tokio::time::Instant;
 const MAX_MONITORS: usize = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How often a monitor woken by the daemon's changes looks whether it was stopped.
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// What one check of a monitor found.
 pub(crate) enum Outcome {
@@ -239,6 +241,12 @@ impl Daemon {
             }
             (Condition::File { path }, _) => {
                 check_path(path, watch)?;
+                if watch && self.inside_jobs(Path::new(path)) {
+                    // Watches following each other's logs would feed each other for ever.
+                    return Err(WireError::bad_request(format!(
+                        "{path} is the log of a bgwork item: watch it with `monitor watch --output ID`"
+                    )));
+                }
                 if watch {
                     if let Ok(meta) = std::fs::metadata(path) {
                         if !meta.is_file() {
@@ -269,6 +277,16 @@ impl Daemon {
             target_row,
             progress,
         })
+    }
+
+    /// Whether a path lies in this home's folder of item logs.
+    fn inside_jobs(&self, path: &Path) -> bool {
+        let Ok(jobs) = self.paths.jobs.canonicalize() else {
+            return false;
+        };
+        // The nearest folder on the way that exists, as the kernel resolves it.
+        let folder = path.ancestors().skip(1).find_map(|p| p.canonicalize().ok());
+        folder.is_some_and(|f| f.starts_with(&jobs))
     }
 
     /// Starts the task of every monitor still running (after a daemon start).
@@ -325,9 +343,15 @@ impl Daemon {
         let mut next_poll = Instant::now();
         let mut events = FsEvents::default();
         let mut due = true;
+        let mut stop_checked: Option<Instant> = None;
         loop {
-            if self.has_ended(row) {
-                return;
+            // A stop settles the record; look for it at most every STOP_CHECK (a
+            // monitor that reads on after its stop records nothing: see `record`).
+            if stop_checked.is_none_or(|at| at.elapsed() >= STOP_CHECK) {
+                if self.has_ended(row) {
+                    return;
+                }
+                stop_checked = Some(Instant::now());
             }
             let timed_out = deadline.is_some_and(|d| Instant::now() >= d);
             if due || timed_out {
@@ -366,11 +390,12 @@ impl Daemon {
             let poll_at = if polls { next_poll } else { far };
             let until = deadline.map_or(poll_at, |d| d.min(poll_at));
             tokio::select! {
-                changed = changes.changed() => {
+                // Polling conditions have nothing to learn from the daemon's changes.
+                changed = changes.changed(), if !polls => {
                     if changed.is_err() {
                         return;
                     }
-                    due = !polls;
+                    due = true;
                 }
                 _ = tokio::time::sleep_until(until) => due = true,
                 seen = next_event(&mut wake) => {

@@ -24,12 +24,15 @@ pub struct MonitorRow {
 }
 
 /// How far a monitor has read, and (for a watch) what it has recorded so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanProgress {
     /// Where the first line not yet handled begins in the watched output or file.
     pub offset: u64,
     /// The followed file (device, inode) that `offset` is in, when known.
     pub file: Option<(u64, u64)>,
+    /// The last bytes of that file before `offset`: when they are no longer there, the
+    /// file was rewritten while nobody followed it.
+    pub file_tail: Option<Vec<u8>>,
     /// The length of the watch's event log that goes with `offset`; a longer log holds
     /// lines written but never recorded (a crash between the two), which are cut off.
     pub log_len: Option<u64>,
@@ -42,8 +45,8 @@ impl Store {
         let progress = &monitor.progress;
         self.conn.execute(
             "INSERT INTO monitors(row, mode, condition, target, target_row, regex, deadline_at,
-                                  offset, matches, file_dev, file_ino, log_len)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                                  offset, matches, file_dev, file_ino, log_len, file_tail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 row,
                 monitor.mode,
@@ -57,6 +60,7 @@ impl Store {
                 progress.file.map(|f| f.0 as i64),
                 progress.file.map(|f| f.1 as i64),
                 progress.log_len.map(|n| n as i64),
+                progress.file_tail,
             ],
         )?;
         Ok(())
@@ -67,7 +71,8 @@ impl Store {
             .conn
             .query_row(
                 "SELECT m.mode, m.condition, m.target, m.target_row, m.regex, m.deadline_at,
-                        m.offset, m.matches, m.file_dev, m.file_ino, m.log_len, i.dropped
+                        m.offset, m.matches, m.file_dev, m.file_ino, m.log_len, i.dropped,
+                        m.file_tail
                  FROM monitors m JOIN items i ON i.row = m.row WHERE m.row = ?1",
                 [row],
                 |r| {
@@ -83,6 +88,7 @@ impl Store {
                         progress: ScanProgress {
                             offset: r.get::<_, i64>(6)? as u64,
                             file: dev.zip(ino).map(|(d, i)| (d as u64, i as u64)),
+                            file_tail: r.get(12)?,
                             log_len: r.get::<_, Option<i64>>(10)?.map(|n| n as u64),
                             dropped: r.get::<_, i64>(11)? as u64,
                         },
@@ -160,7 +166,7 @@ fn save_progress(
 ) -> Result<()> {
     tx.execute(
         "UPDATE monitors SET offset = ?2, file_dev = ?3, file_ino = ?4, log_len = ?5,
-                matches = coalesce(?6, matches)
+                matches = coalesce(?6, matches), file_tail = ?7
          WHERE row = ?1",
         params![
             row,
@@ -169,6 +175,7 @@ fn save_progress(
             progress.file.map(|f| f.1 as i64),
             progress.log_len.map(|n| n as i64),
             matches.map(|n| n as i64),
+            progress.file_tail,
         ],
     )?;
     if let Some(log_len) = progress.log_len {

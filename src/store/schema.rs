@@ -75,10 +75,11 @@ const MIGRATIONS: &[&str] = &[
         matches     INTEGER NOT NULL DEFAULT 0
     );
     ALTER TABLE notices ADD COLUMN count INTEGER NOT NULL DEFAULT 1;",
-    // 4: the file a watch follows (device and inode), and how long its event log was at
-    // its last recorded progress.
+    // 4: the file a watch follows (device, inode, and the bytes just before its offset),
+    // and how long its event log was at its last recorded progress.
     "ALTER TABLE monitors ADD COLUMN file_dev INTEGER;
     ALTER TABLE monitors ADD COLUMN file_ino INTEGER;
+    ALTER TABLE monitors ADD COLUMN file_tail BLOB;
     ALTER TABLE monitors ADD COLUMN log_len INTEGER;",
 ];
 

@@ -270,6 +270,30 @@ fn issue16_5_a_watch_resumed_after_a_restart_across_the_log_cap_records_no_line_
 }
 
 #[test]
+fn issue16_5_a_resumed_watch_reads_a_file_rotated_or_rewritten_while_the_daemon_was_down() {
+    let home = Home::new();
+    let file = home.path().join("app.log");
+    let path = file.to_str().unwrap();
+    std::fs::write(&file, "old\n").unwrap();
+    let watch = monitor(&home, &["watch", "--file", path]);
+    let expect = |text: &str| {
+        eventually(Duration::from_secs(20), || event_log(&home, &watch) == text);
+    };
+    sh(&format!("echo one >> {path}"));
+    expect("one\n");
+    home.kill_daemon();
+    sh(&format!("mv {path} {path}.1; echo two > {path}"));
+    expect("one\ntwo\n");
+    home.kill_daemon();
+    // Truncated, then written past where the watch was.
+    sh(&format!("echo 'three, longer than before' > {path}"));
+    expect("one\ntwo\nthree, longer than before\n");
+    home.kill_daemon();
+    sh(&format!("echo four >> {path}"));
+    expect("one\ntwo\nthree, longer than before\nfour\n");
+}
+
+#[test]
 fn issue16_5_a_watch_event_log_is_capped_like_job_logs() {
     let home = Home::new().with("BGWORK_LOG_CAP", "1048576");
     let file = home.path().join("burst.log");

@@ -100,8 +100,10 @@ impl LogSource {
 pub(crate) struct Follow {
     path: PathBuf,
     open: Option<Opened>,
-    /// The file the saved offset belongs to, until the first open after a (re)start.
+    /// The file the saved offset belongs to and its bytes just before that offset,
+    /// until the first open after a (re)start.
     expected: Option<(u64, u64)>,
+    expected_tail: Option<Vec<u8>>,
 }
 
 struct Opened {
@@ -113,12 +115,23 @@ struct Opened {
 }
 
 impl Follow {
-    pub fn new(path: &Path, expected: Option<(u64, u64)>) -> Follow {
+    pub fn new(path: &Path, expected: Option<(u64, u64)>, tail: Option<Vec<u8>>) -> Follow {
         Follow {
             path: path.to_path_buf(),
             open: None,
             expected,
+            expected_tail: tail,
         }
+    }
+
+    /// The bytes of the open file just before `at` (at most [`FINGERPRINT`]), saved with
+    /// a watch's progress so that a resumed watch can tell a file rewritten meanwhile.
+    pub fn tail_before(&self, at: u64) -> Option<Vec<u8>> {
+        let open = self.open.as_ref()?;
+        let len = (at as usize).min(FINGERPRINT);
+        let mut bytes = vec![0u8; len];
+        open.file.read_exact_at(&mut bytes, at - len as u64).ok()?;
+        Some(bytes)
     }
 
     pub fn path(&self) -> &Path {
@@ -198,10 +211,23 @@ impl Follow {
             last: Vec::new(),
             last_end: 0,
         });
+        let expected_tail = self.expected_tail.take();
         match self.expected.take() {
             // Replaced while nobody followed it: its bytes are all new.
             Some(expected) if expected != id && offset > 0 => Ok(Next::Restart),
+            // The same file, but truncated and written again meanwhile.
+            Some(_) if expected_tail.is_some_and(|tail| self.changed_before(offset, &tail)) => {
+                Ok(Next::Restart)
+            }
             _ => self.next(offset, buf),
+        }
+    }
+
+    /// Whether the open file no longer holds `tail` just before `offset`.
+    fn changed_before(&self, offset: u64, tail: &[u8]) -> bool {
+        match self.tail_before(offset) {
+            Some(now) if now.len() == tail.len() => now != tail && now.iter().any(|&b| b != 0),
+            _ => true,
         }
     }
 }

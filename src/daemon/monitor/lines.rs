@@ -163,6 +163,7 @@ impl LineMonitor {
     /// with the progress that goes with them.
     fn record(&mut self, daemon: &Daemon, batch: &str, count: u64) {
         let file = self.file_id();
+        let tail_before = self.file_tail(self.lines.line_start);
         let Mode::Watch { log, matches } = &mut self.mode else {
             return;
         };
@@ -172,6 +173,7 @@ impl LineMonitor {
         let progress = ScanProgress {
             offset: self.lines.line_start,
             file,
+            file_tail: tail_before,
             log_len: Some(log.len()),
             dropped: log.dropped(),
         };
@@ -197,6 +199,13 @@ impl LineMonitor {
         daemon.bump();
     }
 
+    fn file_tail(&self, at: u64) -> Option<Vec<u8>> {
+        match &self.source {
+            Source::File(follow) => follow.tail_before(at),
+            Source::Log(_) => None,
+        }
+    }
+
     fn file_id(&self) -> Option<(u64, u64)> {
         match &self.source {
             Source::File(follow) => follow.file_id(),
@@ -210,7 +219,7 @@ impl LineMonitor {
         let mut progress = ScanProgress {
             offset: self.lines.line_start,
             file: self.file_id(),
-            ..self.saved
+            ..self.saved.clone()
         };
         if let Mode::Watch { log, .. } = &self.mode {
             progress.log_len = Some(log.len());
@@ -219,6 +228,7 @@ impl LineMonitor {
         if progress == self.saved || (!now && self.saved_at.elapsed() < SAVE_EVERY) {
             return;
         }
+        progress.file_tail = self.file_tail(progress.offset);
         if let Err(e) = daemon
             .lock()
             .store

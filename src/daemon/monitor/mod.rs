@@ -421,7 +421,11 @@ impl Daemon {
                 let row = monitor.target_row.unwrap_or(0);
                 Source::Log(LogSource::new(row, monitor.target.clone()))
             }
-            ("watch", "file") => Source::File(Follow::new(&path, monitor.progress.file)),
+            ("watch", "file") => Source::File(Follow::new(
+                &path,
+                monitor.progress.file,
+                monitor.progress.file_tail.clone(),
+            )),
             ("wait", "file") => return Ok(Task::FileExists(path)),
             ("wait", "port") => return Ok(Task::Port(monitor.target.clone())),
             ("wait", "end") => {
@@ -457,7 +461,7 @@ impl Daemon {
             lines: LineScan::at(monitor.progress.offset),
             regex,
             mode,
-            saved: monitor.progress,
+            saved: monitor.progress.clone(),
             saved_at: std::time::Instant::now(),
         }))))
     }

@@ -16,6 +16,7 @@ mod notices;
 mod pane;
 mod read;
 mod run;
+mod scan;
 mod serve;
 mod settle;
 mod wait;

@@ -9,7 +9,7 @@
 mod monitors;
 mod schema;
 
-pub use monitors::MonitorRow;
+pub use monitors::{MonitorRow, ScanProgress};
 
 use crate::wire::{Actor, End, Kind, State};
 use rusqlite::{params, Connection, OptionalExtension, Row};

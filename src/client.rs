@@ -91,6 +91,16 @@ impl Client {
             .map_err(|e| WireError::new(ErrorCode::Unavailable, format!("daemon unreachable: {e}")))
     }
 
+    /// Whether bytes of a reply have arrived that [`Client::next_line`] has not returned.
+    pub fn has_buffered(&self) -> bool {
+        !self.reader.buffer().is_empty()
+    }
+
+    /// The connection, to wait on it (`poll`) together with something else.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.writer)
+    }
+
     /// The next reply line (for streams such as `notices --follow`).
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, WireError> {
         let mut line = Vec::new();

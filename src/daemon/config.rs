@@ -20,6 +20,14 @@ pub struct Config {
     pub gc_total_bytes: u64,
     /// The initial-output window of `start` when the caller gives none.
     pub default_window: Duration,
+    /// Client connections served at once; none: 512, or fewer when the daemon's file
+    /// descriptor limit is low (`BGWORK_MAX_CONNECTIONS` sets it exactly).
+    pub max_connections: Option<usize>,
+    /// A connection with no request in flight (and no notice awaiting its `ack`) is
+    /// closed after this long.
+    pub idle_timeout: Duration,
+    /// A client that accepts no byte of a reply for this long is dropped.
+    pub write_stall: Duration,
 }
 
 impl Default for Config {
@@ -32,6 +40,9 @@ impl Default for Config {
             retain: Duration::from_secs(24 * 3600),
             gc_total_bytes: 1 << 30,
             default_window: Duration::from_millis(1000),
+            max_connections: None,
+            idle_timeout: Duration::from_secs(300),
+            write_stall: Duration::from_secs(30),
         }
     }
 }
@@ -59,6 +70,15 @@ impl Config {
         }
         if let Some(n) = number("BGWORK_GC_TOTAL_BYTES") {
             config.gc_total_bytes = n;
+        }
+        if let Some(n) = number("BGWORK_MAX_CONNECTIONS") {
+            config.max_connections = Some((n as usize).max(1));
+        }
+        if let Some(n) = number("BGWORK_IDLE_TIMEOUT_MS") {
+            config.idle_timeout = Duration::from_millis(n.max(1));
+        }
+        if let Some(n) = number("BGWORK_WRITE_STALL_MS") {
+            config.write_stall = Duration::from_millis(n.max(1));
         }
         config
     }

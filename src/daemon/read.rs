@@ -1,23 +1,91 @@
 //! `read`: an item's output since this session's last read (a durable cursor), or a
 //! chosen range. Never blocks.
+//!
+//! A reply holds at most [`MAX_READ_BYTES`] of output (larger ranges are read in pages
+//! with `--from`). The log is read and the reply encoded on a blocking thread, without
+//! the daemon's lock, so a big read delays no other client.
 
-use super::Daemon;
+use super::{Answer, Daemon, BIG_REPLY};
 use crate::output;
-use crate::wire::{ReadArgs, ReadReply, State, WireError};
+use crate::wire::{self, ReadArgs, ReadReply, State, WireError};
 use base64::Engine;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 /// How far back `--tail N` looks for its lines.
 const TAIL_WINDOW: u64 = 1 << 20;
 /// The default size of a `--raw` read (raw bytes are returned consecutively).
 const RAW_MAX_BYTES: usize = 8 << 20;
+/// The most output one reply carries.
+pub(crate) const MAX_READ_BYTES: usize = 16 << 20;
+
+/// What a read takes from the records, under the lock.
+struct Plan {
+    id: String,
+    row: i64,
+    path: PathBuf,
+    len: u64,
+    dropped: u64,
+    from: u64,
+    by_cursor: bool,
+    running: bool,
+    report: Option<String>,
+}
 
 impl Daemon {
-    pub(crate) fn read(&self, session: &str, args: &ReadArgs) -> Result<ReadReply, WireError> {
-        let mut inner = self.lock();
+    /// The reply to `read`, encoded (the cursor moves when it reads by cursor).
+    pub(crate) async fn read(self: &Arc<Self>, session: &str, args: ReadArgs) -> Answer {
+        let max = match read_size(&args) {
+            Ok(max) => max,
+            Err(e) => return wire::encode_result::<()>(&Err(e)).into(),
+        };
+        let permit = if max > BIG_REPLY {
+            self.big_reply_permit().await
+        } else {
+            None
+        };
+        let plan = match self.read_plan(session, &args) {
+            Ok(plan) => plan,
+            Err(e) => return wire::encode_result::<()>(&Err(e)).into(),
+        };
+        let head = self.config.log_head;
+        let (session, row, by_cursor) = (session.to_string(), plan.row, plan.by_cursor);
+        let build = move || {
+            let reply = build_reply(plan, &args, max, head);
+            (wire::encode_line(&reply), reply.to)
+        };
+        let built = if permit.is_some() {
+            in_background(build).await
+        } else {
+            tokio::task::spawn_blocking(build)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let line = match built {
+            Ok((line, to)) => {
+                if by_cursor {
+                    if let Err(e) = self.lock().store.set_cursor(&session, row, to) {
+                        return wire::encode_result::<()>(&Err(WireError::from(e))).into();
+                    }
+                }
+                line
+            }
+            Err(e) => wire::encode_result::<()>(&Err(WireError::internal(format!(
+                "the read failed: {e}"
+            )))),
+        };
+        Answer {
+            line,
+            deliver: Vec::new(),
+            permit,
+        }
+    }
+
+    fn read_plan(&self, session: &str, args: &ReadArgs) -> Result<Plan, WireError> {
+        let inner = self.lock();
         let record = Self::find(&inner, session, &args.id)?;
         let path = output::log_path(&record.job_dir);
         let len = output::log_len(&path);
-        let dropped = inner.dropped(&record);
         let by_cursor = args.from.is_none() && !args.all && args.tail.is_none();
         let from = match (args.from, args.all, args.tail) {
             (Some(from), _, _) => from.min(len),
@@ -25,53 +93,105 @@ impl Daemon {
             (None, false, Some(_)) => len.saturating_sub(TAIL_WINDOW),
             (None, false, None) => inner.store.cursor(session, record.row)?.min(len),
         };
-        let default_max = if args.raw {
-            RAW_MAX_BYTES
-        } else {
-            output::DEFAULT_MAX_BYTES
-        };
-        let max = args.max_bytes.unwrap_or(default_max).max(64);
-        let head = self.config.log_head;
-        let (to, text, clipped, skipped, base64) = if args.raw {
-            // Raw bytes are never clipped in the middle: a read returns up to `max`
-            // consecutive bytes and the next read goes on from `to`.
-            let to = len.min(from + max as u64);
-            let (bytes, _) = output::read_range(&path, from, to, head, dropped);
-            let skipped = output::dropped_in(from, to, head, dropped);
-            let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
-            let text = String::from_utf8_lossy(&bytes).into_owned();
-            (to, text, to < len, skipped, Some(encoded))
-        } else {
-            let excerpt = output::excerpt(&path, from, len, head, dropped, max);
-            let (mut text, clipped) = excerpt.render(max, &path);
-            if let Some(n) = args.tail {
-                text = output::last_lines(&text, n);
-            }
-            let skipped = output::dropped_in(from, len, head, dropped);
-            if skipped > 0 {
-                text = format!(
-                    "[... {skipped} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}"
-                );
-            }
-            (len, text, clipped, skipped, None)
-        };
-        if by_cursor {
-            inner.store.set_cursor(session, record.row, to)?;
-        }
-        let running = record.state != State::Ended;
-        Ok(ReadReply {
+        Ok(Plan {
             id: record.id.clone(),
-            running,
-            output: text,
+            row: record.row,
+            dropped: inner.dropped(&record),
+            path,
+            len,
             from,
-            to,
-            dropped_bytes: skipped,
-            clipped,
-            log_path: path.display().to_string(),
+            by_cursor,
+            running: record.state != State::Ended,
             report: record
                 .end
                 .map(|end| crate::end::report(&record.id, end, record.exit_code, record.signal)),
-            output_base64: base64,
         })
+    }
+}
+
+/// Runs `work` on a thread of its own at a low priority (nice 10): building a big
+/// reply takes the CPU that the daemon's other clients leave.
+async fn in_background<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("bgwork-reply".into())
+        .spawn(move || {
+            let tid = nix::unistd::gettid().as_raw();
+            // SAFETY: setpriority only reads its arguments. On Linux it applies to the
+            // one thread `tid`, which ends with this work.
+            unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, tid as nix::libc::id_t, 10) };
+            let _ = done.send(work());
+        })
+        .map_err(|e| format!("could not start a thread: {e}"))?;
+    result
+        .await
+        .map_err(|_| "the reply's thread failed".to_string())
+}
+
+/// The size a read may reach: its `--max-bytes` (at least 64) or the default, refused
+/// past [`MAX_READ_BYTES`].
+fn read_size(args: &ReadArgs) -> Result<usize, WireError> {
+    let default = if args.raw {
+        RAW_MAX_BYTES
+    } else {
+        output::DEFAULT_MAX_BYTES
+    };
+    let max = args.max_bytes.unwrap_or(default).max(64);
+    if max > MAX_READ_BYTES {
+        return Err(WireError::bad_request(format!(
+            "--max-bytes {max} is over the cap of {MAX_READ_BYTES} bytes (16 MiB) per reply: \
+             read a larger range in pages, each with --from set to the `to` of the one before \
+             (e.g. `bgwork read {} --raw --from 0 --max-bytes {MAX_READ_BYTES}`)",
+            args.id
+        )));
+    }
+    Ok(max)
+}
+
+/// Reads the log and builds the reply (on a blocking thread).
+fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply {
+    let Plan {
+        path,
+        len,
+        dropped,
+        from,
+        ..
+    } = plan;
+    let (to, text, clipped, skipped, base64) = if args.raw {
+        // Raw bytes are never clipped in the middle: a read returns up to `max`
+        // consecutive bytes and the next read goes on from `to`.
+        let to = len.min(from + max as u64);
+        let (bytes, _) = output::read_range(&path, from, to, head, dropped);
+        let skipped = output::dropped_in(from, to, head, dropped);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        (to, text, to < len, skipped, Some(encoded))
+    } else {
+        let excerpt = output::excerpt(&path, from, len, head, dropped, max);
+        let (mut text, clipped) = excerpt.render(max, &path);
+        if let Some(n) = args.tail {
+            text = output::last_lines(&text, n);
+        }
+        let skipped = output::dropped_in(from, len, head, dropped);
+        if skipped > 0 {
+            text = format!(
+                "[... {skipped} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}"
+            );
+        }
+        (len, text, clipped, skipped, None)
+    };
+    ReadReply {
+        id: plan.id,
+        running: plan.running,
+        output: text,
+        from,
+        to,
+        dropped_bytes: skipped,
+        clipped,
+        log_path: path.display().to_string(),
+        report: plan.report,
+        output_base64: base64,
     }
 }

@@ -7,7 +7,6 @@
 use super::jobs::Launch;
 use super::Daemon;
 use crate::output;
-use crate::paths::now_ms;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{self, Actor, Chunk, RunArgs, RunOutcome, RunReply, State, WireError};
 use std::future::Future;
@@ -26,9 +25,16 @@ pub(crate) struct Stream<'a, G> {
 }
 
 impl Daemon {
-    /// Runs without streaming: the reply carries the output.
-    pub(crate) async fn run(&self, session: &str, args: RunArgs) -> Result<RunReply, WireError> {
-        self.run_streaming(session, args, None::<Stream<'_, std::future::Pending<()>>>)
+    /// Runs without streaming: the reply carries the output. A run that ended is
+    /// added to `ends_shown` (its notice is delivered with the reply).
+    pub(crate) async fn run(
+        &self,
+        session: &str,
+        args: RunArgs,
+        ends_shown: &mut Vec<i64>,
+    ) -> Result<RunReply, WireError> {
+        let no_stream = None::<Stream<'_, std::future::Pending<()>>>;
+        self.run_streaming(session, args, no_stream, ends_shown)
             .await
     }
 
@@ -37,6 +43,7 @@ impl Daemon {
         session: &str,
         args: RunArgs,
         stream: Option<Stream<'_, G>>,
+        ends_shown: &mut Vec<i64>,
     ) -> Result<RunReply, WireError> {
         let timeout = match args.timeout_s {
             Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(86_400.0)),
@@ -84,7 +91,11 @@ impl Daemon {
                 self.wait_for(timeout, |d| d.has_ended(row)).await;
             }
         }
-        self.finish_run(session, row, shown, timeout).await
+        let reply = self.finish_run(session, row, shown, timeout).await?;
+        if reply.outcome == RunOutcome::Ended {
+            ends_shown.push(row);
+        }
+        Ok(reply)
     }
 
     async fn finish_run(
@@ -113,9 +124,6 @@ impl Daemon {
         let output = self.text_between(row, shown, len);
         let mut inner = self.lock();
         inner.store.set_cursor(session, row, len)?;
-        if outcome == RunOutcome::Ended {
-            inner.store.mark_end_notice_delivered(row, now_ms())?;
-        }
         let record = inner
             .store
             .get(row)?

@@ -3,7 +3,6 @@
 
 use super::Daemon;
 use crate::output;
-use crate::paths::now_ms;
 use crate::store::Record;
 use crate::wire::{State, WaitArgs, WaitReason, WaitReply, WireError};
 use regex::Regex;
@@ -22,10 +21,13 @@ struct Scan {
 }
 
 impl Daemon {
+    /// Waits; ended records the reply shows are added to `shown` (their notices are
+    /// delivered with the reply).
     pub(crate) async fn wait(
         &self,
         session: &str,
         args: &WaitArgs,
+        shown: &mut Vec<i64>,
     ) -> Result<WaitReply, WireError> {
         if args.ids.is_empty() {
             return Err(WireError::bad_request(
@@ -85,7 +87,7 @@ impl Daemon {
             done
         })
         .await;
-        self.wait_reply(&rows, reason, matched)
+        self.wait_reply(&rows, reason, matched, shown)
     }
 
     fn wait_reply(
@@ -93,8 +95,9 @@ impl Daemon {
         rows: &[i64],
         reason: WaitReason,
         matched: Option<String>,
+        shown: &mut Vec<i64>,
     ) -> Result<WaitReply, WireError> {
-        let mut inner = self.lock();
+        let inner = self.lock();
         let mut items = Vec::new();
         let mut tails = BTreeMap::new();
         for &row in rows {
@@ -108,8 +111,7 @@ impl Daemon {
                 output::tail(&path, self.config.log_head, dropped),
             );
             if record.state == State::Ended {
-                // The reply carries the end, so its notice has been delivered.
-                inner.store.mark_end_notice_delivered(row, now_ms())?;
+                shown.push(row);
             }
             items.push(self.item(&record));
         }

@@ -3,9 +3,11 @@
 //! Each tool call becomes one `wire::Request` to the daemon; the reply object is the
 //! tool's structured result (and its JSON text). Every result also carries the
 //! session's pending notices in `notices`, so a model hears of ended work on its next
-//! call of any tool without polling. A long `wait` sends progress notifications when
+//! call of any tool without polling; they count as delivered once the client's next
+//! message arrives ([`notices`]). A long `wait` sends progress notifications when
 //! the client gave a progress token, so clients that time out idle calls keep waiting.
 
+mod notices;
 mod tools;
 
 use crate::client::Client;
@@ -46,6 +48,7 @@ pub fn main() -> anyhow::Result<()> {
 pub struct McpServer {
     paths: Arc<Paths>,
     session: String,
+    notices: notices::NoticeBox,
 }
 
 impl McpServer {
@@ -55,8 +58,10 @@ impl McpServer {
             .ok()
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| format!("mcp-{}-{}", std::process::id(), crate::paths::now_ms()));
+        let paths = Arc::new(Paths::from_env());
         McpServer {
-            paths: Arc::new(Paths::from_env()),
+            notices: notices::NoticeBox::new(paths.clone(), session.clone()),
+            paths,
             session,
         }
     }
@@ -75,19 +80,6 @@ impl McpServer {
         .await
         .map_err(|e| WireError::internal(format!("the call failed: {e}")))?
     }
-
-    /// The session's pending notices, now delivered.
-    async fn take_notices(&self) -> Value {
-        let request = Request::Notices {
-            peek: false,
-            follow: false,
-            wait_s: None,
-        };
-        match self.call(request).await {
-            Ok(mut reply) => reply["notices"].take(),
-            Err(_) => Value::Array(Vec::new()),
-        }
-    }
 }
 
 impl ServerHandler for McpServer {
@@ -102,6 +94,7 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        self.notices.arrived().await;
         let tools = tools::definitions()
             .into_iter()
             .map(|(name, description, schema)| {
@@ -119,6 +112,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        self.notices.arrived().await;
         let name = request.name.to_string();
         let args: Map<String, Value> = request.arguments.unwrap_or_default();
         let ticker = context.meta.get_progress_token().map(|token| {
@@ -138,6 +132,9 @@ impl ServerHandler for McpServer {
             })
         });
         let outcome = match tools::request(&name, &args) {
+            Ok(Request::Notices { peek: false, .. }) => {
+                Ok(serde_json::json!({ "notices": self.notices.take().await }))
+            }
             Ok(request) => self.call(request).await,
             Err(e) => Err(e),
         };
@@ -147,7 +144,7 @@ impl ServerHandler for McpServer {
         // The notices tool's own result is the notices; every other result carries them.
         let notices = match (&outcome, name.as_str()) {
             (Ok(reply), "notices") => reply["notices"].clone(),
-            _ => self.take_notices().await,
+            _ => self.notices.take().await,
         };
         let result = match outcome {
             Ok(Value::Object(mut reply)) => {

@@ -75,6 +75,9 @@ const MIGRATIONS: &[&str] = &[
         matches     INTEGER NOT NULL DEFAULT 0
     );
     ALTER TABLE notices ADD COLUMN count INTEGER NOT NULL DEFAULT 1;",
+    // 4: claims: the daemon connection a pending notice is being delivered on.
+    "ALTER TABLE notices ADD COLUMN claim INTEGER;
+    CREATE INDEX notices_claimed ON notices(claim) WHERE claim IS NOT NULL;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

@@ -43,7 +43,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 /// Replies larger than [`BIG_REPLY`] bytes being built or written at once: with the
 /// 16 MiB cap of `read`, this bounds what clients that do not read hold in memory.
-const BIG_REPLIES: usize = 4;
+pub(crate) const BIG_REPLIES: usize = 2;
 /// What counts as a big reply (the size a read may reach).
 pub(crate) const BIG_REPLY: usize = 1 << 20;
 

@@ -125,6 +125,12 @@ impl Daemon {
         token: i64,
         ids: &[String],
     ) -> Result<Ack, WireError> {
+        if ids.len() > wire::MAX_ACK_IDS {
+            return Err(WireError::bad_request(format!(
+                "ack takes at most {} ids at once: send several",
+                wire::MAX_ACK_IDS
+            )));
+        }
         let nrows = ids
             .iter()
             .map(|id| parse_notice_id(id))
@@ -180,6 +186,8 @@ impl Daemon {
                     .await
                     .is_err()
                 {
+                    // The follower went away: it may have acknowledged some first.
+                    self.last_acks(session, token, reader).await;
                     return;
                 }
                 sent.insert(row.nrow);
@@ -195,6 +203,15 @@ impl Daemon {
                     }
                 }
             }
+        }
+    }
+
+    /// Reads the acks a closed follower sent before it went (they are in the socket
+    /// still), so that what it showed is not delivered again.
+    async fn last_acks(&self, session: &str, token: i64, reader: &mut FrameReader) {
+        let pause = std::time::Duration::from_millis(100);
+        while let Ok(Ok(Some(line))) = tokio::time::timeout(pause, reader.next()).await {
+            let _ = self.follow_ack(session, token, &line);
         }
     }
 

@@ -10,7 +10,7 @@ use crate::output;
 use crate::wire::{self, ReadArgs, ReadReply, State, WireError};
 use base64::Engine;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 
 /// How far back `--tail N` looks for its lines.
 const TAIL_WINDOW: u64 = 1 << 20;
@@ -18,6 +18,8 @@ const TAIL_WINDOW: u64 = 1 << 20;
 const RAW_MAX_BYTES: usize = 8 << 20;
 /// The most output one reply carries.
 pub(crate) const MAX_READ_BYTES: usize = 16 << 20;
+/// Threads that build big replies (as many as may be built at once).
+const BUILDER_THREADS: usize = super::BIG_REPLIES;
 
 /// What a read takes from the records, under the lock.
 struct Plan {
@@ -109,22 +111,51 @@ impl Daemon {
     }
 }
 
-/// Runs `work` on a thread of its own at a low priority (nice 10): building a big
-/// reply takes the CPU that the daemon's other clients leave.
+/// Runs `work` on one of the threads that build big replies. They run at a low
+/// priority (nice 10), so building takes the CPU that the daemon's other clients
+/// leave; they are kept, so their memory is reused from one reply to the next.
 async fn in_background<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {
+    type Job = Box<dyn FnOnce() + Send>;
+    static BUILDERS: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let builders = BUILDERS.get_or_init(|| {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let queue = Arc::new(Mutex::new(queue));
+        for n in 0..BUILDER_THREADS {
+            let queue = queue.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("bgwork-reply-{n}"))
+                .spawn(move || {
+                    let tid = nix::unistd::gettid().as_raw();
+                    // SAFETY: setpriority only reads its arguments; on Linux it applies
+                    // to the one thread `tid`.
+                    unsafe {
+                        nix::libc::setpriority(nix::libc::PRIO_PROCESS, tid as nix::libc::id_t, 10)
+                    };
+                    loop {
+                        let job = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => return,
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                crate::note!("bgwork daemon: could not start a reply thread: {e}");
+            }
+        }
+        Mutex::new(jobs)
+    });
     let (done, result) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("bgwork-reply".into())
-        .spawn(move || {
-            let tid = nix::unistd::gettid().as_raw();
-            // SAFETY: setpriority only reads its arguments. On Linux it applies to the
-            // one thread `tid`, which ends with this work.
-            unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, tid as nix::libc::id_t, 10) };
-            let _ = done.send(work());
-        })
-        .map_err(|e| format!("could not start a thread: {e}"))?;
+    let job: Job = Box::new(move || {
+        let _ = done.send(work());
+    });
+    builders
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send(job)
+        .map_err(|_| "no thread builds replies".to_string())?;
     result
         .await
         .map_err(|_| "the reply's thread failed".to_string())

@@ -9,7 +9,7 @@
 
 use crate::client::Client;
 use crate::paths::Paths;
-use crate::wire::{Ack, Envelope, ErrorCode, NoticesReply, Request, WireError};
+use crate::wire::{Ack, Envelope, ErrorCode, NoticesReply, Request, WireError, MAX_ACK_IDS};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -43,11 +43,15 @@ impl NoticeBox {
             if state.riding.is_empty() {
                 return;
             }
-            let ids = state.riding.clone();
-            let ack = Request::Ack { ids };
             // Kept when the daemon cannot be reached: acknowledged on a later message.
-            if request::<Ack>(state, paths, session, ack).is_ok() {
-                state.riding.clear();
+            while !state.riding.is_empty() {
+                let n = state.riding.len().min(MAX_ACK_IDS);
+                let ids = state.riding[..n].to_vec();
+                let ack = request::<Ack>(state, paths, session, Request::Ack { ids });
+                if ack.is_err_and(|e| e.code == ErrorCode::Unavailable) {
+                    return;
+                }
+                state.riding.drain(..n);
             }
         })
         .await;

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 
 /// Requests larger than this are refused before they are parsed.
 pub const MAX_FRAME: usize = 1 << 20;
+/// The most notice ids one `ack` takes.
+pub const MAX_ACK_IDS: usize = 1000;
 
 /// One request with the session that makes it.
 #[derive(Serialize, Deserialize, Debug, Clone)]

@@ -65,7 +65,9 @@ pub fn main() -> anyhow::Result<()> {
     lock.set_len(0)?;
     write!(lock, "{}", std::process::id())?;
     let fd_limit = raise_fd_limit();
-    let store = Store::open(&paths.db)?;
+    let mut store = Store::open(&paths.db)?;
+    // Claims of notices live only while the daemon that made them does.
+    store.release_all_claims()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -258,8 +260,9 @@ async fn refuse(stream: UnixStream, cap: usize) {
     let refusal = WireError::new(
         ErrorCode::Unavailable,
         format!(
-            "refused: the daemon already serves {cap} connections, its cap; close idle ones \
-             (each `notices --follow`, `wait` and MCP server holds one) and try again"
+            "refused: the daemon already serves {cap} connections, its cap; try again when \
+             some close (idle ones close after a while; each `notices --follow`, `wait` and \
+             MCP server holds one)"
         ),
     );
     let line = wire::encode_result::<()>(&Err(refusal));

@@ -128,10 +128,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         schema::migrate(&conn)?;
-        let mut store = Store { conn };
-        // Claims live only while the daemon that made them does.
-        store.release_all_claims()?;
-        Ok(store)
+        Ok(Store { conn })
     }
 
     /// Writes a new record (state `starting`) with the session's next id for its kind.

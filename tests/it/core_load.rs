@@ -787,3 +787,18 @@ fn issue11_mcp_notices_come_back_unless_the_client_sent_another_message() {
         "acknowledged ones stay delivered"
     );
 }
+
+#[test]
+fn issue11_notices_sent_but_unacknowledged_when_the_daemon_dies_come_back() {
+    let home = Home::new();
+    home.json(&["status"]);
+    let ids = three_ends(&home);
+    let mut conn = Conn::open(&home);
+    conn.send(json!({"session": "test", "op": "notices", "follow": true}));
+    let sent: Vec<Value> = (0..3).map(|_| conn.line().expect("a notice")).collect();
+    assert_eq!(sent.len(), 3);
+    home.kill_daemon();
+    drop(conn);
+    // The next daemon starts with every claim released.
+    assert_eq!(take_notices(&home), ids);
+}

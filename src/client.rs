@@ -183,6 +183,16 @@ impl Client {
         })
     }
 
+    /// Whether bytes of a reply have arrived that [`Client::next_line`] has not returned.
+    pub fn has_buffered(&self) -> bool {
+        !self.reader.buffer().is_empty()
+    }
+
+    /// The connection, to wait on it (`poll`) together with something else.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.writer)
+    }
+
     /// The next reply line (for streams such as `notices --follow`).
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, WireError> {
         let mut line = Vec::new();
@@ -204,8 +214,14 @@ impl Client {
         }
     }
 
+    /// How long a stream (`notices --follow`) may stay quiet before the daemon is
+    /// checked with [`Client::check_alive`].
+    pub fn quiet_period(&self) -> Duration {
+        self.patience
+    }
+
     /// Whether the daemon answers `status` on a connection of its own, in time.
-    fn check_alive(&self) -> Result<(), WireError> {
+    pub fn check_alive(&self) -> Result<(), WireError> {
         let probe = Envelope {
             session: self.session.clone(),
             request: Request::Status,

@@ -146,6 +146,7 @@ fn take_notices(paths: &Paths, session: &str) -> Result<Vec<Notice>, WireError> 
         peek: false,
         follow: false,
         wait_s: None,
+        ack: false,
     };
     Ok(call::<NoticesReply>(paths, session, request)?.notices)
 }

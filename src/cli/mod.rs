@@ -2,6 +2,7 @@
 //! printing the reply as text or `--json`. It holds no logic the daemon owns.
 
 mod demo;
+mod follow;
 mod render;
 
 use crate::client::Client;
@@ -347,6 +348,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             peek,
             follow,
             wait_s: wait,
+            ack: false,
         },
         Commands::Dismiss { id } => Request::Dismiss { id },
         Commands::Resize { id, cols, rows } => Request::Resize { id, cols, rows },

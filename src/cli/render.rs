@@ -48,6 +48,7 @@ pub fn call_and_print(
         Request::Send(_)
         | Request::Dismiss { .. }
         | Request::Shutdown { .. }
+        | Request::Ack { .. }
         | Request::Resize { .. } => print(client, &envelope, json, |ack: &Ack| ack.message.clone()),
         Request::Stop(_) => print(client, &envelope, json, stop_text),
         Request::Wait(_) => {
@@ -68,7 +69,7 @@ pub fn call_and_print(
                 ExitCode::SUCCESS
             })
         }
-        Request::Notices { follow: true, .. } => follow(client, &envelope, json),
+        Request::Notices { follow: true, .. } => super::follow::follow(client, &envelope, json),
         Request::Notices { .. } => print(client, &envelope, json, notices_text),
         Request::Gc => print(client, &envelope, json, |gc: &GcReply| {
             format!(
@@ -158,20 +159,6 @@ fn forward_stdin(mut writer: std::os::unix::net::UnixStream) {
             return;
         }
     }
-}
-
-fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode, WireError> {
-    client.send(envelope)?;
-    while let Some(line) = client.next_line()? {
-        let notice: wire::Notice = wire::decode_reply(&line)?;
-        if json {
-            println!("{}", serde_json::to_string(&notice).unwrap_or_default());
-        } else {
-            print_text(&notice_text(&notice));
-        }
-        let _ = std::io::stdout().flush();
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints a plain message (or `{"message":…}` with `--json`).
@@ -299,7 +286,7 @@ fn wait_text(reply: &WaitReply) -> String {
     text
 }
 
-fn notice_text(notice: &wire::Notice) -> String {
+pub(super) fn notice_text(notice: &wire::Notice) -> String {
     format!("{} [{}]\n{}", notice.text, notice.id, indent(&notice.tail))
 }
 

@@ -23,6 +23,14 @@ pub struct Config {
     /// Whether each job gets a cgroup of its own where the kernel allows one
     /// (`BGWORK_CGROUPS=0` turns them off).
     pub cgroups: bool,
+    /// Client connections served at once; none: 512, or fewer when the daemon's file
+    /// descriptor limit is low (`BGWORK_MAX_CONNECTIONS` sets it exactly).
+    pub max_connections: Option<usize>,
+    /// A connection with no request in flight (and no notice awaiting its `ack`) is
+    /// closed after this long.
+    pub idle_timeout: Duration,
+    /// A client that accepts no byte of a reply for this long is dropped.
+    pub write_stall: Duration,
 }
 
 impl Default for Config {
@@ -36,6 +44,9 @@ impl Default for Config {
             gc_total_bytes: 1 << 30,
             default_window: Duration::from_millis(1000),
             cgroups: true,
+            max_connections: None,
+            idle_timeout: Duration::from_secs(300),
+            write_stall: Duration::from_secs(30),
         }
     }
 }
@@ -66,6 +77,15 @@ impl Config {
         }
         if number("BGWORK_CGROUPS") == Some(0) {
             config.cgroups = false;
+        }
+        if let Some(n) = number("BGWORK_MAX_CONNECTIONS") {
+            config.max_connections = Some((n as usize).max(1));
+        }
+        if let Some(n) = number("BGWORK_IDLE_TIMEOUT_MS") {
+            config.idle_timeout = Duration::from_millis(n.max(1));
+        }
+        if let Some(n) = number("BGWORK_WRITE_STALL_MS") {
+            config.write_stall = Duration::from_millis(n.max(1));
         }
         config
     }

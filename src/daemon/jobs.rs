@@ -42,10 +42,13 @@ pub(crate) struct Launch {
 }
 
 impl Daemon {
+    /// Starts a job; records whose end the reply shows are added to `shown` (their
+    /// notices are delivered with the reply).
     pub(crate) async fn start(
         &self,
         session: &str,
         args: StartArgs,
+        shown: &mut Vec<i64>,
     ) -> Result<StartReply, WireError> {
         let row = self.launch(session, &args, Launch::default()).await?;
         let window = args
@@ -72,13 +75,16 @@ impl Daemon {
             .get(row)?
             .filter(|r| r.end == Some(End::SpawnFailed));
         if let Some(record) = failed {
-            self.lock().store.mark_end_notice_delivered(row, now_ms())?;
+            shown.push(row);
             let reason = record.lost_reason.unwrap_or_default();
             let message = format!("{} could not start: {reason}", record.id);
             return Err(WireError::new(ErrorCode::SpawnFailed, message));
         }
         self.wait_for(window, |d| d.has_ended(row)).await;
         let (output, item) = self.window_output(session, row)?;
+        if item.state == State::Ended {
+            shown.push(row);
+        }
         Ok(StartReply { item, output })
     }
 
@@ -239,10 +245,6 @@ impl Daemon {
         let excerpt = output::excerpt(&path, 0, len, self.config.log_head, dropped, max);
         let (text, _) = excerpt.render(max, &path);
         inner.store.set_cursor(session, row, len)?;
-        if record.state == State::Ended {
-            // The reply shows the end, so its notice has been delivered.
-            inner.store.mark_end_notice_delivered(row, now_ms())?;
-        }
         Ok((text, self.item(&record)))
     }
 

@@ -6,7 +6,14 @@
 //! that applies what executors report ([`ExecEvent`]) to the store. Every change that a
 //! waiter may care about (an end, new output, a new notice) bumps one `watch` counter;
 //! waiters re-check their condition when it moves, so nothing polls. The store and the
-//! registry sit behind one mutex that is never held across an `await`.
+//! registry sit behind one mutex that is never held across an `await`, nor while a
+//! reply is read from a log, encoded or written.
+//!
+//! Delivery of notices: a reply that carries notices claims them for its connection
+//! (one statement, so concurrent pulls never share one) and marks them delivered once
+//! it has been written; a failed write releases them. `notices --follow` and the MCP
+//! server acknowledge instead (`ack`), and a connection that closes releases what it
+//! still holds.
 
 mod config;
 mod items;
@@ -30,9 +37,16 @@ use crate::paths::Paths;
 use crate::store::{Store, StoreError};
 use crate::wire::{Envelope, ErrorCode, Request, WireError};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+
+/// Replies larger than [`BIG_REPLY`] bytes being built or written at once: with the
+/// 16 MiB cap of `read`, this bounds what clients that do not read hold in memory.
+pub(crate) const BIG_REPLIES: usize = 2;
+/// What counts as a big reply (the size a read may reach).
+pub(crate) const BIG_REPLY: usize = 1 << 20;
 
 impl From<StoreError> for WireError {
     fn from(error: StoreError) -> Self {
@@ -83,6 +97,11 @@ pub struct Daemon {
     changed: watch::Sender<u64>,
     pub(crate) executor: LocalExecutor,
     shutdown: watch::Sender<bool>,
+    /// The claim token of the next client connection.
+    next_token: AtomicI64,
+    /// Client connections being served.
+    pub(crate) connections: AtomicUsize,
+    big_replies: Arc<Semaphore>,
 }
 
 impl Daemon {
@@ -104,6 +123,9 @@ impl Daemon {
             changed: watch::channel(0).0,
             executor: LocalExecutor::new(events),
             shutdown: watch::channel(false).0,
+            next_token: AtomicI64::new(1),
+            connections: AtomicUsize::new(0),
+            big_replies: Arc::new(Semaphore::new(BIG_REPLIES)),
         };
         (Arc::new(daemon), receiver)
     }
@@ -152,18 +174,31 @@ impl Daemon {
         self.shutdown.subscribe()
     }
 
-    /// Serves one request whose reply is a single object.
-    pub(crate) async fn dispatch(self: &Arc<Self>, envelope: Envelope) -> Answer {
+    /// A fresh claim token for a client connection.
+    pub(crate) fn new_token(&self) -> i64 {
+        self.next_token.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Waits for room to build a big reply (see [`BIG_REPLIES`]).
+    pub(crate) async fn big_reply_permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.big_replies.clone().acquire_owned().await.ok()
+    }
+
+    /// Serves one request whose reply is a single object, on the connection whose
+    /// claim token is `token`.
+    pub(crate) async fn dispatch(self: &Arc<Self>, envelope: Envelope, token: i64) -> Answer {
         use crate::wire::encode_result as reply;
         let session = envelope.session;
         if let Err(e) = check_session(&session) {
             return reply::<()>(&Err(e)).into();
         }
+        // Records whose end the reply shows: the reply delivers their notices.
+        let mut shown = Vec::new();
         let line = match envelope.request {
-            Request::Start(args) => reply(&self.start(&session, args).await),
+            Request::Start(args) => reply(&self.start(&session, args, &mut shown).await),
             Request::List { all } => reply(&self.list(&session, all)),
             Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id).await),
-            Request::Read(args) => reply(&self.read(&session, &args)),
+            Request::Read(args) => return self.read(&session, args).await,
             Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),
             // A run needs its connection (streamed output, the caller's stdin): the
             // connection's server handles it.
@@ -174,29 +209,41 @@ impl Daemon {
             Request::AgentStart(args) => reply(&self.agent_start(&session, args).await),
             Request::Send(args) => reply(&self.send(&session, &args).await),
             Request::Stop(args) => reply(&self.stop(&session, &args).await),
-            Request::Wait(args) => reply(&self.wait(&session, &args).await),
-            Request::Notices { peek, wait_s, .. } => {
-                return match self.wait_notices(&session, peek, wait_s).await {
-                    Ok((notices, deliver)) => Answer {
+            Request::Wait(args) => reply(&self.wait(&session, &args, &mut shown).await),
+            Request::Notices {
+                peek, wait_s, ack, ..
+            } => {
+                return match self.wait_notices(&session, peek, wait_s, token).await {
+                    Ok((notices, claimed)) => Answer {
                         line: reply(&Ok::<_, WireError>(notices)),
-                        deliver,
+                        // Acknowledged: they stay claimed until `ack` or the close.
+                        deliver: if ack { Vec::new() } else { claimed },
+                        permit: None,
                     },
                     Err(e) => reply::<()>(&Err(e)).into(),
                 };
             }
+            Request::Ack { ids } => reply(&self.acknowledge(&session, token, &ids)),
             Request::Dismiss { id } => reply(&self.dismiss(&session, &id)),
             Request::Gc => reply(&self.gc()),
             Request::Status => reply(&self.status()),
             Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),
         };
-        line.into()
+        Answer {
+            line,
+            deliver: self.claim_shown_ends(token, &shown),
+            permit: None,
+        }
     }
 }
 
-/// A reply line, and the notices it delivers once it has been written.
+/// A reply line, and the notices it delivers once it has been written (claimed by its
+/// connection; released if the write fails).
 pub(crate) struct Answer {
     pub line: Vec<u8>,
     pub deliver: Vec<i64>,
+    /// Held while a big reply is built and written.
+    pub permit: Option<OwnedSemaphorePermit>,
 }
 
 impl From<Vec<u8>> for Answer {
@@ -204,6 +251,7 @@ impl From<Vec<u8>> for Answer {
         Answer {
             line,
             deliver: Vec::new(),
+            permit: None,
         }
     }
 }

@@ -1,26 +1,36 @@
-//! `notices`: the session's pending exit notices, each delivered once (pull), and
-//! `notices --follow`, which pushes each one as it is created.
+//! `notices`: the session's pending notices, each delivered once (pull, with `--wait`),
+//! `notices --follow`, which pushes each one as it is created, and `ack`.
+//!
+//! The delivery rule: taking notices is a claim for the connection that sends them
+//! (`Store::claim_notices`), so two pulls never take the same one. A plain reply marks
+//! its claims delivered once it has been written ([`Daemon::delivered`]) and releases
+//! them if the write fails. `--follow` and the MCP server acknowledge each notice they
+//! have shown (`ack`); whatever a connection still holds when it closes is released
+//! ([`Daemon::release_connection`]) and goes to the next puller, with the same id.
 
-use super::serve::write_line;
+use super::serve::{write_reply, FrameReader};
 use super::Daemon;
 use crate::paths::{now_ms, rfc3339};
 use crate::store::NoticeRow;
-use crate::wire::{self, Notice, NoticesReply, WireError};
+use crate::wire::{self, Ack, Envelope, Notice, NoticesReply, Request, WireError};
 use std::collections::HashSet;
-use std::future::Future;
 use tokio::net::unix::OwnedWriteHalf;
 
 impl Daemon {
-    /// The pending notices, and the rows to mark delivered once the reply is written
-    /// (none with `peek`). Marking after the write makes delivery at-least-once: a
-    /// reply lost in a crash is sent again, with the same notice ids.
+    /// The pending notices, claimed for `token` (all undelivered ones, unclaimed, with
+    /// `peek`), and the rows claimed.
     pub(crate) fn notices(
         &self,
         session: &str,
         peek: bool,
+        token: i64,
     ) -> Result<(NoticesReply, Vec<i64>), WireError> {
-        let rows = self.lock().store.pending_notices(session)?;
-        let deliver = if peek {
+        let rows = if peek {
+            self.lock().store.pending_notices(session)?
+        } else {
+            self.lock().store.claim_notices(session, token)?
+        };
+        let claimed = if peek {
             Vec::new()
         } else {
             rows.iter().map(|n| n.nrow).collect()
@@ -28,17 +38,7 @@ impl Daemon {
         let reply = NoticesReply {
             notices: rows.iter().map(notice).collect(),
         };
-        Ok((reply, deliver))
-    }
-
-    /// Marks notices delivered (after the reply that carried them was written).
-    pub(crate) fn delivered(&self, nrows: &[i64]) {
-        if nrows.is_empty() {
-            return;
-        }
-        if let Err(e) = self.lock().store.mark_delivered(nrows, now_ms()) {
-            crate::note!("bgwork daemon: could not mark notices delivered: {e}");
-        }
+        Ok((reply, claimed))
     }
 
     /// Like [`Daemon::notices`], first blocking up to `wait_s` while none is pending.
@@ -47,57 +47,198 @@ impl Daemon {
         session: &str,
         peek: bool,
         wait_s: Option<f64>,
+        token: i64,
     ) -> Result<(NoticesReply, Vec<i64>), WireError> {
         if let Some(seconds) = wait_s {
             let timeout = crate::wire::seconds("--wait", seconds)?;
             self.wait_for(timeout, |daemon| {
-                let pending = daemon.lock().store.pending_notices(session);
-                pending.map(|rows| !rows.is_empty()).unwrap_or(true)
+                let store = &daemon.lock().store;
+                let pending = if peek {
+                    store.pending_notices(session).map(|rows| !rows.is_empty())
+                } else {
+                    store.has_claimable(session)
+                };
+                pending.unwrap_or(true)
             })
             .await;
         }
-        self.notices(session, peek)
+        self.notices(session, peek, token)
     }
 
-    /// Streams notices, one JSON object a line, until the client goes away.
+    /// Claims for `token` the end notices of records a reply shows (`start`, `wait`,
+    /// `run`): the reply delivers them once written.
+    pub(crate) fn claim_shown_ends(&self, token: i64, rows: &[i64]) -> Vec<i64> {
+        if rows.is_empty() {
+            return Vec::new();
+        }
+        let mut inner = self.lock();
+        let mut claimed = Vec::new();
+        for &row in rows {
+            match inner.store.claim_end_notice(row, token) {
+                Ok(Some(nrow)) => claimed.push(nrow),
+                Ok(None) => {}
+                Err(e) => crate::note!("bgwork daemon: could not claim an end notice: {e}"),
+            }
+        }
+        claimed
+    }
+
+    /// Marks notices delivered that `token` claimed (their reply was written).
+    pub(crate) fn delivered(&self, token: i64, nrows: &[i64]) {
+        if nrows.is_empty() {
+            return;
+        }
+        if let Err(e) = self.lock().store.mark_delivered(token, nrows, now_ms()) {
+            crate::note!("bgwork daemon: could not mark notices delivered: {e}");
+        }
+    }
+
+    /// Makes notices that `token` claimed pending again (their reply was not written).
+    pub(crate) fn release(&self, token: i64, nrows: &[i64]) {
+        if nrows.is_empty() {
+            return;
+        }
+        if let Err(e) = self.lock().store.release_claims(token, nrows) {
+            crate::note!("bgwork daemon: could not release notices: {e}");
+        }
+    }
+
+    /// Releases every claim of a connection that closed.
+    pub(crate) fn release_connection(&self, token: i64) {
+        if let Err(e) = self.lock().store.release_connection(token) {
+            crate::note!("bgwork daemon: could not release a connection's notices: {e}");
+        }
+    }
+
+    /// Whether a connection holds notices it has not acknowledged yet.
+    pub(crate) fn holds_claims(&self, token: i64) -> bool {
+        self.lock().store.holds_claims(token).unwrap_or(false)
+    }
+
+    /// `ack`: the client has shown these notices.
+    pub(crate) fn acknowledge(
+        &self,
+        session: &str,
+        token: i64,
+        ids: &[String],
+    ) -> Result<Ack, WireError> {
+        if ids.len() > wire::MAX_ACK_IDS {
+            return Err(WireError::bad_request(format!(
+                "ack takes at most {} ids at once: send several",
+                wire::MAX_ACK_IDS
+            )));
+        }
+        let nrows = ids
+            .iter()
+            .map(|id| parse_notice_id(id))
+            .collect::<Result<Vec<i64>, WireError>>()?;
+        let marked = self
+            .lock()
+            .store
+            .acknowledge(session, token, &nrows, now_ms())?;
+        Ok(Ack {
+            ok: true,
+            message: format!("{marked} notice(s) marked delivered"),
+        })
+    }
+
+    /// Streams notices, one JSON object a line, until the client goes away. Each one is
+    /// claimed for this connection and delivered when the client acknowledges it (not
+    /// with `peek`: then every pending one is shown once, and nothing is claimed).
     pub(crate) async fn follow_notices(
         &self,
         session: &str,
         peek: bool,
+        token: i64,
+        reader: &mut FrameReader,
         writer: &mut OwnedWriteHalf,
-        gone: impl Future<Output = ()>,
     ) {
         let mut changes = self.changes();
         let mut sent: HashSet<i64> = HashSet::new();
-        tokio::pin!(gone);
         loop {
-            let pending = self.lock().store.pending_notices(session);
-            let fresh: Vec<NoticeRow> = match pending {
-                Ok(rows) => rows
-                    .into_iter()
-                    .filter(|n| !sent.contains(&n.nrow))
-                    .collect(),
-                Err(e) => {
-                    let error = WireError::from(e);
-                    let _ = write_line(writer, &wire::encode_result::<()>(&Err(error))).await;
+            let fresh: Result<Vec<NoticeRow>, WireError> = if peek {
+                self.lock()
+                    .store
+                    .pending_notices(session)
+                    .map(|rows| {
+                        rows.into_iter()
+                            .filter(|n| !sent.contains(&n.nrow))
+                            .collect()
+                    })
+                    .map_err(WireError::from)
+            } else {
+                self.notices_rows(session, token)
+            };
+            let fresh = match fresh {
+                Ok(rows) => rows,
+                Err(error) => {
+                    let line = wire::encode_result::<()>(&Err(error));
+                    let _ = write_reply(writer, &line, self.config.write_stall).await;
                     return;
                 }
             };
             for row in fresh {
-                if !write_line(writer, &wire::encode_line(&notice(&row))).await {
+                let line = wire::encode_line(&notice(&row));
+                if write_reply(writer, &line, self.config.write_stall)
+                    .await
+                    .is_err()
+                {
+                    // The follower went away: it may have acknowledged some first.
+                    self.last_acks(session, token, reader).await;
                     return;
                 }
                 sent.insert(row.nrow);
-                if !peek {
-                    self.delivered(&[row.nrow]);
-                }
             }
             tokio::select! {
                 changed = changes.changed() => if changed.is_err() { return },
-                _ = &mut gone => return,
+                frame = reader.next() => {
+                    let Ok(Some(line)) = frame else { return };
+                    if let Err(error) = self.follow_ack(session, token, &line) {
+                        let line = wire::encode_result::<()>(&Err(error));
+                        let _ = write_reply(writer, &line, self.config.write_stall).await;
+                        return;
+                    }
+                }
             }
         }
     }
+
+    /// Reads the acks a closed follower sent before it went (they are in the socket
+    /// still), so that what it showed is not delivered again.
+    async fn last_acks(&self, session: &str, token: i64, reader: &mut FrameReader) {
+        let pause = std::time::Duration::from_millis(100);
+        while let Ok(Ok(Some(line))) = tokio::time::timeout(pause, reader.next()).await {
+            let _ = self.follow_ack(session, token, &line);
+        }
+    }
+
+    fn notices_rows(&self, session: &str, token: i64) -> Result<Vec<NoticeRow>, WireError> {
+        Ok(self.lock().store.claim_notices(session, token)?)
+    }
+
+    /// A line a follower sent: only `ack` is understood (it gets no reply).
+    fn follow_ack(&self, session: &str, token: i64, line: &[u8]) -> Result<(), WireError> {
+        let envelope: Envelope = serde_json::from_slice(line)
+            .map_err(|e| WireError::bad_request(format!("malformed request: {e}")))?;
+        match envelope.request {
+            Request::Ack { ids } => self.acknowledge(session, token, &ids).map(|_| ()),
+            _ => Err(WireError::bad_request(
+                "a `notices --follow` connection takes only `ack` lines: open another connection for other requests",
+            )),
+        }
+    }
+}
+
+/// `ntc-7` → 7.
+fn parse_notice_id(id: &str) -> Result<i64, WireError> {
+    id.strip_prefix("ntc-")
+        .and_then(|n| n.parse::<i64>().ok())
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            WireError::bad_request(format!(
+                "ack takes notice ids such as ntc-7, and {id:?} is not one"
+            ))
+        })
 }
 
 pub(crate) fn notice(row: &NoticeRow) -> Notice {

@@ -1,10 +1,16 @@
 //! `read`: an item's output since this session's last read (a durable cursor), or a
 //! chosen range. Never blocks.
+//!
+//! A reply holds at most [`MAX_READ_BYTES`] of output (larger ranges are read in pages
+//! with `--from`). The log is read and the reply encoded on a blocking thread, without
+//! the daemon's lock, so a big read delays no other client.
 
-use super::Daemon;
+use super::{Answer, Daemon, BIG_REPLY};
 use crate::output;
-use crate::wire::{ReadArgs, ReadReply, State, WireError};
+use crate::wire::{self, ReadArgs, ReadReply, State, WireError};
 use base64::Engine;
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 
 /// What a reader is told of output a full disk kept out of the log.
 pub(crate) fn unwritten_line(unwritten: u64) -> String {
@@ -15,16 +21,80 @@ pub(crate) fn unwritten_line(unwritten: u64) -> String {
 const TAIL_WINDOW: u64 = 1 << 20;
 /// The default size of a `--raw` read (raw bytes are returned consecutively).
 const RAW_MAX_BYTES: usize = 8 << 20;
-/// The most one read returns, whatever `--max-bytes` asks (the rest is read by range).
-const MAX_READ_BYTES: usize = 16 << 20;
+/// The most output one reply carries.
+pub(crate) const MAX_READ_BYTES: usize = 16 << 20;
+/// Threads that build big replies (as many as may be built at once).
+const BUILDER_THREADS: usize = super::BIG_REPLIES;
+
+/// What a read takes from the records, under the lock.
+struct Plan {
+    id: String,
+    row: i64,
+    path: PathBuf,
+    len: u64,
+    dropped: u64,
+    from: u64,
+    by_cursor: bool,
+    running: bool,
+    report: Option<String>,
+    /// Output a full disk kept out of the log, and the offset where it was lost.
+    unwritten: (u64, u64),
+}
 
 impl Daemon {
-    pub(crate) fn read(&self, session: &str, args: &ReadArgs) -> Result<ReadReply, WireError> {
-        let mut inner = self.lock();
+    /// The reply to `read`, encoded (the cursor moves when it reads by cursor).
+    pub(crate) async fn read(self: &Arc<Self>, session: &str, args: ReadArgs) -> Answer {
+        let max = match read_size(&args) {
+            Ok(max) => max,
+            Err(e) => return wire::encode_result::<()>(&Err(e)).into(),
+        };
+        let permit = if max > BIG_REPLY {
+            self.big_reply_permit().await
+        } else {
+            None
+        };
+        let plan = match self.read_plan(session, &args) {
+            Ok(plan) => plan,
+            Err(e) => return wire::encode_result::<()>(&Err(e)).into(),
+        };
+        let head = self.config.log_head;
+        let (session, row, by_cursor) = (session.to_string(), plan.row, plan.by_cursor);
+        let build = move || {
+            let reply = build_reply(plan, &args, max, head);
+            (wire::encode_line(&reply), reply.to)
+        };
+        let built = if permit.is_some() {
+            in_background(build).await
+        } else {
+            tokio::task::spawn_blocking(build)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let line = match built {
+            Ok((line, to)) => {
+                if by_cursor {
+                    if let Err(e) = self.lock().store.set_cursor(&session, row, to) {
+                        return wire::encode_result::<()>(&Err(WireError::from(e))).into();
+                    }
+                }
+                line
+            }
+            Err(e) => wire::encode_result::<()>(&Err(WireError::internal(format!(
+                "the read failed: {e}"
+            )))),
+        };
+        Answer {
+            line,
+            deliver: Vec::new(),
+            permit,
+        }
+    }
+
+    fn read_plan(&self, session: &str, args: &ReadArgs) -> Result<Plan, WireError> {
+        let inner = self.lock();
         let record = Self::find(&inner, session, &args.id)?;
         let path = output::log_path(&record.job_dir);
         let len = output::log_len(&path);
-        let dropped = inner.dropped(&record);
         let by_cursor = args.from.is_none() && !args.all && args.tail.is_none();
         let from = match (args.from, args.all, args.tail) {
             (Some(from), _, _) => from.min(len),
@@ -32,69 +102,148 @@ impl Daemon {
             (None, false, Some(_)) => len.saturating_sub(TAIL_WINDOW),
             (None, false, None) => inner.store.cursor(session, record.row)?.min(len),
         };
-        let default_max = if args.raw {
-            RAW_MAX_BYTES
-        } else {
-            output::DEFAULT_MAX_BYTES
-        };
-        let max = args
-            .max_bytes
-            .unwrap_or(default_max)
-            .clamp(64, MAX_READ_BYTES);
-        let head = self.config.log_head;
-        let running = record.state != State::Ended;
-        // Text of a running item stops before a character or escape sequence whose
-        // rest has not arrived, so no read shows half of one (the next read has it).
-        let len = if running && !args.raw {
-            output::text_end(&path, from, len, head, dropped)
-        } else {
-            len
-        };
-        let (to, text, clipped, skipped, base64) = if args.raw {
-            // Raw bytes are never clipped in the middle: a read returns up to `max`
-            // consecutive bytes and the next read goes on from `to`.
-            let to = len.min(from + max as u64);
-            let (bytes, _) = output::read_range(&path, from, to, head, dropped);
-            let skipped = output::dropped_in(from, to, head, dropped);
-            let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
-            let text = String::from_utf8_lossy(&bytes).into_owned();
-            (to, text, to < len, skipped, Some(encoded))
-        } else {
-            let excerpt = output::excerpt(&path, from, len, head, dropped, max);
-            let (mut text, clipped) = excerpt.render(max, &path);
-            if let Some(n) = args.tail {
-                text = output::last_lines(&text, n);
-            }
-            let skipped = output::dropped_in(from, len, head, dropped);
-            if skipped > 0 {
-                text = format!(
-                    "[... {skipped} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}"
-                );
-            }
-            (len, text, clipped, skipped, None)
-        };
-        if by_cursor {
-            inner.store.set_cursor(session, record.row, to)?;
-        }
-        // Output that a full disk kept out of the log is said where it was lost.
-        let (unwritten, unwritten_at) = inner.unwritten(&record);
-        let lost_here = unwritten > 0 && (from..=to).contains(&unwritten_at);
-        let mut text = text;
-        if lost_here && !args.raw {
-            text = format!("{}\n{text}", unwritten_line(unwritten));
-        }
-        let skipped = skipped + if lost_here { unwritten } else { 0 };
-        Ok(ReadReply {
+        Ok(Plan {
             id: record.id.clone(),
-            running,
-            output: text,
+            row: record.row,
+            dropped: inner.dropped(&record),
+            path,
+            len,
             from,
-            to,
-            dropped_bytes: skipped,
-            clipped,
-            log_path: path.display().to_string(),
+            by_cursor,
+            running: record.state != State::Ended,
             report: self.item(&record).report,
-            output_base64: base64,
+            unwritten: inner.unwritten(&record),
         })
+    }
+}
+
+/// Runs `work` on one of the threads that build big replies. They run at a low
+/// priority (nice 10), so building takes the CPU that the daemon's other clients
+/// leave; they are kept, so their memory is reused from one reply to the next.
+async fn in_background<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    type Job = Box<dyn FnOnce() + Send>;
+    static BUILDERS: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let builders = BUILDERS.get_or_init(|| {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let queue = Arc::new(Mutex::new(queue));
+        for n in 0..BUILDER_THREADS {
+            let queue = queue.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("bgwork-reply-{n}"))
+                .spawn(move || {
+                    let tid = nix::unistd::gettid().as_raw();
+                    // SAFETY: setpriority only reads its arguments; on Linux it applies
+                    // to the one thread `tid`.
+                    unsafe {
+                        nix::libc::setpriority(nix::libc::PRIO_PROCESS, tid as nix::libc::id_t, 10)
+                    };
+                    loop {
+                        let job = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        match job {
+                            Ok(job) => job(),
+                            Err(_) => return,
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                crate::note!("bgwork daemon: could not start a reply thread: {e}");
+            }
+        }
+        Mutex::new(jobs)
+    });
+    let (done, result) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move || {
+        let _ = done.send(work());
+    });
+    builders
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send(job)
+        .map_err(|_| "no thread builds replies".to_string())?;
+    result
+        .await
+        .map_err(|_| "the reply's thread failed".to_string())
+}
+
+/// The size a read may reach: its `--max-bytes` (at least 64) or the default, refused
+/// past [`MAX_READ_BYTES`].
+fn read_size(args: &ReadArgs) -> Result<usize, WireError> {
+    let default = if args.raw {
+        RAW_MAX_BYTES
+    } else {
+        output::DEFAULT_MAX_BYTES
+    };
+    let max = args.max_bytes.unwrap_or(default).max(64);
+    if max > MAX_READ_BYTES {
+        return Err(WireError::bad_request(format!(
+            "--max-bytes {max} is over the cap of {MAX_READ_BYTES} bytes (16 MiB) per reply: \
+             read a larger range in pages, each with --from set to the `to` of the one before \
+             (e.g. `bgwork read {} --raw --from 0 --max-bytes {MAX_READ_BYTES}`)",
+            args.id
+        )));
+    }
+    Ok(max)
+}
+
+/// Reads the log and builds the reply (on a blocking thread).
+fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply {
+    let Plan {
+        path,
+        len,
+        dropped,
+        from,
+        ..
+    } = plan;
+    // Text of a running item stops before a character or escape sequence whose rest
+    // has not arrived, so no read shows half of one (the next read has it).
+    let len = if plan.running && !args.raw {
+        output::text_end(&path, from, len, head, dropped)
+    } else {
+        len
+    };
+    let (to, text, clipped, skipped, base64) = if args.raw {
+        // Raw bytes are never clipped in the middle: a read returns up to `max`
+        // consecutive bytes and the next read goes on from `to`.
+        let to = len.min(from + max as u64);
+        let (bytes, _) = output::read_range(&path, from, to, head, dropped);
+        let skipped = output::dropped_in(from, to, head, dropped);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        (to, text, to < len, skipped, Some(encoded))
+    } else {
+        let excerpt = output::excerpt(&path, from, len, head, dropped, max);
+        let (mut text, clipped) = excerpt.render(max, &path);
+        if let Some(n) = args.tail {
+            text = output::last_lines(&text, n);
+        }
+        let skipped = output::dropped_in(from, len, head, dropped);
+        if skipped > 0 {
+            text = format!(
+                "[... {skipped} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}"
+            );
+        }
+        (len, text, clipped, skipped, None)
+    };
+    // Output that a full disk kept out of the log is said where it was lost.
+    let (unwritten, unwritten_at) = plan.unwritten;
+    let lost_here = unwritten > 0 && (from..=to).contains(&unwritten_at);
+    let text = match lost_here && !args.raw {
+        true => format!("{}\n{text}", unwritten_line(unwritten)),
+        false => text,
+    };
+    let skipped = skipped + if lost_here { unwritten } else { 0 };
+    ReadReply {
+        id: plan.id,
+        running: plan.running,
+        output: text,
+        from,
+        to,
+        dropped_bytes: skipped,
+        clipped,
+        log_path: path.display().to_string(),
+        report: plan.report,
+        output_base64: base64,
     }
 }

@@ -10,19 +10,18 @@
 //! away stops the run, as Ctrl-C in a terminal would.
 
 use super::jobs::Launch;
+use super::serve::FrameReader;
 use super::Daemon;
 use crate::executor::WriteRefused;
 use crate::output;
-use crate::paths::now_ms;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{
-    self, Actor, Chunk, ErrorCode, RunArgs, RunOutcome, RunReply, RunStdin, State, StdinFrame,
-    WireError, MAX_FRAME,
+    self, Actor, Chunk, RunArgs, RunOutcome, RunReply, RunStdin, State, StdinFrame, WireError,
 };
 use base64::Engine;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::OwnedWriteHalf;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a killed run may take to be gone.
@@ -33,7 +32,7 @@ const CALLER_GONE_GRACE: Duration = Duration::from_secs(2);
 /// The connection of a foreground run: streamed output and the reply go to `writer`;
 /// the caller's stdin (and its going away) come from `reader`.
 pub(crate) struct Caller<'a> {
-    pub reader: &'a mut BufReader<OwnedReadHalf>,
+    pub reader: &'a mut FrameReader,
     pub writer: &'a mut OwnedWriteHalf,
 }
 
@@ -46,11 +45,14 @@ enum Interrupt {
 }
 
 impl Daemon {
+    /// Runs on the caller's connection (see [`Caller`]). A run that ended is added to
+    /// `ends_shown`: its notice is delivered with the reply.
     pub(crate) async fn run(
         &self,
         session: &str,
         args: RunArgs,
         caller: Caller<'_>,
+        ends_shown: &mut Vec<i64>,
     ) -> Result<RunReply, WireError> {
         let timeout = match args.timeout_s {
             Some(s) => crate::wire::seconds("--timeout", s)?,
@@ -67,7 +69,6 @@ impl Daemon {
             self.to_job(row, ToSupervisor::CloseInput);
         }
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut frames = Frames::default();
         // Output shown so far, and the log's length when last looked at.
         let (mut shown, mut seen) = (0, 0);
         let interrupt = loop {
@@ -76,7 +77,7 @@ impl Daemon {
             let more = move |d: &Daemon| d.has_ended(row) || (stream && d.log_len_of(row) > seen);
             tokio::select! {
                 _ = self.wait_for(left, more) => {}
-                frame = frames.next(caller.reader, forward) => match frame {
+                frame = next_frame(caller.reader, forward) => match frame {
                     Ok(Some(line)) => {
                         let taken = self.take_stdin(row, &line, &mut stdin_open, deadline).await;
                         if let Err(e) = taken {
@@ -105,7 +106,13 @@ impl Daemon {
             }
         };
         match interrupt {
-            None => self.finish_run(session, row, shown, timeout).await,
+            None => {
+                let reply = self.finish_run(session, row, shown, timeout).await?;
+                if reply.outcome == RunOutcome::Ended {
+                    ends_shown.push(row);
+                }
+                Ok(reply)
+            }
             Some(interrupt) => {
                 // The caller went away from a foreground run (or broke its protocol):
                 // stop it, as Ctrl-C in its terminal would.
@@ -231,9 +238,6 @@ impl Daemon {
         let output = self.text_between(row, shown, len);
         let mut inner = self.lock();
         inner.store.set_cursor(session, row, len)?;
-        if outcome == RunOutcome::Ended {
-            inner.store.mark_end_notice_delivered(row, now_ms())?;
-        }
         let record = inner
             .store
             .get(row)?
@@ -293,49 +297,13 @@ impl Daemon {
     }
 }
 
-/// Lines from a run's caller. Cancel-safe: a line read in part stays here for the next
-/// call.
-#[derive(Default)]
-struct Frames {
-    partial: Vec<u8>,
-}
-
-impl Frames {
-    /// The next line; `None` when the caller closed the connection. A caller that sends
-    /// no stdin (`forward` false) is only watched for going away: what it sends stays
-    /// unread, for the connection's next request.
-    async fn next(
-        &mut self,
-        reader: &mut BufReader<OwnedReadHalf>,
-        forward: bool,
-    ) -> Result<Option<Vec<u8>>, WireError> {
-        if !forward {
-            return match reader.fill_buf().await {
-                Ok([]) | Err(_) => Ok(None),
-                Ok(_) => std::future::pending().await,
-            };
-        }
-        loop {
-            let Ok(buf) = reader.fill_buf().await else {
-                return Ok(None);
-            };
-            if buf.is_empty() {
-                return Ok(None);
-            }
-            if let Some(end) = buf.iter().position(|&b| b == b'\n') {
-                self.partial.extend_from_slice(&buf[..end]);
-                reader.consume(end + 1);
-                return Ok(Some(std::mem::take(&mut self.partial)));
-            }
-            let n = buf.len();
-            self.partial.extend_from_slice(buf);
-            reader.consume(n);
-            if self.partial.len() > MAX_FRAME {
-                return Err(WireError::new(
-                    ErrorCode::TooLarge,
-                    format!("stdin frame refused: larger than {MAX_FRAME} bytes"),
-                ));
-            }
-        }
+/// The caller's next stdin line; `None` when it closed the connection. A caller that
+/// sends no stdin (`forward` false) is only watched for going away: what it sends stays
+/// unread, for the connection's next request. Cancel-safe (see [`FrameReader`]).
+async fn next_frame(reader: &mut FrameReader, forward: bool) -> Result<Option<Vec<u8>>, WireError> {
+    if !forward {
+        reader.closed().await;
+        return Ok(None);
     }
+    reader.next().await
 }

@@ -1,9 +1,16 @@
-//! Starting the daemon (lock, socket, store, reconcile) and serving client connections.
+//! Starting the daemon (lock, file descriptor limit, socket, store, reconcile) and
+//! serving client connections.
 //!
 //! A request is read with a hard bound ([`MAX_FRAME`]) before any parsing; a peer of
 //! another uid is refused; a malformed request gets a `bad_request` reply and the
 //! connection goes on. `notices --follow` and `wait` watch the client's side of the
 //! connection, so a client that goes away ends them and leaves everything else as it was.
+//!
+//! Bounds: at most `max_connections` clients at once (the next one gets a refusal
+//! line); a connection with no request in flight is closed after `idle_timeout`; a
+//! reply is written in chunks, and a client that takes no byte of it for `write_stall`
+//! is dropped. Accept errors (out of file descriptors) back off and are logged once
+//! per burst.
 
 use super::{Config, Daemon};
 use crate::paths::{Paths, SocketPath};
@@ -11,7 +18,9 @@ use crate::store::Store;
 use crate::wire::{self, Envelope, ErrorCode, Request, WireError, MAX_FRAME};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
@@ -19,6 +28,17 @@ use tokio::net::{UnixListener, UnixStream};
 /// Job folder numbers at or past this are no job folders of this home (a row number
 /// never comes near it): they raise no floor and are never taken back.
 pub(crate) const MAX_JOB_FOLDER: i64 = 1 << 53;
+/// Client connections served at once, unless the file descriptor limit is lower.
+const MAX_CONNECTIONS: usize = 512;
+/// File descriptors left for everything but clients (jobs, the store, logs).
+const FD_RESERVE: u64 = 64;
+/// A reply is written this many bytes at a time, each within the write deadline.
+const WRITE_CHUNK: usize = 64 << 10;
+/// The longest pause between two attempts to accept while accepting fails.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// A burst of accept failures is over when none happened for this long.
+const ACCEPT_QUIET: Duration = Duration::from_secs(2);
+
 /// How long a starting daemon waits for the home's lock before refusing.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -51,6 +71,7 @@ pub fn main() -> anyhow::Result<()> {
     }
     lock.set_len(0)?;
     write!(lock, "{}", std::process::id())?;
+    let fd_limit = raise_fd_limit();
     // New rows (and so job folders) start above every folder there is, even when the
     // database was lost.
     let floor = paths
@@ -60,14 +81,23 @@ pub fn main() -> anyhow::Result<()> {
         .filter(|&row| row < MAX_JOB_FOLDER)
         .max()
         .unwrap_or(0);
-    let store = Store::open(&paths.db, floor)?;
+    let mut store = Store::open(&paths.db, floor)?;
+    // Claims of notices live only while the daemon that made them does.
+    store.release_all_claims()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let listener = bind(&paths)?;
-        let (daemon, events) = Daemon::new(paths.clone(), Config::from_env(), store);
+        let mut config = Config::from_env();
+        let fd_cap = fd_limit.saturating_sub(FD_RESERVE).max(16) as usize;
+        config.max_connections = Some(
+            config
+                .max_connections
+                .unwrap_or(MAX_CONNECTIONS.min(fd_cap)),
+        );
+        let (daemon, events) = Daemon::new(paths.clone(), config, store);
         crate::note!(
             "bgwork daemon {} serving {} (pid {})",
             env!("CARGO_PKG_VERSION"),
@@ -102,6 +132,33 @@ fn close_inherited_descriptors() {
     }
 }
 
+/// Raises the soft limit on open files to the hard limit (a daemon serves many clients;
+/// it should not inherit the limit of whichever client started it). Returns the limit.
+fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    if soft >= hard {
+        return soft;
+    }
+    // An unlimited hard limit cannot be the soft one: the kernel's ceiling is nr_open.
+    let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(hard);
+    let target = hard.min(ceiling);
+    match setrlimit(Resource::RLIMIT_NOFILE, target, hard) {
+        Ok(()) => target,
+        Err(e) => {
+            crate::note!(
+                "bgwork daemon: could not raise the open-file limit from {soft} to {target}: {e}"
+            );
+            soft
+        }
+    }
+}
+
 /// Binds the socket under a restrictive umask and makes it 0600.
 fn bind(paths: &Paths) -> std::io::Result<UnixListener> {
     let _ = std::fs::remove_file(&paths.socket);
@@ -130,14 +187,32 @@ pub async fn run(
         crate::note!("bgwork daemon: gc at start failed: {}", e.message);
     }
     let me = nix::unistd::geteuid().as_raw();
+    let cap = daemon.config.max_connections.unwrap_or(MAX_CONNECTIONS);
+    let mut failing = AcceptFailures::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    failing.accepted();
                     let daemon = daemon.clone();
-                    tokio::spawn(async move { serve_client(daemon, stream, me).await });
+                    match Slot::take(&daemon, cap) {
+                        Some(slot) => {
+                            tokio::spawn(async move { serve_client(daemon, stream, me, slot).await });
+                        }
+                        None => {
+                            tokio::spawn(refuse(stream, cap));
+                        }
+                    }
                 }
-                Err(e) => crate::note!("bgwork daemon: accept failed: {e}"),
+                Err(e) => {
+                    // Out of file descriptors, say: the connection stays queued, so
+                    // retrying at once would spin.
+                    let pause = failing.failed(&e);
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = shutdown.changed() => break,
+                    }
+                }
             },
             _ = shutdown.changed() => break,
         }
@@ -145,29 +220,132 @@ pub async fn run(
     crate::note!("bgwork daemon: shut down; running work goes on under its supervisors");
 }
 
-async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
+/// A burst of failing accepts: logged when it starts and once it is over (no failure
+/// for [`ACCEPT_QUIET`]), with a growing pause between attempts.
+#[derive(Default)]
+struct AcceptFailures {
+    /// Failures in the current burst, and when the last one happened.
+    count: u64,
+    last: Option<std::time::Instant>,
+    pause: Duration,
+}
+
+impl AcceptFailures {
+    /// Counts a failure; returns how long to wait before the next attempt.
+    fn failed(&mut self, error: &std::io::Error) -> Duration {
+        if self.last.is_none() {
+            crate::note!(
+                "bgwork daemon: accept failed: {error}; retrying with a pause (not logged again until accepting works for {} s)",
+                ACCEPT_QUIET.as_secs()
+            );
+        }
+        self.count += 1;
+        self.last = Some(std::time::Instant::now());
+        self.pause = (self.pause * 2).clamp(Duration::from_millis(1), ACCEPT_BACKOFF_MAX);
+        self.pause
+    }
+
+    fn accepted(&mut self) {
+        if self.last.is_some_and(|last| last.elapsed() >= ACCEPT_QUIET) {
+            crate::note!(
+                "bgwork daemon: accepting again; {} attempt(s) failed in that burst",
+                self.count
+            );
+            *self = AcceptFailures::default();
+        } else if self.last.is_some() {
+            self.pause = Duration::ZERO;
+        }
+    }
+}
+
+/// One of the `max_connections` places; given back when the connection ends.
+struct Slot(Arc<Daemon>);
+
+impl Slot {
+    fn take(daemon: &Arc<Daemon>, cap: usize) -> Option<Slot> {
+        let taken = daemon
+            .connections
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            });
+        taken.ok().map(|_| Slot(daemon.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The claims of one connection: whatever it still holds when it ends is released.
+struct Claims {
+    daemon: Arc<Daemon>,
+    token: i64,
+}
+
+impl Drop for Claims {
+    fn drop(&mut self) {
+        self.daemon.release_connection(self.token);
+    }
+}
+
+/// Tells a client past the connection cap why it is refused, and closes.
+async fn refuse(stream: UnixStream, cap: usize) {
+    let (_, mut writer) = stream.into_split();
+    let refusal = WireError::new(
+        ErrorCode::Unavailable,
+        format!(
+            "refused: the daemon already serves {cap} connections, its cap; try again when \
+             some close (idle ones close after a while; each `notices --follow`, `wait` and \
+             MCP server holds one)"
+        ),
+    );
+    let line = wire::encode_result::<()>(&Err(refusal));
+    let _ = write_reply(&mut writer, &line, Duration::from_secs(1)).await;
+}
+
+async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: Slot) {
     let peer = stream.peer_cred().map(|c| c.uid());
     let (read_half, mut writer) = stream.into_split();
+    let stall = daemon.config.write_stall;
     if peer.ok() != Some(me) {
         // Not a usage error of the caller's (exit 2): this daemon is not theirs to use.
         let refusal = WireError::new(
             ErrorCode::Unavailable,
             "refused: this daemon serves only its own user",
         );
-        let _ = writer
-            .write_all(&wire::encode_result::<()>(&Err(refusal)))
-            .await;
+        let _ = write_reply(
+            &mut writer,
+            &wire::encode_result::<()>(&Err(refusal)),
+            stall,
+        )
+        .await;
         return;
     }
-    let mut reader = BufReader::new(read_half);
+    let claims = Claims {
+        daemon: daemon.clone(),
+        token: daemon.new_token(),
+    };
+    let token = claims.token;
+    let mut reader = FrameReader::new(read_half);
     loop {
-        let line = match read_frame(&mut reader).await {
+        // Idle: no request in flight. A connection that holds notices awaiting its
+        // `ack` (an MCP server between two calls) is not idle.
+        let frame = if daemon.holds_claims(token) {
+            reader.next().await
+        } else {
+            match tokio::time::timeout(daemon.config.idle_timeout, reader.next()).await {
+                Ok(frame) => frame,
+                Err(_) => return,
+            }
+        };
+        let line = match frame {
             Ok(Some(line)) => line,
             Ok(None) => return,
             Err(error) => {
-                let _ = writer
-                    .write_all(&wire::encode_result::<()>(&Err(error)))
-                    .await;
+                let _ =
+                    write_reply(&mut writer, &wire::encode_result::<()>(&Err(error)), stall).await;
                 return;
             }
         };
@@ -177,46 +355,53 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
                 let error = WireError::bad_request(format!(
                     "malformed request: {e}; send one JSON object per line with \"session\" and \"op\""
                 ));
-                if writer
-                    .write_all(&wire::encode_result::<()>(&Err(error)))
-                    .await
-                    .is_err()
-                {
+                let line = wire::encode_result::<()>(&Err(error));
+                if write_reply(&mut writer, &line, stall).await.is_err() {
                     return;
                 }
                 continue;
             }
         };
-        let reply = match envelope.request {
+        let answer = match envelope.request {
             Request::Notices {
                 peek, follow: true, ..
             } => {
                 let session = envelope.session.clone();
-                let gone = client_gone(&mut reader);
+                if let Err(error) = super::check_session(&session) {
+                    let line = wire::encode_result::<()>(&Err(error));
+                    let _ = write_reply(&mut writer, &line, stall).await;
+                    return;
+                }
                 daemon
-                    .follow_notices(&session, peek, &mut writer, gone)
+                    .follow_notices(&session, peek, token, &mut reader, &mut writer)
                     .await;
                 return;
             }
             Request::Run(args) => {
                 // The connection is the run's: its output, and the caller's stdin.
                 let forward = args.stdin == wire::RunStdin::Forward;
+                let mut shown = Vec::new();
                 let result = match super::check_session(&envelope.session) {
                     Ok(()) => {
                         let caller = super::run::Caller {
                             reader: &mut reader,
                             writer: &mut writer,
                         };
-                        daemon.run(&envelope.session, args, caller).await
+                        daemon
+                            .run(&envelope.session, args, caller, &mut shown)
+                            .await
                     }
                     Err(e) => Err(e),
                 };
-                if writer
-                    .write_all(&wire::encode_result(&result))
-                    .await
-                    .is_err()
-                    || forward
-                {
+                // A reply that shows the end delivers its notice, once written.
+                let deliver = daemon.claim_shown_ends(token, &shown);
+                let line = wire::encode_result(&result);
+                if write_reply(&mut writer, &line, stall).await.is_err() {
+                    daemon.release(token, &deliver);
+                    return;
+                }
+                daemon.delivered(token, &deliver);
+                if forward {
                     // What the caller sends after the reply is the rest of its stdin.
                     return;
                 }
@@ -226,58 +411,90 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
             | Request::Notices {
                 wait_s: Some(_), ..
             } => {
-                let gone = client_gone(&mut reader);
                 tokio::select! {
-                    reply = daemon.dispatch(envelope) => reply,
-                    _ = gone => return,
+                    answer = daemon.dispatch(envelope, token) => answer,
+                    _ = reader.closed() => return,
                 }
             }
-            _ => daemon.dispatch(envelope).await,
+            _ => daemon.dispatch(envelope, token).await,
         };
-        if writer.write_all(&reply.line).await.is_err() {
+        let written = write_reply(&mut writer, &answer.line, stall).await;
+        // The reply is out (or its client dropped): room for another big one.
+        drop(answer.permit);
+        if written.is_err() {
+            daemon.release(token, &answer.deliver);
             return;
         }
-        daemon.delivered(&reply.deliver);
+        daemon.delivered(token, &answer.deliver);
     }
 }
 
-/// Reads one request line, refusing it once it passes [`MAX_FRAME`] bytes.
-async fn read_frame(reader: &mut BufReader<OwnedReadHalf>) -> Result<Option<Vec<u8>>, WireError> {
-    let mut line = Vec::new();
-    loop {
-        let buf = match reader.fill_buf().await {
-            Ok(buf) => buf,
-            Err(_) => return Ok(None),
-        };
-        if buf.is_empty() {
-            return Ok((!line.is_empty()).then_some(line));
+/// Request lines of one connection. The partial line lives in the struct, so
+/// [`FrameReader::next`] can be cancelled (in a `select!`) without losing bytes.
+pub(crate) struct FrameReader {
+    reader: BufReader<OwnedReadHalf>,
+    partial: Vec<u8>,
+}
+
+impl FrameReader {
+    fn new(read_half: OwnedReadHalf) -> FrameReader {
+        FrameReader {
+            reader: BufReader::new(read_half),
+            partial: Vec::new(),
         }
-        if let Some(end) = buf.iter().position(|&b| b == b'\n') {
-            line.extend_from_slice(&buf[..end]);
-            reader.consume(end + 1);
-            return Ok(Some(line));
+    }
+
+    /// The next request line; `None` at the end of the stream. A line longer than
+    /// [`MAX_FRAME`] is refused.
+    pub(crate) async fn next(&mut self) -> Result<Option<Vec<u8>>, WireError> {
+        loop {
+            let buf = match self.reader.fill_buf().await {
+                Ok(buf) => buf,
+                Err(_) => return Ok(None),
+            };
+            if buf.is_empty() {
+                let rest = std::mem::take(&mut self.partial);
+                return Ok((!rest.is_empty()).then_some(rest));
+            }
+            if let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                self.partial.extend_from_slice(&buf[..end]);
+                self.reader.consume(end + 1);
+                return Ok(Some(std::mem::take(&mut self.partial)));
+            }
+            let n = buf.len();
+            self.partial.extend_from_slice(buf);
+            self.reader.consume(n);
+            if self.partial.len() > MAX_FRAME {
+                return Err(WireError::new(
+                    ErrorCode::TooLarge,
+                    format!("request refused: larger than {MAX_FRAME} bytes"),
+                ));
+            }
         }
-        let n = buf.len();
-        line.extend_from_slice(buf);
-        reader.consume(n);
-        if line.len() > MAX_FRAME {
-            return Err(WireError::new(
-                ErrorCode::TooLarge,
-                format!("request refused: larger than {MAX_FRAME} bytes"),
-            ));
+    }
+
+    /// Resolves when the client closes its side of the connection (bytes it sends
+    /// meanwhile stay buffered for [`FrameReader::next`]).
+    pub(crate) async fn closed(&mut self) {
+        match self.reader.fill_buf().await {
+            Ok([]) | Err(_) => {}
+            Ok(_) => std::future::pending::<()>().await,
         }
     }
 }
 
-/// Resolves when the client closes its side of the connection.
-async fn client_gone(reader: &mut BufReader<OwnedReadHalf>) {
-    match reader.fill_buf().await {
-        Ok([]) | Err(_) => {}
-        Ok(_) => std::future::pending::<()>().await,
+/// Writes a reply (or one line of a stream) in chunks; fails when the client is gone
+/// or takes no byte of a chunk within `stall` (it is then dropped).
+pub(crate) async fn write_reply(
+    writer: &mut OwnedWriteHalf,
+    line: &[u8],
+    stall: Duration,
+) -> Result<(), ()> {
+    for chunk in line.chunks(WRITE_CHUNK) {
+        match tokio::time::timeout(stall, writer.write_all(chunk)).await {
+            Ok(Ok(())) => {}
+            _ => return Err(()),
+        }
     }
-}
-
-/// Writes a stream of lines (for `notices --follow`); false once the client is gone.
-pub(crate) async fn write_line(writer: &mut OwnedWriteHalf, line: &[u8]) -> bool {
-    writer.write_all(line).await.is_ok()
+    Ok(())
 }

@@ -6,7 +6,6 @@
 use super::scan::{read_data, LineScan, Seen, STEP};
 use super::Daemon;
 use crate::output;
-use crate::paths::now_ms;
 use crate::store::Record;
 use crate::wire::{State, WaitArgs, WaitReason, WaitReply, WireError};
 use regex::Regex;
@@ -35,10 +34,13 @@ struct Step {
 }
 
 impl Daemon {
+    /// Waits; ended records the reply shows are added to `shown` (their notices are
+    /// delivered with the reply).
     pub(crate) async fn wait(
         &self,
         session: &str,
         args: &WaitArgs,
+        shown: &mut Vec<i64>,
     ) -> Result<WaitReply, WireError> {
         if args.ids.is_empty() {
             return Err(WireError::bad_request(
@@ -84,7 +86,7 @@ impl Daemon {
                 for scan in scans.iter_mut() {
                     let step = self.scan_step(scan, regex).await;
                     if let Some(line) = step.matched {
-                        return self.wait_reply(&rows, WaitReason::Matched, Some(line));
+                        return self.wait_reply(&rows, WaitReason::Matched, Some(line), shown);
                     }
                     behind |= step.behind;
                 }
@@ -107,7 +109,7 @@ impl Daemon {
                 let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
             }
         };
-        self.wait_reply(&rows, reason, matched)
+        self.wait_reply(&rows, reason, matched, shown)
     }
 
     fn wait_reply(
@@ -115,8 +117,9 @@ impl Daemon {
         rows: &[i64],
         reason: WaitReason,
         matched: Option<String>,
+        shown: &mut Vec<i64>,
     ) -> Result<WaitReply, WireError> {
-        let mut inner = self.lock();
+        let inner = self.lock();
         let mut items = Vec::new();
         let mut tails = BTreeMap::new();
         for &row in rows {
@@ -130,8 +133,7 @@ impl Daemon {
                 output::tail(&path, self.config.log_head, dropped),
             );
             if record.state == State::Ended {
-                // The reply carries the end, so its notice has been delivered.
-                inner.store.mark_end_notice_delivered(row, now_ms())?;
+                shown.push(row);
             }
             items.push(self.item(&record));
         }

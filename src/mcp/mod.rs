@@ -3,7 +3,8 @@
 //! Each tool call becomes one `wire::Request` to the daemon; the reply object is the
 //! tool's structured result (and its JSON text). Every result also carries the
 //! session's pending notices in `notices`, so a model hears of ended work on its next
-//! call of any tool without polling. A long `wait` sends progress notifications when
+//! call of any tool without polling; they count as delivered once the client's next
+//! message arrives ([`notices`]). A long `wait` sends progress notifications when
 //! the client gave a progress token, so clients that time out idle calls keep waiting.
 //!
 //! Every line on stdin gets an answer (`stdio.rs`). A call the client cancels
@@ -11,6 +12,7 @@
 //! `wait` too; when stdin ends the server exits a moment later (`ANSWER_AFTER_EOF`),
 //! abandoning the calls still in flight.
 
+mod notices;
 mod stdio;
 mod tools;
 
@@ -71,6 +73,7 @@ pub fn main() -> anyhow::Result<()> {
 pub struct McpServer {
     paths: Arc<Paths>,
     session: String,
+    notices: notices::NoticeBox,
 }
 
 impl McpServer {
@@ -89,8 +92,10 @@ impl McpServer {
             }
             _ => fresh(),
         };
+        let paths = Arc::new(Paths::from_env());
         McpServer {
-            paths: Arc::new(Paths::from_env()),
+            notices: notices::NoticeBox::new(paths.clone(), session.clone()),
+            paths,
             session,
         }
     }
@@ -128,19 +133,6 @@ impl McpServer {
         };
         drop(abandon_on_drop);
         outcome
-    }
-
-    /// The session's pending notices, now delivered.
-    async fn take_notices(&self, cancelled: impl std::future::Future<Output = ()>) -> Value {
-        let request = Request::Notices {
-            peek: false,
-            follow: false,
-            wait_s: None,
-        };
-        match self.call(request, cancelled).await {
-            Ok(mut reply) => reply["notices"].take(),
-            Err(_) => Value::Array(Vec::new()),
-        }
     }
 }
 
@@ -182,6 +174,7 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        self.notices.arrived().await;
         let tools = tools::definitions()
             .into_iter()
             .map(|(name, description, schema)| {
@@ -199,6 +192,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        self.notices.arrived().await;
         let name = request.name.to_string();
         let args: Map<String, Value> = request.arguments.unwrap_or_default();
         let ticker = context.meta.get_progress_token().map(|token| {
@@ -218,6 +212,9 @@ impl ServerHandler for McpServer {
             })
         });
         let outcome = match tools::request(&name, &args) {
+            Ok(Request::Notices { peek: false, .. }) => {
+                Ok(serde_json::json!({ "notices": self.notices.take().await }))
+            }
             Ok(request) => self.call(request, context.ct.cancelled()).await,
             Err(e) => Err(e),
         };
@@ -234,7 +231,7 @@ impl ServerHandler for McpServer {
         // The notices tool's own result is the notices; every other result carries them.
         let notices = match (&outcome, name.as_str()) {
             (Ok(reply), "notices") => reply["notices"].clone(),
-            _ => self.take_notices(context.ct.cancelled()).await,
+            _ => self.notices.take().await,
         };
         let result = match outcome {
             Ok(Value::Object(mut reply)) => {

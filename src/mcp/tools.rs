@@ -241,6 +241,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             peek: a.flag("peek")?,
             follow: false,
             wait_s: None,
+            ack: false,
         },
         _ => unreachable!("checked against the definitions"),
     };

@@ -7,6 +7,7 @@
 //! [`schema`], applied in order and counted in `PRAGMA user_version`.
 
 mod monitors;
+mod notices;
 mod schema;
 
 pub use monitors::{MonitorRow, ScanProgress};
@@ -519,54 +520,6 @@ impl Store {
             "INSERT INTO cursors(session, row, offset) VALUES (?1, ?2, ?3)
              ON CONFLICT(session, row) DO UPDATE SET offset = excluded.offset",
             params![session, row, offset as i64],
-        )?;
-        Ok(())
-    }
-
-    /// Notices of the session (and its sub-agents) not yet delivered, oldest first.
-    pub fn pending_notices(&self, session: &str) -> Result<Vec<NoticeRow>> {
-        let sql = format!(
-            "SELECT nrow, session, item, end_kind, exit_code, signal, text, tail, created_at, count
-             FROM notices WHERE {VISIBLE} AND delivered_at IS NULL ORDER BY nrow"
-        );
-        let mut stmt = self.conn.prepare(&sql)?;
-        let rows = stmt.query_map([session], |r| {
-            Ok(NoticeRow {
-                nrow: r.get(0)?,
-                session: r.get(1)?,
-                item: r.get(2)?,
-                end: Some(r.get::<_, String>(3)?)
-                    .filter(|e| e != MATCH_NOTICE)
-                    .map(|e| parse_end(3, &e))
-                    .transpose()?,
-                exit_code: r.get(4)?,
-                signal: r.get(5)?,
-                text: r.get(6)?,
-                tail: r.get(7)?,
-                created_at: r.get(8)?,
-                count: r.get::<_, i64>(9)? as u64,
-            })
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
-    }
-
-    pub fn mark_delivered(&mut self, nrows: &[i64], at: i64) -> Result<()> {
-        let tx = self.conn.transaction()?;
-        for nrow in nrows {
-            tx.execute(
-                "UPDATE notices SET delivered_at = ?2 WHERE nrow = ?1 AND delivered_at IS NULL",
-                params![nrow, at],
-            )?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// Marks the end notice of a record delivered (its end was already shown).
-    pub fn mark_end_notice_delivered(&mut self, row: i64, at: i64) -> Result<()> {
-        self.conn.execute(
-            "UPDATE notices SET delivered_at = ?2 WHERE key = 'end:' || ?1 AND delivered_at IS NULL",
-            params![row, at],
         )?;
         Ok(())
     }

@@ -108,7 +108,8 @@ impl Store {
     }
 
     /// Adds `count` matches to the watch's pending notice, or makes one: a watch has at
-    /// most one notice pending, carrying the newest lines. With the progress it saves,
+    /// most one notice pending and unclaimed (one being sent is left as it was sent),
+    /// carrying the newest lines. With the progress it saves,
     /// in one transaction.
     pub fn add_watch_matches(
         &mut self,
@@ -123,7 +124,7 @@ impl Store {
         let pending: Option<(i64, i64)> = tx
             .query_row(
                 "SELECT nrow, count FROM notices
-                 WHERE row = ?1 AND end_kind = ?2 AND delivered_at IS NULL",
+                 WHERE row = ?1 AND end_kind = ?2 AND delivered_at IS NULL AND claim IS NULL",
                 params![row, MATCH_NOTICE],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )

@@ -139,6 +139,9 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE monitors ADD COLUMN file_ino INTEGER;
     ALTER TABLE monitors ADD COLUMN file_tail BLOB;
     ALTER TABLE monitors ADD COLUMN log_len INTEGER;",
+    // 6: claims: the daemon connection a pending notice is being delivered on.
+    "ALTER TABLE notices ADD COLUMN claim INTEGER;
+    CREATE INDEX notices_claimed ON notices(claim) WHERE claim IS NOT NULL;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

@@ -2,7 +2,8 @@
 //!
 //! One request is one line of JSON (an [`Envelope`]); one reply is one line of JSON:
 //! either the reply object of SPEC §10 or `{"error":{"code","message"}}`. `notices
-//! --follow` is the one request answered by many lines. This module (with
+//! --follow` is the one request answered by many lines (and the client sends `ack`
+//! lines on the same connection). This module (with
 //! [`control`], the daemon ↔ supervisor protocol) is the only place that derives
 //! `Serialize`: the CLI, the MCP server and the web page all build these same types.
 
@@ -14,6 +15,8 @@ use std::collections::BTreeMap;
 
 /// Requests larger than this are refused before they are parsed.
 pub const MAX_FRAME: usize = 1 << 20;
+/// The most notice ids one `ack` takes.
+pub const MAX_ACK_IDS: usize = 1000;
 
 /// One request with the session that makes it.
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -44,6 +47,17 @@ pub enum Request {
         /// When none is pending, block up to this many seconds for the first one.
         #[serde(default)]
         wait_s: Option<f64>,
+        /// Acknowledged delivery: the notices stay claimed by this connection until it
+        /// sends `ack` with their ids (released, pending again, if it closes first).
+        /// `follow` is always acknowledged (unless `peek`).
+        #[serde(default)]
+        ack: bool,
+    },
+    /// Marks notices sent on this connection (`notices` with `ack`, or `--follow`)
+    /// delivered: the client has shown them. Answered with an `Ack`, except inside a
+    /// `--follow` stream, where it gets no reply.
+    Ack {
+        ids: Vec<String>,
     },
     Dismiss {
         id: String,

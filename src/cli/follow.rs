@@ -1,0 +1,172 @@
+//! `notices --follow`: prints each notice as it arrives and acknowledges it (`ack`)
+//! once it is out, so the daemon marks it delivered only then.
+//!
+//! "Out" means written to stdout and, when stdout is a pipe or a socket, read from it
+//! by whoever reads it: `notices --follow | head -n1` consumes exactly the one notice
+//! `head` read, and the next ones stay pending. A follower whose reader goes away ends
+//! quietly (exit 0); one whose daemon goes away ends with an error (exit 1); either way
+//! the notices it did not acknowledge are delivered again to the next puller.
+
+use super::render::notice_text;
+use crate::client::Client;
+use crate::wire::{self, Envelope, ErrorCode, Notice, Request, WireError};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The longest pause between two looks at whether stdout's reader took a notice.
+const DRAIN_POLL_MAX: Duration = Duration::from_millis(50);
+
+nix::ioctl_read_bad!(unread_in_pipe, nix::libc::FIONREAD, nix::libc::c_int);
+nix::ioctl_read_bad!(unsent_on_socket, nix::libc::TIOCOUTQ, nix::libc::c_int);
+
+pub fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode, WireError> {
+    client.send(envelope)?;
+    let acks = !matches!(envelope.request, Request::Notices { peek: true, .. });
+    let stdout = std::io::stdout();
+    let kind = OutKind::of(stdout.as_fd());
+    loop {
+        if !client.has_buffered() && wait_for_line(client, stdout.as_fd())? == Wait::ReaderGone {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let line = match client.next_line() {
+            Ok(Some(line)) => line,
+            Ok(None) | Err(_) => return Err(daemon_gone()),
+        };
+        let notice: Notice = wire::decode_reply(&line)?;
+        let mut text = if json {
+            serde_json::to_string(&notice).unwrap_or_default()
+        } else {
+            notice_text(&notice)
+        };
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        if show(&stdout, kind, &text).is_err() {
+            // The reader went away: this notice was not shown, so it stays pending.
+            return Ok(ExitCode::SUCCESS);
+        }
+        if acks {
+            let ack = Envelope {
+                session: envelope.session.clone(),
+                request: Request::Ack {
+                    ids: vec![notice.id],
+                },
+            };
+            client.send(&ack).map_err(|_| daemon_gone())?;
+        }
+    }
+}
+
+fn daemon_gone() -> WireError {
+    WireError::new(
+        ErrorCode::Unavailable,
+        "the daemon went away (it stopped or was killed) while following notices: those not \
+         shown stay pending; run `bgwork notices --follow` again to go on",
+    )
+}
+
+#[derive(PartialEq, Eq)]
+enum Wait {
+    Line,
+    ReaderGone,
+}
+
+/// Blocks until the daemon sends something or stdout's reader goes away. After each
+/// quiet spell the daemon is asked, on a connection of its own, whether it still
+/// answers: a stopped or hung daemon ends the follower with an error.
+fn wait_for_line(client: &Client, stdout: BorrowedFd<'_>) -> Result<Wait, WireError> {
+    let quiet = PollTimeout::try_from(client.quiet_period().as_millis().min(60_000) as i32)
+        .unwrap_or(PollTimeout::MAX);
+    loop {
+        let mut fds = [
+            PollFd::new(client.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stdout, PollFlags::empty()),
+        ];
+        match poll(&mut fds, quiet) {
+            Ok(0) => {
+                client.check_alive()?;
+                continue;
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return Ok(Wait::Line),
+        }
+        let gone = PollFlags::POLLERR | PollFlags::POLLHUP;
+        if fds[1].revents().is_some_and(|r| r.intersects(gone)) {
+            return Ok(Wait::ReaderGone);
+        }
+        if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+            return Ok(Wait::Line);
+        }
+    }
+}
+
+/// What stdout is, for knowing when a reader has taken what was written.
+#[derive(Clone, Copy)]
+enum OutKind {
+    Pipe,
+    Socket,
+    /// A terminal or a file: written is shown.
+    Other,
+}
+
+impl OutKind {
+    fn of(fd: BorrowedFd<'_>) -> OutKind {
+        use nix::sys::stat::{fstat, SFlag};
+        match fstat(fd) {
+            Ok(stat) => match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
+                SFlag::S_IFIFO => OutKind::Pipe,
+                SFlag::S_IFSOCK => OutKind::Socket,
+                _ => OutKind::Other,
+            },
+            Err(_) => OutKind::Other,
+        }
+    }
+
+    /// Bytes written to stdout that its reader has not taken yet.
+    fn unread(self, fd: BorrowedFd<'_>) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        let mut n: nix::libc::c_int = 0;
+        // SAFETY: both ioctls write one c_int through the pointer, which is valid.
+        let asked = unsafe {
+            match self {
+                OutKind::Pipe => unread_in_pipe(fd.as_raw_fd(), &mut n),
+                OutKind::Socket => unsent_on_socket(fd.as_raw_fd(), &mut n),
+                OutKind::Other => return Some(0),
+            }
+        };
+        asked.ok().map(|_| n)
+    }
+}
+
+/// Writes one notice to stdout and waits until its reader has taken it; an error
+/// means the reader went away first.
+fn show(stdout: &std::io::Stdout, kind: OutKind, text: &str) -> std::io::Result<()> {
+    let mut out = stdout.lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    let fd = stdout.as_fd();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match kind.unread(fd) {
+            Some(0) | None => return Ok(()),
+            Some(_) => {}
+        }
+        let mut fds = [PollFd::new(fd, PollFlags::empty())];
+        let timeout = PollTimeout::try_from(pause).unwrap_or(PollTimeout::NONE);
+        if let Ok(n) = poll(&mut fds, timeout) {
+            let gone = PollFlags::POLLERR | PollFlags::POLLHUP;
+            if n > 0 && fds[0].revents().is_some_and(|r| r.intersects(gone)) {
+                // The reader went away: after taking the notice, or before.
+                return match kind.unread(fd) {
+                    Some(0) => Ok(()),
+                    _ => Err(std::io::ErrorKind::BrokenPipe.into()),
+                };
+            }
+        }
+        pause = (pause * 2).min(DRAIN_POLL_MAX);
+    }
+}

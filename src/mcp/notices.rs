@@ -1,0 +1,127 @@
+//! The notices that ride on tool results, delivered with acknowledgement.
+//!
+//! How it works: one daemon connection, kept for the server's life, takes the pending
+//! notices for each result (`notices` with `ack`: claimed by this connection, so no
+//! other puller gets them). The next message of the MCP client shows that the result
+//! arrived, and only then are its notices acknowledged (`ack`), which marks them
+//! delivered. If this server dies first, its connection closes and the daemon releases
+//! them: the next puller gets them again, with the same ids.
+
+use crate::client::Client;
+use crate::paths::Paths;
+use crate::wire::{Ack, Envelope, ErrorCode, NoticesReply, Request, WireError, MAX_ACK_IDS};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+
+pub struct NoticeBox {
+    paths: Arc<Paths>,
+    session: String,
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    conn: Option<Client>,
+    /// Ids of notices sent on results and not acknowledged yet.
+    riding: Vec<String>,
+}
+
+impl NoticeBox {
+    pub fn new(paths: Arc<Paths>, session: String) -> NoticeBox {
+        NoticeBox {
+            paths,
+            session,
+            state: Arc::default(),
+        }
+    }
+
+    /// A message of the MCP client arrived: the results sent before it were received,
+    /// so their notices are delivered.
+    pub async fn arrived(&self) {
+        self.with_state(|state, paths, session| {
+            if state.riding.is_empty() {
+                return;
+            }
+            // Kept when the daemon cannot be reached: acknowledged on a later message.
+            while !state.riding.is_empty() {
+                let n = state.riding.len().min(MAX_ACK_IDS);
+                let ids = state.riding[..n].to_vec();
+                let ack = request::<Ack>(state, paths, session, Request::Ack { ids });
+                if ack.is_err_and(|e| e.code == ErrorCode::Unavailable) {
+                    return;
+                }
+                state.riding.drain(..n);
+            }
+        })
+        .await;
+    }
+
+    /// Takes the session's pending notices for a result (an empty list when the daemon
+    /// cannot be reached).
+    pub async fn take(&self) -> Value {
+        self.with_state(|state, paths, session| {
+            let take = Request::Notices {
+                peek: false,
+                follow: false,
+                wait_s: None,
+                ack: true,
+            };
+            match request::<NoticesReply>(state, paths, session, take) {
+                Ok(reply) => {
+                    state
+                        .riding
+                        .extend(reply.notices.iter().map(|n| n.id.clone()));
+                    serde_json::to_value(reply.notices).unwrap_or_default()
+                }
+                Err(_) => Value::Array(Vec::new()),
+            }
+        })
+        .await
+        .unwrap_or_else(|| Value::Array(Vec::new()))
+    }
+
+    /// Runs `work` on a blocking thread (the client is synchronous), one at a time.
+    async fn with_state<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut State, &Paths, &str) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (state, paths, session) =
+            (self.state.clone(), self.paths.clone(), self.session.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+            work(&mut state, &paths, &session)
+        })
+        .await
+        .ok()
+    }
+}
+
+/// Sends one request on the kept connection, connecting again once if it broke (an
+/// idle timeout, a restarted daemon).
+fn request<T: DeserializeOwned>(
+    state: &mut State,
+    paths: &Paths,
+    session: &str,
+    request: Request,
+) -> Result<T, WireError> {
+    let envelope = Envelope {
+        session: session.to_string(),
+        request,
+    };
+    let mut last = None;
+    for _ in 0..2 {
+        let conn = match state.conn.as_mut() {
+            Some(conn) => conn,
+            None => state.conn.insert(Client::connect(paths)?),
+        };
+        match conn.call::<T>(&envelope) {
+            Err(e) if e.code == ErrorCode::Unavailable => {
+                state.conn = None;
+                last = Some(e);
+            }
+            done => return done,
+        }
+    }
+    Err(last.unwrap_or_else(|| WireError::new(ErrorCode::Unavailable, "no daemon")))
+}

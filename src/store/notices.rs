@@ -1,0 +1,163 @@
+//! The notices outbox: pending notices, claims and delivery.
+//!
+//! How it works: a pending notice (`delivered_at IS NULL`) is taken by a CLAIM, one
+//! `UPDATE … RETURNING` that stamps it with the token of the daemon connection that
+//! sends it, so two concurrent pulls never take the same notice. A claim ends in one of
+//! two ways: the notice is marked delivered (after its reply was written, or when the
+//! client acknowledged it), or the claim is released (the write failed, the connection
+//! closed) and the notice is pending again, with the same id. Claims are cleared when a
+//! daemon opens the store: they belong to connections of a daemon that is gone.
+
+use super::{parse_end, NoticeRow, Result, Store, MATCH_NOTICE, VISIBLE};
+use rusqlite::{params, OptionalExtension, Row};
+
+const NOTICE_COLUMNS: &str =
+    "nrow, session, item, end_kind, exit_code, signal, text, tail, created_at, count";
+
+impl Store {
+    /// Notices of the session (and its sub-agents) not yet delivered, oldest first,
+    /// claimed or not (for `--peek`).
+    pub fn pending_notices(&self, session: &str) -> Result<Vec<NoticeRow>> {
+        let sql = format!(
+            "SELECT {NOTICE_COLUMNS} FROM notices
+             WHERE {VISIBLE} AND delivered_at IS NULL ORDER BY nrow"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([session], notice_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Whether the session has a pending notice that nobody has claimed.
+    pub fn has_claimable(&self, session: &str) -> Result<bool> {
+        let sql = format!(
+            "SELECT EXISTS(SELECT 1 FROM notices
+             WHERE {VISIBLE} AND delivered_at IS NULL AND claim IS NULL)"
+        );
+        Ok(self.conn.query_row(&sql, [session], |r| r.get(0))?)
+    }
+
+    /// Claims every pending, unclaimed notice of the session for `claim`, oldest first.
+    /// One statement: a notice is claimed by one caller only.
+    pub fn claim_notices(&mut self, session: &str, claim: i64) -> Result<Vec<NoticeRow>> {
+        let sql = format!(
+            "UPDATE notices SET claim = ?2
+             WHERE nrow IN (SELECT nrow FROM notices
+                            WHERE {VISIBLE} AND delivered_at IS NULL AND claim IS NULL)
+             RETURNING {NOTICE_COLUMNS}"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(params![session, claim], notice_row)?;
+        let mut rows: Vec<NoticeRow> = rows.collect::<rusqlite::Result<_>>()?;
+        rows.sort_by_key(|n| n.nrow);
+        Ok(rows)
+    }
+
+    /// Claims the end notice of a record for `claim` when it is pending and unclaimed
+    /// (a reply shows the end); returns its row.
+    pub fn claim_end_notice(&mut self, row: i64, claim: i64) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "UPDATE notices SET claim = ?2
+                 WHERE key = 'end:' || ?1 AND delivered_at IS NULL AND claim IS NULL
+                 RETURNING nrow",
+                params![row, claim],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Marks delivered the notices among `nrows` that `claim` holds.
+    pub fn mark_delivered(&mut self, claim: i64, nrows: &[i64], at: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        for nrow in nrows {
+            tx.execute(
+                "UPDATE notices SET delivered_at = ?3, claim = NULL
+                 WHERE nrow = ?1 AND claim = ?2 AND delivered_at IS NULL",
+                params![nrow, claim, at],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// An acknowledgement: marks delivered the notices among `nrows` that the session
+    /// sees and that `claim` holds or nobody holds (a client acknowledging, after a
+    /// daemon restart, what an earlier daemon sent it). Returns how many it marked.
+    pub fn acknowledge(
+        &mut self,
+        session: &str,
+        claim: i64,
+        nrows: &[i64],
+        at: i64,
+    ) -> Result<usize> {
+        let sql = format!(
+            "UPDATE notices SET delivered_at = ?4, claim = NULL
+             WHERE nrow = ?2 AND {VISIBLE} AND delivered_at IS NULL
+                   AND (claim IS NULL OR claim = ?3)"
+        );
+        let tx = self.conn.transaction()?;
+        let mut marked = 0;
+        for nrow in nrows {
+            marked += tx.execute(&sql, params![session, nrow, claim, at])?;
+        }
+        tx.commit()?;
+        Ok(marked)
+    }
+
+    /// Releases the claims `claim` holds among `nrows`: they are pending again.
+    pub fn release_claims(&mut self, claim: i64, nrows: &[i64]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        for nrow in nrows {
+            tx.execute(
+                "UPDATE notices SET claim = NULL WHERE nrow = ?1 AND claim = ?2",
+                params![nrow, claim],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Releases every claim `claim` holds (its connection closed).
+    pub fn release_connection(&mut self, claim: i64) -> Result<()> {
+        self.conn
+            .execute("UPDATE notices SET claim = NULL WHERE claim = ?1", [claim])?;
+        Ok(())
+    }
+
+    /// Whether `claim` holds notices not yet acknowledged.
+    pub fn holds_claims(&self, claim: i64) -> Result<bool> {
+        Ok(self.conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM notices WHERE claim = ?1)",
+            [claim],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Releases every claim (a daemon starts: the connections that held them are gone).
+    pub fn release_all_claims(&mut self) -> Result<()> {
+        self.conn.execute(
+            "UPDATE notices SET claim = NULL WHERE claim IS NOT NULL",
+            [],
+        )?;
+        Ok(())
+    }
+}
+
+fn notice_row(r: &Row) -> rusqlite::Result<NoticeRow> {
+    Ok(NoticeRow {
+        nrow: r.get(0)?,
+        session: r.get(1)?,
+        item: r.get(2)?,
+        end: Some(r.get::<_, String>(3)?)
+            .filter(|e| e != MATCH_NOTICE)
+            .map(|e| parse_end(3, &e))
+            .transpose()?,
+        exit_code: r.get(4)?,
+        signal: r.get(5)?,
+        text: r.get(6)?,
+        tail: r.get(7)?,
+        created_at: r.get(8)?,
+        count: r.get::<_, i64>(9)? as u64,
+    })
+}

@@ -1,7 +1,13 @@
 //! `Client`: connects to the home's daemon (starting one when none answers) and sends
 //! requests of [`crate::wire`]. Every front end (CLI, MCP server, hook) goes through it.
+//!
+//! Nothing is sent before two checks (SPEC §8): the socket's folder is this user's own
+//! and no one else may write in it, and the process listening on the socket runs as
+//! this user (`SO_PEERCRED`). A folder in `/tmp` can be made first by another user who
+//! then listens there; such a client would otherwise hand over its requests, environment
+//! values included.
 
-use crate::paths::{Paths, SocketPath};
+use crate::paths::{check_private_dir, Paths, SocketPath};
 use crate::wire::{self, Envelope, ErrorCode, WireError};
 use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, Write};
@@ -23,8 +29,12 @@ pub struct Client {
 impl Client {
     /// Connects, starting the daemon first when none answers on the socket.
     pub fn connect(paths: &Paths) -> Result<Client, WireError> {
-        if let Ok(client) = Client::connect_existing(paths) {
-            return Ok(client);
+        match Client::connect_existing(paths) {
+            Ok(client) => return Ok(client),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(WireError::new(ErrorCode::Unavailable, e.to_string()))
+            }
+            Err(_) => {}
         }
         let mut daemon = spawn_daemon(paths)?;
         let mut starts = 1;
@@ -35,6 +45,9 @@ impl Client {
                     // Reap it whenever it ends (this client may live long: an MCP server).
                     std::thread::spawn(move || daemon.wait());
                     return Ok(client);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(WireError::new(ErrorCode::Unavailable, e.to_string()))
                 }
                 Err(e) if Instant::now() >= deadline => {
                     return Err(WireError::new(
@@ -58,10 +71,14 @@ impl Client {
         }
     }
 
-    /// Connects to a running daemon only.
+    /// Connects to a running daemon only. Errors of kind `PermissionDenied` (whose
+    /// message says why and what to do) when the socket's folder or the process that
+    /// listens on it is not this user's: nothing has been sent then.
     pub fn connect_existing(paths: &Paths) -> std::io::Result<Client> {
+        check_private_dir(paths.socket_dir())?;
         let short = SocketPath::new(&paths.socket)?;
         let stream = UnixStream::connect(&short.path)?;
+        check_server(&stream, &paths.socket)?;
         Ok(Client {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
@@ -103,6 +120,26 @@ impl Client {
             )),
         }
     }
+}
+
+/// Checks that the process listening on `socket` runs as this user.
+fn check_server(stream: &UnixStream, socket: &std::path::Path) -> std::io::Result<()> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let me = nix::unistd::geteuid().as_raw();
+    let server = getsockopt(stream, PeerCredentials).map_err(std::io::Error::from)?;
+    if server.uid() != me {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "refusing to talk to {}: the process listening there runs as uid {}, not as \
+                 you (uid {me}); nothing was sent. Another user may be listening in your \
+                 place: remove the socket, or set BGWORK_HOME to a folder of your own",
+                socket.display(),
+                server.uid()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Starts `bgwork daemon` detached, in a session of its own, logging to `daemon.log`.

@@ -287,7 +287,7 @@ pub fn execute(cli: Cli) -> ExitCode {
                     })
                 );
             } else {
-                eprintln!("bgwork: {}", error.message);
+                eprintln!("bgwork: {}", render::inert_lines(&error.message));
             }
             match error.code {
                 ErrorCode::BadRequest => ExitCode::from(2),
@@ -372,9 +372,15 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Gc => Request::Gc,
         Commands::Status => Request::Status,
         Commands::Shutdown { stop_work } => {
-            if Client::connect_existing(&paths).is_err() {
-                render::say(json, "no daemon is running for this home");
-                return Ok(ExitCode::SUCCESS);
+            match Client::connect_existing(&paths) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(WireError::new(ErrorCode::Unavailable, e.to_string()))
+                }
+                Err(_) => {
+                    render::say(json, "no daemon is running for this home");
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
             Request::Shutdown { stop_work }
         }

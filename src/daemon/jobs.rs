@@ -129,15 +129,13 @@ impl Daemon {
             })?
         };
         let job_dir = self.paths.job_dir(record.row);
-        let prepared = std::fs::create_dir_all(&job_dir)
-            .map_err(|e| format!("could not make {}: {e}", job_dir.display()))
-            .and_then(|()| {
-                let dir = job_dir.display().to_string();
-                self.lock()
-                    .store
-                    .set_job_dir(record.row, &dir)
-                    .map_err(|e| e.to_string())
-            });
+        let prepared = make_job_dir(&self.paths.jobs, &job_dir).and_then(|()| {
+            let dir = job_dir.display().to_string();
+            self.lock()
+                .store
+                .set_job_dir(record.row, &dir)
+                .map_err(|e| e.to_string())
+        });
         if let Err(reason) = prepared {
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
@@ -413,6 +411,26 @@ impl Daemon {
             "daemon stopping; running work goes on and is reattached at the next start".into()
         };
         Ok(Ack { ok: true, message })
+    }
+}
+
+/// Makes a job's folder with a plain `mkdir`, which fails on any existing path (a
+/// folder left by an earlier job, or a symbolic link planted to send the job's files
+/// elsewhere): a job only ever starts in a folder made for it.
+fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(jobs);
+    match std::fs::DirBuilder::new().mode(0o700).create(job_dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(format!(
+            "its folder {} already exists (a job starts only in a folder made for it): \
+             remove it if no job of yours uses it",
+            job_dir.display()
+        )),
+        Err(e) => Err(format!("could not make {}: {e}", job_dir.display())),
     }
 }
 

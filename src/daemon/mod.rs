@@ -15,6 +15,7 @@ mod monitor;
 mod notices;
 mod pane;
 mod read;
+mod report;
 mod run;
 mod serve;
 mod settle;

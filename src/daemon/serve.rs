@@ -10,7 +10,7 @@ use crate::paths::{Paths, SocketPath};
 use crate::store::Store;
 use crate::wire::{self, Envelope, ErrorCode, Request, WireError, MAX_FRAME};
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -22,11 +22,15 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// `bgwork daemon`: takes the home's lock, binds the socket and serves until shutdown.
 pub fn main() -> anyhow::Result<()> {
     let paths = Paths::from_env();
+    // Refuses a home or socket folder that another user made or may write in.
     paths.create_dirs()?;
+    // The lock lives in the home, so one home has one daemon whatever socket folder
+    // each was started with.
     let mut lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&paths.lock)?;
     // A daemon that was just killed holds the lock until its last thread is gone: give
     // it a moment before deciding that another daemon serves this home.

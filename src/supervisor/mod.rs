@@ -424,8 +424,13 @@ impl Supervisor {
         }
     }
 
+    /// Takes new control connections; one from another uid is closed unread (the
+    /// folder's modes keep other users out; this holds even when they were opened).
     fn accept(&mut self) {
         while let Ok((stream, _)) = self.listener.accept() {
+            if !same_user(&stream) {
+                continue;
+            }
             if let Ok(conn) = Conn::new(stream, Vec::new()) {
                 self.conns.push(conn);
             }
@@ -536,6 +541,13 @@ impl Supervisor {
         }
         let _ = std::fs::remove_file(job_dir.join(CONTROL_SOCKET));
     }
+}
+
+/// Whether the peer of a control connection runs as this process's uid.
+fn same_user(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(stream, PeerCredentials)
+        .is_ok_and(|peer| peer.uid() == nix::unistd::geteuid().as_raw())
 }
 
 /// Sends this process's stderr to the job's folder (a supervisor is started before it

@@ -9,6 +9,7 @@ mod output;
 mod panes;
 mod restart;
 mod security;
+mod security_hostile;
 mod sessions;
 mod stop;
 mod util;

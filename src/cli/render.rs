@@ -257,13 +257,9 @@ fn list_text(reply: &ListReply) -> String {
                 (State::Ended, Some(end)) => wire::name_of(end),
                 (state, _) => wire::name_of(state),
             };
-            let owner = item
-                .session
-                .rsplit_once('/')
-                .map(|(_, agent)| format!(" (by {})", inert(agent)))
-                .unwrap_or_default();
+            // A sub-agent's item says whose it is in its id (`sub-1/bg-2`).
             let id = inert(&item.id);
-            format!("{id:<8} {state:<16} {}{owner}", label(item))
+            format!("{id:<8} {state:<16} {}", label(item))
         })
         .collect::<Vec<_>>()
         .join("\n")

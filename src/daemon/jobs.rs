@@ -3,7 +3,7 @@
 use super::{Daemon, Live};
 use crate::output;
 use crate::paths::now_ms;
-use crate::store::{NewRecord, Record, Settlement};
+use crate::store::{sub_session_name, NewRecord, Record, Settlement};
 use crate::wire::control::{JobSpec, PaneSize, ToSupervisor, PROTOCOL};
 use crate::wire::{
     Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
@@ -90,28 +90,32 @@ impl Daemon {
             cols: args.cols.unwrap_or(DEFAULT_COLS).clamp(2, 1000),
             rows: args.rows.unwrap_or(DEFAULT_ROWS).clamp(2, 1000),
         });
-        let record = {
+        let (record, sub_session) = {
             let mut inner = self.lock();
+            // Limits hold for a root session and its sub-agents together.
+            let root = inner.store.root_of(session)?;
             if launch.sub_agent {
-                let agents: Vec<Record> = inner
-                    .store
-                    .list(session, false)?
+                let agents: Vec<Record> = Self::running_tree(&inner, session)?
                     .into_iter()
-                    .filter(|r| r.session == session && r.kind == Kind::SubAgent)
+                    .filter(|r| r.kind == Kind::SubAgent)
                     .collect();
                 if agents.len() >= MAX_SUB_AGENTS {
-                    return Err(limit_error(MAX_SUB_AGENTS, &running_items(self, &agents)));
+                    let running = running_items(self, &root, &agents);
+                    return Err(limit_error(MAX_SUB_AGENTS, session, &root, &running));
                 }
             } else {
                 let running = Self::counted(&inner, session)?;
                 if !launch.over_limit && running.len() >= self.config.max_running {
+                    let running = running_items(self, &root, &running);
                     return Err(limit_error(
                         self.config.max_running,
-                        &running_items(self, &running),
+                        session,
+                        &root,
+                        &running,
                     ));
                 }
             }
-            inner.store.insert(&NewRecord {
+            let new = NewRecord {
                 session: session.to_string(),
                 kind: match (launch.sub_agent, pane.is_some()) {
                     (true, _) => Kind::SubAgent,
@@ -126,7 +130,13 @@ impl Daemon {
                 started_at: now_ms(),
                 cols: pane.map(|p| p.cols),
                 rows: pane.map(|p| p.rows),
-            })?
+            };
+            if launch.sub_agent {
+                let (record, name) = inner.store.insert_sub_agent(&new)?;
+                (record, Some(name))
+            } else {
+                (inner.store.insert(&new)?, None)
+            }
         };
         let job_dir = self.paths.job_dir(record.row);
         let prepared = make_job_dir(&self.paths.jobs, &job_dir).and_then(|()| {
@@ -149,9 +159,9 @@ impl Daemon {
             .clone()
             .unwrap_or_else(|| std::env::vars().collect());
         env.extend(args.env.clone());
-        if launch.sub_agent {
+        if let Some(sub_session) = sub_session {
             let report = job_dir.join(super::settle::REPORT_FILE);
-            env.insert("BGWORK_SESSION".into(), format!("{session}/{}", record.id));
+            env.insert("BGWORK_SESSION".into(), sub_session);
             env.insert("BGWORK_REPORT".into(), report.display().to_string());
         }
         let spec = JobSpec {
@@ -252,12 +262,12 @@ impl Daemon {
         };
         let record = Self::find(&self.lock(), session, &args.id)?;
         if record.state == State::Ended {
-            return Ok(self.item(&record));
+            return Ok(self.item_as(session, &record));
         }
-        // A sub-agent is stopped with everything it started.
+        // A sub-agent is stopped with everything it started (its own sub-agents' too).
         let mut rows = vec![record.row];
         if record.kind == Kind::SubAgent {
-            let child = format!("{}/{}", record.session, record.id);
+            let child = sub_session_name(&record.session, &record.id);
             rows.extend(self.lock().store.list(&child, false)?.iter().map(|r| r.row));
         }
         for &row in &rows {
@@ -272,7 +282,7 @@ impl Daemon {
             .store
             .get(record.row)?
             .ok_or_else(|| WireError::unknown_id(&args.id))?;
-        let mut item = self.item(&record);
+        let mut item = self.item_as(session, &record);
         if record.state != State::Ended {
             item.stop_requested = Some(true);
         }
@@ -460,21 +470,30 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
     Ok(())
 }
 
-fn running_items(daemon: &Daemon, records: &[crate::store::Record]) -> Vec<String> {
+/// What runs, as the root session of the tree names it.
+fn running_items(daemon: &Daemon, root: &str, records: &[Record]) -> Vec<String> {
     records
         .iter()
         .map(|r| {
-            let item = daemon.item(r);
+            let item = daemon.item_as(root, r);
             format!("{} ({})", item.id, item.name.unwrap_or(item.command))
         })
         .collect()
 }
 
-fn limit_error(max: usize, running: &[String]) -> WireError {
+fn limit_error(max: usize, session: &str, root: &str, running: &[String]) -> WireError {
+    let whose = if session == root {
+        format!("this session already runs {max} items, its limit")
+    } else {
+        format!(
+            "session {root} and its sub-agents, whose limit this sub-agent shares, already run \
+             {max} items, the limit"
+        )
+    };
     WireError::new(
         ErrorCode::Limit,
         format!(
-            "this session already runs {max} items, its limit: {}. Stop one (`bgwork stop ID`) or wait for one to end",
+            "{whose}: {}. Stop one (`bgwork stop ID`) or wait for one to end",
             running.join(", ")
         ),
     )

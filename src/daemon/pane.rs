@@ -44,8 +44,9 @@ impl Daemon {
             screen.fed = to;
         }
         let text = screen.parser.screen().contents();
+        let shown = super::items::display_id(session, &record);
         Ok(ReadReply {
-            id: record.id.clone(),
+            id: shown.clone(),
             running: record.state != State::Ended,
             output: text,
             from: 0,
@@ -55,7 +56,7 @@ impl Daemon {
             log_path: path.display().to_string(),
             report: record
                 .end
-                .map(|end| crate::end::report(&record.id, end, record.exit_code, record.signal)),
+                .map(|end| crate::end::report(&shown, end, record.exit_code, record.signal)),
             output_base64: None,
         })
     }

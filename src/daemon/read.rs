@@ -59,8 +59,9 @@ impl Daemon {
             inner.store.set_cursor(session, record.row, to)?;
         }
         let running = record.state != State::Ended;
+        let shown = super::items::display_id(session, &record);
         Ok(ReadReply {
-            id: record.id.clone(),
+            id: shown.clone(),
             running,
             output: text,
             from,
@@ -70,7 +71,7 @@ impl Daemon {
             log_path: path.display().to_string(),
             report: record
                 .end
-                .map(|end| crate::end::report(&record.id, end, record.exit_code, record.signal)),
+                .map(|end| crate::end::report(&shown, end, record.exit_code, record.signal)),
             output_base64: base64,
         })
     }

@@ -85,11 +85,12 @@ impl Daemon {
             done
         })
         .await;
-        self.wait_reply(&rows, reason, matched)
+        self.wait_reply(session, &rows, reason, matched)
     }
 
     fn wait_reply(
         &self,
+        session: &str,
         rows: &[i64],
         reason: WaitReason,
         matched: Option<String>,
@@ -103,15 +104,17 @@ impl Daemon {
             };
             let dropped = inner.dropped(&record);
             let path = output::log_path(&record.job_dir);
+            let item = self.item_as(session, &record);
             tails.insert(
-                record.id.clone(),
+                item.id.clone(),
                 output::tail(&path, self.config.log_head, dropped),
             );
             if record.state == State::Ended {
-                // The reply carries the end, so its notice has been delivered.
-                inner.store.mark_end_notice_delivered(row, now_ms())?;
+                // The reply carries the end, so its notice has been delivered (when it
+                // is this session's: a sub-agent still hears of its own work).
+                inner.store.mark_end_notice_seen(row, session, now_ms())?;
             }
-            items.push(self.item(&record));
+            items.push(item);
         }
         Ok(WaitReply {
             reason,

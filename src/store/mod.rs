@@ -8,8 +8,10 @@
 
 mod monitors;
 mod schema;
+mod sessions;
 
 pub use monitors::MonitorRow;
+pub use sessions::sub_session_name;
 
 use crate::wire::{Actor, End, Kind, State};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -116,9 +118,6 @@ const RECORD_COLUMNS: &str = "row, session, id, kind, state, end_kind, exit_code
 /// `end_kind` of a notice that reports matches of a watch, not an end.
 const MATCH_NOTICE: &str = "match";
 
-/// The visibility rule: a session sees its own work and its sub-agents' (`S/…`).
-const VISIBLE: &str = "(session = ?1 OR substr(session, 1, length(?1) + 1) = ?1 || '/')";
-
 impl Store {
     pub fn open(path: &std::path::Path) -> Result<Store> {
         let conn = Connection::open(path)?;
@@ -132,6 +131,16 @@ impl Store {
 
     /// Writes a new record (state `starting`) with the session's next id for its kind.
     pub fn insert(&mut self, new: &NewRecord) -> Result<Record> {
+        self.insert_with(new, |_, _, _| Ok(()))
+    }
+
+    /// [`Store::insert`], with `also` run in the same transaction (given the new
+    /// record's row and id).
+    fn insert_with(
+        &mut self,
+        new: &NewRecord,
+        also: impl FnOnce(&rusqlite::Transaction, i64, &str) -> rusqlite::Result<()>,
+    ) -> Result<Record> {
         let tx = self.conn.transaction()?;
         let prefix = id_prefix(new.kind);
         let n: i64 = tx.query_row(
@@ -161,6 +170,7 @@ impl Store {
             ],
         )?;
         let row = tx.last_insert_rowid();
+        also(&tx, row, &id)?;
         tx.commit()?;
         Ok(self.get(row)?.expect("the record just written"))
     }
@@ -255,27 +265,18 @@ impl Store {
         Ok(self.conn.query_row(&sql, [row], record).optional()?)
     }
 
-    /// The record `id` as `session` sees it (its own or a sub-agent's).
-    pub fn find(&self, session: &str, id: &str) -> Result<Option<Record>> {
-        let sql = format!(
-            "SELECT {RECORD_COLUMNS} FROM items WHERE {VISIBLE} AND id = ?2
-             ORDER BY session = ?1 DESC, row LIMIT 1"
-        );
-        Ok(self
-            .conn
-            .query_row(&sql, params![session, id], record)
-            .optional()?)
-    }
-
-    /// The session's records: running ones, or all not dismissed with `all`.
+    /// The records of a session and of its sub-agents' sessions: running ones, or all
+    /// not dismissed with `all`.
     pub fn list(&self, session: &str, all: bool) -> Result<Vec<Record>> {
         let filter = if all {
             "dismissed = 0"
         } else {
             "state != 'ended'"
         };
-        let sql =
-            format!("SELECT {RECORD_COLUMNS} FROM items WHERE {VISIBLE} AND {filter} ORDER BY row");
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM items WHERE session IN {} AND {filter} ORDER BY row",
+            sessions::tree("?1")
+        );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([session], record)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -310,11 +311,21 @@ impl Store {
         Ok(())
     }
 
-    /// Notices of the session (and its sub-agents) not yet delivered, oldest first.
+    /// Notices not yet delivered that go to the session (see [`sessions::recipients`]),
+    /// oldest first. The item of a notice that comes from an ended sub-agent's session is
+    /// named as the session sees it (`sub-1/bg-2`).
     pub fn pending_notices(&self, session: &str) -> Result<Vec<NoticeRow>> {
+        // The path from this session to the item's, as an id prefix (`sub-1/`).
+        let prefix = "substr(session, length(?1) + 2) || '/'";
         let sql = format!(
-            "SELECT nrow, session, item, end_kind, exit_code, signal, text, tail, created_at, count
-             FROM notices WHERE {VISIBLE} AND delivered_at IS NULL ORDER BY nrow"
+            "SELECT nrow, session,
+                    CASE WHEN session = ?1 THEN item ELSE {prefix} || item END,
+                    end_kind, exit_code, signal,
+                    CASE WHEN session = ?1 OR substr(text, 1, length(item)) != item THEN text
+                         ELSE {prefix} || text END,
+                    tail, created_at, count
+             FROM notices WHERE session IN {} AND delivered_at IS NULL ORDER BY nrow",
+            sessions::recipients("?1")
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([session], |r| {

@@ -75,6 +75,16 @@ const MIGRATIONS: &[&str] = &[
         matches     INTEGER NOT NULL DEFAULT 0
     );
     ALTER TABLE notices ADD COLUMN count INTEGER NOT NULL DEFAULT 1;",
+    // 4: the sessions bgwork made for sub-agents, with their parents (never inferred
+    // from a name); those of existing sub-agents are filled in.
+    "CREATE TABLE sessions(
+        name      TEXT PRIMARY KEY,
+        parent    TEXT NOT NULL,
+        agent_row INTEGER NOT NULL
+    );
+    CREATE INDEX sessions_by_parent ON sessions(parent);
+    INSERT OR IGNORE INTO sessions(name, parent, agent_row)
+        SELECT session || '/' || id, session, row FROM items WHERE kind = 'sub_agent';",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

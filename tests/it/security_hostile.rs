@@ -457,3 +457,244 @@ fn issue16_1_a_huge_report_costs_no_memory_and_its_end_is_kept_inert() {
         "the daemon grew by {grown} KiB for a 60 MB report"
     );
 }
+
+/// A home whose jobs find `bgwork` on their PATH (sub-agents call it).
+fn agents_home(home: Home) -> Home {
+    let dir = Path::new(BIN).parent().unwrap().display().to_string();
+    let path = format!("{dir}:{}", std::env::var("PATH").unwrap_or_default());
+    home.with("PATH", &path)
+}
+
+/// Writes a script into the home and returns the command that runs it.
+fn script(home: &Home, name: &str, body: &str) -> String {
+    let path = home.path().join(name);
+    std::fs::write(&path, body).unwrap();
+    format!("bash {}", path.display())
+}
+
+/// Runs `bgwork --json ARGS` as `session`.
+fn as_session(home: &Home, session: &str, args: &[&str]) -> crate::util::Run {
+    let mut all = vec!["--session", session, "--json"];
+    all.extend_from_slice(args);
+    home.run(&all)
+}
+
+/// The items `session` lists (with `--all`), by id.
+fn listed(home: &Home, session: &str) -> Vec<Value> {
+    as_session(home, session, &["list", "--all"]).json()["items"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn find<'a>(items: &'a [Value], id: &str) -> Option<&'a Value> {
+    items.iter().find(|i| i["id"] == id)
+}
+
+#[test]
+fn issue16_7_a_session_named_like_a_child_is_no_child() {
+    let home = Home::new();
+    let started = as_session(
+        &home,
+        "proj/feature",
+        &["start", "--window", "0", "--", "exec sleep 1000"],
+    );
+    assert_eq!(started.code, 0, "{}", started.stdout);
+    let id = started.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        listed(&home, "proj"),
+        Vec::<Value>::new(),
+        "proj sees proj/feature's work"
+    );
+    for target in [id.clone(), format!("feature/{id}")] {
+        let stop = as_session(&home, "proj", &["stop", &target]);
+        assert_eq!(stop.json()["error"]["code"], "unknown_id", "{target}");
+    }
+    let mine = listed(&home, "proj/feature");
+    assert_eq!(find(&mine, &id).unwrap()["state"], "running");
+}
+
+#[test]
+fn issue16_7_session_names_are_checked() {
+    let home = Home::new();
+    for bad in ["a\x1b]0;x\x07b", "tab\there", &"s".repeat(300)] {
+        let run = as_session(&home, bad, &["list"]);
+        assert_eq!(run.code, 2, "{bad:?}");
+        assert!(run.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("control characters"));
+    }
+    let run = as_session(&home, "proj/sub-1", &["list"]);
+    assert_eq!(run.code, 2);
+    let message = run.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("agent start"), "{message}");
+    assert_eq!(as_session(&home, "proj/feature", &["list"]).code, 0);
+}
+
+#[test]
+fn issue16_7_two_sub_agents_bg_1s_are_addressed_apart() {
+    let home = agents_home(Home::new());
+    let body = "bgwork start --window 0 --name \"helper of $BGWORK_SESSION\" -- 'exec sleep 1000' \
+                >/dev/null\nread go\n";
+    let command = script(&home, "agent.sh", body);
+    let first = home.json(&["agent", "start", "--", &command])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = home.json(&["agent", "start", "--", &command])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (one, two) = (format!("{first}/bg-1"), format!("{second}/bg-1"));
+    eventually(Duration::from_secs(30), || {
+        let items = listed(&home, "test");
+        find(&items, &one).is_some() && find(&items, &two).is_some()
+    });
+    let items = listed(&home, "test");
+    assert_eq!(
+        find(&items, &two).unwrap()["name"],
+        format!("helper of test/{second}")
+    );
+    // A bare id is the session's own: it has no bg-1.
+    assert_eq!(home.error(&["stop", "bg-1"]).1, "unknown_id");
+    let stopped = home.json(&["stop", &two]);
+    assert_eq!(
+        (stopped["id"].as_str(), stopped["end"].as_str()),
+        (Some(two.as_str()), Some("stopped_by_agent"))
+    );
+    assert_eq!(
+        home.item(&one)["state"],
+        "running",
+        "the other sub-agent's bg-1 runs on"
+    );
+    let read = home.json(&["read", &one]);
+    assert_eq!(read["id"], one.as_str());
+    let text = home.run(&["list"]).stdout;
+    assert!(text.contains(&one) && !text.contains(&two), "{text}");
+}
+
+#[test]
+fn issue16_7_a_sub_agent_hears_of_its_own_work_and_its_parent_gets_its_report() {
+    let home = agents_home(Home::new());
+    let body = "bgwork start --notify --window 0 -- 'echo out; exit 3' >/dev/null\n\
+                read go\n\
+                bgwork notices > \"$BGWORK_REPORT\"\n";
+    let command = script(&home, "agent.sh", body);
+    let agent = home.json(&["agent", "start", "--", &command])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let job = format!("{agent}/bg-1");
+    eventually(Duration::from_secs(30), || {
+        find(&listed(&home, "test"), &job).is_some_and(|i| i["state"] == "ended")
+    });
+    // The parent's pull leaves the sub-agent's notice to the sub-agent.
+    let pulled = home.json(&["notices"]);
+    assert_eq!(
+        pulled["notices"],
+        serde_json::json!([]),
+        "the parent took its sub-agent's notice"
+    );
+    // A wait that shows the end to the parent does not deliver it either.
+    let wait = home.run(&["--json", "wait", &job, "--timeout", "5"]);
+    assert_eq!(wait.json()["reason"], "ended");
+    home.json(&["send", &agent, "\\n"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let notice = loop {
+        let reply = home.json(&["notices", "--wait", "5"]);
+        if let Some(n) = reply["notices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["item"] == agent.as_str())
+        {
+            break n.clone();
+        }
+        assert!(Instant::now() < deadline, "no report from {agent}");
+    };
+    let tail = notice["tail"].as_str().unwrap();
+    assert!(
+        tail.contains("bg-1 FAILED (exit 3)"),
+        "the sub-agent did not hear of its job: {tail}"
+    );
+}
+
+#[test]
+fn issue16_7_work_left_by_an_ended_sub_agent_reports_to_its_parent() {
+    let home = agents_home(Home::new());
+    let body = "bgwork start --notify --window 0 -- 'read x; exit 4' >/dev/null\n";
+    let command = script(&home, "agent.sh", body);
+    let agent = home.json(&["agent", "start", "--", &command])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let job = format!("{agent}/bg-1");
+    eventually(Duration::from_secs(30), || {
+        let items = listed(&home, "test");
+        find(&items, &agent).is_some_and(|i| i["state"] == "ended")
+            && find(&items, &job).is_some_and(|i| i["state"] == "running")
+    });
+    home.json(&["notices"]);
+    home.json(&["send", &job, "\\n"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let notice = loop {
+        let reply = home.json(&["notices", "--wait", "5"]);
+        if let Some(n) = reply["notices"].as_array().unwrap().first() {
+            break n.clone();
+        }
+        assert!(Instant::now() < deadline, "the orphaned notice never came");
+    };
+    assert_eq!(notice["item"], job.as_str());
+    assert_eq!(notice["text"], format!("{job} FAILED (exit 4)"));
+}
+
+#[test]
+fn issue16_7_nested_sub_agents_count_against_the_root_limits() {
+    let home = agents_home(Home::new().with("BGWORK_MAX_RUNNING", "3"));
+    home.start("exec sleep 1000");
+    let nested = script(
+        &home,
+        "nested.sh",
+        "for i in 1 2 3 4; do bgwork start --window 0 -- 'exec sleep 1000' >/dev/null 2>&1; done\n\
+         if bgwork agent start -- 'exec sleep 1000' >/dev/null 2>&1; then echo AGENT-STARTED; \
+         else echo AGENT-REFUSED; fi\n\
+         read go\n",
+    );
+    let outer = script(
+        &home,
+        "outer.sh",
+        &format!("bgwork agent start -- '{nested}'\nread go\n"),
+    );
+    let agent = home.json(&["agent", "start", "--", &outer])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let inner = format!("{agent}/sub-1");
+    eventually(Duration::from_secs(60), || {
+        let read = home.run(&["--json", "read", &inner, "--all"]);
+        read.code == 0 && read.json()["output"].as_str().unwrap().contains("AGENT-")
+    });
+    let output = home.json(&["read", &inner, "--all"])["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        output.contains("AGENT-REFUSED"),
+        "a third sub-agent ran in the tree: {output}"
+    );
+    let jobs: Vec<Value> = home.json(&["list"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "job")
+        .cloned()
+        .collect();
+    assert_eq!(
+        jobs.len(),
+        3,
+        "the tree runs past the root's limit of 3: {jobs:?}"
+    );
+    let (_, error, message) = home.error(&["start", "--", "true"]);
+    assert_eq!(error, "limit", "{message}");
+}

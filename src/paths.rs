@@ -129,6 +129,41 @@ pub fn check_private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Opens a file that a job may have replaced (anything in a job's folder): no symbolic
+/// link is followed, a FIFO does not block the open, and only a regular file is taken.
+/// Errors of kind `InvalidInput` ("not a regular file") otherwise.
+pub fn open_untrusted(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path);
+    let not_regular = |what: &str| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("{} is not a regular file ({what})", path.display()),
+        )
+    };
+    let file = match opened {
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(not_regular("it is a symbolic link"))
+        }
+        other => other?,
+    };
+    if !file.metadata()?.file_type().is_file() {
+        return Err(not_regular("a FIFO, a device or a socket"));
+    }
+    Ok(file)
+}
+
+/// Reads at most `max` bytes of a file opened with [`open_untrusted`].
+pub fn read_untrusted(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_untrusted(path)?.take(max).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// A socket path short enough for `bind`/`connect`; keep it alive while it is used.
 pub struct SocketPath {
     pub path: PathBuf,

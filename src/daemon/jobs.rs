@@ -427,7 +427,7 @@ impl Daemon {
 /// Makes a job's folder with a plain `mkdir`, which fails on any existing path (a
 /// folder left by an earlier job, or a symbolic link planted to send the job's files
 /// elsewhere): a job only ever starts in a folder made for it.
-fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
+pub(crate) fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
     use std::os::unix::fs::DirBuilderExt;
     let _ = std::fs::DirBuilder::new()
         .recursive(true)

@@ -8,9 +8,9 @@
 //! the daemon's lock.
 
 use crate::output;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::ErrorKind;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
 /// The most of a sub-agent's report a notice carries: its end.
@@ -53,24 +53,19 @@ impl Report {
 /// Opens the report if it is a regular file of this user with one name; `None` when
 /// there is none; the reason for the notice when it is refused.
 fn open(path: &Path) -> Result<Option<File>, String> {
-    let opened = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
-        .open(path);
-    let file = match opened {
+    let file = match crate::paths::open_untrusted(path) {
         Ok(file) => file,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
-            return Err("report is not a regular file (it is a symbolic link)".into())
+        Err(e) if e.kind() == ErrorKind::InvalidInput => {
+            return Err(
+                "report is not a regular file (a link, a FIFO, a device or a socket)".into(),
+            )
         }
         Err(e) => return Err(format!("report could not be opened: {e}")),
     };
     let meta = file
         .metadata()
         .map_err(|e| format!("report could not be read: {e}"))?;
-    if !meta.file_type().is_file() {
-        return Err("report is not a regular file (a FIFO, a device or a socket)".into());
-    }
     if meta.uid() != nix::unistd::geteuid().as_raw() {
         return Err(format!("report is not owned by you (uid {})", meta.uid()));
     }

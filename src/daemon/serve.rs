@@ -24,30 +24,14 @@ pub fn main() -> anyhow::Result<()> {
     let paths = Paths::from_env();
     // Refuses a home or socket folder that another user made or may write in.
     paths.create_dirs()?;
-    // The lock lives in the home, so one home has one daemon whatever socket folder
-    // each was started with.
-    let mut lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&paths.lock)?;
-    // A daemon that was just killed holds the lock until its last thread is gone: give
-    // it a moment before deciding that another daemon serves this home.
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
-    while lock.try_lock().is_err() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    if lock.try_lock().is_err() {
-        let holder = std::fs::read_to_string(&paths.lock).unwrap_or_default();
-        anyhow::bail!(
-            "another bgwork daemon (pid {}) already serves {}: use it, or `bgwork shutdown` first",
-            holder.trim(),
-            paths.home.display()
-        );
-    }
-    lock.set_len(0)?;
-    write!(lock, "{}", std::process::id())?;
+    // One daemon per home (the lock lives in the home, whatever socket folder each
+    // daemon was started with), and one per socket folder (two homes that share one
+    // must not take the socket from each other).
+    let home_lock = take_lock(&paths.lock, &paths.home)?;
+    let socket_lock = match paths.socket_dir().join("daemon.lock") {
+        lock if lock != paths.lock => Some(take_lock(&lock, &paths.socket)?),
+        _ => None,
+    };
     let store = Store::open(&paths.db)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -67,8 +51,36 @@ pub fn main() -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&paths.socket);
         anyhow::Ok(())
     })?;
-    drop(lock);
+    drop(socket_lock);
+    drop(home_lock);
     Ok(())
+}
+
+/// Takes the lock file at `path` for serving `what`, and writes this daemon's pid in it.
+fn take_lock(path: &std::path::Path, what: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let mut lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    // A daemon that was just killed holds the lock until its last thread is gone: give
+    // it a moment before deciding that another daemon serves this home.
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    while lock.try_lock().is_err() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if lock.try_lock().is_err() {
+        let holder = std::fs::read_to_string(path).unwrap_or_default();
+        anyhow::bail!(
+            "another bgwork daemon (pid {}) already serves {}: use it, or `bgwork shutdown` first",
+            holder.trim(),
+            what.display()
+        );
+    }
+    lock.set_len(0)?;
+    write!(lock, "{}", std::process::id())?;
+    Ok(lock)
 }
 
 /// Binds the socket under a restrictive umask and makes it 0600.

@@ -273,15 +273,17 @@ async fn next_message(reader: &mut BufReader<OwnedReadHalf>) -> Option<FromSuper
 }
 
 fn supervisor_error(job_dir: &Path) -> String {
-    let log = std::fs::read_to_string(job_dir.join("supervisor.log")).unwrap_or_default();
+    let log = crate::paths::read_untrusted(&job_dir.join("supervisor.log"), 64 << 10)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
     let last = log.lines().last().unwrap_or("it exited without a word");
     format!("the supervisor failed: {last}")
 }
 
 /// Whether the supervisor named in a job's folder still runs.
 fn supervisor_alive(job_dir: &Path) -> bool {
-    let pid = std::fs::read_to_string(job_dir.join(SUPERVISOR_PID_FILE))
+    let pid = crate::paths::read_untrusted(&job_dir.join(SUPERVISOR_PID_FILE), 64)
         .ok()
-        .and_then(|p| p.trim().parse::<i32>().ok());
+        .and_then(|p| String::from_utf8_lossy(&p).trim().parse::<i32>().ok());
     pid.is_some_and(supervisor::tree::is_supervisor)
 }

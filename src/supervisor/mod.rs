@@ -570,7 +570,8 @@ pub fn write_status(job_dir: &Path, status: &ExitStatus) -> std::io::Result<()> 
 
 /// Reads a job's status file, if it has one.
 pub fn read_status(job_dir: &Path) -> Option<Result<ExitStatus, String>> {
-    match std::fs::read(job_dir.join(STATUS_FILE)) {
+    // The job may have replaced it (a FIFO would block the reader, a link leak a file).
+    match crate::paths::read_untrusted(&job_dir.join(STATUS_FILE), 1 << 20) {
         Ok(bytes) => Some(ExitStatus::decode(&bytes)),
         Err(e) if e.kind() == ErrorKind::NotFound => None,
         Err(e) => Some(Err(format!("status file unreadable: {e}"))),

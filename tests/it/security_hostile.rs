@@ -185,6 +185,21 @@ fn issue10_6_two_runtime_dirs_do_not_give_one_home_two_daemons() {
         message.contains(&format!("pid {pid}")) && message.contains("already serves"),
         "{message}"
     );
+    // Two homes that share one socket folder: the second does not take the socket.
+    let other_data = root.path().join("data2");
+    let out = output_within(
+        xdg_command(&other_data, &first, &["daemon"]),
+        Duration::from_secs(30),
+    );
+    let message = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{message}");
+    assert!(message.contains("bgwork.sock"), "{message}");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&call(&first, &["--json", "status"]).stdout).unwrap()
+            ["pid"],
+        pid,
+        "the first daemon still answers on its socket"
+    );
     assert!(call(&first, &["shutdown"]).status.success());
 }
 
@@ -510,8 +525,9 @@ fn issue16_7_a_session_named_like_a_child_is_no_child() {
         let stop = as_session(&home, "proj", &["stop", &target]);
         assert_eq!(stop.json()["error"]["code"], "unknown_id", "{target}");
     }
-    let mine = listed(&home, "proj/feature");
-    assert_eq!(find(&mine, &id).unwrap()["state"], "running");
+    eventually(Duration::from_secs(20), || {
+        find(&listed(&home, "proj/feature"), &id).unwrap()["state"] == "running"
+    });
 }
 
 #[test]
@@ -549,7 +565,9 @@ fn issue16_7_two_sub_agents_bg_1s_are_addressed_apart() {
     let (one, two) = (format!("{first}/bg-1"), format!("{second}/bg-1"));
     eventually(Duration::from_secs(30), || {
         let items = listed(&home, "test");
-        find(&items, &one).is_some() && find(&items, &two).is_some()
+        [&one, &two]
+            .iter()
+            .all(|id| find(&items, id).is_some_and(|i| i["state"] == "running"))
     });
     let items = listed(&home, "test");
     assert_eq!(
@@ -697,4 +715,48 @@ fn issue16_7_nested_sub_agents_count_against_the_root_limits() {
     );
     let (_, error, message) = home.error(&["start", "--", "true"]);
     assert_eq!(error, "limit", "{message}");
+}
+
+#[test]
+fn a_status_file_replaced_by_a_fifo_hangs_nothing() {
+    let home = Home::new();
+    let id = home.start("mkfifo \"$BGWORK_JOB/status\"; kill -9 $PPID; exec sleep 1000");
+    let mut wait = home.command(&["--json", "wait", &id, "--timeout", "20"]);
+    wait.stdin(Stdio::null());
+    let out = output_within(wait, Duration::from_secs(30));
+    let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["items"][0]["end"], "lost", "{reply}");
+    let mut list = home.command(&["--session", "other", "--json", "list"]);
+    list.stdin(Stdio::null());
+    assert!(output_within(list, Duration::from_secs(10))
+        .status
+        .success());
+}
+
+#[test]
+fn a_log_replaced_by_a_link_to_a_private_file_is_not_read() {
+    let home = Home::new();
+    let secret = home.path().join("secret");
+    std::fs::write(&secret, "TOPSECRET-77ab\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let command = format!(
+        "echo mine; ln -sf {} \"$BGWORK_JOB/output.log\"; exec sleep 1000",
+        secret.display()
+    );
+    let id = home.start(&command);
+    let log = PathBuf::from(home.item(&id)["log_path"].as_str().unwrap());
+    eventually(Duration::from_secs(20), || log.is_symlink());
+    for args in [
+        vec!["read", &id, "--all"],
+        vec!["read", &id, "--all", "--raw"],
+    ] {
+        let run = home.run(&args);
+        assert!(
+            !run.stdout.contains("TOPSECRET"),
+            "{args:?} leaked: {}",
+            run.stdout
+        );
+    }
+    let stopped = home.json(&["stop", &id]);
+    assert_eq!(stopped["end"], "stopped_by_agent");
 }

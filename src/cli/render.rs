@@ -249,6 +249,14 @@ fn list_text(reply: &ListReply) -> String {
     if reply.items.is_empty() {
         return "no work".to_string();
     }
+    // Ids of sub-agents' items (`sub-1/bg-2`) are longer: the column fits the longest.
+    let width = reply
+        .items
+        .iter()
+        .map(|item| inert(&item.id).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     reply
         .items
         .iter()
@@ -259,7 +267,7 @@ fn list_text(reply: &ListReply) -> String {
             };
             // A sub-agent's item says whose it is in its id (`sub-1/bg-2`).
             let id = inert(&item.id);
-            format!("{id:<8} {state:<16} {}", label(item))
+            format!("{id:<width$} {state:<16} {}", label(item))
         })
         .collect::<Vec<_>>()
         .join("\n")

@@ -6,9 +6,16 @@
 //! this user (`SO_PEERCRED`). A folder in `/tmp` can be made first by another user who
 //! then listens there; such a client would otherwise hand over its requests, environment
 //! values included.
+//!
+//! No call waits for ever on a daemon that does not answer (stopped, hung, overloaded):
+//! the connection, the request and the first answer each have a deadline — a fixed
+//! patience plus the time the call itself may take (a `wait`'s timeout, a `stop`'s
+//! grace) — and missing it is an error that names the home and the daemon's pid. A
+//! `notices --follow` stream, which may rightly stay silent for hours, checks after each
+//! quiet spell that the daemon still answers on a second connection.
 
 use crate::paths::{check_private_dir, Paths, SocketPath};
-use crate::wire::{self, Envelope, ErrorCode, WireError};
+use crate::wire::{self, Envelope, ErrorCode, Request, WireError};
 use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -20,10 +27,29 @@ use std::time::{Duration, Instant};
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many daemons a client starts at most while waiting for one to answer.
 const MAX_DAEMON_STARTS: u32 = 5;
+/// The exit code of a daemon that will not serve its home as it is (a broken
+/// database): starting another would not help, its reason is the client's error.
+pub const DAEMON_REFUSED: u8 = 3;
+/// How long a daemon may take to answer beyond what the call itself may take
+/// (`BGWORK_ANSWER_TIMEOUT_MS` changes it). Generous: a loaded machine is slow, and a
+/// call given up on may still be carried out.
+const DEFAULT_PATIENCE: Duration = Duration::from_secs(30);
+/// How long a `notices --follow` stream stays quiet before it checks the daemon (at most
+/// the patience).
+const FOLLOW_QUIET: Duration = Duration::from_secs(10);
 
 pub struct Client {
     writer: UnixStream,
     reader: BufReader<UnixStream>,
+    paths: Paths,
+    /// The deadline for each answer of the request in flight.
+    patience: Duration,
+    /// The request in flight is a `notices --follow` stream.
+    following: bool,
+    /// The request in flight may change state (said when its answer is given up on).
+    acts: bool,
+    /// The session of the request in flight.
+    session: String,
 }
 
 impl Client {
@@ -33,6 +59,17 @@ impl Client {
             Ok(client) => return Ok(client),
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
                 return Err(WireError::new(ErrorCode::Unavailable, e.to_string()))
+            }
+            // Someone listens but accepts nothing: a daemon that is stuck, not absent.
+            Err(e) if is_timeout(&e) => {
+                return Err(WireError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "the daemon of {} ({}) did not answer: {e}",
+                        paths.home.display(),
+                        describe_daemon(paths)
+                    ),
+                ))
             }
             Err(_) => {}
         }
@@ -59,9 +96,17 @@ impl Client {
                     ))
                 }
                 Err(_) => {
+                    let ended = daemon.try_wait().ok().flatten();
+                    if ended.and_then(|status| status.code()) == Some(DAEMON_REFUSED.into()) {
+                        return Err(WireError::new(
+                            ErrorCode::Unavailable,
+                            last_line(&paths.daemon_log)
+                                .unwrap_or_else(|| "the daemon refused to start".into()),
+                        ));
+                    }
                     // A daemon that ended before it answered (killed while starting, or
                     // it found another one still letting go of the home): start another.
-                    if starts < MAX_DAEMON_STARTS && matches!(daemon.try_wait(), Ok(Some(_))) {
+                    if starts < MAX_DAEMON_STARTS && ended.is_some() {
                         daemon = spawn_daemon(paths)?;
                         starts += 1;
                     }
@@ -77,12 +122,24 @@ impl Client {
     pub fn connect_existing(paths: &Paths) -> std::io::Result<Client> {
         check_private_dir(paths.socket_dir())?;
         let short = SocketPath::new(&paths.socket)?;
-        let stream = UnixStream::connect(&short.path)?;
+        let stream = connect_within(&short.path, patience())?;
         check_server(&stream, &paths.socket)?;
         Ok(Client {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
+            paths: paths.clone(),
+            patience: patience(),
+            following: false,
+            acts: false,
+            session: String::new(),
         })
+    }
+
+    /// A handle that ends this connection when dropped, from any thread: a blocked
+    /// call returns at once and the daemon sees its client gone (an MCP call that was
+    /// cancelled).
+    pub fn closer(&self) -> std::io::Result<Closer> {
+        Ok(Closer(self.writer.try_clone()?))
     }
 
     /// Sends one request and reads its one reply.
@@ -101,25 +158,220 @@ impl Client {
         wire::decode_reply(&line)
     }
 
+    /// Sends a request; its answers are awaited with the deadline it deserves.
     pub fn send(&mut self, envelope: &Envelope) -> Result<(), WireError> {
+        let request = &envelope.request;
+        self.session.clone_from(&envelope.session);
+        self.following = matches!(request, Request::Notices { follow: true, .. });
+        self.acts = !matches!(
+            request,
+            Request::List { .. }
+                | Request::Read(_)
+                | Request::Wait(_)
+                | Request::Notices { .. }
+                | Request::Status
+        );
+        self.patience = if self.following {
+            FOLLOW_QUIET.min(patience())
+        } else {
+            patience() + own_time(request)
+        };
+        let _ = self.writer.set_write_timeout(Some(self.patience));
+        let _ = self.reader.get_ref().set_read_timeout(Some(self.patience));
         let line = wire::encode_line(envelope);
-        self.writer
-            .write_all(&line)
-            .map_err(|e| WireError::new(ErrorCode::Unavailable, format!("daemon unreachable: {e}")))
+        self.writer.write_all(&line).map_err(|e| {
+            if is_timeout(&e) {
+                self.not_answering()
+            } else {
+                WireError::new(ErrorCode::Unavailable, format!("daemon unreachable: {e}"))
+            }
+        })
+    }
+
+    /// A second handle on the connection, for writing while replies are read (a `run`
+    /// that passes its caller's stdin on).
+    pub fn writer(&self) -> Result<UnixStream, WireError> {
+        self.writer.try_clone().map_err(|e| {
+            WireError::new(
+                ErrorCode::Unavailable,
+                format!("daemon connection failed: {e}"),
+            )
+        })
     }
 
     /// The next reply line (for streams such as `notices --follow`).
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, WireError> {
         let mut line = Vec::new();
-        match self.reader.read_until(b'\n', &mut line) {
-            Ok(0) => Ok(None),
-            Ok(_) => Ok(Some(line)),
-            Err(e) => Err(WireError::new(
-                ErrorCode::Unavailable,
-                format!("daemon connection failed: {e}"),
-            )),
+        loop {
+            match self.reader.read_until(b'\n', &mut line) {
+                Ok(0) if line.is_empty() => return Ok(None),
+                Ok(_) => return Ok(Some(line)),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // A quiet stream is fine while the daemon answers a second connection.
+                Err(e) if is_timeout(&e) && self.following => self.check_alive()?,
+                Err(e) if is_timeout(&e) => return Err(self.not_answering()),
+                Err(e) => {
+                    return Err(WireError::new(
+                        ErrorCode::Unavailable,
+                        format!("daemon connection failed: {e}"),
+                    ))
+                }
+            }
         }
     }
+
+    /// Whether the daemon answers `status` on a connection of its own, in time.
+    fn check_alive(&self) -> Result<(), WireError> {
+        let probe = Envelope {
+            session: self.session.clone(),
+            request: Request::Status,
+        };
+        let mut client = Client::connect_existing(&self.paths).map_err(|e| {
+            WireError::new(
+                ErrorCode::Unavailable,
+                format!("the daemon of {} is gone: {e}", self.paths.home.display()),
+            )
+        })?;
+        client.call::<wire::StatusReply>(&probe).map(|_| ())
+    }
+
+    /// The error for a daemon that let a deadline pass.
+    fn not_answering(&self) -> WireError {
+        let seconds = self.patience.as_secs_f64();
+        let mut message = format!(
+            "the daemon of {} ({}) did not answer within {seconds:.0} s",
+            self.paths.home.display(),
+            describe_daemon(&self.paths)
+        );
+        if self.acts {
+            message.push_str(
+                "; the request may still be carried out when it answers (see `bgwork list`)",
+            );
+        }
+        WireError::new(ErrorCode::Unavailable, message)
+    }
+}
+
+/// Ends a client's connection when dropped (see [`Client::closer`]).
+pub struct Closer(UnixStream);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// The patience of every call: `BGWORK_ANSWER_TIMEOUT_MS`, else [`DEFAULT_PATIENCE`].
+fn patience() -> Duration {
+    std::env::var("BGWORK_ANSWER_TIMEOUT_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map_or(DEFAULT_PATIENCE, Duration::from_millis)
+}
+
+/// How long the daemon may rightly take over a request before it answers.
+fn own_time(request: &Request) -> Duration {
+    let seconds = |s: Option<f64>, default: f64| {
+        let s = s.unwrap_or(default);
+        // The daemon refuses what is not a duration; never let it make this one panic.
+        Duration::try_from_secs_f64(s.min(1e9)).unwrap_or_default()
+    };
+    match request {
+        Request::Wait(args) => seconds(args.timeout_s, 50.0),
+        Request::Notices { wait_s, .. } => seconds(*wait_s, 0.0),
+        // A run past its deadline with no room to be promoted is stopped: grace and all.
+        Request::Run(args) => seconds(args.timeout_s, 60.0) + Duration::from_secs(7),
+        Request::Start(args) | Request::AgentStart(args) => {
+            Duration::from_millis(args.window_ms.unwrap_or(1000).min(1 << 40))
+        }
+        Request::Stop(args) => seconds(args.grace_s, 5.0),
+        Request::Shutdown { stop_work: true } => Duration::from_secs(10),
+        _ => Duration::ZERO,
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// "pid N", with what can be seen of it: the pid is the one in the home's lock file.
+pub fn describe_daemon(paths: &Paths) -> String {
+    let pid = read_pid(&paths.lock);
+    let Some(pid) = pid else {
+        return "pid unknown".to_string();
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+    if state.starts_with('T') {
+        format!("pid {pid}, which is stopped: `kill -CONT {pid}` resumes it")
+    } else if stat.is_empty() {
+        format!("pid {pid}, which is gone")
+    } else {
+        format!(
+            "pid {pid}: it may be hung or overloaded; `kill {pid}` and a new call starts \
+             another, and running work survives"
+        )
+    }
+}
+
+/// The pid a lock file holds (read without blocking, a few bytes at most).
+fn read_pid(lock: &std::path::Path) -> Option<i32> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW)
+        .open(lock)
+        .ok()?;
+    let mut text = String::new();
+    file.take(32).read_to_string(&mut text).ok()?;
+    text.trim().parse::<i32>().ok().filter(|&pid| pid > 0)
+}
+
+/// Connects to a Unix socket, waiting at most `patience` for room in a listener's queue
+/// (a daemon that stopped accepting leaves a blocking `connect` hanging for ever).
+fn connect_within(path: &std::path::Path, patience: Duration) -> std::io::Result<UnixStream> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let address = UnixAddr::new(path).map_err(std::io::Error::from)?;
+    let deadline = Instant::now() + patience;
+    loop {
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        )?;
+        match nix::sys::socket::connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &address) {
+            Ok(()) => {
+                let stream = UnixStream::from(fd);
+                stream.set_nonblocking(false)?;
+                return Ok(stream);
+            }
+            Err(nix::errno::Errno::EAGAIN) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(nix::errno::Errno::EAGAIN) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "its socket accepts no connection (its queue stayed full for {} s)",
+                        patience.as_secs()
+                    ),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The last line of a log file.
+fn last_line(path: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().last().map(str::to_string)
 }
 
 /// Checks that the process listening on `socket` runs as this user.
@@ -131,7 +383,7 @@ fn check_server(stream: &UnixStream, socket: &std::path::Path) -> std::io::Resul
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             format!(
-                "refusing to talk to {}: the process listening there runs as uid {}, not as \
+                "refused to talk to {}: the process listening there runs as uid {}, not as \
                  you (uid {me}); nothing was sent. Another user may be listening in your \
                  place: remove the socket, or set BGWORK_HOME to a folder of your own",
                 socket.display(),

@@ -35,6 +35,14 @@ pub fn classify(status: &ExitStatus, pane: bool) -> End {
 }
 
 /// The one-line report of an end, e.g. `bg-3 FAILED (exit 2)`.
+/// What an end's report adds when output was lost to a full disk.
+pub fn unwritten_note(unwritten: u64) -> String {
+    if unwritten == 0 {
+        return String::new();
+    }
+    format!("; {unwritten} bytes of its output could not be written: disk full")
+}
+
 pub fn report(id: &str, end: End, exit_code: Option<i32>, signal: Option<i32>) -> String {
     let how = match (exit_code, signal) {
         (_, Some(signal)) => format!("signal {signal}{}", signal_name(signal)),

@@ -5,14 +5,23 @@
 //! `PostToolUse` it prints `hookSpecificOutput.additionalContext` with the notices
 //! (marking them delivered); with nothing pending it prints nothing. On `Stop`, with
 //! `--wait-on-stop`, it blocks the stop while work armed with `--notify` still runs.
-//! A hook must never break the harness: every failure prints nothing and exits 0.
+//! A hook must never break the harness: every failure prints nothing and exits 0, and
+//! it answers within `HOOK_DEADLINE` whatever the daemon does (stopped, hung, slow to
+//! start): past it, it says one line on stderr and leaves the notices for a later turn.
 
-use crate::client::Client;
+use crate::client::{self, Client};
 use crate::paths::Paths;
 use crate::wire::{Envelope, ListReply, Notice, NoticesReply, Request, WireError};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::ExitCode;
+use std::time::Duration;
+
+/// How long the hook works at most (a harness waits on its hooks; under 2 s in all).
+const HOOK_DEADLINE: Duration = Duration::from_millis(1250);
+/// The most of a hook event read (events are small; a prompt is its largest part).
+const MAX_EVENT: u64 = 16 << 20;
 
 /// The session the hook speaks for: `BGWORK_SESSION`, else the harness's session id.
 pub fn session_of(event: &Value) -> String {
@@ -24,20 +33,38 @@ pub fn session_of(event: &Value) -> String {
 }
 
 pub fn claude_code(paths: &Paths, wait_on_stop: bool) -> ExitCode {
-    let mut input = String::new();
-    let _ = std::io::stdin().read_to_string(&mut input);
-    let event: Value = serde_json::from_str(&input).unwrap_or(Value::Null);
-    let session = session_of(&event);
-    let name = event["hook_event_name"].as_str().unwrap_or("");
-    let reply = match respond(paths, &session, name, &event, wait_on_stop) {
-        Ok(reply) => reply,
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "bgwork hook: {}", e.message);
-            None
+    let (answer, answered) = std::sync::mpsc::channel();
+    let worker_paths = paths.clone();
+    let event_read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let read = event_read.clone();
+    // The work runs on a thread that is simply left behind (and ends with the process)
+    // when it takes too long: nothing it could be blocked in is allowed to hold the hook.
+    std::thread::spawn(move || {
+        let mut input = String::new();
+        let _ = std::io::stdin().take(MAX_EVENT).read_to_string(&mut input);
+        read.store(true, std::sync::atomic::Ordering::SeqCst);
+        let event: Value = serde_json::from_str(&input).unwrap_or(Value::Null);
+        let session = session_of(&event);
+        let name = event["hook_event_name"].as_str().unwrap_or("");
+        let _ = answer.send(respond(&worker_paths, &session, name, &event, wait_on_stop));
+    });
+    match answered.recv_timeout(HOOK_DEADLINE) {
+        Ok(Ok(Some(reply))) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{reply}").and_then(|()| stdout.flush());
         }
-    };
-    if let Some(reply) = reply {
-        println!("{reply}");
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => crate::note!("bgwork hook: {}", e.message),
+        Err(_) if !event_read.load(std::sync::atomic::Ordering::SeqCst) => crate::note!(
+            "bgwork hook: no hook event on stdin within {:.2} s (it must end with EOF); nothing to say",
+            HOOK_DEADLINE.as_secs_f64()
+        ),
+        Err(_) => crate::note!(
+            "bgwork hook: no answer within {:.2} s from the daemon of {} ({}); notices wait for a later turn",
+            HOOK_DEADLINE.as_secs_f64(),
+            paths.home.display(),
+            client::describe_daemon(paths)
+        ),
     }
     ExitCode::SUCCESS
 }
@@ -90,9 +117,11 @@ fn remember_session(session: &str) {
         return;
     };
     let quoted = session.replace('\'', r"'\''");
+    // Non-blocking: a FIFO with no reader is refused rather than waited on.
     if let Ok(mut env) = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
         .open(file)
     {
         let _ = writeln!(env, "export BGWORK_SESSION='{quoted}'");

@@ -80,6 +80,29 @@ pub fn key_bytes(key: &str) -> Result<Vec<u8>, WireError> {
         "pageup" => b"\x1b[5~",
         "pagedown" => b"\x1b[6~",
         "delete" | "del" => b"\x1b[3~",
+        "insert" | "ins" => b"\x1b[2~",
+        "s-tab" | "btab" => b"\x1b[Z",
+        // Function keys as xterm sends them.
+        "f1" => b"\x1bOP",
+        "f2" => b"\x1bOQ",
+        "f3" => b"\x1bOR",
+        "f4" => b"\x1bOS",
+        "f5" => b"\x1b[15~",
+        "f6" => b"\x1b[17~",
+        "f7" => b"\x1b[18~",
+        "f8" => b"\x1b[19~",
+        "f9" => b"\x1b[20~",
+        "f10" => b"\x1b[21~",
+        "f11" => b"\x1b[23~",
+        "f12" => b"\x1b[24~",
+        // Control with a punctuation key.
+        "c-@" | "c-space" => b"\x00",
+        "c-[" => b"\x1b",
+        "c-\\" => b"\x1c",
+        "c-]" => b"\x1d",
+        "c-^" => b"\x1e",
+        "c-_" => b"\x1f",
+        "c-?" => b"\x7f",
         _ => {
             if let Some(letter) = lower.strip_prefix("c-").filter(|l| l.len() == 1) {
                 let c = letter.as_bytes()[0];
@@ -88,7 +111,9 @@ pub fn key_bytes(key: &str) -> Result<Vec<u8>, WireError> {
                 }
             }
             return Err(WireError::bad_request(format!(
-                "unknown key {key}: use C-a..C-z, Enter, Tab, Esc, Backspace, Up, Down, Left, Right, Home, End, PageUp, PageDown, Delete"
+                "unknown key {key}: use C-a..C-z, C-@, C-[, C-\\, C-], C-^, C-_, Enter, Tab, \
+                 S-Tab, Esc, Backspace, Up, Down, Left, Right, Home, End, PageUp, PageDown, \
+                 Insert, Delete, F1..F12"
             )));
         }
     };
@@ -111,5 +136,10 @@ mod tests {
         assert_eq!(key_bytes("C-c").unwrap(), vec![3]);
         assert_eq!(key_bytes("Up").unwrap(), b"\x1b[A");
         assert!(key_bytes("Hyper").is_err());
+        assert_eq!(key_bytes("F1").unwrap(), b"\x1bOP");
+        assert_eq!(key_bytes("f12").unwrap(), b"\x1b[24~");
+        assert_eq!(key_bytes("Insert").unwrap(), b"\x1b[2~");
+        assert_eq!(key_bytes("C-\\").unwrap(), vec![0x1c]);
+        assert!(key_bytes("F13").is_err());
     }
 }

@@ -18,6 +18,7 @@ pub mod cli;
 pub mod client;
 pub mod daemon;
 pub mod end;
+pub mod environ;
 pub mod executor;
 pub mod hook;
 pub mod keys;

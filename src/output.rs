@@ -25,6 +25,12 @@ pub fn log_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
+/// Opens a log for reading: a regular file only, never through a symbolic link, and
+/// never blocking on open (a job that put a FIFO in its own folder cannot hang a reader).
+pub fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
+    crate::paths::open_untrusted(path)
+}
+
 /// The bytes of `[from, to)` that a log still holds, skipping its dropped middle
 /// (`[head, head + dropped)`). Returns the bytes and how many were skipped.
 pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (Vec<u8>, u64) {
@@ -39,8 +45,7 @@ pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (
         return (Vec::new(), skipped);
     }
     let mut bytes = vec![0u8; (to - start) as usize];
-    // The job may have replaced its log (a link to another file, a FIFO).
-    let read = crate::paths::open_untrusted(path).and_then(|file| {
+    let read = open_log(path).and_then(|file| {
         let mut filled = 0;
         while filled < bytes.len() {
             match file.read_at(&mut bytes[filled..], start + filled as u64)? {
@@ -61,6 +66,79 @@ pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (
         }
     }
     (bytes, skipped)
+}
+
+/// How far back [`text_end`] looks for the start of an unfinished escape sequence.
+const HOLD_BACK_MAX: u64 = 4096;
+
+/// Where readable text of `[from, to)` of a log that is still being written may end:
+/// before an unfinished UTF-8 character or escape sequence at its very end, whose rest
+/// has not arrived yet. A reader that stops there (and moves its cursor there) reads
+/// the character whole next time instead of two halves shown as U+FFFD.
+pub fn text_end(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> u64 {
+    let start = to.saturating_sub(HOLD_BACK_MAX).max(from);
+    let (bytes, _) = read_range(path, start, to, head, dropped);
+    if bytes.len() as u64 != to - start {
+        // The range crosses the dropped middle or the file is short: hold nothing back.
+        return to;
+    }
+    to - unfinished_suffix(&bytes) as u64
+}
+
+/// How many bytes at the end of `bytes` begin something unfinished: a UTF-8 character
+/// missing its last bytes, or an escape sequence missing its final byte or terminator.
+pub fn unfinished_suffix(bytes: &[u8]) -> usize {
+    let utf8 = unfinished_utf8(bytes);
+    if utf8 > 0 {
+        return utf8;
+    }
+    let Some(esc) = bytes.iter().rposition(|&b| b == 0x1b) else {
+        return 0;
+    };
+    if escape_complete(&bytes[esc..]) {
+        0
+    } else {
+        bytes.len() - esc
+    }
+}
+
+/// The length of a UTF-8 character cut short at the end of `bytes` (0 when none).
+fn unfinished_utf8(bytes: &[u8]) -> usize {
+    for k in 1..=3.min(bytes.len()) {
+        let suffix = &bytes[bytes.len() - k..];
+        match suffix[0] {
+            // A continuation byte: the character may start further back.
+            0x80..=0xbf => continue,
+            0xc2..=0xf4 => {
+                return match std::str::from_utf8(suffix) {
+                    // Valid so far and cut short: `error_len` is None only then.
+                    Err(e) if e.valid_up_to() == 0 && e.error_len().is_none() => k,
+                    _ => 0,
+                };
+            }
+            _ => return 0,
+        }
+    }
+    0
+}
+
+/// Whether an escape sequence (starting with ESC) has all its bytes.
+fn escape_complete(seq: &[u8]) -> bool {
+    let Some(&kind) = seq.get(1) else {
+        return false;
+    };
+    let rest = &seq[2..];
+    match kind {
+        // CSI: parameters and intermediates, then one final byte.
+        b'[' => rest.iter().any(|&b| !(0x20..=0x3f).contains(&b)),
+        // Strings (OSC, DCS, SOS, PM, APC) end with BEL or ESC \ (whose ESC would be
+        // the last one, so only BEL is seen here); another control byte also ends them
+        // as far as a terminal is concerned.
+        b']' | b'P' | b'X' | b'^' | b'_' => rest.iter().any(|&b| b < 0x20),
+        // Intermediates, then a final byte.
+        0x20..=0x2f => rest.iter().any(|&b| !(0x20..=0x2f).contains(&b)),
+        _ => true,
+    }
 }
 
 /// A range of a log, whole or as its head and tail when larger than `max` bytes, so
@@ -323,6 +401,26 @@ mod tests {
         assert!(clipped.starts_with(&"a".repeat(50)));
         assert!(clipped.ends_with(&"z".repeat(50)));
         assert!(clipped.contains("/x/output.log"));
+    }
+
+    #[test]
+    fn unfinished_characters_and_escapes_are_held_back() {
+        assert_eq!(unfinished_suffix(b"caf\xc3"), 1);
+        assert_eq!(unfinished_suffix(b"caf\xc3\xa9"), 0);
+        assert_eq!(unfinished_suffix(b"x \xe2\x9c"), 2);
+        assert_eq!(unfinished_suffix(b"x \xf0\x9f\x98"), 3);
+        assert_eq!(unfinished_suffix(b"bad \xff"), 0);
+        assert_eq!(unfinished_suffix(b"bad \xc3A"), 0);
+        assert_eq!(unfinished_suffix(b"lone \x9c"), 0);
+        assert_eq!(unfinished_suffix(b"red \x1b[3"), 3);
+        assert_eq!(unfinished_suffix(b"red \x1b[31m"), 0);
+        assert_eq!(unfinished_suffix(b"esc \x1b"), 1);
+        assert_eq!(unfinished_suffix(b"\x1b]0;title"), 9);
+        assert_eq!(unfinished_suffix(b"\x1b]0;title\x07ok"), 0);
+        assert_eq!(unfinished_suffix(b"\x1b]0;title\x1b\\"), 0);
+        assert_eq!(unfinished_suffix(b"\x1b(B plain"), 0);
+        assert_eq!(unfinished_suffix(b"\x1b("), 2);
+        assert_eq!(unfinished_suffix(b"plain"), 0);
     }
 
     #[test]

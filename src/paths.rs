@@ -79,8 +79,21 @@ impl Paths {
     }
 
     /// A job's folder, named by its record's row id (short, so socket paths stay short).
+    /// Rows are never reused, so neither are folders.
     pub fn job_dir(&self, row: i64) -> PathBuf {
         self.jobs.join(row.to_string())
+    }
+
+    /// The job folders there are, by row number (names that are no number are not
+    /// job folders).
+    pub fn job_folders(&self) -> Vec<(i64, PathBuf)> {
+        let Ok(entries) = fs::read_dir(&self.jobs) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| Some((e.file_name().to_str()?.parse::<i64>().ok()?, e.path())))
+            .collect()
     }
 }
 
@@ -96,7 +109,7 @@ pub fn check_private_dir(dir: &Path) -> std::io::Result<()> {
         Error::new(
             ErrorKind::PermissionDenied,
             format!(
-                "refusing to use {}: {why}; another user may have made it to receive your \
+                "refused to use {}: {why}; another user may have made it to receive your \
                  requests. Remove it, or set BGWORK_HOME (or XDG_RUNTIME_DIR) to a folder \
                  of your own",
                 dir.display()
@@ -187,6 +200,37 @@ impl SocketPath {
             _dir: Some(fd),
         })
     }
+}
+
+/// A path a caller gave, made absolute against the caller's own working directory
+/// (SPEC §3: the client resolves every path; the daemon accepts only absolute ones).
+/// `what` names the argument in the error.
+pub fn resolve(path: &str, what: &str) -> Result<String, crate::wire::WireError> {
+    let bad = |why: String| crate::wire::WireError::bad_request(format!("{what} {path:?}: {why}"));
+    if path.is_empty() {
+        return Err(bad("an empty path names no folder: give a path".into()));
+    }
+    let absolute = std::path::absolute(path).map_err(|e| {
+        bad(format!(
+            "the current folder cannot be found ({e}): give an absolute path"
+        ))
+    })?;
+    absolute
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| bad("the path is not UTF-8: give a UTF-8 path".into()))
+}
+
+/// Refuses a path that is not absolute: the daemon never guesses whose folder a
+/// relative path meant.
+pub fn require_absolute(path: &str, what: &str) -> Result<(), crate::wire::WireError> {
+    if Path::new(path).is_absolute() {
+        return Ok(());
+    }
+    Err(crate::wire::WireError::bad_request(format!(
+        "{what} {path:?} is relative: the daemon takes only absolute paths (the bgwork CLI \
+         resolves them against your folder; a socket client must send an absolute path)"
+    )))
 }
 
 /// Milliseconds since the Unix epoch.

@@ -256,7 +256,7 @@ fn soak_under_random_daemon_kills() {
     });
     call(&home, &["shutdown"]).unwrap();
     eventually(Duration::from_secs(10), || daemon_pid(&home).is_none());
-    let store = bgwork::store::Store::open(&home.path().join("work.db")).unwrap();
+    let store = bgwork::store::Store::open(&home.path().join("work.db"), 0).unwrap();
     assert_eq!(store.integrity_check().unwrap(), "ok");
     assert_eq!(lost, 0, "no job that ran was lost");
     println!(

@@ -24,10 +24,12 @@ fn note(text: &str) {
 
 mod agent;
 mod io;
+mod load;
 mod scale;
 
 use agent::agent_cost;
 use io::{capture, incremental_read};
+use load::core_under_load;
 use scale::scale;
 
 struct Opts {
@@ -59,15 +61,21 @@ fn main() {
     std::fs::create_dir_all(&opts.data).unwrap();
     let mut report = String::new();
     header(&mut report, &opts);
-    let sections: [(&str, Section); 6] = [
+    let sections: [(&str, Section); 7] = [
         ("launch", launch),
         ("exit to notice", exit_to_notice),
         ("capture", capture),
         ("incremental read", incremental_read),
         ("scale", scale),
         ("agent cost", agent_cost),
+        ("core under load", core_under_load),
     ];
+    // `--only NAME` runs one section (to look at one figure again).
+    let only = flag("--only");
     for (name, section) in sections {
+        if only.as_deref().is_some_and(|only| only != name) {
+            continue;
+        }
         eprintln!("bench: {name}…");
         section(&opts, &mut report);
     }

@@ -130,7 +130,7 @@ pub struct JobCmd {
     pub cwd: Option<String>,
     /// Set a variable for the job (its name is recorded, its value never).
     #[arg(long = "env", value_name = "K=V")]
-    pub env: Vec<String>,
+    pub env: Vec<std::ffi::OsString>,
     /// The command, run by `bash -c`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -146,10 +146,10 @@ pub struct StartCmd {
     /// Run on a pseudo-terminal (a pane): a screen, keystrokes, a size.
     #[arg(long)]
     pub pty: bool,
-    /// The pane's width (default 120).
+    /// The pane's width, 2 to 500 (default 120).
     #[arg(long, requires = "pty")]
     pub cols: Option<u16>,
-    /// The pane's height (default 40).
+    /// The pane's height, 2 to 200 (default 40).
     #[arg(long, requires = "pty")]
     pub rows: Option<u16>,
 }
@@ -368,16 +368,19 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             })?,
             timeout_s: run.timeout,
             stream: !json,
+            // As a shell does: the command reads this process's stdin.
+            stdin: wire::RunStdin::Forward,
         }),
         Commands::Gc => Request::Gc,
         Commands::Status => Request::Status,
         Commands::Shutdown { stop_work } => {
-            match Client::connect_existing(&paths) {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    return Err(WireError::new(ErrorCode::Unavailable, e.to_string()))
+            // A daemon that accepts no connection is there all the same (stuck); a socket
+            // that is not this user's is refused, never taken for none.
+            if let Err(e) = Client::connect_existing(&paths) {
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    return Err(WireError::new(ErrorCode::Unavailable, e.to_string()));
                 }
-                Err(_) => {
+                if e.kind() != std::io::ErrorKind::TimedOut {
                     render::say(json, "no daemon is running for this home");
                     return Ok(ExitCode::SUCCESS);
                 }
@@ -395,7 +398,22 @@ fn run_daemon() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bgwork daemon: {e}");
-            ExitCode::from(1)
+            // A home this daemon will not serve as it is (its database is broken): the
+            // client that started it says why at once instead of starting another.
+            let refused = e
+                .downcast_ref::<crate::store::StoreError>()
+                .is_some_and(|e| {
+                    matches!(
+                        e,
+                        crate::store::StoreError::Corrupt { .. }
+                            | crate::store::StoreError::TooNew { .. }
+                    )
+                });
+            ExitCode::from(if refused {
+                crate::client::DAEMON_REFUSED
+            } else {
+                1
+            })
         }
     }
 }
@@ -404,26 +422,29 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     let mut env = BTreeMap::new();
     let job = start.job;
     for pair in &job.env {
+        let pair = pair.to_str().ok_or_else(|| {
+            WireError::bad_request(format!(
+                "--env {}: not UTF-8, which --env cannot carry; set the variable in bgwork's own \
+                 environment instead (inherited variables reach the job as they are)",
+                pair.to_string_lossy()
+            ))
+        })?;
         let (key, value) = pair.split_once('=').ok_or_else(|| {
             WireError::bad_request("--env takes NAME=VALUE and one was given without '='")
         })?;
         env.insert(key.to_string(), value.to_string());
     }
-    let cwd = match job.cwd {
-        Some(cwd) => Some(cwd),
-        None => std::env::current_dir()
-            .ok()
-            .map(|d| d.display().to_string()),
-    };
+    let cwd = Some(crate::paths::resolve(
+        job.cwd.as_deref().unwrap_or("."),
+        "--cwd",
+    )?);
+    let caller = crate::environ::CallerEnv::of_this_process();
     Ok(wire::StartArgs {
         command: job.command.join(" "),
         cwd,
         env,
-        inherit_env: Some(
-            std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-                .collect(),
-        ),
+        inherit_env: Some(caller.text),
+        inherit_env_bytes: caller.bytes,
         name: job.name,
         notify: job.notify,
         window_ms: start.window,

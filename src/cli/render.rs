@@ -108,6 +108,10 @@ fn print<T: DeserializeOwned + Serialize>(
 /// ended in time, 0 when it was promoted, 1 when it was killed.
 fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode, WireError> {
     client.send(envelope)?;
+    if matches!(&envelope.request, Request::Run(args) if args.stdin == wire::RunStdin::Forward) {
+        let writer = client.writer()?;
+        std::thread::spawn(move || forward_stdin(writer));
+    }
     let mut out = std::io::stdout();
     let reply: RunReply = loop {
         let line = client.next_line()?.ok_or_else(|| {
@@ -141,6 +145,28 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
         RunOutcome::Killed => 1,
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Passes this process's stdin on to a run, until it ends (or cannot be read: a closed
+/// or unreadable stdin is an ended one), then says end-of-input.
+fn forward_stdin(mut writer: std::os::unix::net::UnixStream) {
+    use std::io::Read;
+    let mut stdin = std::io::stdin().lock();
+    let mut buffer = vec![0u8; 64 << 10];
+    loop {
+        let n = match stdin.read(&mut buffer) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => 0,
+        };
+        let frame = wire::StdinFrame {
+            stdin: base64::engine::general_purpose::STANDARD.encode(&buffer[..n]),
+            eof: n == 0,
+        };
+        if writer.write_all(&wire::encode_line(&frame)).is_err() || n == 0 {
+            return;
+        }
+    }
 }
 
 fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode, WireError> {

@@ -20,6 +20,9 @@ pub struct Config {
     pub gc_total_bytes: u64,
     /// The initial-output window of `start` when the caller gives none.
     pub default_window: Duration,
+    /// Whether each job gets a cgroup of its own where the kernel allows one
+    /// (`BGWORK_CGROUPS=0` turns them off).
+    pub cgroups: bool,
 }
 
 impl Default for Config {
@@ -32,6 +35,7 @@ impl Default for Config {
             retain: Duration::from_secs(24 * 3600),
             gc_total_bytes: 1 << 30,
             default_window: Duration::from_millis(1000),
+            cgroups: true,
         }
     }
 }
@@ -59,6 +63,9 @@ impl Config {
         }
         if let Some(n) = number("BGWORK_GC_TOTAL_BYTES") {
             config.gc_total_bytes = n;
+        }
+        if number("BGWORK_CGROUPS") == Some(0) {
+            config.cgroups = false;
         }
         config
     }

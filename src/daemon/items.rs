@@ -3,7 +3,9 @@
 use super::{Daemon, Inner};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::{sub_session_name, Record};
-use crate::wire::{Ack, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError};
+use crate::wire::{
+    Ack, End, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError,
+};
 use std::collections::BTreeMap;
 
 impl Daemon {
@@ -17,15 +19,22 @@ impl Daemon {
     /// id the viewer addresses it by (`sub-1/bg-2`).
     pub(crate) fn item_as(&self, viewer: &str, record: &Record) -> Item {
         let id = display_id(viewer, record);
-        let mut report = record
-            .end
-            .map(|end| crate::end::report(&id, end, record.exit_code, record.signal));
+        let mut report = record.end.map(|end| {
+            crate::end::report(&id, end, record.exit_code, record.signal)
+                + &crate::end::unwritten_note(record.unwritten)
+        });
         let mut lost_reason = record.lost_reason.clone();
         if record.kind == Kind::Monitor {
             // A monitor's detail says what happened ("matched: …", "timed out …").
             if let (Some(text), Some(detail)) = (report.as_mut(), lost_reason.take()) {
                 text.push_str(": ");
                 text.push_str(&detail);
+            }
+        } else if record.end == Some(End::StoppedByAgent) {
+            // A stop the agent did not ask for by itself says why ("killed at its
+            // deadline: …", for a `run`).
+            if let Some(detail) = lost_reason.take() {
+                report = Some(format!("{} was {detail}", record.id));
             }
         }
         let running = record.state != State::Ended;
@@ -107,10 +116,13 @@ impl Daemon {
             if !too_old && total <= self.config.gc_total_bytes {
                 continue;
             }
-            inner.store.delete(record.row)?;
+            // The folder goes first: a gc killed in between leaves a record without
+            // its folder (gone at the next gc), never a folder that outlives its record.
             if !record.job_dir.is_empty() {
                 let _ = std::fs::remove_dir_all(&record.job_dir);
             }
+            inner.store.delete(record.row)?;
+            inner.screens.forget(record.row);
             total -= size;
             removed += 1;
             freed += size;

@@ -1,15 +1,18 @@
 //! The calls that act on jobs: start, stop, send, shutdown.
 
 use super::{Daemon, Live};
+use crate::environ::{self, CallerEnv};
+use crate::executor::WriteRefused;
 use crate::output;
 use crate::paths::now_ms;
 use crate::store::{sub_session_name, NewRecord, Record, Settlement};
-use crate::wire::control::{JobSpec, PaneSize, ToSupervisor, PROTOCOL};
+use crate::wire::control::{
+    self, JobRecord, JobSpec, PaneSize, ToSupervisor, JOB_RECORD, PROTOCOL,
+};
 use crate::wire::{
     Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
     WireError,
 };
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,6 +21,11 @@ const STOP_SLACK: Duration = Duration::from_secs(2);
 const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// How long `start` waits to learn that a job's process started.
 const SPAWN_WAIT: Duration = Duration::from_secs(10);
+/// How long `stop` waits for a job that is starting (or being reconnected to) to be
+/// attached before it says so.
+const ATTACH_WAIT: Duration = Duration::from_secs(5);
+/// How long `send` waits for a supervisor to confirm that it took the input.
+const INPUT_ANSWER: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
@@ -82,14 +90,22 @@ impl Daemon {
         launch: Launch,
     ) -> Result<i64, WireError> {
         check_start(args)?;
+        // A request with no folder runs in the daemon user's home, never in the daemon's
+        // own folder; a relative one is refused, never interpreted.
         let cwd = args
             .cwd
             .clone()
             .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
-        let pane = args.pty.then(|| PaneSize {
-            cols: args.cols.unwrap_or(DEFAULT_COLS).clamp(2, 1000),
-            rows: args.rows.unwrap_or(DEFAULT_ROWS).clamp(2, 1000),
-        });
+        crate::paths::require_absolute(&cwd, "cwd")?;
+        let pane = match args.pty {
+            true => {
+                let cols = args.cols.unwrap_or(DEFAULT_COLS);
+                let rows = args.rows.unwrap_or(DEFAULT_ROWS);
+                super::pane::check_size(cols, rows)?;
+                Some(PaneSize { cols, rows })
+            }
+            false => None,
+        };
         let (record, sub_session) = {
             let mut inner = self.lock();
             // Limits hold for a root session and its sub-agents together.
@@ -139,13 +155,17 @@ impl Daemon {
             }
         };
         let job_dir = self.paths.job_dir(record.row);
-        let prepared = make_job_dir(&self.paths.jobs, &job_dir).and_then(|()| {
-            let dir = job_dir.display().to_string();
-            self.lock()
-                .store
-                .set_job_dir(record.row, &dir)
-                .map_err(|e| e.to_string())
-        });
+        // A folder of its own, never one that exists already (rows are never reused, so
+        // one that exists was put there by something else, maybe a symlink).
+        let prepared = make_job_dir(&self.paths.jobs, &job_dir)
+            .and_then(|()| write_job_record(&job_dir, &record))
+            .and_then(|()| {
+                let dir = job_dir.display().to_string();
+                self.lock()
+                    .store
+                    .set_job_dir(record.row, &dir)
+                    .map_err(|e| e.to_string())
+            });
         if let Err(reason) = prepared {
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
@@ -154,16 +174,20 @@ impl Daemon {
                 format!("the working directory {cwd} does not exist: pass an existing --cwd");
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
-        let mut env: BTreeMap<String, String> = args
-            .inherit_env
-            .clone()
-            .unwrap_or_else(|| std::env::vars().collect());
+        let (mut env, env_bytes) = match &args.inherit_env {
+            Some(env) => (env.clone(), args.inherit_env_bytes.clone()),
+            None => {
+                let own = CallerEnv::of_this_process();
+                (own.text, own.bytes)
+            }
+        };
         env.extend(args.env.clone());
         if let Some(sub_session) = sub_session {
             let report = job_dir.join(super::settle::REPORT_FILE);
             env.insert("BGWORK_SESSION".into(), sub_session);
             env.insert("BGWORK_REPORT".into(), report.display().to_string());
         }
+        let env_bytes = environ::without_names(&env_bytes, &env);
         let spec = JobSpec {
             protocol: PROTOCOL,
             job_key: job_dir.display().to_string(),
@@ -171,10 +195,13 @@ impl Daemon {
             command: args.command.clone(),
             cwd,
             env,
+            env_bytes,
             log_cap: self.config.log_cap,
             log_head: self.config.log_head,
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
             pane,
+            owner: super::settle::owner(&record),
+            no_cgroup: !self.config.cgroups,
         };
         let handle = match self.executor.start(record.row, &spec) {
             Ok(handle) => handle,
@@ -193,6 +220,8 @@ impl Daemon {
                         handle,
                         dropped: 0,
                         input_closed: false,
+                        unwritten: 0,
+                        unwritten_at: 0,
                     },
                 );
             }
@@ -209,8 +238,12 @@ impl Daemon {
             .get(row)?
             .ok_or_else(|| WireError::internal("record vanished"))?;
         let path = output::log_path(&record.job_dir);
-        let len = output::log_len(&path);
         let dropped = inner.dropped(&record);
+        let mut len = output::log_len(&path);
+        if record.state != State::Ended {
+            // Not half a character: the rest comes with the next read.
+            len = output::text_end(&path, 0, len, self.config.log_head, dropped);
+        }
         let max = output::DEFAULT_MAX_BYTES;
         let excerpt = output::excerpt(&path, 0, len, self.config.log_head, dropped, max);
         let (text, _) = excerpt.render(max, &path);
@@ -243,10 +276,15 @@ impl Daemon {
             lost_reason: Some(reason.clone()),
             notice: None,
             pid: None,
+            unwritten: 0,
+            unwritten_at: 0,
         };
-        if let Err(e) = self.lock().store.settle(row, &settlement) {
+        let mut inner = self.lock();
+        if let Err(e) = inner.store.settle(row, &settlement) {
             crate::note!("bgwork daemon: could not record the failed start of {id}: {e}");
         }
+        inner.screens.forget(row);
+        drop(inner);
         self.bump();
         WireError::new(
             ErrorCode::SpawnFailed,
@@ -271,6 +309,15 @@ impl Daemon {
             rows.extend(self.lock().store.list(&child, false)?.iter().map(|r| r.row));
         }
         for &row in &rows {
+            // A job still being handed to its supervisor (or reconnected to) is waited
+            // for a moment: a stop is never lost to that race.
+            let attached = |d: &Daemon| {
+                let inner = d.lock();
+                inner.live.contains_key(&row)
+                    || matches!(inner.store.get(row), Ok(Some(r)) if r.state == State::Ended || r.kind == Kind::Monitor)
+                    || !matches!(inner.store.get(row), Ok(Some(_)))
+            };
+            self.wait_for(ATTACH_WAIT, attached).await;
             self.request_stop(row, grace, args.actor)?;
         }
         self.wait_for(grace + STOP_SLACK, |d| {
@@ -345,31 +392,35 @@ impl Daemon {
         })
     }
 
-    pub(crate) fn send(&self, session: &str, args: &SendArgs) -> Result<Ack, WireError> {
-        let inner = self.lock();
-        let record = Self::find(&inner, session, &args.id)?;
+    /// Writes to a job's stdin; answers once its supervisor has taken the bytes.
+    pub(crate) async fn send(&self, session: &str, args: &SendArgs) -> Result<Ack, WireError> {
         let id = &args.id;
-        if record.kind == Kind::Monitor {
-            return Err(WireError::new(
-                ErrorCode::NoInput,
-                format!("{id} is a monitor and takes no input: `bgwork stop {id}` ends it"),
-            ));
-        }
-        if record.state == State::Ended {
-            return Err(WireError::new(
-                ErrorCode::NotRunning,
-                format!("{id} has ended and takes no input: start it again to send it input"),
-            ));
-        }
-        let live = inner.live.get(&record.row).ok_or_else(|| {
-            WireError::new(ErrorCode::NotRunning, format!("{id} is not attached yet"))
-        })?;
-        if live.input_closed {
-            return Err(WireError::new(
-                ErrorCode::NoInput,
-                format!("{id} has no input: its stdin is closed; a pane (--pty) takes keystrokes"),
-            ));
-        }
+        let (record, handle) = {
+            let inner = self.lock();
+            let record = Self::find(&inner, session, id)?;
+            if record.kind == Kind::Monitor {
+                return Err(WireError::new(
+                    ErrorCode::NoInput,
+                    format!("{id} is a monitor and takes no input: `bgwork stop {id}` ends it"),
+                ));
+            }
+            if record.state == State::Ended {
+                return Err(WireError::new(
+                    ErrorCode::NotRunning,
+                    format!("{id} has ended and takes no input: start it again to send it input"),
+                ));
+            }
+            let live = inner.live.get(&record.row).ok_or_else(|| {
+                WireError::new(
+                    ErrorCode::NotRunning,
+                    format!("{id} is not attached yet: try again in a moment"),
+                )
+            })?;
+            if live.input_closed {
+                return Err(no_input(id));
+            }
+            (record, live.handle.clone())
+        };
         let mut commands = Vec::new();
         let data = crate::keys::unescape(&args.text)?;
         if !data.is_empty() {
@@ -383,8 +434,36 @@ impl Daemon {
                 _ => crate::keys::plain_job_key(key)?,
             });
         }
+        let mut sent = 0;
         for command in commands {
-            live.handle.send(command);
+            match command {
+                ToSupervisor::Input { data } => {
+                    let len = data.len();
+                    let taken = tokio::time::timeout(INPUT_ANSWER, handle.write(data)).await;
+                    match taken {
+                        Ok(Ok(_)) => sent += len,
+                        Ok(Err(WriteRefused::Closed)) => return Err(no_input(id)),
+                        Ok(Err(reason)) => {
+                            return Err(WireError::new(
+                                ErrorCode::NoInput,
+                                format!("{id} did not take the input ({sent} bytes sent before): {reason}"),
+                            ))
+                        }
+                        Err(_) => {
+                            return Err(WireError::new(
+                                ErrorCode::Unavailable,
+                                format!(
+                                    "{id}'s supervisor did not confirm the input within {} s ({sent} bytes confirmed before): try again",
+                                    INPUT_ANSWER.as_secs()
+                                ),
+                            ))
+                        }
+                    }
+                }
+                other => {
+                    handle.send(other);
+                }
+            }
         }
         Ok(Ack {
             ok: true,
@@ -444,6 +523,33 @@ pub(crate) fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Writes the job's own description into its folder, so that a daemon whose database
+/// was lost can take the job back (`JOB_RECORD`).
+fn write_job_record(job_dir: &Path, record: &Record) -> Result<(), String> {
+    let description = JobRecord {
+        session: record.session.clone(),
+        id: record.id.clone(),
+        kind: record.kind,
+        name: record.name.clone(),
+        command: record.command.clone(),
+        cwd: record.cwd.clone(),
+        notify: record.notify,
+        env_names: record.env_names.clone(),
+        started_at: record.started_at,
+        cols: record.cols,
+        rows: record.rows,
+    };
+    std::fs::write(job_dir.join(JOB_RECORD), control::encode(&description))
+        .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
+}
+
+fn no_input(id: &str) -> WireError {
+    WireError::new(
+        ErrorCode::NoInput,
+        format!("{id} has no input: its stdin is closed; a pane (--pty) takes keystrokes"),
+    )
+}
+
 fn check_start(args: &StartArgs) -> Result<(), WireError> {
     if args.command.trim().is_empty() {
         return Err(WireError::bad_request(
@@ -467,6 +573,7 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
             "--env takes NAME=VALUE with a non-empty NAME",
         ));
     }
+    environ::decode_pairs(&args.inherit_env_bytes).map_err(WireError::bad_request)?;
     Ok(())
 }
 

@@ -45,6 +45,9 @@ pub(crate) struct Live {
     pub handle: JobHandle,
     pub dropped: u64,
     pub input_closed: bool,
+    /// Output bytes that could not be written (a full disk), and where they were lost.
+    pub unwritten: u64,
+    pub unwritten_at: u64,
 }
 
 impl Inner {
@@ -55,13 +58,22 @@ impl Inner {
             .map(|l| l.dropped)
             .unwrap_or(record.dropped)
     }
+
+    /// Output bytes that could not be written to a record's log, and the log offset
+    /// where the first was lost (live figures while it runs).
+    pub fn unwritten(&self, record: &crate::store::Record) -> (u64, u64) {
+        self.live
+            .get(&record.row)
+            .map(|l| (l.unwritten, l.unwritten_at))
+            .unwrap_or((record.unwritten, record.unwritten_at))
+    }
 }
 
 pub(crate) struct Inner {
     pub store: Store,
     pub live: HashMap<i64, Live>,
-    /// Terminal emulators of panes whose screen was read.
-    pub screens: HashMap<i64, pane::Screen>,
+    /// Terminal emulators of running panes whose screen was read.
+    pub screens: pane::Screens,
 }
 
 pub struct Daemon {
@@ -87,7 +99,7 @@ impl Daemon {
             inner: Mutex::new(Inner {
                 store,
                 live: HashMap::new(),
-                screens: HashMap::new(),
+                screens: pane::Screens::default(),
             }),
             changed: watch::channel(0).0,
             executor: LocalExecutor::new(events),
@@ -131,6 +143,8 @@ impl Daemon {
     }
 
     pub fn request_shutdown(&self) {
+        // No new client may reach a daemon that is going: the next one starts another.
+        let _ = std::fs::remove_file(&self.paths.socket);
         self.shutdown.send_replace(true);
     }
 
@@ -148,13 +162,17 @@ impl Daemon {
         let line = match envelope.request {
             Request::Start(args) => reply(&self.start(&session, args).await),
             Request::List { all } => reply(&self.list(&session, all)),
-            Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id)),
+            Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id).await),
             Request::Read(args) => reply(&self.read(&session, &args)),
             Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),
-            Request::Run(args) => reply(&self.run(&session, args).await),
+            // A run needs its connection (streamed output, the caller's stdin): the
+            // connection's server handles it.
+            Request::Run(_) => reply::<()>(&Err(WireError::internal(
+                "a run is served by its connection",
+            ))),
             Request::Monitor(args) => reply(&self.monitor(&session, args).await),
             Request::AgentStart(args) => reply(&self.agent_start(&session, args).await),
-            Request::Send(args) => reply(&self.send(&session, &args)),
+            Request::Send(args) => reply(&self.send(&session, &args).await),
             Request::Stop(args) => reply(&self.stop(&session, &args).await),
             Request::Wait(args) => reply(&self.wait(&session, &args).await),
             Request::Notices { peek, wait_s, .. } => {
@@ -196,7 +214,7 @@ impl Daemon {
     /// parenthood is stored, never read from a name), but the shape `…/sub-N` is kept
     /// for the sessions bgwork makes for sub-agents, so no one can take a sub-agent's
     /// name before it exists.
-    fn check_session(&self, session: &str) -> Result<(), WireError> {
+    pub(crate) fn check_session(&self, session: &str) -> Result<(), WireError> {
         if session.is_empty()
             || session.len() > MAX_SESSION
             || session.chars().any(char::is_control)

@@ -400,6 +400,8 @@ impl Daemon {
             lost_reason: Some(detail.to_string()),
             notice,
             pid: None,
+            unwritten: 0,
+            unwritten_at: 0,
         };
         if let Err(e) = inner.store.settle(row, &settlement) {
             crate::note!("bgwork daemon: could not end {}: {e}", record.id);

@@ -6,10 +6,17 @@ use crate::output;
 use crate::wire::{ReadArgs, ReadReply, State, WireError};
 use base64::Engine;
 
+/// What a reader is told of output a full disk kept out of the log.
+pub(crate) fn unwritten_line(unwritten: u64) -> String {
+    format!("[... {unwritten} bytes could not be written: disk full ...]")
+}
+
 /// How far back `--tail N` looks for its lines.
 const TAIL_WINDOW: u64 = 1 << 20;
 /// The default size of a `--raw` read (raw bytes are returned consecutively).
 const RAW_MAX_BYTES: usize = 8 << 20;
+/// The most one read returns, whatever `--max-bytes` asks (the rest is read by range).
+const MAX_READ_BYTES: usize = 16 << 20;
 
 impl Daemon {
     pub(crate) fn read(&self, session: &str, args: &ReadArgs) -> Result<ReadReply, WireError> {
@@ -30,8 +37,19 @@ impl Daemon {
         } else {
             output::DEFAULT_MAX_BYTES
         };
-        let max = args.max_bytes.unwrap_or(default_max).max(64);
+        let max = args
+            .max_bytes
+            .unwrap_or(default_max)
+            .clamp(64, MAX_READ_BYTES);
         let head = self.config.log_head;
+        let running = record.state != State::Ended;
+        // Text of a running item stops before a character or escape sequence whose
+        // rest has not arrived, so no read shows half of one (the next read has it).
+        let len = if running && !args.raw {
+            output::text_end(&path, from, len, head, dropped)
+        } else {
+            len
+        };
         let (to, text, clipped, skipped, base64) = if args.raw {
             // Raw bytes are never clipped in the middle: a read returns up to `max`
             // consecutive bytes and the next read goes on from `to`.
@@ -58,7 +76,14 @@ impl Daemon {
         if by_cursor {
             inner.store.set_cursor(session, record.row, to)?;
         }
-        let running = record.state != State::Ended;
+        // Output that a full disk kept out of the log is said where it was lost.
+        let (unwritten, unwritten_at) = inner.unwritten(&record);
+        let lost_here = unwritten > 0 && (from..=to).contains(&unwritten_at);
+        let mut text = text;
+        if lost_here && !args.raw {
+            text = format!("{}\n{text}", unwritten_line(unwritten));
+        }
+        let skipped = skipped + if lost_here { unwritten } else { 0 };
         let shown = super::items::display_id(session, &record);
         Ok(ReadReply {
             id: shown.clone(),
@@ -69,9 +94,7 @@ impl Daemon {
             dropped_bytes: skipped,
             clipped,
             log_path: path.display().to_string(),
-            report: record
-                .end
-                .map(|end| crate::end::report(&shown, end, record.exit_code, record.signal)),
+            report: self.item_as(session, &record).report,
             output_base64: base64,
         })
     }

@@ -3,44 +3,62 @@
 //!
 //! The job is an ordinary job record from its first byte, so promotion loses nothing:
 //! the output is all in its log, and its notice (if armed) fires as for any job.
+//!
+//! The command's stdin is closed at once, or is the caller's own: the caller sends it
+//! as [`StdinFrame`] lines on the connection while the run lasts (end-of-input when its
+//! stdin ends), as a shell passes its stdin to a foreground command. A caller that goes
+//! away stops the run, as Ctrl-C in a terminal would.
 
 use super::jobs::Launch;
 use super::Daemon;
+use crate::executor::WriteRefused;
 use crate::output;
 use crate::paths::now_ms;
 use crate::wire::control::ToSupervisor;
-use crate::wire::{self, Actor, Chunk, RunArgs, RunOutcome, RunReply, State, WireError};
-use std::future::Future;
+use crate::wire::{
+    self, Actor, Chunk, ErrorCode, RunArgs, RunOutcome, RunReply, RunStdin, State, StdinFrame,
+    WireError, MAX_FRAME,
+};
+use base64::Engine;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::OwnedWriteHalf;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a killed run may take to be gone.
 const KILL_WAIT: Duration = Duration::from_secs(3);
+/// How long a run stopped because its caller went away gets before KILL.
+const CALLER_GONE_GRACE: Duration = Duration::from_secs(2);
 
-/// Where streamed output goes, and how to notice the caller has gone.
-pub(crate) struct Stream<'a, G> {
+/// The connection of a foreground run: streamed output and the reply go to `writer`;
+/// the caller's stdin (and its going away) come from `reader`.
+pub(crate) struct Caller<'a> {
+    pub reader: &'a mut BufReader<OwnedReadHalf>,
     pub writer: &'a mut OwnedWriteHalf,
-    pub gone: G,
+}
+
+/// How a run's wait ended, besides the job ending or the deadline.
+enum Interrupt {
+    /// The caller closed the connection.
+    Gone,
+    /// The caller sent something that is not a stdin frame.
+    Bad(WireError),
 }
 
 impl Daemon {
-    /// Runs without streaming: the reply carries the output.
-    pub(crate) async fn run(&self, session: &str, args: RunArgs) -> Result<RunReply, WireError> {
-        self.run_streaming(session, args, None::<Stream<'_, std::future::Pending<()>>>)
-            .await
-    }
-
-    pub(crate) async fn run_streaming<G: Future<Output = ()>>(
+    pub(crate) async fn run(
         &self,
         session: &str,
         args: RunArgs,
-        stream: Option<Stream<'_, G>>,
+        caller: Caller<'_>,
     ) -> Result<RunReply, WireError> {
         let timeout = match args.timeout_s {
             Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(86_400.0)),
-            Some(_) => return Err(WireError::bad_request("--timeout takes seconds, 0 or more")),
+            Some(_) => {
+                return Err(WireError::bad_request(
+                    "--timeout takes a finite number of seconds, 0 or more",
+                ))
+            }
             None => DEFAULT_TIMEOUT,
         };
         let launch = Launch {
@@ -48,43 +66,139 @@ impl Daemon {
             ..Launch::default()
         };
         let row = self.launch(session, &args.start, launch).await?;
+        let forward = args.stdin == RunStdin::Forward;
+        let mut stdin_open = forward;
+        if !forward {
+            self.to_job(row, ToSupervisor::CloseInput);
+        }
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut shown = 0;
-        match stream {
-            Some(Stream { writer, gone }) => {
-                tokio::pin!(gone);
-                loop {
-                    let grew = |d: &Daemon| d.has_ended(row) || d.log_len_of(row) > shown;
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    tokio::select! {
-                        _ = self.wait_for(left, grew) => {}
-                        _ = &mut gone => {
-                            // The caller went away from a foreground run: stop it, as a
-                            // terminal's Ctrl-C would.
-                            self.stop_now(row, Duration::from_secs(2));
-                            return Err(WireError::bad_request("the caller went away"));
+        let mut frames = Frames::default();
+        // Output shown so far, and the log's length when last looked at.
+        let (mut shown, mut seen) = (0, 0);
+        let interrupt = loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let stream = args.stream;
+            let more = move |d: &Daemon| d.has_ended(row) || (stream && d.log_len_of(row) > seen);
+            tokio::select! {
+                _ = self.wait_for(left, more) => {}
+                frame = frames.next(caller.reader, forward) => match frame {
+                    Ok(Some(line)) => {
+                        let taken = self.take_stdin(row, &line, &mut stdin_open, deadline).await;
+                        if let Err(e) = taken {
+                            break Some(Interrupt::Bad(e));
                         }
+                        continue;
                     }
-                    let len = self.log_len_of(row);
-                    if len > shown {
-                        let text = self.text_between(row, shown, len);
-                        shown = len;
-                        let line = wire::encode_line(&Chunk { chunk: text });
-                        if writer.write_all(&line).await.is_err() {
-                            self.stop_now(row, Duration::from_secs(2));
-                            return Err(WireError::bad_request("the caller went away"));
-                        }
-                    }
-                    if self.has_ended(row) || tokio::time::Instant::now() >= deadline {
-                        break;
+                    Ok(None) => break Some(Interrupt::Gone),
+                    Err(e) => break Some(Interrupt::Bad(e)),
+                },
+            }
+            if stream {
+                seen = self.log_len_of(row);
+                let to = self.shown_until(row, shown, seen);
+                if to > shown {
+                    let text = self.text_between(row, shown, to);
+                    shown = to;
+                    let line = wire::encode_line(&Chunk { chunk: text });
+                    if caller.writer.write_all(&line).await.is_err() {
+                        break Some(Interrupt::Gone);
                     }
                 }
             }
-            None => {
-                self.wait_for(timeout, |d| d.has_ended(row)).await;
+            if self.has_ended(row) || tokio::time::Instant::now() >= deadline {
+                break None;
+            }
+        };
+        match interrupt {
+            None => self.finish_run(session, row, shown, timeout).await,
+            Some(interrupt) => {
+                // The caller went away from a foreground run (or broke its protocol):
+                // stop it, as Ctrl-C in its terminal would.
+                self.stop_now(row, CALLER_GONE_GRACE, Actor::Person);
+                Err(match interrupt {
+                    Interrupt::Gone => WireError::bad_request("the caller went away"),
+                    Interrupt::Bad(e) => e,
+                })
             }
         }
-        self.finish_run(session, row, shown, timeout).await
+    }
+
+    /// Passes one stdin frame of the caller on to the job. While the job has not read
+    /// what waits, this waits too (and so the caller's connection is not read, and the
+    /// caller stops reading its stdin): input never piles up in the daemon.
+    async fn take_stdin(
+        &self,
+        row: i64,
+        line: &[u8],
+        open: &mut bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), WireError> {
+        let frame: StdinFrame = serde_json::from_slice(line).map_err(|e| {
+            WireError::bad_request(format!(
+                "malformed stdin of a run: {e}; send {{\"stdin\":BASE64}} lines, the last with \"eof\":true"
+            ))
+        })?;
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(frame.stdin.as_bytes())
+            .map_err(|e| WireError::bad_request(format!("stdin of a run is not base64: {e}")))?;
+        if !*open {
+            // Input after end-of-input (or to a run whose stdin was closed) goes nowhere.
+            return Ok(());
+        }
+        let handle = self.lock().live.get(&row).map(|live| live.handle.clone());
+        if let (Some(handle), false) = (handle, data.is_empty()) {
+            let mut delay = std::time::Duration::from_millis(5);
+            loop {
+                match handle.write(data.clone()).await {
+                    Ok(_) => break,
+                    Err(WriteRefused::Full(_)) => {
+                        // Past its deadline the run is promoted (or killed): the rest of
+                        // its input is then dropped, as a shell's would be.
+                        if self.has_ended(row) || tokio::time::Instant::now() >= deadline {
+                            break;
+                        }
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(std::time::Duration::from_millis(200));
+                    }
+                    Err(WriteRefused::Closed) => {
+                        *open = false;
+                        break;
+                    }
+                    Err(WriteRefused::Unreachable(_)) => break,
+                }
+            }
+        }
+        if frame.eof {
+            *open = false;
+            self.to_job(row, ToSupervisor::CloseInput);
+        }
+        Ok(())
+    }
+
+    /// Sends a command to a job's supervisor, when it is connected.
+    fn to_job(&self, row: i64, command: ToSupervisor) {
+        if let Some(live) = self.lock().live.get(&row) {
+            live.handle.send(command);
+        }
+    }
+
+    /// Where text shown of `[from, len)` may end: all of it once the job ended, else
+    /// before a character or escape sequence whose rest has not arrived.
+    fn shown_until(&self, row: i64, from: u64, len: u64) -> u64 {
+        let (path, dropped, ended) = {
+            let inner = self.lock();
+            let Ok(Some(record)) = inner.store.get(row) else {
+                return len;
+            };
+            let dropped = inner.dropped(&record);
+            let ended = record.state == State::Ended;
+            (output::log_path(&record.job_dir), dropped, ended)
+        };
+        if ended {
+            len
+        } else {
+            output::text_end(&path, from, len, self.config.log_head, dropped)
+        }
     }
 
     async fn finish_run(
@@ -105,11 +219,20 @@ impl Daemon {
                 RunOutcome::Killed
             }
         };
+        let seconds = timeout.as_secs_f64();
         if outcome == RunOutcome::Killed {
-            self.stop_now(row, Duration::ZERO);
-            self.wait_for(KILL_WAIT, |d| d.has_ended(row)).await;
+            self.stop_now(row, Duration::ZERO, Actor::Agent);
+            if self.wait_for(KILL_WAIT, |d| d.has_ended(row)).await {
+                // Its end is a stop by the agent's own deadline; its report says so.
+                let detail = format!(
+                    "killed at its {seconds} s deadline: the session was at its limit of {} running items",
+                    self.config.max_running
+                );
+                self.lock().store.set_detail(row, &detail)?;
+            }
         }
         let len = self.log_len_of(row);
+        let len = self.shown_until(row, shown, len);
         let output = self.text_between(row, shown, len);
         let mut inner = self.lock();
         inner.store.set_cursor(session, row, len)?;
@@ -121,7 +244,6 @@ impl Daemon {
             .get(row)?
             .ok_or_else(|| WireError::internal("record vanished"))?;
         let item = self.item(&record);
-        let seconds = timeout.as_secs_f64();
         let message = match outcome {
             RunOutcome::Ended => item.report.clone().unwrap_or_default(),
             RunOutcome::Promoted => format!(
@@ -143,15 +265,15 @@ impl Daemon {
     }
 
     /// Asks a job's supervisor to stop it now (TERM, KILL after `grace`).
-    fn stop_now(&self, row: i64, grace: Duration) {
+    fn stop_now(&self, row: i64, grace: Duration, actor: Actor) {
         let mut inner = self.lock();
         if let Some(live) = inner.live.get(&row) {
             live.handle.send(ToSupervisor::Stop {
                 grace_ms: grace.as_millis() as u64,
-                actor: Actor::Agent,
+                actor,
             });
         }
-        let _ = inner.store.set_stop_actor(row, Actor::Agent);
+        let _ = inner.store.set_stop_actor(row, actor);
     }
 
     pub(crate) fn log_len_of(&self, row: i64) -> u64 {
@@ -173,5 +295,52 @@ impl Daemon {
         let max = output::DEFAULT_MAX_BYTES;
         let excerpt = output::excerpt(&path, from, to, self.config.log_head, dropped, max);
         excerpt.render(max, &path).0
+    }
+}
+
+/// Lines from a run's caller. Cancel-safe: a line read in part stays here for the next
+/// call.
+#[derive(Default)]
+struct Frames {
+    partial: Vec<u8>,
+}
+
+impl Frames {
+    /// The next line; `None` when the caller closed the connection. A caller that sends
+    /// no stdin (`forward` false) is only watched for going away: what it sends stays
+    /// unread, for the connection's next request.
+    async fn next(
+        &mut self,
+        reader: &mut BufReader<OwnedReadHalf>,
+        forward: bool,
+    ) -> Result<Option<Vec<u8>>, WireError> {
+        if !forward {
+            return match reader.fill_buf().await {
+                Ok([]) | Err(_) => Ok(None),
+                Ok(_) => std::future::pending().await,
+            };
+        }
+        loop {
+            let Ok(buf) = reader.fill_buf().await else {
+                return Ok(None);
+            };
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            if let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                self.partial.extend_from_slice(&buf[..end]);
+                reader.consume(end + 1);
+                return Ok(Some(std::mem::take(&mut self.partial)));
+            }
+            let n = buf.len();
+            self.partial.extend_from_slice(buf);
+            reader.consume(n);
+            if self.partial.len() > MAX_FRAME {
+                return Err(WireError::new(
+                    ErrorCode::TooLarge,
+                    format!("stdin frame refused: larger than {MAX_FRAME} bytes"),
+                ));
+            }
+        }
     }
 }

@@ -32,7 +32,15 @@ pub fn main() -> anyhow::Result<()> {
         lock if lock != paths.lock => Some(take_lock(&lock, &paths.socket)?),
         _ => None,
     };
-    let store = Store::open(&paths.db)?;
+    // New rows (and so job folders) start above every folder there is, even when the
+    // database was lost.
+    let floor = paths
+        .job_folders()
+        .iter()
+        .map(|(row, _)| *row)
+        .max()
+        .unwrap_or(0);
+    let store = Store::open(&paths.db, floor)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -102,6 +110,7 @@ pub async fn run(
     listener: UnixListener,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    daemon.adopt_orphans();
     daemon.reconcile().await;
     tokio::spawn(daemon.clone().apply_events(events));
     daemon.resume_monitors();
@@ -129,8 +138,9 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
     let peer = stream.peer_cred().map(|c| c.uid());
     let (read_half, mut writer) = stream.into_split();
     if peer.ok() != Some(me) {
+        // Not a usage error of the caller's (exit 2): this daemon is not theirs to use.
         let refusal = WireError::new(
-            ErrorCode::BadRequest,
+            ErrorCode::Unavailable,
             "refused: this daemon serves only its own user",
         );
         let _ = writer
@@ -166,21 +176,52 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32) {
                 continue;
             }
         };
-        let gone = client_gone(&mut reader);
         let reply = match envelope.request {
             Request::Notices {
                 peek, follow: true, ..
             } => {
                 let session = envelope.session.clone();
+                if let Err(error) = daemon.check_session(&session) {
+                    let _ = writer
+                        .write_all(&wire::encode_result::<()>(&Err(error)))
+                        .await;
+                    return;
+                }
+                let gone = client_gone(&mut reader);
                 daemon
                     .follow_notices(&session, peek, &mut writer, gone)
                     .await;
                 return;
             }
+            Request::Run(args) => {
+                // The connection is the run's: its output, and the caller's stdin.
+                let forward = args.stdin == wire::RunStdin::Forward;
+                let result = match daemon.check_session(&envelope.session) {
+                    Ok(()) => {
+                        let caller = super::run::Caller {
+                            reader: &mut reader,
+                            writer: &mut writer,
+                        };
+                        daemon.run(&envelope.session, args, caller).await
+                    }
+                    Err(e) => Err(e),
+                };
+                if writer
+                    .write_all(&wire::encode_result(&result))
+                    .await
+                    .is_err()
+                    || forward
+                {
+                    // What the caller sends after the reply is the rest of its stdin.
+                    return;
+                }
+                continue;
+            }
             Request::Wait(_)
             | Request::Notices {
                 wait_s: Some(_), ..
             } => {
+                let gone = client_gone(&mut reader);
                 tokio::select! {
                     reply = daemon.dispatch(envelope) => reply,
                     _ = gone => return,

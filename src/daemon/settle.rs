@@ -7,8 +7,8 @@ use crate::end;
 use crate::executor::{ExecEvent, Reattach};
 use crate::output;
 use crate::paths::now_ms;
-use crate::store::{NewNotice, Record, Settlement};
-use crate::wire::control::ExitStatus;
+use crate::store::{NewNotice, NewRecord, Record, Settlement};
+use crate::wire::control::{self, ExitStatus, JobRecord, JOB_RECORD};
 use crate::wire::{End, Kind, State};
 use std::path::Path;
 use std::sync::Arc;
@@ -70,9 +70,17 @@ impl Daemon {
                 };
                 self.settle_or_retry(row, Ending::Status(status));
             }
-            ExecEvent::Output { row, dropped, .. } => {
+            ExecEvent::Output {
+                row,
+                dropped,
+                unwritten,
+                unwritten_at,
+                ..
+            } => {
                 if let Some(live) = self.lock().live.get_mut(&row) {
                     live.dropped = dropped;
+                    live.unwritten = unwritten;
+                    live.unwritten_at = unwritten_at;
                 }
                 self.bump();
             }
@@ -83,16 +91,60 @@ impl Daemon {
             }
             ExecEvent::Ended { row, status } => self.settle_or_retry(row, Ending::Status(status)),
             ExecEvent::Detached { row } => {
-                let record = match self.lock().store.get(row) {
-                    Ok(Some(record)) if record.state != State::Ended => record,
-                    _ => return,
-                };
-                match crate::supervisor::read_status(Path::new(&record.job_dir)) {
-                    Some(Ok(status)) => self.settle_or_retry(row, Ending::Status(status)),
-                    Some(Err(reason)) => self.lose(&record, &reason),
-                    None => self.lose(&record, "its supervisor died before the job ended"),
+                // The handle is dead; a new one comes with a reconnect.
+                self.lock().live.remove(&row);
+                tokio::spawn(self.clone().recover(row));
+            }
+        }
+    }
+
+    /// A supervisor connection closed without an end. A closed connection is no proof
+    /// of death: while the supervisor lives it is reconnected to (backing off up to 5 s
+    /// between tries); its status file settles the end once it is gone; `lost` only when
+    /// it is gone and left no status.
+    async fn recover(self: Arc<Self>, row: i64) {
+        let mut delay = Duration::from_millis(20);
+        let mut said = false;
+        loop {
+            let record = match self.lock().store.get(row) {
+                Ok(Some(record)) if record.state != State::Ended => record,
+                _ => return,
+            };
+            let job_dir = Path::new(&record.job_dir).to_path_buf();
+            match self.executor.reattach(row, &job_dir, &owner(&record)).await {
+                Reattach::Running(running) => {
+                    let mut inner = self.lock();
+                    if let Err(e) = inner.store.set_running(row, running.pid) {
+                        crate::note!("bgwork daemon: {e}");
+                    }
+                    inner.live.insert(row, live(running));
+                    drop(inner);
+                    if said {
+                        crate::note!("bgwork daemon: {} reconnected to its supervisor", record.id);
+                    }
+                    self.bump();
+                    return;
+                }
+                Reattach::Ended(status) => {
+                    self.settle_or_retry(row, Ending::Status(status));
+                    return;
+                }
+                Reattach::Lost(reason) => {
+                    if !supervisor_alive(&record) {
+                        self.lose(&record, &reason);
+                        return;
+                    }
                 }
             }
+            if !said {
+                said = true;
+                crate::note!(
+                    "bgwork daemon: the supervisor of {} lives but does not answer; retrying",
+                    record.id
+                );
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
         }
     }
 
@@ -111,7 +163,11 @@ impl Daemon {
                 dropped,
                 lost_reason: status.spawn_error.clone(),
                 pid: status.pid,
-                notice: self.armed_notice(record, end, code, signal, path, dropped),
+                unwritten: status.unwritten,
+                unwritten_at: status.unwritten_at,
+                notice: self
+                    .armed_notice(record, end, code, signal, path, dropped)
+                    .map(|notice| notice.with_unwritten(status.unwritten)),
             }
         })
     }
@@ -128,7 +184,11 @@ impl Daemon {
             dropped: record.dropped,
             lost_reason: Some(reason.to_string()),
             pid: None,
-            notice: self.armed_notice(record, End::Lost, None, None, path, record.dropped),
+            unwritten: record.unwritten,
+            unwritten_at: record.unwritten_at,
+            notice: self
+                .armed_notice(record, End::Lost, None, None, path, record.dropped)
+                .map(|notice| notice.with_unwritten(record.unwritten)),
         })
     }
 
@@ -149,6 +209,7 @@ impl Daemon {
             }
             inner.store.settle(row, &settlement)?;
             inner.live.remove(&row);
+            inner.screens.forget(row);
             Ok::<(), crate::store::StoreError>(())
         })();
         self.bump();
@@ -175,7 +236,8 @@ impl Daemon {
 
     /// A job whose supervisor is gone: kill what is left of it, then settle it `lost`.
     fn lose(self: &Arc<Self>, record: &Record, reason: &str) {
-        let killed = crate::supervisor::tree::sweep_job(&job_key(record));
+        let killed =
+            crate::supervisor::tree::sweep_job(&job_key(record), Path::new(&record.job_dir));
         if killed > 0 {
             crate::note!(
                 "bgwork daemon: {} lost; killed {killed} leftover process(es)",
@@ -207,6 +269,68 @@ impl Daemon {
         })
     }
 
+    /// Takes back the job folders the database does not know (it was lost, or
+    /// replaced): each becomes its record again, with its own id, and reconciling then
+    /// reattaches it or settles it. One that had ended already fires no notice: whether
+    /// it was delivered before the loss cannot be known, and a notice is never doubled.
+    pub(crate) fn adopt_orphans(&self) {
+        let mut taken = Vec::new();
+        for (row, dir) in self.paths.job_folders() {
+            let known = self.lock().store.has_row(row);
+            if !matches!(known, Ok(false)) {
+                continue;
+            }
+            let description = crate::paths::read_untrusted(&dir.join(JOB_RECORD), 1 << 20)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| control::decode::<JobRecord>(&bytes));
+            let description = match description {
+                Ok(description) => description,
+                Err(e) => {
+                    crate::note!(
+                        "bgwork daemon: {} is no job this database knows, and has no readable {JOB_RECORD} ({e}): left as it is",
+                        dir.display()
+                    );
+                    continue;
+                }
+            };
+            let ended = dir.join(crate::supervisor::STATUS_FILE).exists();
+            let record = NewRecord {
+                session: description.session,
+                kind: description.kind,
+                name: description.name,
+                command: description.command,
+                cwd: description.cwd,
+                notify: description.notify && !ended,
+                env_names: description.env_names,
+                started_at: description.started_at,
+                cols: description.cols,
+                rows: description.rows,
+            };
+            let dir_text = dir.display().to_string();
+            match self
+                .lock()
+                .store
+                .adopt(row, &record, &description.id, &dir_text)
+            {
+                Ok(true) => taken.push(format!("{} ({})", description.id, record.session)),
+                Ok(false) => crate::note!(
+                    "bgwork daemon: {} names {} of {}, which the database already holds: left as it is",
+                    dir.display(),
+                    description.id,
+                    record.session
+                ),
+                Err(e) => crate::note!("bgwork daemon: could not take back {}: {e}", dir.display()),
+            }
+        }
+        if !taken.is_empty() {
+            crate::note!(
+                "bgwork daemon: the database did not know {} job folder(s); took them back: {}",
+                taken.len(),
+                taken.join(", ")
+            );
+        }
+    }
+
     /// Finds every record left unsettled by an earlier daemon: reattached when its
     /// supervisor answers, settled from its status file when it ended meanwhile, `lost`
     /// when neither can be known.
@@ -231,7 +355,10 @@ impl Daemon {
             let daemon = self.clone();
             pending.spawn(async move {
                 let job_dir = Path::new(&record.job_dir).to_path_buf();
-                let found = daemon.executor.reattach(record.row, &job_dir).await;
+                let found = daemon
+                    .executor
+                    .reattach(record.row, &job_dir, &owner(&record))
+                    .await;
                 (record, found)
             });
         }
@@ -245,19 +372,17 @@ impl Daemon {
                     if let Err(e) = inner.store.set_running(record.row, running.pid) {
                         crate::note!("bgwork daemon: {e}");
                     }
-                    inner.live.insert(
-                        record.row,
-                        Live {
-                            handle: running.handle,
-                            dropped: running.dropped,
-                            input_closed: false,
-                        },
-                    );
+                    inner.live.insert(record.row, live(running));
                     attached += 1;
                 }
                 Reattach::Ended(status) => {
                     self.settle_or_retry(record.row, Ending::Status(status));
                     settled += 1;
+                }
+                Reattach::Lost(_) if supervisor_alive(&record) => {
+                    // Alive but not answering (stopped, or slow): not lost.
+                    tokio::spawn(self.clone().recover(record.row));
+                    attached += 1;
                 }
                 Reattach::Lost(reason) => {
                     self.lose(&record, &reason);
@@ -273,6 +398,20 @@ impl Daemon {
     }
 }
 
+fn supervisor_alive(record: &Record) -> bool {
+    crate::executor::local::supervisor_alive(Path::new(&record.job_dir))
+}
+
+fn live(running: crate::executor::Running) -> Live {
+    Live {
+        handle: running.handle,
+        dropped: running.dropped,
+        input_closed: false,
+        unwritten: running.unwritten,
+        unwritten_at: running.unwritten_at,
+    }
+}
+
 /// The report file in a sub-agent's folder.
 pub(crate) const REPORT_FILE: &str = "report";
 
@@ -280,6 +419,12 @@ pub(crate) const REPORT_FILE: &str = "report";
 enum Ending {
     Status(ExitStatus),
     Lost(String),
+}
+
+/// Who a job's status file must name: its session, id and start time, which no other
+/// job of the home shares.
+pub(crate) fn owner(record: &Record) -> String {
+    format!("{}/{}@{}", record.session, record.id, record.started_at)
 }
 
 /// The key a job's processes carry in `BGWORK_JOB`: its folder, unique on the machine.

@@ -7,22 +7,25 @@
 //! file when no supervisor answers. Either way one task per job then relays the
 //! supervisor's messages as [`ExecEvent`]s and the daemon's commands to it.
 
-use super::{ExecEvent, JobHandle, Reattach, Running};
+use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused};
 use crate::paths::SocketPath;
 use crate::supervisor::{self, CONTROL_SOCKET};
 use crate::wire::control::{self, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
+use crate::wire::frame::{LineError, Lines};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
-/// How long a new supervisor may take to report that its job started.
+/// How long a reattach waits for a live supervisor to bind its control socket.
 const SPAWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest line a supervisor sends (its messages are small; a status is < 1 KiB).
+const MAX_SUPERVISOR_LINE: usize = 1 << 20;
 /// How long a supervisor may take to answer `hello` on reattach.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -76,12 +79,11 @@ impl LocalExecutor {
         let stream =
             UnixStream::from_std(launch).map_err(|e| format!("socket setup failed: {e}"))?;
         let (read_half, write_half) = stream.into_split();
-        let launching = Some(job_dir.to_path_buf());
-        Ok(self.relay(row, BufReader::new(read_half), write_half, launching))
+        Ok(self.relay(row, Lines::new(read_half, MAX_SUPERVISOR_LINE), write_half))
     }
 
     /// Finds a job again after a daemon restart.
-    pub async fn reattach(&self, row: i64, job_dir: &Path) -> Reattach {
+    pub async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
         let socket = job_dir.join(CONTROL_SOCKET);
         let mut connected = connect(&socket).await;
         // A supervisor started just before the old daemon died may not have bound its
@@ -90,7 +92,7 @@ impl LocalExecutor {
         let deadline = began + SPAWN_TIMEOUT;
         let mut said = false;
         while connected.is_none()
-            && supervisor::read_status(job_dir).is_none()
+            && supervisor::read_status(job_dir, owner).is_none()
             && supervisor_alive(job_dir)
             && tokio::time::Instant::now() < deadline
         {
@@ -106,7 +108,7 @@ impl LocalExecutor {
         }
         if let Some(stream) = connected {
             let (read_half, mut write_half) = stream.into_split();
-            let mut reader = BufReader::new(read_half);
+            let mut reader = Lines::new(read_half, MAX_SUPERVISOR_LINE);
             let hello = control::encode(&ToSupervisor::Hello { protocol: PROTOCOL });
             let _ = write_half.write_all(&hello).await;
             let reply = tokio::time::timeout(HELLO_TIMEOUT, answer_to_hello(&mut reader)).await;
@@ -115,6 +117,8 @@ impl LocalExecutor {
                     protocol,
                     pid,
                     dropped,
+                    unwritten,
+                    unwritten_at,
                     status,
                     ..
                 })) => {
@@ -126,10 +130,12 @@ impl LocalExecutor {
                     if let Some(status) = status {
                         return Reattach::Ended(status);
                     }
-                    let handle = self.relay(row, reader, write_half, None);
+                    let handle = self.relay(row, reader, write_half);
                     return Reattach::Running(Running {
                         pid,
                         dropped,
+                        unwritten,
+                        unwritten_at,
                         handle,
                     });
                 }
@@ -137,7 +143,7 @@ impl LocalExecutor {
                 _ => {}
             }
         }
-        match supervisor::read_status(job_dir) {
+        match supervisor::read_status(job_dir, owner) {
             Some(Ok(status)) => Reattach::Ended(status),
             Some(Err(reason)) => Reattach::Lost(reason),
             None => Reattach::Lost("its supervisor is gone and left no exit status".into()),
@@ -145,35 +151,44 @@ impl LocalExecutor {
     }
 
     /// Spawns the task that relays one supervisor connection; returns its handle.
-    /// `launching` (the job's folder) while the supervisor has yet to say whether the
-    /// job started.
+    ///
+    /// No deadline runs here: a job is `spawn_failed` only when its supervisor says so
+    /// (or its status file does), and a connection that closes without an end is
+    /// reported as `Detached`, after which the daemon checks whether the supervisor
+    /// still lives before it concludes anything.
     fn relay(
         &self,
         row: i64,
-        mut reader: BufReader<OwnedReadHalf>,
+        mut reader: Lines<OwnedReadHalf>,
         mut writer: OwnedWriteHalf,
-        mut launching: Option<PathBuf>,
     ) -> JobHandle {
         let (commands, mut incoming) = mpsc::unbounded_channel();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let launch_deadline = tokio::time::Instant::now() + SPAWN_TIMEOUT;
             let mut ended = false;
+            let mut writable = true;
+            let mut writes = Writes::default();
             loop {
                 tokio::select! {
+                    // A message already waiting is handled before anything else.
+                    biased;
                     message = next_message(&mut reader) => match message {
                         Some(FromSupervisor::Spawned { pid }) => {
-                            launching = None;
                             let _ = events.send(ExecEvent::Spawned { row, pid });
                         }
                         Some(FromSupervisor::SpawnFailed { message }) => {
-                            launching = None;
                             ended = true;
                             let _ = events.send(ExecEvent::SpawnFailed { row, message });
                             break;
                         }
-                        Some(FromSupervisor::Output { log_len, dropped }) => {
-                            let _ = events.send(ExecEvent::Output { row, log_len, dropped });
+                        Some(FromSupervisor::Output { log_len, dropped, unwritten, unwritten_at }) => {
+                            let _ = events.send(ExecEvent::Output {
+                                row,
+                                log_len,
+                                dropped,
+                                unwritten,
+                                unwritten_at,
+                            });
                         }
                         Some(FromSupervisor::InputClosed) => {
                             let _ = events.send(ExecEvent::InputClosed { row });
@@ -183,26 +198,100 @@ impl LocalExecutor {
                             let _ = events.send(ExecEvent::Ended { row, status });
                             break;
                         }
+                        Some(FromSupervisor::InputTaken { seq, queued }) => {
+                            writes.answer(seq, Ok(queued));
+                        }
+                        Some(FromSupervisor::InputRefused { seq, reason, full }) => {
+                            let refusal = match full {
+                                true => WriteRefused::Full(reason),
+                                false => WriteRefused::Closed,
+                            };
+                            writes.answer(seq, Err(refusal));
+                        }
                         Some(FromSupervisor::Hello { .. }) => {}
                         None => break,
                     },
-                    command = incoming.recv() => match command {
-                        Some(command) => {
-                            let _ = writer.write_all(&control::encode(&command)).await;
+                    command = incoming.recv(), if writable => {
+                        let lines = match command {
+                            Some(Command::Send(command)) => vec![control::encode(&command)],
+                            Some(Command::Write { data, answer }) => writes.ask(data, answer),
+                            None => return,
+                        };
+                        for line in lines {
+                            // A failed write is not the supervisor's death: reading
+                            // goes on until the connection really ends.
+                            if writer.write_all(&line).await.is_err() {
+                                writable = false;
+                            }
                         }
-                        None => return,
                     },
-                    _ = tokio::time::sleep_until(launch_deadline), if launching.is_some() => break,
                 }
             }
-            if let Some(job_dir) = launching {
-                let message = supervisor_error(&job_dir);
-                let _ = events.send(ExecEvent::SpawnFailed { row, message });
-            } else if !ended {
+            if !ended {
                 let _ = events.send(ExecEvent::Detached { row });
             }
         });
-        JobHandle { commands }
+        JobHandle::new(commands)
+    }
+}
+
+/// Input written to a supervisor in pieces, each answered by its `seq`; a write is
+/// answered once its last piece is.
+#[derive(Default)]
+struct Writes {
+    next_seq: u64,
+    waiting: std::collections::HashMap<u64, WriteAnswer>,
+}
+
+struct WriteAnswer {
+    answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
+    /// The seq of the first piece: an earlier refusal answers the whole write.
+    first: u64,
+}
+
+impl Writes {
+    /// The control lines that carry `data` (64 KiB a piece, so no line is large).
+    fn ask(
+        &mut self,
+        data: Vec<u8>,
+        answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
+    ) -> Vec<Vec<u8>> {
+        const PIECE: usize = 64 << 10;
+        let first = self.next_seq + 1;
+        let mut lines = Vec::new();
+        for piece in data.chunks(PIECE) {
+            self.next_seq += 1;
+            lines.push(control::encode(&ToSupervisor::Write {
+                seq: self.next_seq,
+                data: piece.to_vec(),
+            }));
+        }
+        if lines.is_empty() {
+            let _ = answer.send(Ok(0));
+            return lines;
+        }
+        self.waiting
+            .insert(self.next_seq, WriteAnswer { answer, first });
+        lines
+    }
+
+    /// A piece was answered: a refusal answers its write at once, the last piece's
+    /// answer answers it in full.
+    fn answer(&mut self, seq: u64, result: Result<u64, WriteRefused>) {
+        if let Some(write) = self.waiting.remove(&seq) {
+            let _ = write.answer.send(result);
+            return;
+        }
+        if let Err(reason) = result {
+            let last = self
+                .waiting
+                .iter()
+                .find(|(&last, w)| w.first <= seq && seq < last)
+                .map(|(&last, _)| last);
+            if let Some(write) = last.and_then(|last| self.waiting.remove(&last)) {
+                let _ = write.answer.send(Err(reason));
+            }
+        }
     }
 }
 
@@ -242,7 +331,7 @@ fn spawn_supervisor(exe: &Path) -> Result<Warm, String> {
 /// The supervisor's answer to `hello`: its `hello`, or `exited` if it is ending. Output
 /// progress it sent on the new connection before reading the `hello` is passed over
 /// (the daemon reads the log's length from the file).
-async fn answer_to_hello(reader: &mut BufReader<OwnedReadHalf>) -> Option<FromSupervisor> {
+async fn answer_to_hello(reader: &mut Lines<OwnedReadHalf>) -> Option<FromSupervisor> {
     loop {
         match next_message(reader).await? {
             FromSupervisor::Output { .. } | FromSupervisor::InputClosed => continue,
@@ -256,32 +345,27 @@ async fn connect(socket: &Path) -> Option<UnixStream> {
     UnixStream::connect(&short.path).await.ok()
 }
 
-/// The next message from a supervisor; `None` when the connection ends.
-async fn next_message(reader: &mut BufReader<OwnedReadHalf>) -> Option<FromSupervisor> {
-    let mut line = Vec::new();
+/// The next message from a supervisor; `None` when the connection ends. Cancel-safe
+/// (the partial line stays in `reader`).
+async fn next_message(reader: &mut Lines<OwnedReadHalf>) -> Option<FromSupervisor> {
     loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => return None,
-            Ok(_) => {}
-        }
-        match control::decode(line.strip_suffix(b"\n").unwrap_or(&line)) {
-            Ok(message) => return Some(message),
-            Err(e) => crate::note!("bgwork daemon: {e}"),
+        match reader.next().await {
+            Ok(Some(line)) => match control::decode(&line) {
+                Ok(message) => return Some(message),
+                Err(e) => crate::note!("bgwork daemon: {e}"),
+            },
+            Ok(None) => return None,
+            Err(LineError::TooLong(max)) => {
+                crate::note!("bgwork daemon: a supervisor sent a line over {max} bytes");
+                return None;
+            }
+            Err(LineError::Io(_)) => return None,
         }
     }
 }
 
-fn supervisor_error(job_dir: &Path) -> String {
-    let log = crate::paths::read_untrusted(&job_dir.join("supervisor.log"), 64 << 10)
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_default();
-    let last = log.lines().last().unwrap_or("it exited without a word");
-    format!("the supervisor failed: {last}")
-}
-
 /// Whether the supervisor named in a job's folder still runs.
-fn supervisor_alive(job_dir: &Path) -> bool {
+pub fn supervisor_alive(job_dir: &Path) -> bool {
     let pid = crate::paths::read_untrusted(&job_dir.join(SUPERVISOR_PID_FILE), 64)
         .ok()
         .and_then(|p| String::from_utf8_lossy(&p).trim().parse::<i32>().ok());

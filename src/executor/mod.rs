@@ -10,7 +10,7 @@
 pub mod local;
 
 use crate::wire::control::{ExitStatus, ToSupervisor};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// What happens to a running job, as the executor sees it.
 #[derive(Debug)]
@@ -24,6 +24,8 @@ pub enum ExecEvent {
         row: i64,
         log_len: u64,
         dropped: u64,
+        unwritten: u64,
+        unwritten_at: u64,
     },
     /// The job no longer reads its input.
     InputClosed { row: i64 },
@@ -36,13 +38,65 @@ pub enum ExecEvent {
 /// Commands to one running job.
 #[derive(Clone, Debug)]
 pub struct JobHandle {
-    commands: mpsc::UnboundedSender<ToSupervisor>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+/// What the daemon asks of a job's connection.
+#[derive(Debug)]
+pub enum Command {
+    /// A command that needs no answer.
+    Send(ToSupervisor),
+    /// Bytes for the job's stdin; answered with the bytes now waiting, or why not.
+    Write {
+        data: Vec<u8>,
+        answer: oneshot::Sender<Result<u64, WriteRefused>>,
+    },
+}
+
+/// Why input was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteRefused {
+    /// The job has not read what waits yet: the same bytes may be taken later.
+    Full(String),
+    /// The job's stdin is closed: no input will ever be taken.
+    Closed,
+    /// The supervisor's connection is gone or did not answer: try again.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for WriteRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteRefused::Full(reason) | WriteRefused::Unreachable(reason) => f.write_str(reason),
+            WriteRefused::Closed => f.write_str("its stdin is closed"),
+        }
+    }
 }
 
 impl JobHandle {
+    pub fn new(commands: mpsc::UnboundedSender<Command>) -> JobHandle {
+        JobHandle { commands }
+    }
+
     /// Sends a command; false when the job's connection is gone.
     pub fn send(&self, command: ToSupervisor) -> bool {
-        self.commands.send(command).is_ok()
+        self.commands.send(Command::Send(command)).is_ok()
+    }
+
+    /// Writes to the job's stdin and waits until its supervisor has taken the bytes:
+    /// `Ok(waiting)` with the bytes not yet read by the job, or why they were refused.
+    pub async fn write(&self, data: Vec<u8>) -> Result<u64, WriteRefused> {
+        let (answer, answered) = oneshot::channel();
+        if self.commands.send(Command::Write { data, answer }).is_err() {
+            return Err(WriteRefused::Unreachable(
+                "its supervisor is not connected: try again in a moment".into(),
+            ));
+        }
+        answered.await.unwrap_or_else(|_| {
+            Err(WriteRefused::Unreachable(
+                "the connection to its supervisor closed before it answered: try again".into(),
+            ))
+        })
     }
 }
 
@@ -51,6 +105,8 @@ impl JobHandle {
 pub struct Running {
     pub pid: i32,
     pub dropped: u64,
+    pub unwritten: u64,
+    pub unwritten_at: u64,
     pub handle: JobHandle,
 }
 

@@ -5,12 +5,18 @@
 //! session's pending notices in `notices`, so a model hears of ended work on its next
 //! call of any tool without polling. A long `wait` sends progress notifications when
 //! the client gave a progress token, so clients that time out idle calls keep waiting.
+//!
+//! Every line on stdin gets an answer (`stdio.rs`). A call the client cancels
+//! (`notifications/cancelled`) ends its daemon connection at once, so the daemon ends a
+//! `wait` too; when stdin ends the server exits a moment later (`ANSWER_AFTER_EOF`),
+//! abandoning the calls still in flight.
 
+mod stdio;
 mod tools;
 
-use crate::client::Client;
+use crate::client::{Client, Closer};
 use crate::paths::Paths;
-use crate::wire::{Envelope, Request, WireError};
+use crate::wire::{Envelope, ErrorCode, Request, WireError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, InitializeResult,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, Tool,
@@ -18,7 +24,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often a blocked call reports progress (`BGWORK_MCP_PROGRESS_MS` changes it).
@@ -29,18 +35,37 @@ fn progress_every() -> Duration {
     Duration::from_millis(ms.unwrap_or(5000).max(10))
 }
 
+/// How long calls in flight may still be answered after stdin ended.
+const ANSWER_AFTER_EOF: Duration = Duration::from_secs(1);
+
 /// Runs the server on stdin/stdout until the client goes away.
 pub fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // A thread that made a daemon call does not outlive it for long.
+        .thread_keep_alive(Duration::from_secs(1))
         .enable_all()
         .build()?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         let server = McpServer::from_env();
-        let service = server.serve(rmcp::transport::stdio()).await?;
-        service.waiting().await?;
+        let (transport, stdin_ended) = stdio::StdioLines::start();
+        let service = server.serve(transport).await?;
+        // A client that closes stdin is done (the MCP way to stop a stdio server): calls
+        // that end within a moment are still answered, the others are abandoned.
+        let abandon = async {
+            let _ = stdin_ended.await;
+            tokio::time::sleep(ANSWER_AFTER_EOF).await;
+        };
+        tokio::select! {
+            quit = service.waiting() => { quit?; }
+            () = abandon => {}
+        }
         anyhow::Ok(())
-    })
+    });
+    // Calls still in flight (a `wait` whose client closed stdin) are not waited for:
+    // their daemon connections close with this process, which ends them in the daemon.
+    runtime.shutdown_background();
+    served
 }
 
 pub struct McpServer {
@@ -51,10 +76,19 @@ pub struct McpServer {
 impl McpServer {
     /// The session is `BGWORK_SESSION`, else a fresh one for this server process.
     pub fn from_env() -> McpServer {
-        let session = std::env::var("BGWORK_SESSION")
-            .ok()
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| format!("mcp-{}-{}", std::process::id(), crate::paths::now_ms()));
+        let fresh = || format!("mcp-{}-{}", std::process::id(), crate::paths::now_ms());
+        let session = match std::env::var("BGWORK_SESSION") {
+            Ok(session) if !session.is_empty() => session,
+            Err(std::env::VarError::NotUnicode(raw)) => {
+                let session = fresh();
+                crate::note!(
+                    "bgwork mcp: BGWORK_SESSION {} is not UTF-8; using the fresh session {session}",
+                    raw.to_string_lossy()
+                );
+                session
+            }
+            _ => fresh(),
+        };
         McpServer {
             paths: Arc::new(Paths::from_env()),
             session,
@@ -62,32 +96,78 @@ impl McpServer {
     }
 
     /// Sends one request to the daemon (on a blocking thread: the client is synchronous).
-    async fn call(&self, request: Request) -> Result<Value, WireError> {
+    /// When `cancelled` resolves, or this future is dropped, the daemon connection ends.
+    async fn call(
+        &self,
+        request: Request,
+        cancelled: impl std::future::Future<Output = ()>,
+    ) -> Result<Value, WireError> {
         let paths = self.paths.clone();
         let envelope = Envelope {
             session: self.session.clone(),
             request,
         };
-        tokio::task::spawn_blocking(move || {
+        let connection = Arc::new(Mutex::new(Connection::default()));
+        let abandon_on_drop = Abandon(connection.clone());
+        let call = tokio::task::spawn_blocking(move || {
             let mut client = Client::connect(&paths)?;
+            {
+                let mut connection = connection.lock().unwrap_or_else(|e| e.into_inner());
+                if connection.abandoned {
+                    return Err(cancelled_error());
+                }
+                connection.closer = client.closer().ok();
+            }
             client.call::<Value>(&envelope)
-        })
-        .await
-        .map_err(|e| WireError::internal(format!("the call failed: {e}")))?
+        });
+        let outcome = tokio::select! {
+            joined = call => joined
+                .map_err(|e| WireError::internal(format!("the call failed: {e}")))
+                .and_then(|result| result),
+            _ = cancelled => Err(cancelled_error()),
+        };
+        drop(abandon_on_drop);
+        outcome
     }
 
     /// The session's pending notices, now delivered.
-    async fn take_notices(&self) -> Value {
+    async fn take_notices(&self, cancelled: impl std::future::Future<Output = ()>) -> Value {
         let request = Request::Notices {
             peek: false,
             follow: false,
             wait_s: None,
         };
-        match self.call(request).await {
+        match self.call(request, cancelled).await {
             Ok(mut reply) => reply["notices"].take(),
             Err(_) => Value::Array(Vec::new()),
         }
     }
+}
+
+/// A daemon call's connection, as far as its async side knows it.
+#[derive(Default)]
+struct Connection {
+    closer: Option<Closer>,
+    /// The caller gave up: a connection made from now on is dropped at once.
+    abandoned: bool,
+}
+
+/// Ends a call's daemon connection when the call is over, cancelled or dropped.
+struct Abandon(Arc<Mutex<Connection>>);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        let mut connection = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        connection.abandoned = true;
+        connection.closer = None;
+    }
+}
+
+fn cancelled_error() -> WireError {
+    WireError::new(
+        ErrorCode::Unavailable,
+        "the call was cancelled by the client",
+    )
 }
 
 impl ServerHandler for McpServer {
@@ -138,16 +218,23 @@ impl ServerHandler for McpServer {
             })
         });
         let outcome = match tools::request(&name, &args) {
-            Ok(request) => self.call(request).await,
+            Ok(request) => self.call(request, context.ct.cancelled()).await,
             Err(e) => Err(e),
         };
         if let Some(ticker) = ticker {
             ticker.abort();
         }
+        if context.ct.is_cancelled() {
+            // Nobody reads this result (rmcp drops it): take no notices with it.
+            let error = outcome.err().unwrap_or_else(cancelled_error);
+            return Ok(CallToolResponse::Complete(
+                CallToolResult::structured_error(tools::error_object(&error)),
+            ));
+        }
         // The notices tool's own result is the notices; every other result carries them.
         let notices = match (&outcome, name.as_str()) {
             (Ok(reply), "notices") => reply["notices"].clone(),
-            _ => self.take_notices().await,
+            _ => self.take_notices(context.ct.cancelled()).await,
         };
         let result = match outcome {
             Ok(Value::Object(mut reply)) => {

@@ -1,12 +1,14 @@
 //! The MCP tools: their schemas and descriptions (written for a model), and turning a
 //! tool call's arguments into the one request type every front end sends.
 
+use crate::environ::CallerEnv;
 use crate::wire::{
     self, Actor, Condition, MonitorArgs, MonitorMode, ReadArgs, Request, RunArgs, SendArgs,
     StartArgs, StopArgs, WaitArgs, WireError,
 };
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// Said once, in the server's instructions, and echoed by the tools.
 pub const INSTRUCTIONS: &str = "bgwork runs shell work in the background. Start long work \
@@ -31,7 +33,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "command": {"type": "string", "description": "Shell command, run by bash -c"},
                     "notify": {"type": "boolean", "description": "Fire one notice when it ends"},
                     "name": {"type": "string"},
-                    "cwd": {"type": "string", "description": "Working directory (default: the server's)"},
+                    "cwd": {"type": "string", "description": "Working directory (default: the server's; a relative path is taken from the server's, ~ is the home folder)"},
                     "env": {"type": "object", "additionalProperties": {"type": "string"},
                             "description": "Extra variables; their values are never recorded"},
                     "window_ms": {"type": "integer", "minimum": 0},
@@ -52,7 +54,8 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "command": {"type": "string"},
                     "timeout_s": {"type": "number", "minimum": 0},
                     "notify": {"type": "boolean", "description": "Notice when a promoted run ends"},
-                    "name": {"type": "string"}, "cwd": {"type": "string"},
+                    "name": {"type": "string"},
+                    "cwd": {"type": "string", "description": "Working directory (default: the server's; a relative path is taken from the server's)"},
                     "env": {"type": "object", "additionalProperties": {"type": "string"}}
                 }),
                 &["command"],
@@ -138,10 +141,10 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "mode": {"type": "string", "enum": ["wait", "watch"]},
                     "until_output": {"type": "string"},
                     "until_port": {"type": "string"},
-                    "until_file": {"type": "string"},
+                    "until_file": {"type": "string", "description": "A path; a relative one is taken from the server's working directory"},
                     "until_end": {"type": "string"},
                     "output": {"type": "string"},
-                    "file": {"type": "string"},
+                    "file": {"type": "string", "description": "A path; a relative one is taken from the server's working directory"},
                     "regex": {"type": "string"},
                     "timeout_s": {"type": "number", "minimum": 0},
                     "notify": {"type": "boolean"},
@@ -190,6 +193,8 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             start: start_args(&a)?,
             timeout_s: a.number("timeout_s")?,
             stream: false,
+            // The model has no stdin to give: the command reads end-of-input.
+            stdin: wire::RunStdin::Closed,
         }),
         "list" => Request::List {
             all: a.flag("all")?,
@@ -243,12 +248,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
 }
 
 fn start_args(a: &Args) -> Result<StartArgs, WireError> {
-    let cwd = match a.text("cwd")? {
-        Some(cwd) => Some(cwd),
-        None => std::env::current_dir()
-            .ok()
-            .map(|d| d.display().to_string()),
-    };
+    let cwd = absolute("cwd", a.text("cwd")?.as_deref().unwrap_or("."))?;
     let mut env = BTreeMap::new();
     if let Some(value) = a.0.get("env") {
         let object = value
@@ -261,11 +261,13 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
             env.insert(key.clone(), value.to_string());
         }
     }
+    let caller = CallerEnv::of_this_process();
     Ok(StartArgs {
         command: a.required("command")?,
-        cwd,
+        cwd: Some(cwd),
         env,
-        inherit_env: Some(std::env::vars().collect()),
+        inherit_env: Some(caller.text),
+        inherit_env_bytes: caller.bytes,
         name: a.text("name")?,
         notify: a.flag("notify")?,
         window_ms: a.count("window_ms")?.map(|n| n as u64),
@@ -291,10 +293,14 @@ fn monitor_args(a: &Args) -> Result<MonitorArgs, WireError> {
         a.text("until_port")?
             .map(|address| Condition::Port { address }),
     );
-    conditions.extend(a.text("until_file")?.map(|path| Condition::File { path }));
+    for name in ["until_file", "file"] {
+        if let Some(path) = a.text(name)? {
+            let path = absolute(name, &path)?;
+            conditions.push(Condition::File { path });
+        }
+    }
     conditions.extend(a.text("until_end")?.map(|id| Condition::End { id }));
     conditions.extend(a.text("output")?.map(|id| Condition::Output { id }));
-    conditions.extend(a.text("file")?.map(|path| Condition::File { path }));
     if conditions.len() != 1 {
         return Err(WireError::bad_request(
             "give exactly one of until_output, until_port, until_file, until_end (wait) or output, file (watch)",
@@ -307,6 +313,46 @@ fn monitor_args(a: &Args) -> Result<MonitorArgs, WireError> {
         timeout_s: a.number("timeout_s")?,
         notify: a.flag("notify")? || mode == MonitorMode::Watch,
         name: a.text("name")?,
+    })
+}
+
+/// A path argument as the daemon needs it: absolute. A relative path is taken from the
+/// server's own working directory (as a shell would take it from the caller's), and a
+/// leading `~` is the home folder (a model writes `~/src` with no shell to expand it).
+fn absolute(name: &str, path: &str) -> Result<String, WireError> {
+    let home = || {
+        std::env::var_os("HOME")
+            .filter(|h| Path::new(h).is_absolute())
+            .map(PathBuf::from)
+            .ok_or_else(|| {
+                WireError::bad_request(format!(
+                    "{name}: {path} starts with ~ and this server has no HOME: give an absolute path"
+                ))
+            })
+    };
+    let full = if path == "~" {
+        home()?
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        home()?.join(rest)
+    } else if Path::new(path).is_absolute() {
+        PathBuf::from(path)
+    } else {
+        let here = std::env::current_dir().map_err(|e| {
+            WireError::bad_request(format!(
+                "{name}: {path:?} is relative to this server's working directory, which is \
+                 gone ({e}): give an absolute path"
+            ))
+        })?;
+        here.join(path)
+    };
+    // `Path::components` drops the `.` parts; `..` stays (symlinks make it unsafe to fold).
+    let full: PathBuf = full.components().collect();
+    full.into_os_string().into_string().map_err(|full| {
+        WireError::bad_request(format!(
+            "{name}: {} is not valid UTF-8, which a request cannot carry: give an absolute \
+             path that is",
+            full.to_string_lossy()
+        ))
     })
 }
 

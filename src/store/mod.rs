@@ -22,6 +22,8 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("the database is newer than this build (schema {found}, this build knows {known}): run the newer bgwork")]
     TooNew { found: i64, known: i64 },
+    #[error("{path} fails its integrity check ({detail}); it is kept as it is. Move it aside (`mv {path} {path}.broken`) and start again: running jobs are found again from the home's jobs/ folder")]
+    Corrupt { path: String, detail: String },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -53,6 +55,10 @@ pub struct Record {
     /// A pane's terminal size.
     pub cols: Option<u16>,
     pub rows: Option<u16>,
+    /// Output bytes that could not be written to the log (a full disk), and the log
+    /// offset where the first of them was lost.
+    pub unwritten: u64,
+    pub unwritten_at: u64,
 }
 
 /// What a new record holds before it runs.
@@ -83,12 +89,23 @@ pub struct Settlement {
     pub notice: Option<NewNotice>,
     /// The job's pid when the record does not have it yet.
     pub pid: Option<i32>,
+    /// Output bytes that could not be written to the log (a full disk).
+    pub unwritten: u64,
+    pub unwritten_at: u64,
 }
 
 #[derive(Debug, Clone)]
 pub struct NewNotice {
     pub text: String,
     pub tail: String,
+}
+
+impl NewNotice {
+    /// The notice, saying how much output a full disk kept out of the log.
+    pub fn with_unwritten(mut self, unwritten: u64) -> NewNotice {
+        self.text.push_str(&crate::end::unwritten_note(unwritten));
+        self
+    }
 }
 
 /// A notice in the outbox.
@@ -109,24 +126,115 @@ pub struct NoticeRow {
 
 pub struct Store {
     conn: Connection,
+    /// The file that keeps row and notice numbers above every one ever used, even when
+    /// the database itself is lost (`work.ids` beside it).
+    reserve: Reserve,
 }
+
+/// Row and notice numbers reserved ahead in a file beside the database, in steps of
+/// [`RESERVE_STEP`]: a fresh database starts above them, so no job folder, row or
+/// notice id is ever used twice in a home.
+struct Reserve {
+    path: std::path::PathBuf,
+    rows: i64,
+    notices: i64,
+}
+
+const RESERVE_STEP: i64 = 4096;
 
 const RECORD_COLUMNS: &str = "row, session, id, kind, state, end_kind, exit_code, signal, name, \
     command, cwd, pid, started_at, ended_at, notify, env_names, job_dir, stop_actor, dropped, \
-    log_len, lost_reason, cols, rows";
+    log_len, lost_reason, cols, rows, unwritten, unwritten_at";
 
 /// `end_kind` of a notice that reports matches of a watch, not an end.
 const MATCH_NOTICE: &str = "match";
 
 impl Store {
-    pub fn open(path: &std::path::Path) -> Result<Store> {
+    /// Opens (or creates) the database. A database that fails `PRAGMA quick_check` is
+    /// refused, and kept as it is. `floor` is the highest row number known to have
+    /// been used in this home (the job folders' names): rows start above it.
+    pub fn open(path: &std::path::Path, floor: i64) -> Result<Store> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let corrupt = |detail: String| StoreError::Corrupt {
+            path: path.display().to_string(),
+            detail,
+        };
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(|e| corrupt(e.to_string()))?;
+        if check != "ok" {
+            return Err(corrupt(check));
+        }
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         schema::migrate(&conn)?;
-        Ok(Store { conn })
+        let ids = path.with_extension("ids");
+        let (rows, notices) = read_reserve(&ids);
+        let mut store = Store {
+            conn,
+            reserve: Reserve {
+                path: ids,
+                rows: 0,
+                notices: 0,
+            },
+        };
+        store.raise_floor(rows.max(floor), notices)?;
+        store.keep_reserve()?;
+        Ok(store)
+    }
+
+    /// Keeps new rows above `rows` and new notices above `notices`. When the database
+    /// is behind them (it was lost, or replaced), new ids start above `rows` too: an
+    /// id is never given twice in a home, even to another session.
+    fn raise_floor(&mut self, rows: i64, notices: i64) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        let behind = sequence(&tx, "items")? < rows;
+        for (table, floor) in [("items", rows), ("notices", notices)] {
+            if sequence(&tx, table)? < floor {
+                tx.execute("DELETE FROM sqlite_sequence WHERE name = ?1", [table])?;
+                tx.execute(
+                    "INSERT INTO sqlite_sequence(name, seq) VALUES (?1, ?2)",
+                    params![table, floor],
+                )?;
+            }
+        }
+        if behind {
+            tx.execute(
+                "INSERT INTO home(key, value) VALUES ('id_floor', ?1)
+                 ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
+                [rows],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Moves the reservation ahead when the numbers in use come near it.
+    fn keep_reserve(&mut self) -> Result<()> {
+        let rows = sequence(&self.conn, "items")?;
+        let notices = sequence(&self.conn, "notices")?;
+        if rows < self.reserve.rows && notices < self.reserve.notices {
+            return Ok(());
+        }
+        let (rows, notices) = (rows + RESERVE_STEP, notices + RESERVE_STEP);
+        let temp = self.reserve.path.with_extension("ids.tmp");
+        let written = std::fs::write(&temp, format!("rows {rows}\nnotices {notices}\n"))
+            .and_then(|()| std::fs::rename(&temp, &self.reserve.path));
+        match written {
+            Ok(()) => {
+                self.reserve.rows = rows;
+                self.reserve.notices = notices;
+            }
+            // A full disk: the database still never reuses a number; only a database
+            // lost at the same time could.
+            Err(e) => crate::note!(
+                "bgwork daemon: could not write {}: {e}",
+                self.reserve.path.display()
+            ),
+        }
+        Ok(())
     }
 
     /// Writes a new record (state `starting`) with the session's next id for its kind.
@@ -144,7 +252,8 @@ impl Store {
         let tx = self.conn.transaction()?;
         let prefix = id_prefix(new.kind);
         let n: i64 = tx.query_row(
-            "INSERT INTO counters(session, prefix, next) VALUES (?1, ?2, 2)
+            "INSERT INTO counters(session, prefix, next)
+                 VALUES (?1, ?2, COALESCE((SELECT value FROM home WHERE key = 'id_floor'), 0) + 2)
                  ON CONFLICT(session, prefix) DO UPDATE SET next = next + 1
                  RETURNING next - 1",
             params![new.session, prefix],
@@ -172,7 +281,61 @@ impl Store {
         let row = tx.last_insert_rowid();
         also(&tx, row, &id)?;
         tx.commit()?;
+        self.keep_reserve()?;
         Ok(self.get(row)?.expect("the record just written"))
+    }
+
+    /// Takes back a record found only as its job folder (the database was lost): with
+    /// its own row, id and folder, `starting` so that reconciling finds its end.
+    pub fn adopt(&mut self, row: i64, record: &NewRecord, id: &str, job_dir: &str) -> Result<bool> {
+        let tx = self.conn.transaction()?;
+        let taken: bool = tx.query_row(
+            "SELECT EXISTS(SELECT 1 FROM items WHERE row = ?1 OR (session = ?2 AND id = ?3))",
+            params![row, record.session, id],
+            |r| r.get(0),
+        )?;
+        if taken {
+            return Ok(false);
+        }
+        tx.execute(
+            "INSERT INTO items(row, session, id, kind, state, name, command, cwd, started_at,
+                               notify, env_names, job_dir, cols, rows)
+             VALUES (?1, ?2, ?3, ?4, 'starting', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![
+                row,
+                record.session,
+                id,
+                kind_str(record.kind),
+                record.name,
+                record.command,
+                record.cwd,
+                record.started_at,
+                record.notify,
+                record.env_names.join(","),
+                job_dir,
+                record.cols,
+                record.rows,
+            ],
+        )?;
+        if record.kind == Kind::SubAgent {
+            // A sub-agent taken back keeps its session's parent.
+            tx.execute(
+                "INSERT OR IGNORE INTO sessions(name, parent, agent_row) VALUES (?1, ?2, ?3)",
+                params![sub_session_name(&record.session, id), record.session, row],
+            )?;
+        }
+        tx.commit()?;
+        self.keep_reserve()?;
+        Ok(true)
+    }
+
+    /// Whether a row number belongs to a record.
+    pub fn has_row(&self, row: i64) -> Result<bool> {
+        Ok(self.conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM items WHERE row = ?1)",
+            [row],
+            |r| r.get(0),
+        )?)
     }
 
     pub fn set_job_dir(&mut self, row: i64, job_dir: &str) -> Result<()> {
@@ -216,6 +379,16 @@ impl Store {
         Ok(())
     }
 
+    /// Says why an ended record ended where its end alone does not (a `run` killed at
+    /// its deadline, say); shown in its report.
+    pub fn set_detail(&mut self, row: i64, detail: &str) -> Result<()> {
+        self.conn.execute(
+            "UPDATE items SET lost_reason = ?2 WHERE row = ?1 AND state = 'ended'",
+            params![row, detail],
+        )?;
+        Ok(())
+    }
+
     /// Ends a record and writes its notice in one transaction. Returns false (and
     /// changes nothing) when the record had already ended: an end is recorded once.
     pub fn settle(&mut self, row: i64, settlement: &Settlement) -> Result<bool> {
@@ -223,7 +396,7 @@ impl Store {
         let changed = tx.execute(
             "UPDATE items SET state = 'ended', end_kind = ?2, exit_code = ?3, signal = ?4,
                     ended_at = ?5, log_len = ?6, dropped = ?7, lost_reason = ?8,
-                    pid = COALESCE(pid, ?9)
+                    pid = COALESCE(pid, ?9), unwritten = ?10, unwritten_at = ?11
              WHERE row = ?1 AND state != 'ended'",
             params![
                 row,
@@ -235,6 +408,8 @@ impl Store {
                 settlement.dropped as i64,
                 settlement.lost_reason,
                 settlement.pid,
+                settlement.unwritten as i64,
+                settlement.unwritten_at as i64,
             ],
         )?;
         if changed == 1 {
@@ -257,6 +432,7 @@ impl Store {
             }
         }
         tx.commit()?;
+        self.keep_reserve()?;
         Ok(changed == 1)
     }
 
@@ -335,7 +511,8 @@ impl Store {
                 item: r.get(2)?,
                 end: Some(r.get::<_, String>(3)?)
                     .filter(|e| e != MATCH_NOTICE)
-                    .map(|e| parse_end(&e)),
+                    .map(|e| parse_end(3, &e))
+                    .transpose()?,
                 exit_code: r.get(4)?,
                 signal: r.get(5)?,
                 text: r.get(6)?,
@@ -374,10 +551,13 @@ impl Store {
         Ok(())
     }
 
-    /// Ended records that ended before `before_ms`, oldest first.
+    /// Ended records that ended before `before_ms`, oldest first, leaving out those
+    /// with a notice not yet delivered (gc must never take a notice nobody saw).
     pub fn ended_before(&self, before_ms: i64) -> Result<Vec<Record>> {
         let sql = format!(
             "SELECT {RECORD_COLUMNS} FROM items WHERE state = 'ended' AND ended_at < ?1
+               AND NOT EXISTS (SELECT 1 FROM notices
+                               WHERE notices.row = items.row AND delivered_at IS NULL)
              ORDER BY ended_at"
         );
         let mut stmt = self.conn.prepare(&sql)?;
@@ -408,9 +588,12 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
         row: r.get(0)?,
         session: r.get(1)?,
         id: r.get(2)?,
-        kind: parse_kind(&r.get::<_, String>(3)?),
-        state: parse_state(&r.get::<_, String>(4)?),
-        end: r.get::<_, Option<String>>(5)?.map(|e| parse_end(&e)),
+        kind: parse_kind(3, &r.get::<_, String>(3)?)?,
+        state: parse_state(4, &r.get::<_, String>(4)?)?,
+        end: r
+            .get::<_, Option<String>>(5)?
+            .map(|e| parse_end(5, &e))
+            .transpose()?,
         exit_code: r.get(6)?,
         signal: r.get(7)?,
         name: r.get(8)?,
@@ -426,19 +609,42 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
             .map(String::from)
             .collect(),
         job_dir: r.get(16)?,
-        stop_actor: r.get::<_, Option<String>>(17)?.map(|a| {
-            if a == "person" {
-                Actor::Person
-            } else {
-                Actor::Agent
-            }
-        }),
+        stop_actor: r
+            .get::<_, Option<String>>(17)?
+            .map(|a| parse_actor(17, &a))
+            .transpose()?,
         dropped: r.get::<_, i64>(18)? as u64,
         log_len: r.get::<_, i64>(19)? as u64,
         lost_reason: r.get(20)?,
         cols: r.get(21)?,
         rows: r.get(22)?,
+        unwritten: r.get::<_, i64>(23)? as u64,
+        unwritten_at: r.get::<_, i64>(24)? as u64,
     })
+}
+
+/// The highest number AUTOINCREMENT has given in `table`.
+fn sequence(conn: &Connection, table: &str) -> Result<i64> {
+    Ok(conn
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = ?1",
+            [table],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0))
+}
+
+/// The numbers reserved in a home's `work.ids` file (0 when it has none).
+fn read_reserve(path: &std::path::Path) -> (i64, i64) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let value = |name: &str| {
+        text.lines()
+            .filter_map(|line| line.strip_prefix(name)?.trim().parse::<i64>().ok())
+            .max()
+            .unwrap_or(0)
+    };
+    (value("rows "), value("notices "))
 }
 
 pub fn id_prefix(kind: Kind) -> &'static str {
@@ -458,21 +664,41 @@ fn kind_str(kind: Kind) -> &'static str {
     }
 }
 
-fn parse_kind(text: &str) -> Kind {
-    match text {
+/// A column whose text is none of the values this build writes: the row is refused
+/// (a database from a newer build, or damaged), never read as some default.
+fn unknown(column: usize, text: &str) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        column,
+        rusqlite::types::Type::Text,
+        format!("unknown value {text:?}").into(),
+    )
+}
+
+fn parse_kind(column: usize, text: &str) -> rusqlite::Result<Kind> {
+    Ok(match text {
+        "job" => Kind::Job,
         "pane" => Kind::Pane,
         "monitor" => Kind::Monitor,
         "sub_agent" => Kind::SubAgent,
-        _ => Kind::Job,
-    }
+        _ => return Err(unknown(column, text)),
+    })
 }
 
-fn parse_state(text: &str) -> State {
-    match text {
+fn parse_state(column: usize, text: &str) -> rusqlite::Result<State> {
+    Ok(match text {
         "starting" => State::Starting,
         "running" => State::Running,
-        _ => State::Ended,
-    }
+        "ended" => State::Ended,
+        _ => return Err(unknown(column, text)),
+    })
+}
+
+fn parse_actor(column: usize, text: &str) -> rusqlite::Result<Actor> {
+    Ok(match text {
+        "agent" => Actor::Agent,
+        "person" => Actor::Person,
+        _ => return Err(unknown(column, text)),
+    })
 }
 
 fn actor_str(actor: Actor) -> &'static str {
@@ -500,9 +726,9 @@ fn end_str(end: End) -> &'static str {
         .unwrap_or("lost")
 }
 
-fn parse_end(text: &str) -> End {
+fn parse_end(column: usize, text: &str) -> rusqlite::Result<End> {
     ENDS.iter()
         .find(|(_, s)| *s == text)
         .map(|(e, _)| *e)
-        .unwrap_or(End::Lost)
+        .ok_or_else(|| unknown(column, text))
 }

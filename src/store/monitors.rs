@@ -124,6 +124,6 @@ impl Store {
             params![row, progress.0 as i64, progress.1 as i64],
         )?;
         tx.commit()?;
-        Ok(())
+        self.keep_reserve()
     }
 }

@@ -75,7 +75,65 @@ const MIGRATIONS: &[&str] = &[
         matches     INTEGER NOT NULL DEFAULT 0
     );
     ALTER TABLE notices ADD COLUMN count INTEGER NOT NULL DEFAULT 1;",
-    // 4: the sessions bgwork made for sub-agents, with their parents (never inferred
+    // 4: rows and notice ids never reused (AUTOINCREMENT), a floor under new ids (after
+    //    a lost database), and output bytes that could not be written (a full disk).
+    "CREATE TABLE items_v4(
+        row         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session     TEXT NOT NULL,
+        id          TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        end_kind    TEXT,
+        exit_code   INTEGER,
+        signal      INTEGER,
+        name        TEXT,
+        command     TEXT NOT NULL,
+        cwd         TEXT NOT NULL,
+        pid         INTEGER,
+        started_at  INTEGER NOT NULL,
+        ended_at    INTEGER,
+        notify      INTEGER NOT NULL,
+        env_names   TEXT NOT NULL,
+        job_dir     TEXT NOT NULL,
+        stop_actor  TEXT,
+        dropped     INTEGER NOT NULL DEFAULT 0,
+        log_len     INTEGER NOT NULL DEFAULT 0,
+        dismissed   INTEGER NOT NULL DEFAULT 0,
+        lost_reason TEXT,
+        cols        INTEGER,
+        rows        INTEGER,
+        UNIQUE(session, id)
+    );
+    INSERT INTO items_v4 SELECT * FROM items;
+    DROP TABLE items;
+    ALTER TABLE items_v4 RENAME TO items;
+    CREATE INDEX items_by_state ON items(state);
+    ALTER TABLE items ADD COLUMN unwritten INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE items ADD COLUMN unwritten_at INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE notices_v4(
+        nrow         INTEGER PRIMARY KEY AUTOINCREMENT,
+        key          TEXT NOT NULL UNIQUE,
+        row          INTEGER NOT NULL,
+        session      TEXT NOT NULL,
+        item         TEXT NOT NULL,
+        end_kind     TEXT NOT NULL,
+        exit_code    INTEGER,
+        signal       INTEGER,
+        text         TEXT NOT NULL,
+        tail         TEXT NOT NULL,
+        created_at   INTEGER NOT NULL,
+        delivered_at INTEGER,
+        count        INTEGER NOT NULL DEFAULT 1
+    );
+    INSERT INTO notices_v4 SELECT * FROM notices;
+    DROP TABLE notices;
+    ALTER TABLE notices_v4 RENAME TO notices;
+    CREATE INDEX notices_pending ON notices(session) WHERE delivered_at IS NULL;
+    CREATE TABLE home(
+        key   TEXT PRIMARY KEY,
+        value INTEGER NOT NULL
+    );",
+    // 5: the sessions bgwork made for sub-agents, with their parents (never inferred
     // from a name); those of existing sub-agents are filled in.
     "CREATE TABLE sessions(
         name      TEXT PRIMARY KEY,

@@ -41,10 +41,10 @@ impl Conn {
         self.flush();
     }
 
-    /// Sends the newest output offsets, or remembers to once the buffer drains.
-    pub fn progress(&mut self, log_len: u64, dropped: u64) {
+    /// Sends the newest output figures, or remembers to once the buffer drains.
+    pub fn progress(&mut self, figures: FromSupervisor) {
         if self.write_buf.is_empty() {
-            self.send(&FromSupervisor::Output { log_len, dropped });
+            self.send(&figures);
         } else {
             self.progress_due = true;
         }
@@ -70,9 +70,12 @@ impl Conn {
         due
     }
 
-    /// Reads what has arrived and returns the complete messages in it.
+    /// Reads what has arrived and returns the complete messages in it. Complete lines
+    /// are taken as they come, so only a single line longer than [`MAX_LINE`] (which no
+    /// daemon sends: input travels in pieces) closes the connection.
     pub fn receive(&mut self) -> Vec<ToSupervisor> {
-        let mut chunk = [0u8; 4096];
+        let mut chunk = [0u8; 16 << 10];
+        let mut messages = Vec::new();
         loop {
             match self.stream.read(&mut chunk) {
                 Ok(0) => {
@@ -87,12 +90,15 @@ impl Conn {
                     break;
                 }
             }
+            messages.extend(self.take_messages());
             if self.read_buf.len() > MAX_LINE {
+                crate::note!("bgwork supervise: a control line passed {MAX_LINE} bytes");
                 self.closed = true;
                 break;
             }
         }
-        self.take_messages()
+        messages.extend(self.take_messages());
+        messages
     }
 
     /// The complete messages already buffered.

@@ -5,8 +5,9 @@
 //! the bytes between the first `head` bytes and the newest `cap - head` bytes are
 //! released with `fallocate(PUNCH_HOLE)`: the file stays the same length but holds
 //! at most `cap` bytes on disk. `dropped()` says how many bytes were released; they
-//! lie in `[head, head + dropped)`. A write that fails (a full disk) is counted in
-//! `unwritten` and the job goes on: its later bytes still land at their own offsets.
+//! lie in `[head, head + dropped)`. Bytes that cannot be written (a full disk) are
+//! counted in `unwritten`, with the log offset where the first of them was lost, and
+//! the job goes on: the log holds what could be written, with no gap of zeros.
 
 use nix::fcntl::{fallocate, splice, FallocateFlags, SpliceFFlags};
 use std::fs::File;
@@ -22,6 +23,8 @@ pub struct OutputLog {
     written: u64,
     punched_to: u64,
     unwritten: u64,
+    /// The log offset at which the first unwritten byte was lost.
+    unwritten_at: Option<u64>,
 }
 
 impl OutputLog {
@@ -34,18 +37,34 @@ impl OutputLog {
             written: 0,
             punched_to: head,
             unwritten: 0,
+            unwritten_at: None,
         }
     }
 
-    /// Appends one chunk of output.
+    /// Appends one chunk of output; what cannot be written is counted, not kept.
     pub fn append(&mut self, bytes: &[u8]) {
-        if let Err(e) = self.file.write_all_at(bytes, self.written) {
-            self.unwritten += bytes.len() as u64;
-            if self.unwritten == bytes.len() as u64 {
-                crate::note!("bgwork supervise: output log write failed: {e}");
+        let mut done = 0;
+        while done < bytes.len() {
+            match self.file.write_at(&bytes[done..], self.written) {
+                Ok(0) => break,
+                Ok(n) => {
+                    done += n;
+                    self.written += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if self.unwritten == 0 {
+                        crate::note!("bgwork supervise: output log write failed: {e}");
+                    }
+                    break;
+                }
             }
         }
-        self.written += bytes.len() as u64;
+        let lost = (bytes.len() - done) as u64;
+        if lost > 0 {
+            self.unwritten += lost;
+            self.unwritten_at.get_or_insert(self.written);
+        }
         self.release_middle();
     }
 
@@ -71,6 +90,11 @@ impl OutputLog {
 
     pub fn unwritten(&self) -> u64 {
         self.unwritten
+    }
+
+    /// The log offset where output was first lost (0 when none was).
+    pub fn unwritten_at(&self) -> u64 {
+        self.unwritten_at.unwrap_or(0)
     }
 
     fn release_middle(&mut self) {

@@ -12,6 +12,7 @@
 //! file, fsync, rename) before the daemon is told: a daemon that was away reads it later.
 //! The supervisor needs no daemon to do any of this: its life does not depend on one.
 
+mod cgroup;
 mod conn;
 mod log;
 mod spawn;
@@ -47,6 +48,8 @@ pub const CONTROL_SOCKET: &str = "control.sock";
 const READ_CHUNK: usize = 1 << 20;
 /// Output progress goes to the daemon at most this often while output streams.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(2);
+/// Input accepted for a job that has not read it yet, at most.
+const INPUT_QUEUE_MAX: usize = 8 << 20;
 /// After the job's processes are gone, output still buffered is drained for this long.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -83,6 +86,8 @@ struct Escalation {
 struct Supervisor {
     spec: JobSpec,
     me: i32,
+    /// The job's cgroup, left and removed once every process of the job is gone.
+    cgroup: Option<PathBuf>,
     pid: i32,
     log: OutputLog,
     output: Option<File>,
@@ -90,6 +95,8 @@ struct Supervisor {
     /// The pane's terminal (for resizing), when the job runs on one.
     pty: Option<pty_process::blocking::Pty>,
     input_queue: Vec<u8>,
+    /// End-of-input was asked for: stdin closes once the queued input is written.
+    close_input: bool,
     listener: UnixListener,
     conns: Vec<Conn>,
     signals: SignalFd,
@@ -146,14 +153,24 @@ impl Supervisor {
         let listener = UnixListener::bind(&short.path)?;
         listener.set_nonblocking(true)?;
 
+        // The job's cgroup, where one can be made: every process of the job is born in it.
+        let me = std::process::id() as i32;
+        let my_start = tree::start_time(me);
+        let cgroup = my_start
+            .filter(|_| !spec.no_cgroup)
+            .and_then(|start| cgroup::enter(&format!("bgwork-{me}-{start}")));
         let spawned = match spawn::spawn_job(&spec) {
             Ok(spawned) => spawned,
             Err(e) => {
+                if let Some(dir) = &cgroup {
+                    cgroup::leave(dir);
+                }
                 let message = spawn::spawn_message(&spec, &e);
                 let status = ExitStatus {
                     protocol: PROTOCOL,
                     spawn_error: Some(message.clone()),
                     ended_at_ms: now_ms(),
+                    owner: spec.owner.clone(),
                     ..ExitStatus::default()
                 };
                 write_status(&job_dir, &status)?;
@@ -163,16 +180,26 @@ impl Supervisor {
                 return Err(e);
             }
         };
+        let record = tree::TreeRecord {
+            supervisor: my_start.map(|start| (me, start)),
+            job: tree::start_time(spawned.pid).map(|start| (spawned.pid, start)),
+            cgroup: cgroup.clone(),
+        };
+        if let Err(e) = record.write(&job_dir) {
+            crate::note!("bgwork supervise: could not record the job's processes: {e}");
+        }
         first.send(&FromSupervisor::Spawned { pid: spawned.pid });
         Ok(Supervisor {
             spec,
-            me: std::process::id() as i32,
+            me,
+            cgroup,
             pid: spawned.pid,
             log,
             output: Some(spawned.output),
             stdin: Some(spawned.input),
             pty: spawned.pty,
             input_queue: Vec::new(),
+            close_input: false,
             listener,
             conns: vec![first],
             signals,
@@ -342,9 +369,19 @@ impl Supervisor {
         }
         self.progress_due = false;
         self.last_progress = Instant::now();
-        let (log_len, dropped) = (self.log.len(), self.log.dropped());
-        for conn in &mut self.conns {
-            conn.progress(log_len, dropped);
+        for index in 0..self.conns.len() {
+            let figures = self.figures();
+            self.conns[index].progress(figures);
+        }
+    }
+
+    /// The log's figures, as an output progress message.
+    fn figures(&self) -> FromSupervisor {
+        FromSupervisor::Output {
+            log_len: self.log.len(),
+            dropped: self.log.dropped(),
+            unwritten: self.log.unwritten(),
+            unwritten_at: self.log.unwritten_at(),
         }
     }
 
@@ -439,8 +476,8 @@ impl Supervisor {
 
     fn serve_conn(&mut self, index: usize) {
         if self.conns[index].flush() {
-            let (log_len, dropped) = (self.log.len(), self.log.dropped());
-            self.conns[index].send(&FromSupervisor::Output { log_len, dropped });
+            let figures = self.figures();
+            self.conns[index].send(&figures);
         }
         for message in self.conns[index].receive() {
             self.handle(index, message);
@@ -455,6 +492,8 @@ impl Supervisor {
                     pid: self.pid,
                     log_len: self.log.len(),
                     dropped: self.log.dropped(),
+                    unwritten: self.log.unwritten(),
+                    unwritten_at: self.log.unwritten_at(),
                     status: None,
                 };
                 self.conns[index].send(&hello);
@@ -463,16 +502,26 @@ impl Supervisor {
                 self.begin_stop(Some(actor), Duration::from_millis(grace_ms));
             }
             ToSupervisor::Input { data } => {
-                if self.stdin.is_some() {
+                if self.stdin.is_some() && !self.close_input {
                     self.input_queue.extend_from_slice(&data);
                     self.write_input();
                 } else {
                     self.conns[index].send(&FromSupervisor::InputClosed);
                 }
             }
+            ToSupervisor::Write { seq, data } => {
+                let answer = self.take_input(data);
+                let answer = match answer {
+                    Ok(queued) => FromSupervisor::InputTaken { seq, queued },
+                    Err((reason, full)) => FromSupervisor::InputRefused { seq, reason, full },
+                };
+                self.conns[index].send(&answer);
+            }
             ToSupervisor::CloseInput => {
-                self.stdin = None;
-                self.input_queue.clear();
+                // Input sent before end-of-input is still written (a caller's stdin
+                // passed on and then closed, `send` then C-d).
+                self.close_input = true;
+                self.write_input();
             }
             ToSupervisor::Resize { cols, rows } => {
                 if let Some(pty) = &self.pty {
@@ -485,6 +534,25 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Queues input for the job, within [`INPUT_QUEUE_MAX`]; the bytes now waiting.
+    /// `Err((reason, full))`: refused, `full` when it may be taken later.
+    fn take_input(&mut self, data: Vec<u8>) -> Result<u64, (String, bool)> {
+        if self.stdin.is_none() {
+            return Err(("its stdin is closed".into(), false));
+        }
+        let waiting = self.input_queue.len();
+        if waiting + data.len() > INPUT_QUEUE_MAX {
+            let reason = format!(
+                "it is not reading its input: {waiting} bytes sent earlier still wait \
+                 (at most {INPUT_QUEUE_MAX} may)"
+            );
+            return Err((reason, true));
+        }
+        self.input_queue.extend_from_slice(&data);
+        self.write_input();
+        Ok(self.input_queue.len() as u64)
     }
 
     fn write_input(&mut self) {
@@ -509,6 +577,9 @@ impl Supervisor {
                 }
             }
         }
+        if self.close_input {
+            self.stdin = None;
+        }
     }
 
     fn finish(&mut self) {
@@ -525,6 +596,8 @@ impl Supervisor {
             log_len: self.log.len(),
             dropped: self.log.dropped(),
             unwritten: self.log.unwritten(),
+            unwritten_at: self.log.unwritten_at(),
+            owner: self.spec.owner.clone(),
             ended_at_ms: now_ms(),
             pid: Some(self.pid),
         };
@@ -540,6 +613,9 @@ impl Supervisor {
             conn.flush_blocking(Duration::from_secs(1));
         }
         let _ = std::fs::remove_file(job_dir.join(CONTROL_SOCKET));
+        if let Some(dir) = &self.cgroup {
+            cgroup::leave(dir);
+        }
     }
 }
 
@@ -568,12 +644,24 @@ pub fn write_status(job_dir: &Path, status: &ExitStatus) -> std::io::Result<()> 
     std::fs::rename(&temp, job_dir.join(STATUS_FILE))
 }
 
-/// Reads a job's status file, if it has one.
-pub fn read_status(job_dir: &Path) -> Option<Result<ExitStatus, String>> {
+/// Reads a job's status file, if it has one. A status that names another owner than
+/// `owner` (a folder left by an earlier job) is no status of this job.
+pub fn read_status(job_dir: &Path, owner: &str) -> Option<Result<ExitStatus, String>> {
     // The job may have replaced it (a FIFO would block the reader, a link leak a file).
-    match crate::paths::read_untrusted(&job_dir.join(STATUS_FILE), 1 << 20) {
-        Ok(bytes) => Some(ExitStatus::decode(&bytes)),
-        Err(e) if e.kind() == ErrorKind::NotFound => None,
-        Err(e) => Some(Err(format!("status file unreadable: {e}"))),
+    let status = match crate::paths::read_untrusted(&job_dir.join(STATUS_FILE), 1 << 20) {
+        Ok(bytes) => ExitStatus::decode(&bytes),
+        Err(e) if e.kind() == ErrorKind::NotFound => return None,
+        Err(e) => return Some(Err(format!("status file unreadable: {e}"))),
+    };
+    if let Ok(found) = &status {
+        if !owner.is_empty() && !found.owner.is_empty() && found.owner != owner {
+            crate::note!(
+                "bgwork: {} holds the status of {}, not of {owner}: ignored",
+                job_dir.display(),
+                found.owner
+            );
+            return None;
+        }
     }
+    Some(status)
 }

@@ -4,6 +4,7 @@
 use crate::wire::control::JobSpec;
 use nix::sys::signal::{SigSet, Signal};
 use nix::unistd::Pid;
+use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
@@ -44,6 +45,7 @@ fn spawn_pane(spec: &JobSpec, size: crate::wire::control::PaneSize) -> std::io::
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(&spec.env)
+        .envs(env_bytes(spec)?)
         .env("TERM", "xterm-256color")
         .env("BGWORK_JOB", &spec.job_key);
     // SAFETY: only async-signal-safe calls (sigprocmask, sigaction, prctl) run between
@@ -96,6 +98,7 @@ fn spawn_job_plain(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(&spec.env)
+        .envs(env_bytes(spec)?)
         .env("BGWORK_JOB", &spec.job_key)
         .stdin(Stdio::from(input_read))
         .stdout(Stdio::from(output_write.try_clone()?))
@@ -113,6 +116,11 @@ fn spawn_job_plain(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
     let output = nonblocking(output_read)?;
     let stdin = nonblocking(input_write)?;
     Ok((child.id() as i32, output, stdin))
+}
+
+/// The spec's variables that are not UTF-8, as the bytes they were.
+fn env_bytes(spec: &JobSpec) -> std::io::Result<Vec<(OsString, OsString)>> {
+    crate::environ::decode_pairs(&spec.env_bytes).map_err(std::io::Error::other)
 }
 
 fn nonblocking(fd: OwnedFd) -> std::io::Result<File> {

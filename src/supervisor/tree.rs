@@ -99,15 +99,79 @@ fn parent_and_state(pid: i32) -> Option<(i32, char)> {
     Some((ppid, state))
 }
 
-/// Kills every process that carries `BGWORK_JOB=key` in its environment: what is left of
-/// a job whose supervisor died. Each process is pinned with a pidfd before it is checked
-/// and signalled, so a reused pid can never make this signal an unrelated process.
-pub fn sweep_job(key: &str) -> usize {
-    if key.is_empty() {
-        return 0;
+/// What a supervisor knows of its job's processes, kept in the job's folder
+/// (`processes`) once the job runs: where a sweep looks when the supervisor is gone.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TreeRecord {
+    /// The supervisor's pid and start time (it leads the job's session).
+    pub supervisor: Option<(i32, u64)>,
+    /// The job's main process and start time (it leads the job's process group).
+    pub job: Option<(i32, u64)>,
+    /// The job's cgroup, when one could be made.
+    pub cgroup: Option<std::path::PathBuf>,
+}
+
+/// The file in a job's folder that holds its [`TreeRecord`].
+pub const TREE_FILE: &str = "processes";
+
+impl TreeRecord {
+    pub fn write(&self, job_dir: &std::path::Path) -> std::io::Result<()> {
+        let mut text = String::new();
+        for (name, figures) in [("supervisor", self.supervisor), ("job", self.job)] {
+            if let Some((pid, start)) = figures {
+                text.push_str(&format!("{name} {pid} {start}\n"));
+            }
+        }
+        if let Some(cgroup) = &self.cgroup {
+            text.push_str(&format!("cgroup {}\n", cgroup.display()));
+        }
+        let temp = job_dir.join("processes.tmp");
+        std::fs::write(&temp, text)?;
+        std::fs::rename(temp, job_dir.join(TREE_FILE))
     }
+
+    pub fn read(job_dir: &std::path::Path) -> TreeRecord {
+        let text = std::fs::read_to_string(job_dir.join(TREE_FILE)).unwrap_or_default();
+        let mut record = TreeRecord::default();
+        for line in text.lines() {
+            let (name, rest) = line.split_once(' ').unwrap_or((line, ""));
+            let figures = || {
+                let (pid, start) = rest.split_once(' ')?;
+                Some((pid.parse().ok()?, start.parse().ok()?))
+            };
+            match name {
+                "supervisor" => record.supervisor = figures(),
+                "job" => record.job = figures(),
+                "cgroup" if !rest.is_empty() => record.cgroup = Some(rest.into()),
+                _ => {}
+            }
+        }
+        record
+    }
+}
+
+/// A process's start time (clock ticks since boot): with its pid, it names one process
+/// for ever.
+pub fn start_time(pid: i32) -> Option<u64> {
+    stat_fields(pid).map(|f| f.start)
+}
+
+/// Kills what is left of a job whose supervisor died, and returns how many processes
+/// it killed: its cgroup whole, where it had one; then every process in the job's
+/// process group or the supervisor's session, or carrying `BGWORK_JOB=key` in its
+/// environment. Each process is pinned with a pidfd before it is checked and
+/// signalled. A group or session is only matched while its leader's pid is not in use
+/// by another process (a live leader must have the recorded start time): a pid that
+/// names a group or a session cannot be given to a new process while a member lives.
+pub fn sweep_job(key: &str, job_dir: &std::path::Path) -> usize {
+    let tree = TreeRecord::read(job_dir);
+    let mut killed = tree.cgroup.as_deref().map_or(0, super::cgroup::kill_all);
+    let still_ours = |leader: Option<(i32, u64)>| {
+        leader.filter(|&(pid, start)| start_time(pid).is_none_or(|now| now == start))
+    };
+    let group = still_ours(tree.job).map(|(pid, _)| pid);
+    let session = still_ours(tree.supervisor).map(|(pid, _)| pid);
     let marker = format!("BGWORK_JOB={key}");
-    let mut killed = 0;
     let me = std::process::id() as i32;
     for pid in all_pids() {
         if pid == me {
@@ -116,15 +180,39 @@ pub fn sweep_job(key: &str) -> usize {
         let Some(pidfd) = pidfd_open(pid) else {
             continue;
         };
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        let ours = environ
-            .split(|&b| b == 0)
-            .any(|var| var == marker.as_bytes());
-        if ours && pidfd_kill(&pidfd) {
+        let Some(fields) = stat_fields(pid) else {
+            continue;
+        };
+        let in_tree = Some(fields.group) == group || Some(fields.session) == session;
+        let marked = !key.is_empty() && {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            environ
+                .split(|&b| b == 0)
+                .any(|var| var == marker.as_bytes())
+        };
+        if (in_tree || marked) && pidfd_kill(&pidfd) {
             killed += 1;
         }
     }
     killed
+}
+
+/// The fields of `/proc/PID/stat` a sweep reads.
+struct StatFields {
+    group: i32,
+    session: i32,
+    start: u64,
+}
+
+fn stat_fields(pid: i32) -> Option<StatFields> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the name (which may hold spaces and parens): field 3 (state) onwards.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+    Some(StatFields {
+        group: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
 }
 
 fn pidfd_open(pid: i32) -> Option<std::os::fd::OwnedFd> {

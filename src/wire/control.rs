@@ -23,6 +23,9 @@ pub struct JobSpec {
     pub command: String,
     pub cwd: String,
     pub env: BTreeMap<String, String>,
+    /// Variables whose name or value is not UTF-8: base64 `[name, value]` pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_bytes: Vec<[String; 2]>,
     pub log_cap: u64,
     pub log_head: u64,
     /// How long leftover children of a job whose main process ended get after TERM.
@@ -30,7 +33,34 @@ pub struct JobSpec {
     /// Set for a pane: the job runs on a pseudo-terminal of this size.
     #[serde(default)]
     pub pane: Option<PaneSize>,
+    /// The job's owner as its status file must name it (see [`ExitStatus::owner`]).
+    #[serde(default)]
+    pub owner: String,
+    /// Run the job without a cgroup of its own even where one could be made.
+    #[serde(default)]
+    pub no_cgroup: bool,
 }
+
+/// A job's description, written into its folder when it starts (`job.json`): what a
+/// daemon that lost its database needs to take the job back. Environment values are
+/// never in it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct JobRecord {
+    pub session: String,
+    pub id: String,
+    pub kind: crate::wire::Kind,
+    pub name: Option<String>,
+    pub command: String,
+    pub cwd: String,
+    pub notify: bool,
+    pub env_names: Vec<String>,
+    pub started_at: i64,
+    pub cols: Option<u16>,
+    pub rows: Option<u16>,
+}
+
+/// The name of a job's description in its folder.
+pub const JOB_RECORD: &str = "job.json";
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PaneSize {
@@ -48,7 +78,16 @@ pub enum ToSupervisor {
         grace_ms: u64,
         actor: crate::wire::Actor,
     },
+    /// Bytes for the job's stdin, not acknowledged (kept for older daemons).
     Input {
+        #[serde(with = "bytes")]
+        data: Vec<u8>,
+    },
+    /// Bytes for the job's stdin; answered with `input_taken` or `input_refused`
+    /// carrying the same `seq`.
+    Write {
+        seq: u64,
+        #[serde(with = "bytes")]
         data: Vec<u8>,
     },
     CloseInput,
@@ -69,6 +108,10 @@ pub enum FromSupervisor {
         pid: i32,
         log_len: u64,
         dropped: u64,
+        #[serde(default)]
+        unwritten: u64,
+        #[serde(default)]
+        unwritten_at: u64,
         /// Present once the job has ended (the status file holds the same).
         status: Option<ExitStatus>,
     },
@@ -81,8 +124,27 @@ pub enum FromSupervisor {
     Output {
         log_len: u64,
         dropped: u64,
+        /// Output bytes that could not be written (a full disk), and the log offset
+        /// where the first of them was lost.
+        #[serde(default)]
+        unwritten: u64,
+        #[serde(default)]
+        unwritten_at: u64,
     },
     InputClosed,
+    /// The bytes of `write` `seq` are queued for the job; `queued` bytes now wait.
+    InputTaken {
+        seq: u64,
+        queued: u64,
+    },
+    /// The bytes of `write` `seq` were not taken, and why; `full` when they may be
+    /// once the job has read what waits.
+    InputRefused {
+        seq: u64,
+        reason: String,
+        #[serde(default)]
+        full: bool,
+    },
     Exited {
         status: ExitStatus,
     },
@@ -103,6 +165,13 @@ pub struct ExitStatus {
     /// Bytes of output that could not be written to the log (a full disk).
     #[serde(default)]
     pub unwritten: u64,
+    /// The log offset where the first unwritten byte was lost.
+    #[serde(default)]
+    pub unwritten_at: u64,
+    /// Whose status this is (the job's session, id and start time): a status file
+    /// that names another owner is no status of this job.
+    #[serde(default)]
+    pub owner: String,
     pub ended_at_ms: i64,
     /// The job's main process, so a daemon that never heard of it still records it.
     #[serde(default)]
@@ -123,6 +192,32 @@ impl ExitStatus {
             ));
         }
         Ok(status)
+    }
+}
+
+/// Bytes on the wire as base64 text (a JSON array of numbers costs up to 4 bytes a
+/// byte); an array of numbers is still read.
+mod bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(data: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(data))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            Numbers(Vec<u8>),
+        }
+        match Form::deserialize(deserializer)? {
+            Form::Text(text) => base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(serde::de::Error::custom),
+            Form::Numbers(numbers) => Ok(numbers),
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! `Serialize`: the CLI, the MCP server and the web page all build these same types.
 
 pub mod control;
+pub mod frame;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -74,6 +75,10 @@ pub struct StartArgs {
     /// The caller's whole environment, which the job inherits (never recorded).
     #[serde(default)]
     pub inherit_env: Option<BTreeMap<String, String>>,
+    /// The caller's variables whose name or value is not UTF-8, inherited too: each a
+    /// `[name, value]` pair of base64 texts (a job's environment is bytes; JSON is not).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherit_env_bytes: Vec<[String; 2]>,
     #[serde(default)]
     pub name: Option<String>,
     #[serde(default)]
@@ -138,6 +143,33 @@ pub struct RunArgs {
     /// Stream output as `{"chunk":…}` lines before the final reply.
     #[serde(default)]
     pub stream: bool,
+    /// The command's stdin: closed at once (the default), or the caller's own.
+    #[serde(default)]
+    pub stdin: RunStdin,
+}
+
+/// What a foreground `run` gives the command as its stdin.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStdin {
+    /// Closed at once: the command reads end-of-input (MCP, and any caller that sends
+    /// nothing).
+    #[default]
+    Closed,
+    /// The caller's stdin, sent as [`StdinFrame`] lines on the connection after the
+    /// request, the last with `eof`. A promoted run keeps its stdin open for `send`.
+    Forward,
+}
+
+/// A piece of a `run` caller's stdin (after a `run` request with `"stdin":"forward"`).
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct StdinFrame {
+    /// The bytes, in base64.
+    #[serde(default)]
+    pub stdin: String,
+    /// The caller's stdin ended after these bytes.
+    #[serde(default)]
+    pub eof: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

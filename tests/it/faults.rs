@@ -80,7 +80,7 @@ fn case20_a_stale_pid_in_a_record_never_signals_an_unrelated_process() {
         .spawn()
         .unwrap();
     let db = home.path().join("work.db");
-    let mut store = bgwork::store::Store::open(&db).unwrap();
+    let mut store = bgwork::store::Store::open(&db, 0).unwrap();
     store.set_running(1, bystander.id() as i32).unwrap();
     drop(store);
     assert_eq!(home.item(&id)["end"], "lost");

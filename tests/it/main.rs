@@ -3,10 +3,13 @@
 
 mod ends;
 mod faults;
+mod hostile;
 mod mcp;
+mod mcp_hostile;
 mod monitors;
 mod output;
 mod panes;
+mod panes_hostile;
 mod restart;
 mod security;
 mod security_hostile;

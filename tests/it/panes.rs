@@ -139,17 +139,27 @@ fn run_ends_in_time_with_the_commands_own_status() {
 #[test]
 fn run_past_its_deadline_is_promoted_and_loses_no_output() {
     let home = Home::new();
-    let id_reply = home.run(&[
-        "--json",
-        "run",
-        "--timeout",
-        "0.5",
-        "--notify",
-        "--",
-        "echo before; read x; echo after; exit 4",
-    ]);
-    assert_eq!(id_reply.code, 0);
-    let reply = id_reply.json();
+    // The caller's stdin stays open (a terminal's would), so `read` waits past the
+    // deadline; after the promotion the job takes `send`.
+    let mut child = home
+        .command(&[
+            "--json",
+            "run",
+            "--timeout",
+            "0.5",
+            "--notify",
+            "--",
+            "echo before; read x; echo after; exit 4",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let held = child.stdin.take();
+    let output = child.wait_with_output().unwrap();
+    drop(held);
+    assert_eq!(output.status.code(), Some(0));
+    let reply: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(reply["outcome"], "promoted");
     assert_eq!(reply["state"], "running");
     let id = reply["id"].as_str().unwrap().to_string();

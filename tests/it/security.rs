@@ -62,7 +62,7 @@ fn a_client_of_another_uid_is_refused() {
     assert!(!refused.status.success());
     let out = String::from_utf8_lossy(&refused.stdout);
     assert!(
-        out.contains("refusing to use"),
+        out.contains("refused to use"),
         "{out} {}",
         String::from_utf8_lossy(&refused.stderr)
     );

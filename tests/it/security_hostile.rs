@@ -107,7 +107,7 @@ fn issue10_6_a_socket_folder_made_by_another_user_is_refused_before_anything_is_
     assert_eq!(out.status.code(), Some(1));
     let message = text(&out.stderr);
     assert!(
-        message.contains("refusing") && message.contains(&folder.display().to_string()),
+        message.contains("refused to use") && message.contains(&folder.display().to_string()),
         "{message}"
     );
     assert!(

@@ -419,6 +419,10 @@ fn spawn_daemon(paths: &Paths) -> Result<std::process::Child, WireError> {
                 .map_err(|e| unavailable("open the daemon log", e))?,
         )
         .stderr(log);
+    if std::env::var_os("BGWORK_HOME").is_some_and(|h| !h.is_empty()) {
+        // The home as this client resolved it: the daemon runs in `/`.
+        command.env("BGWORK_HOME", &paths.home);
+    }
     // SAFETY: setsid is async-signal-safe.
     unsafe {
         command.pre_exec(|| {

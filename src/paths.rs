@@ -28,9 +28,14 @@ impl Paths {
     /// (or `/tmp/bgwork-$UID`). Folders in a shared place such as `/tmp` may have been
     /// made by another user first: [`check_private_dir`] is asked before any is trusted.
     pub fn from_env() -> Paths {
-        let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        if let Some(home) = env("BGWORK_HOME") {
-            let home = PathBuf::from(home);
+        // XDG names only absolute folders; a relative one is ignored, as its spec says.
+        let env = |name: &str| {
+            std::env::var_os(name).filter(|v| !v.is_empty() && Path::new(v).is_absolute())
+        };
+        if let Some(home) = std::env::var_os("BGWORK_HOME").filter(|v| !v.is_empty()) {
+            // A relative home is the caller's folder's, for the daemon it starts too
+            // (which runs in `/`).
+            let home = std::path::absolute(&home).unwrap_or_else(|_| PathBuf::from(home));
             return Paths::new(home.clone(), home);
         }
         let private_tmp = PathBuf::from(format!("/tmp/bgwork-{}", nix::unistd::geteuid()));

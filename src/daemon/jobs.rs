@@ -453,7 +453,7 @@ impl Daemon {
                             return Err(WireError::new(
                                 ErrorCode::Unavailable,
                                 format!(
-                                    "{id}'s supervisor did not confirm the input within {} s ({sent} bytes confirmed before): try again",
+                                    "{id}'s supervisor did not confirm the input within {} s (it may be stopped or very busy; {sent} bytes were confirmed before): the input is on its way and may still arrive, so `bgwork read {id}` before sending it again",
                                     INPUT_ANSWER.as_secs()
                                 ),
                             ))
@@ -472,7 +472,7 @@ impl Daemon {
     }
 
     pub(crate) async fn shutdown(&self, stop_work: bool) -> Result<Ack, WireError> {
-        let mut stopped = 0;
+        let (mut stopped, mut still) = (0, 0);
         if stop_work {
             let rows: Vec<i64> = {
                 let inner = self.lock();
@@ -487,14 +487,20 @@ impl Daemon {
             for row in &rows {
                 let _ = self.lock().store.set_stop_actor(*row, Actor::Agent);
             }
-            stopped = rows.len();
             self.wait_for(DEFAULT_GRACE + STOP_SLACK, |d| {
                 rows.iter().all(|row| d.has_ended(*row))
             })
             .await;
+            stopped = rows.iter().filter(|row| self.has_ended(**row)).count();
+            still = rows.len() - stopped;
         }
         self.request_shutdown();
-        let message = if stop_work {
+        let message = if still > 0 {
+            format!(
+                "daemon stopping; {stopped} running item(s) stopped, {still} did not end in time \
+                 (their supervisors may be stopped): they are reattached at the next start"
+            )
+        } else if stop_work {
             format!("daemon stopping; {stopped} running item(s) stopped")
         } else {
             "daemon stopping; running work goes on and is reattached at the next start".into()

@@ -16,11 +16,18 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
 
+/// Job folder numbers at or past this are no job folders of this home (a row number
+/// never comes near it): they raise no floor and are never taken back.
+pub(crate) const MAX_JOB_FOLDER: i64 = 1 << 53;
 /// How long a starting daemon waits for the home's lock before refusing.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `bgwork daemon`: takes the home's lock, binds the socket and serves until shutdown.
 pub fn main() -> anyhow::Result<()> {
+    // Nothing a client left open reaches the daemon, its supervisors or their jobs.
+    close_inherited_descriptors();
+    // A daemon started from inside a job is no part of that job.
+    crate::supervisor::cgroup::leave_job_cgroups();
     let paths = Paths::from_env();
     // Refuses a home or socket folder that another user made or may write in.
     paths.create_dirs()?;
@@ -38,6 +45,7 @@ pub fn main() -> anyhow::Result<()> {
         .job_folders()
         .iter()
         .map(|(row, _)| *row)
+        .filter(|&row| row < MAX_JOB_FOLDER)
         .max()
         .unwrap_or(0);
     let store = Store::open(&paths.db, floor)?;
@@ -89,6 +97,25 @@ fn take_lock(path: &std::path::Path, what: &std::path::Path) -> anyhow::Result<s
     lock.set_len(0)?;
     write!(lock, "{}", std::process::id())?;
     Ok(lock)
+}
+
+/// Closes every descriptor above stderr that the process that started this daemon left
+/// open without close-on-exec.
+fn close_inherited_descriptors() {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: nothing in this process owns these descriptors yet (this runs first
+        // in `main`, before any file, socket or thread exists); the one read_dir used
+        // to list them is closed by then or fails harmlessly with EBADF.
+        unsafe { nix::libc::close(fd) };
+    }
 }
 
 /// Binds the socket under a restrictive umask and makes it 0600.

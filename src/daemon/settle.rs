@@ -276,6 +276,10 @@ impl Daemon {
     pub(crate) fn adopt_orphans(&self) {
         let mut taken = Vec::new();
         for (row, dir) in self.paths.job_folders() {
+            let is_folder = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+            if !is_folder || row >= super::serve::MAX_JOB_FOLDER {
+                continue;
+            }
             let known = self.lock().store.has_row(row);
             if !matches!(known, Ok(false)) {
                 continue;
@@ -293,6 +297,10 @@ impl Daemon {
                     continue;
                 }
             };
+            if description.kind == Kind::Monitor {
+                // Monitors have no folder: this one was not made by bgwork.
+                continue;
+            }
             let ended = dir.join(crate::supervisor::STATUS_FILE).exists();
             let record = NewRecord {
                 session: description.session,

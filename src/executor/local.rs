@@ -164,10 +164,15 @@ impl LocalExecutor {
     ) -> JobHandle {
         let (commands, mut incoming) = mpsc::unbounded_channel();
         let events = self.events.clone();
+        let unanswered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let handle = JobHandle::new(commands, unanswered.clone());
         tokio::spawn(async move {
             let mut ended = false;
             let mut writable = true;
-            let mut writes = Writes::default();
+            let mut writes = Writes {
+                unanswered,
+                ..Writes::default()
+            };
             loop {
                 tokio::select! {
                     // A message already waiting is handled before anything else.
@@ -227,70 +232,55 @@ impl LocalExecutor {
                     },
                 }
             }
+            // Nothing is waiting on a connection that is gone.
+            writes
+                .unanswered
+                .store(0, std::sync::atomic::Ordering::SeqCst);
             if !ended {
                 let _ = events.send(ExecEvent::Detached { row });
             }
         });
-        JobHandle::new(commands)
+        handle
     }
 }
 
-/// Input written to a supervisor in pieces, each answered by its `seq`; a write is
-/// answered once its last piece is.
+/// Input written to a supervisor, each write answered by its `seq`. A write is one
+/// message, taken or refused whole (a `send` is at most a request frame, a run's stdin
+/// comes in 64 KiB frames): no write is ever half taken.
 #[derive(Default)]
 struct Writes {
     next_seq: u64,
-    waiting: std::collections::HashMap<u64, WriteAnswer>,
+    waiting: std::collections::HashMap<u64, Waiting>,
+    /// Bytes sent and not answered yet (shared with the job's handle).
+    unanswered: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
-struct WriteAnswer {
+struct Waiting {
     answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
-    /// The seq of the first piece: an earlier refusal answers the whole write.
-    first: u64,
+    len: u64,
 }
 
 impl Writes {
-    /// The control lines that carry `data` (64 KiB a piece, so no line is large).
+    /// The control line that carries `data`.
     fn ask(
         &mut self,
         data: Vec<u8>,
         answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
     ) -> Vec<Vec<u8>> {
-        const PIECE: usize = 64 << 10;
-        let first = self.next_seq + 1;
-        let mut lines = Vec::new();
-        for piece in data.chunks(PIECE) {
-            self.next_seq += 1;
-            lines.push(control::encode(&ToSupervisor::Write {
-                seq: self.next_seq,
-                data: piece.to_vec(),
-            }));
-        }
-        if lines.is_empty() {
-            let _ = answer.send(Ok(0));
-            return lines;
-        }
-        self.waiting
-            .insert(self.next_seq, WriteAnswer { answer, first });
-        lines
+        self.next_seq += 1;
+        let len = data.len() as u64;
+        self.waiting.insert(self.next_seq, Waiting { answer, len });
+        vec![control::encode(&ToSupervisor::Write {
+            seq: self.next_seq,
+            data,
+        })]
     }
 
-    /// A piece was answered: a refusal answers its write at once, the last piece's
-    /// answer answers it in full.
     fn answer(&mut self, seq: u64, result: Result<u64, WriteRefused>) {
-        if let Some(write) = self.waiting.remove(&seq) {
-            let _ = write.answer.send(result);
-            return;
-        }
-        if let Err(reason) = result {
-            let last = self
-                .waiting
-                .iter()
-                .find(|(&last, w)| w.first <= seq && seq < last)
-                .map(|(&last, _)| last);
-            if let Some(write) = last.and_then(|last| self.waiting.remove(&last)) {
-                let _ = write.answer.send(Err(reason));
-            }
+        if let Some(waiting) = self.waiting.remove(&seq) {
+            self.unanswered
+                .fetch_sub(waiting.len, std::sync::atomic::Ordering::SeqCst);
+            let _ = waiting.answer.send(result);
         }
     }
 }
@@ -364,8 +354,16 @@ async fn next_message(reader: &mut Lines<OwnedReadHalf>) -> Option<FromSuperviso
     }
 }
 
-/// Whether the supervisor named in a job's folder still runs.
+/// Whether the supervisor named in a job's folder still runs. Once the job ran, the
+/// folder records the supervisor's start time, and only the process with that pid and
+/// that start time counts (a pid given to another process, even another supervisor, is
+/// not it); before that, a live `bgwork supervise` with the pid in `supervisor.pid`.
 pub fn supervisor_alive(job_dir: &Path) -> bool {
+    let recorded = supervisor::tree::TreeRecord::read(job_dir).supervisor;
+    if let Some((pid, start)) = recorded {
+        return supervisor::tree::start_time(pid) == Some(start)
+            && supervisor::tree::is_supervisor(pid);
+    }
     let pid = crate::paths::read_untrusted(&job_dir.join(SUPERVISOR_PID_FILE), 64)
         .ok()
         .and_then(|p| String::from_utf8_lossy(&p).trim().parse::<i32>().ok());

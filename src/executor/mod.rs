@@ -39,7 +39,13 @@ pub enum ExecEvent {
 #[derive(Clone, Debug)]
 pub struct JobHandle {
     commands: mpsc::UnboundedSender<Command>,
+    /// Bytes of input sent to the supervisor and not answered yet.
+    unanswered: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// The most input that may wait for a supervisor's answer: past it (a supervisor that
+/// is stopped, say) writes are refused, so nothing piles up in the daemon.
+const MAX_UNANSWERED: u64 = 8 << 20;
 
 /// What the daemon asks of a job's connection.
 #[derive(Debug)]
@@ -74,8 +80,14 @@ impl std::fmt::Display for WriteRefused {
 }
 
 impl JobHandle {
-    pub fn new(commands: mpsc::UnboundedSender<Command>) -> JobHandle {
-        JobHandle { commands }
+    pub fn new(
+        commands: mpsc::UnboundedSender<Command>,
+        unanswered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> JobHandle {
+        JobHandle {
+            commands,
+            unanswered,
+        }
     }
 
     /// Sends a command; false when the job's connection is gone.
@@ -86,6 +98,18 @@ impl JobHandle {
     /// Writes to the job's stdin and waits until its supervisor has taken the bytes:
     /// `Ok(waiting)` with the bytes not yet read by the job, or why they were refused.
     pub async fn write(&self, data: Vec<u8>) -> Result<u64, WriteRefused> {
+        use std::sync::atomic::Ordering;
+        let len = data.len() as u64;
+        // Counted until the supervisor answers (the relay takes it off), even when this
+        // caller stops waiting.
+        let before = self.unanswered.fetch_add(len, Ordering::SeqCst);
+        if before > 0 && before + len > MAX_UNANSWERED {
+            self.unanswered.fetch_sub(len, Ordering::SeqCst);
+            return Err(WriteRefused::Unreachable(format!(
+                "its supervisor has not answered for {before} bytes sent earlier (it may be \
+                 stopped): nothing of this input was sent; try again later"
+            )));
+        }
         let (answer, answered) = oneshot::channel();
         if self.commands.send(Command::Write { data, answer }).is_err() {
             return Err(WriteRefused::Unreachable(

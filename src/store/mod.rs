@@ -160,27 +160,48 @@ impl Store {
             path: path.display().to_string(),
             detail,
         };
+        // Only damage is called damage: a lock held by another process or a full disk
+        // is its own error, and the advice to move the file aside is not given for it.
         let check: String = conn
             .query_row("PRAGMA quick_check", [], |r| r.get(0))
-            .map_err(|e| corrupt(e.to_string()))?;
+            .map_err(|e| match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
+                    corrupt(e.to_string())
+                }
+                _ => StoreError::Sqlite(e),
+            })?;
         if check != "ok" {
-            return Err(corrupt(check));
+            return Err(corrupt(check.lines().collect::<Vec<_>>().join("; ")));
         }
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         schema::migrate(&conn)?;
         let ids = path.with_extension("ids");
-        let (rows, notices) = read_reserve(&ids);
+        let (reserved_rows, reserved_notices) = read_reserve(&ids);
+        let (used_rows, used_notices) = (sequence(&conn, "items")?, sequence(&conn, "notices")?);
+        // The reservation is a floor only for a database that is behind it: a fresh
+        // one, or one older than the numbers reserved last (one in step with it was at
+        // most a step below). So a restart does not move the numbers on.
+        let fresh = used_rows == 0 && used_notices == 0;
+        let behind = |reserved: i64, used: i64| {
+            if fresh || used < reserved - RESERVE_STEP {
+                reserved
+            } else {
+                0
+            }
+        };
+        let rows_floor = behind(reserved_rows, used_rows).max(floor);
+        let notices_floor = behind(reserved_notices, used_notices);
         let mut store = Store {
             conn,
             reserve: Reserve {
                 path: ids,
-                rows: 0,
-                notices: 0,
+                rows: reserved_rows,
+                notices: reserved_notices,
             },
         };
-        store.raise_floor(rows.max(floor), notices)?;
+        store.raise_floor(rows_floor, notices_floor)?;
         store.keep_reserve()?;
         Ok(store)
     }
@@ -218,7 +239,10 @@ impl Store {
         if rows < self.reserve.rows && notices < self.reserve.notices {
             return Ok(());
         }
-        let (rows, notices) = (rows + RESERVE_STEP, notices + RESERVE_STEP);
+        let (rows, notices) = (
+            rows.saturating_add(RESERVE_STEP),
+            notices.saturating_add(RESERVE_STEP),
+        );
         let temp = self.reserve.path.with_extension("ids.tmp");
         let written = std::fs::write(&temp, format!("rows {rows}\nnotices {notices}\n"))
             .and_then(|()| std::fs::rename(&temp, &self.reserve.path));
@@ -251,15 +275,27 @@ impl Store {
     ) -> Result<Record> {
         let tx = self.conn.transaction()?;
         let prefix = id_prefix(new.kind);
-        let n: i64 = tx.query_row(
-            "INSERT INTO counters(session, prefix, next)
-                 VALUES (?1, ?2, COALESCE((SELECT value FROM home WHERE key = 'id_floor'), 0) + 2)
-                 ON CONFLICT(session, prefix) DO UPDATE SET next = next + 1
-                 RETURNING next - 1",
-            params![new.session, prefix],
-            |r| r.get(0),
-        )?;
-        let id = format!("{prefix}-{n}");
+        // The counter may be behind an id already taken (a database copied back over
+        // newer job folders, which were then taken back): such ids are passed over.
+        let id = loop {
+            let n: i64 = tx.query_row(
+                "INSERT INTO counters(session, prefix, next)
+                     VALUES (?1, ?2, COALESCE((SELECT value FROM home WHERE key = 'id_floor'), 0) + 2)
+                     ON CONFLICT(session, prefix) DO UPDATE SET next = next + 1
+                     RETURNING next - 1",
+                params![new.session, prefix],
+                |r| r.get(0),
+            )?;
+            let id = format!("{prefix}-{n}");
+            let taken: bool = tx.query_row(
+                "SELECT EXISTS(SELECT 1 FROM items WHERE session = ?1 AND id = ?2)",
+                params![new.session, id],
+                |r| r.get(0),
+            )?;
+            if !taken {
+                break id;
+            }
+        };
         tx.execute(
             "INSERT INTO items(session, id, kind, state, name, command, cwd, started_at, notify,
                                env_names, job_dir, cols, rows)
@@ -322,6 +358,14 @@ impl Store {
             tx.execute(
                 "INSERT OR IGNORE INTO sessions(name, parent, agent_row) VALUES (?1, ?2, ?3)",
                 params![sub_session_name(&record.session, id), record.session, row],
+            )?;
+        }
+        // The session's counter goes past the id taken back.
+        if let Some(n) = id.rsplit('-').next().and_then(|n| n.parse::<i64>().ok()) {
+            tx.execute(
+                "INSERT INTO counters(session, prefix, next) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(session, prefix) DO UPDATE SET next = max(next, excluded.next)",
+                params![record.session, id_prefix(record.kind), n.saturating_add(1)],
             )?;
         }
         tx.commit()?;

@@ -24,6 +24,29 @@ pub fn enter(name: &str) -> Option<PathBuf> {
     Some(dir)
 }
 
+/// Moves this process out of any job's cgroup it was born in (a daemon started by a
+/// `bgwork` call inside a job): to the cgroup that holds the outermost `bgwork-` one,
+/// so that killing the job's cgroup never kills the daemon.
+pub fn leave_job_cgroups() {
+    let Some(own) = own_cgroup() else {
+        return;
+    };
+    let Some(mount) = mount_point() else {
+        return;
+    };
+    let Ok(relative) = own.strip_prefix(&mount) else {
+        return;
+    };
+    let mut outside = mount.clone();
+    for part in relative.components() {
+        if part.as_os_str().to_string_lossy().starts_with("bgwork-") {
+            let _ = std::fs::write(outside.join("cgroup.procs"), std::process::id().to_string());
+            return;
+        }
+        outside.push(part);
+    }
+}
+
 /// Moves this process back to the parent of `dir` and removes `dir` (empty by now).
 pub fn leave(dir: &Path) {
     if let Some(parent) = dir.parent() {

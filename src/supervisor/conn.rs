@@ -8,8 +8,9 @@ use crate::wire::control::{self, FromSupervisor, ToSupervisor};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 
-/// A line longer than this on a control connection closes it.
-const MAX_LINE: usize = 1 << 20;
+/// A line longer than this on a control connection closes it: more than the largest
+/// write a daemon sends (a 1 MiB request's input, base64-encoded).
+const MAX_LINE: usize = 4 << 20;
 
 pub struct Conn {
     pub stream: UnixStream,
@@ -72,7 +73,7 @@ impl Conn {
 
     /// Reads what has arrived and returns the complete messages in it. Complete lines
     /// are taken as they come, so only a single line longer than [`MAX_LINE`] (which no
-    /// daemon sends: input travels in pieces) closes the connection.
+    /// daemon sends) closes the connection.
     pub fn receive(&mut self) -> Vec<ToSupervisor> {
         let mut chunk = [0u8; 16 << 10];
         let mut messages = Vec::new();

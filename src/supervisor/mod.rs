@@ -12,7 +12,7 @@
 //! file, fsync, rename) before the daemon is told: a daemon that was away reads it later.
 //! The supervisor needs no daemon to do any of this: its life does not depend on one.
 
-mod cgroup;
+pub(crate) mod cgroup;
 mod conn;
 mod log;
 mod spawn;
@@ -48,6 +48,11 @@ pub const CONTROL_SOCKET: &str = "control.sock";
 const READ_CHUNK: usize = 1 << 20;
 /// Output progress goes to the daemon at most this often while output streams.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(2);
+/// How long a supervisor whose job ended keeps trying to write the status file.
+const STATUS_PATIENCE: Duration = Duration::from_secs(24 * 3600);
+/// The room a status file is given when the job starts, so that it can be written
+/// when the job ends even if the disk is full by then.
+const STATUS_ROOM: usize = 4096;
 /// Input accepted for a job that has not read it yet, at most.
 const INPUT_QUEUE_MAX: usize = 8 << 20;
 /// After the job's processes are gone, output still buffered is drained for this long.
@@ -85,6 +90,8 @@ struct Escalation {
 
 struct Supervisor {
     spec: JobSpec,
+    /// The job's status once it has ended (kept while it cannot be written).
+    final_status: Option<ExitStatus>,
     me: i32,
     /// The job's cgroup, left and removed once every process of the job is gone.
     cgroup: Option<PathBuf>,
@@ -145,6 +152,7 @@ impl Supervisor {
 
         let job_dir = PathBuf::from(&spec.job_dir);
         redirect_stderr(&job_dir.join("supervisor.log"));
+        reserve_status(&job_dir);
         let log_file = File::create(job_dir.join(LOG_FILE))?;
         let log = OutputLog::new(log_file, spec.log_cap, spec.log_head);
         let socket_path = job_dir.join(CONTROL_SOCKET);
@@ -191,6 +199,7 @@ impl Supervisor {
         first.send(&FromSupervisor::Spawned { pid: spawned.pid });
         Ok(Supervisor {
             spec,
+            final_status: None,
             me,
             cgroup,
             pid: spawned.pid,
@@ -487,6 +496,7 @@ impl Supervisor {
     fn handle(&mut self, index: usize, message: ToSupervisor) {
         match message {
             ToSupervisor::Hello { .. } => {
+                let status = self.final_status.clone();
                 let hello = FromSupervisor::Hello {
                     protocol: PROTOCOL,
                     pid: self.pid,
@@ -494,7 +504,7 @@ impl Supervisor {
                     dropped: self.log.dropped(),
                     unwritten: self.log.unwritten(),
                     unwritten_at: self.log.unwritten_at(),
-                    status: None,
+                    status,
                 };
                 self.conns[index].send(&hello);
             }
@@ -552,6 +562,10 @@ impl Supervisor {
         }
         self.input_queue.extend_from_slice(&data);
         self.write_input();
+        if self.stdin.is_none() {
+            // The job had closed its end: nothing of it was taken.
+            return Err(("its stdin is closed".into(), false));
+        }
         Ok(self.input_queue.len() as u64)
     }
 
@@ -602,8 +616,26 @@ impl Supervisor {
             pid: Some(self.pid),
         };
         let job_dir = PathBuf::from(&self.spec.job_dir);
-        if let Err(e) = write_status(&job_dir, &status) {
-            crate::note!("bgwork supervise: could not write the status file: {e}");
+        self.final_status = Some(status.clone());
+        // The status is the only durable word of how the job ended: while it cannot be
+        // written (a full disk), this supervisor stays, answering `hello` with it, and
+        // tries again (for a day at most).
+        let since = Instant::now();
+        let mut said = false;
+        while let Err(e) = write_status(&job_dir, &status) {
+            if !said || since.elapsed() > STATUS_PATIENCE {
+                said = true;
+                crate::note!("bgwork supervise: could not write the status file: {e}");
+            }
+            if since.elapsed() > STATUS_PATIENCE {
+                break;
+            }
+            self.poll_once();
+            self.conns.iter_mut().for_each(|conn| {
+                conn.send(&FromSupervisor::Exited {
+                    status: status.clone(),
+                })
+            });
         }
         self.accept();
         for conn in &mut self.conns {
@@ -634,14 +666,31 @@ fn redirect_stderr(path: &Path) {
     }
 }
 
-/// Writes the status file atomically (temp file, rename): a reader finds the whole
-/// status or none, whenever any process dies. It is not fsynced: like the store
-/// (`synchronous=NORMAL`), it survives process crashes, not a power cut.
+/// Writes the status file atomically (the room made by [`reserve_status`], then
+/// rename): a reader finds the whole status or none, whenever any process dies. It is
+/// not fsynced: like the store (`synchronous=NORMAL`), it survives process crashes,
+/// not a power cut.
 pub fn write_status(job_dir: &Path, status: &ExitStatus) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
     let temp = job_dir.join("status.tmp");
-    let mut file = File::create(&temp)?;
-    file.write_all(&status.encode())?;
+    let bytes = status.encode();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&temp)?;
+    // Written over the room made earlier (no new block is needed), the rest blanked:
+    // JSON allows the trailing spaces.
+    let room = file.metadata()?.len() as usize;
+    let mut padded = bytes;
+    padded.resize(padded.len().max(room), b' ');
+    file.write_all_at(&padded, 0)?;
     std::fs::rename(&temp, job_dir.join(STATUS_FILE))
+}
+
+/// Makes room for the status file while the disk has some.
+fn reserve_status(job_dir: &Path) {
+    let _ = std::fs::write(job_dir.join("status.tmp"), vec![b' '; STATUS_ROOM]);
 }
 
 /// Reads a job's status file, if it has one. A status that names another owner than

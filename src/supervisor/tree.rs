@@ -22,6 +22,9 @@ pub fn descendants(root: i32) -> Vec<i32> {
             continue;
         };
         for child in children {
+            if is_bgwork_service(child) {
+                continue;
+            }
             if matches!(parent_and_state(child), Some((_, state)) if state != 'Z' && state != 'X') {
                 found.push(child);
             }
@@ -29,6 +32,24 @@ pub fn descendants(root: i32) -> Vec<i32> {
         }
     }
     found
+}
+
+/// Whether `pid` is a bgwork daemon or supervisor: one that a job started (a daemon
+/// started on demand by a `bgwork` call inside a job) is not part of the job, and
+/// neither is the work it serves; stops and sweeps leave its whole subtree alone.
+fn is_bgwork_service(pid: i32) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let role = cmdline.split(|&b| b == 0).nth(1).unwrap_or_default();
+    if role != b"daemon" && role != b"supervise" {
+        return false;
+    }
+    let exe = |link: std::path::PathBuf| {
+        let text = link.to_string_lossy().into_owned();
+        text.strip_suffix(" (deleted)").unwrap_or(&text).to_string()
+    };
+    let theirs = std::fs::read_link(format!("/proc/{pid}/exe")).map(exe);
+    let ours = std::env::current_exe().map(exe);
+    matches!((theirs, ours), (Ok(a), Ok(b)) if a == b)
 }
 
 /// The children of every thread of `pid`; `None` where the kernel offers no list.
@@ -58,6 +79,9 @@ fn descendants_by_scan(root: i32) -> Vec<i32> {
     let mut queue = vec![root];
     while let Some(pid) = queue.pop() {
         for &child in children.get(&pid).into_iter().flatten() {
+            if is_bgwork_service(child) {
+                continue;
+            }
             found.push(child);
             queue.push(child);
         }
@@ -131,7 +155,10 @@ impl TreeRecord {
     }
 
     pub fn read(job_dir: &std::path::Path) -> TreeRecord {
-        let text = std::fs::read_to_string(job_dir.join(TREE_FILE)).unwrap_or_default();
+        // The job may have replaced it (a FIFO would block the reader).
+        let text = crate::paths::read_untrusted(&job_dir.join(TREE_FILE), 64 << 10)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default();
         let mut record = TreeRecord::default();
         for line in text.lines() {
             let (name, rest) = line.split_once(' ').unwrap_or((line, ""));

@@ -431,3 +431,186 @@ fn issue10_9_output_lost_to_a_full_disk_is_counted_and_said() {
     let _ = BIN;
     home.json(&["shutdown", "--stop-work"]);
 }
+
+// Found by attacking the fixes above.
+
+#[test]
+fn a_daemon_started_inside_a_job_is_no_part_of_that_job() {
+    let home = Home::new();
+    let flag = home.path().join("go");
+    let nested = home.start(&format!(
+        "until [ -e {} ]; do sleep 0.05; done; {BIN} list >/dev/null 2>&1; exec sleep 300",
+        flag.display()
+    ));
+    let first = home.daemon_pid();
+    home.json(&["shutdown"]);
+    eventually(Duration::from_secs(10), || !alive(first));
+    std::fs::write(&flag, "").unwrap();
+    // The job's own `bgwork list` starts the daemon that serves the home from now on.
+    eventually(Duration::from_secs(20), || {
+        std::fs::read_to_string(home.path().join("daemon.log"))
+            .unwrap_or_default()
+            .matches("serving")
+            .count()
+            >= 2
+    });
+    let daemon = home.daemon_pid();
+    let other = home.start("exec sleep 301");
+    let stopped = home.json(&["stop", &nested, "--grace", "1"]);
+    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+    assert!(
+        alive(daemon),
+        "stopping the job left the daemon it started alive"
+    );
+    assert_eq!(home.daemon_pid(), daemon);
+    assert_eq!(
+        home.item(&other)["state"],
+        "running",
+        "other work untouched"
+    );
+}
+
+#[test]
+fn an_older_database_copied_back_does_not_block_new_work() {
+    let home = Home::new();
+    for _ in 0..2 {
+        home.wait_end(&home.start("true"));
+    }
+    let daemon = home.daemon_pid();
+    home.json(&["shutdown"]);
+    eventually(Duration::from_secs(10), || !alive(daemon));
+    let db = home.path().join("work.db");
+    let saved = std::fs::read(&db).unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = home.start("true");
+        home.wait_end(&id);
+        ids.push(id);
+    }
+    let daemon = home.daemon_pid();
+    home.json(&["shutdown"]);
+    eventually(Duration::from_secs(10), || !alive(daemon));
+    remove_database(&home);
+    std::fs::write(&db, saved).unwrap();
+    let next = home.start("true");
+    assert!(!ids.contains(&next), "{next} was given before: {ids:?}");
+    assert_eq!(home.wait_end(&next)["end"], "succeeded");
+}
+
+#[test]
+fn a_refused_send_delivers_nothing_of_itself() {
+    let home = Home::new();
+    let flag = home.path().join("read-now");
+    let out = home.path().join("received");
+    let id = home.start(&format!(
+        "until [ -e {} ]; do sleep 0.05; done; cat > {}",
+        flag.display(),
+        out.display()
+    ));
+    let mut taken = Vec::new();
+    for letter in b'A'..=b'J' {
+        let text = String::from(letter as char).repeat(900_000);
+        let reply = raw(
+            &home,
+            &json!({"session": "test", "op": "send", "id": id, "text": text}),
+        );
+        if reply.get("error").is_none() {
+            taken.push(text);
+        }
+    }
+    assert!(taken.len() < 10, "the 8 MiB bound refused some");
+    std::fs::write(&flag, "").unwrap();
+    home.json(&["send", &id, "", "--key", "C-d"]);
+    home.wait_end(&id);
+    let received = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        received == taken.concat(),
+        "exactly the sends that were taken, whole and in order ({} bytes against {})",
+        received.len(),
+        taken.concat().len()
+    );
+}
+
+#[test]
+fn the_first_send_to_a_job_that_closed_its_stdin_says_so() {
+    let home = Home::new();
+    let id = home.start("exec 0<&-; exec sleep 30");
+    let (_, code, message) = home.error(&["send", &id, "hello"]);
+    assert_eq!(code, "no_input", "{message}");
+}
+
+#[test]
+fn a_job_that_ends_on_a_full_disk_while_the_daemon_is_away_keeps_its_code() {
+    let home = Home::new();
+    let mounted = Command::new("mount")
+        // mode=700: a home others may write in is refused (a tmpfs is 1777 by default).
+        .args(["-t", "tmpfs", "-o", "size=3m,mode=700", "tmpfs"])
+        .arg(home.path())
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "the test needs root to mount a small tmpfs"
+    );
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(home.path());
+    let flag = home.path().join("end-now");
+    let id = home.start_with(
+        &["--notify"],
+        &format!(
+            "until [ -e {} ]; do sleep 0.05; done; exit 5",
+            flag.display()
+        ),
+    );
+    let pid = home.item(&id)["pid"].as_i64().unwrap() as i32;
+    let daemon = home.daemon_pid();
+    home.json(&["shutdown"]);
+    eventually(Duration::from_secs(10), || !alive(daemon));
+    std::fs::write(&flag, "").unwrap();
+    let ballast = home.path().join("ballast");
+    let mut file = std::fs::File::create(&ballast).unwrap();
+    while file.write_all(&[7u8; 64 << 10]).is_ok() {}
+    drop(file);
+    eventually(Duration::from_secs(20), || !alive(pid));
+    std::fs::remove_file(&ballast).unwrap();
+    let end = home.wait_end(&id);
+    assert_eq!(end["end"], "failed", "{end}");
+    assert_eq!(end["exit_code"], 5, "{end}");
+    home.json(&["shutdown", "--stop-work"]);
+}
+
+#[test]
+fn a_relative_home_is_the_callers_and_descriptors_are_not_inherited() {
+    let base = tempfile::tempdir_in("/tmp").unwrap();
+    let script = format!(
+        "exec 7>{}/held; BGWORK_HOME=rel {BIN} --json status",
+        base.path().display()
+    );
+    let out = Command::new("bash")
+        .args(["-c", &script])
+        .current_dir(base.path())
+        .env_remove("BGWORK_HOME")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let home = base.path().join("rel");
+    assert_eq!(status["home"], home.display().to_string(), "{status}");
+    let daemon = status["pid"].as_i64().unwrap();
+    let held = std::fs::read_link(format!("/proc/{daemon}/fd/7"))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    assert!(
+        !held.ends_with("/held"),
+        "the daemon inherited fd 7: {held}"
+    );
+    let _ = Command::new(BIN)
+        .args(["shutdown", "--stop-work"])
+        .env("BGWORK_HOME", &home)
+        .output();
+}

@@ -4,14 +4,15 @@
 //! Reads one hook event (JSON) on stdin. On `SessionStart`, `UserPromptSubmit` and
 //! `PostToolUse` it prints `hookSpecificOutput.additionalContext` with the notices
 //! (marking them delivered); with nothing pending it prints nothing. On `Stop`, with
-//! `--wait-on-stop`, it blocks the stop while work armed with `--notify` still runs.
+//! `--wait-on-stop`, it blocks the stop while work armed with `--notify` still runs
+//! (jobs, panes, sub-agents and monitor waits; never a watch, which has no end to await).
 //! A hook must never break the harness: every failure prints nothing and exits 0, and
 //! it answers within `HOOK_DEADLINE` whatever the daemon does (stopped, hung, slow to
 //! start): past it, it says one line on stderr and leaves the notices for a later turn.
 
 use crate::client::{self, Client};
 use crate::paths::Paths;
-use crate::wire::{Envelope, ListReply, Notice, NoticesReply, Request, WireError};
+use crate::wire::{Envelope, Item, Kind, ListReply, Notice, NoticesReply, Request, WireError};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -154,7 +155,8 @@ fn armed_and_running(paths: &Paths, session: &str) -> Result<Vec<String>, WireEr
     Ok(list
         .items
         .iter()
-        .filter(|item| item.notify)
+        // A watch never ends by itself: waiting on it would block the stop for good.
+        .filter(|item| item.notify && !is_watch(item))
         .map(|item| {
             format!(
                 "{} ({})",
@@ -163,6 +165,12 @@ fn armed_and_running(paths: &Paths, session: &str) -> Result<Vec<String>, WireEr
             )
         })
         .collect())
+}
+
+/// Whether an item is a watch (`monitor watch`), whose record's command the daemon
+/// writes as `watch output ID …` or `watch file PATH …`.
+fn is_watch(item: &Item) -> bool {
+    item.kind == Kind::Monitor && item.command.starts_with("watch ")
 }
 
 /// The notices as context for the model: one report per notice, with its last lines.

@@ -54,7 +54,7 @@ pub enum Commands {
     Stop {
         id: String,
         /// Seconds between TERM and KILL.
-        #[arg(long)]
+        #[arg(long, value_parser = seconds_arg)]
         grace: Option<f64>,
         /// Who stops it.
         #[arg(long = "as", value_enum, default_value = "agent")]
@@ -71,7 +71,7 @@ pub enum Commands {
         #[arg(long)]
         follow: bool,
         /// When none is pending, wait up to S seconds for the first one.
-        #[arg(long, value_name = "S", conflicts_with = "follow")]
+        #[arg(long, value_name = "S", conflicts_with = "follow", value_parser = seconds_arg)]
         wait: Option<f64>,
     },
     /// Monitors: wait until a condition holds, or watch for matching lines.
@@ -171,7 +171,7 @@ pub enum MonitorCmd {
         #[arg(long, value_name = "ID")]
         until_end: Option<String>,
         /// Fail when the condition has not held after S seconds.
-        #[arg(long)]
+        #[arg(long, value_parser = seconds_arg)]
         timeout: Option<f64>,
         /// Fire a notice when it ends.
         #[arg(long)]
@@ -214,7 +214,7 @@ pub enum AgentCmd {
 #[derive(Args, Debug)]
 pub struct RunCmd {
     /// Seconds to run in the foreground before moving to the background (default 60).
-    #[arg(long)]
+    #[arg(long, value_parser = seconds_arg)]
     pub timeout: Option<f64>,
     #[command(flatten)]
     pub job: JobCmd,
@@ -257,7 +257,7 @@ pub struct WaitCmd {
     #[arg(long)]
     pub until: Option<String>,
     /// Seconds to wait at most (default 50).
-    #[arg(long)]
+    #[arg(long, value_parser = seconds_arg)]
     pub timeout: Option<f64>,
 }
 
@@ -454,6 +454,44 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     })
 }
 
+/// A path as the caller means it: a relative one is resolved against the caller's
+/// directory here, because the daemon's directory means nothing to the caller.
+fn absolute(path: &str, flag: &str) -> Result<String, WireError> {
+    if path.is_empty() {
+        return Err(WireError::bad_request(format!(
+            "{flag} takes a path to a file"
+        )));
+    }
+    let path = std::path::Path::new(path);
+    if path.is_absolute() {
+        return Ok(path.display().to_string());
+    }
+    let here = std::env::current_dir().map_err(|e| {
+        WireError::bad_request(format!(
+            "{flag} {}: a relative path needs the current directory, which cannot be read ({e}); give an absolute path",
+            path.display()
+        ))
+    })?;
+    let joined = here.join(path);
+    joined.to_str().map(String::from).ok_or_else(|| {
+        WireError::bad_request(format!(
+            "{flag} {}: the path is not valid UTF-8",
+            joined.display()
+        ))
+    })
+}
+
+/// A number of seconds (`--timeout`, `--grace`, `--wait`), checked as the daemon checks
+/// it; NaN and infinity are refused here, before JSON could turn them into `null`.
+fn seconds_arg(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("takes a number of seconds, e.g. 30 or 0.5, not {text:?}"))?;
+    wire::seconds("it", value).map_err(|e| e.message.replacen("it ", "", 1))?;
+    Ok(value)
+}
+
 fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
     use wire::{Condition, MonitorMode};
     let one_of = "give exactly one condition";
@@ -476,7 +514,11 @@ fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
                 });
             }
             conditions.extend(until_port.map(|address| Condition::Port { address }));
-            conditions.extend(until_file.map(|path| Condition::File { path }));
+            if let Some(path) = until_file {
+                conditions.push(Condition::File {
+                    path: absolute(&path, "--until-file")?,
+                });
+            }
             conditions.extend(until_end.map(|id| Condition::End { id }));
             if conditions.len() != 1 {
                 return Err(WireError::bad_request(format!(
@@ -500,7 +542,9 @@ fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
         } => {
             let condition = match (output, file) {
                 (Some(id), None) => Condition::Output { id },
-                (None, Some(path)) => Condition::File { path },
+                (None, Some(path)) => Condition::File {
+                    path: absolute(&path, "--file")?,
+                },
                 _ => {
                     return Err(WireError::bad_request(format!(
                         "monitor watch: {one_of} of --output ID, --file PATH"

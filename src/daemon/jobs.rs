@@ -294,8 +294,7 @@ impl Daemon {
 
     pub(crate) async fn stop(&self, session: &str, args: &StopArgs) -> Result<Item, WireError> {
         let grace = match args.grace_s {
-            Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(3600.0)),
-            Some(_) => return Err(WireError::bad_request("--grace takes seconds, 0 or more")),
+            Some(s) => crate::wire::seconds("--grace", s)?,
             None => DEFAULT_GRACE,
         };
         let record = Self::find(&self.lock(), session, &args.id)?;

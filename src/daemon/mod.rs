@@ -17,6 +17,7 @@ mod pane;
 mod read;
 mod report;
 mod run;
+mod scan;
 mod serve;
 mod settle;
 mod wait;

@@ -49,10 +49,7 @@ impl Daemon {
         wait_s: Option<f64>,
     ) -> Result<(NoticesReply, Vec<i64>), WireError> {
         if let Some(seconds) = wait_s {
-            if !seconds.is_finite() || seconds < 0.0 {
-                return Err(WireError::bad_request("--wait takes seconds, 0 or more"));
-            }
-            let timeout = std::time::Duration::from_secs_f64(seconds.min(86_400.0));
+            let timeout = crate::wire::seconds("--wait", seconds)?;
             self.wait_for(timeout, |daemon| {
                 let pending = daemon.lock().store.pending_notices(session);
                 pending.map(|rows| !rows.is_empty()).unwrap_or(true)

@@ -53,12 +53,7 @@ impl Daemon {
         caller: Caller<'_>,
     ) -> Result<RunReply, WireError> {
         let timeout = match args.timeout_s {
-            Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(86_400.0)),
-            Some(_) => {
-                return Err(WireError::bad_request(
-                    "--timeout takes a finite number of seconds, 0 or more",
-                ))
-            }
+            Some(s) => crate::wire::seconds("--timeout", s)?,
             None => DEFAULT_TIMEOUT,
         };
         let launch = Launch {

@@ -1,6 +1,9 @@
 //! `wait`: blocks until items end, or a pattern appears in their new output, or the
-//! timeout passes. Woken by events, never by polling.
+//! timeout passes. Woken by events, never by polling. A `--until` scan looks at each new
+//! byte once, however often the wait is woken (see [`super::scan`]), and reads on a
+//! blocking thread, off the daemon's lock, a bounded step at a time.
 
+use super::scan::{read_data, LineScan, Seen, STEP};
 use super::Daemon;
 use crate::output;
 use crate::paths::now_ms;
@@ -8,17 +11,27 @@ use crate::store::Record;
 use crate::wire::{State, WaitArgs, WaitReason, WaitReply, WireError};
 use regex::Regex;
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
 use std::time::Duration;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(50);
-/// The most new output one scan for `--until` reads per item.
-const SCAN_CHUNK: u64 = 1 << 20;
 
 /// Where a `--until` scan of one item stands.
+#[derive(Default)]
 struct Scan {
     row: i64,
-    offset: u64,
-    partial: Vec<u8>,
+    /// The item's log, once it exists.
+    file: Option<File>,
+    lines: LineScan,
+}
+
+/// What one step of a scan found.
+struct Step {
+    matched: Option<String>,
+    /// More output waits to be read (the step's bound was reached).
+    behind: bool,
 }
 
 impl Daemon {
@@ -39,8 +52,7 @@ impl Daemon {
             None => None,
         };
         let timeout = match args.timeout_s {
-            Some(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(86_400.0)),
-            Some(_) => return Err(WireError::bad_request("--timeout takes seconds, 0 or more")),
+            Some(s) => crate::wire::seconds("--timeout", s)?,
             None => DEFAULT_TIMEOUT,
         };
         let mut ids = args.ids.clone();
@@ -59,32 +71,42 @@ impl Daemon {
             .iter()
             .map(|&row| Scan {
                 row,
-                offset: self.unread_from(session, row),
-                partial: Vec::new(),
+                file: None,
+                lines: LineScan::at(self.unread_from(session, row)),
             })
             .collect();
-        let mut matched = None;
-        let mut reason = WaitReason::Timeout;
-        self.wait_for(timeout, |daemon| {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.changes();
+        let (reason, matched) = loop {
+            let timed_out = tokio::time::Instant::now() >= deadline;
+            let mut behind = false;
             if let Some(regex) = &until {
-                if let Some(line) = scans.iter_mut().find_map(|scan| daemon.scan(scan, regex)) {
-                    matched = Some(line);
-                    reason = WaitReason::Matched;
-                    return true;
+                for scan in scans.iter_mut() {
+                    let step = self.scan_step(scan, regex).await;
+                    if let Some(line) = step.matched {
+                        return self.wait_reply(session, &rows, WaitReason::Matched, Some(line));
+                    }
+                    behind |= step.behind;
                 }
             }
-            let ended = rows.iter().filter(|&&row| daemon.has_ended(row)).count();
+            let ended = rows.iter().filter(|&&row| self.has_ended(row)).count();
             let done = if args.all {
                 ended == rows.len()
             } else {
                 ended > 0
             };
             if done {
-                reason = WaitReason::Ended;
+                break (WaitReason::Ended, None);
             }
-            done
-        })
-        .await;
+            if timed_out {
+                break (WaitReason::Timeout, None);
+            }
+            if behind {
+                tokio::task::yield_now().await;
+            } else {
+                let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+            }
+        };
         self.wait_reply(session, &rows, reason, matched)
     }
 
@@ -128,36 +150,82 @@ impl Daemon {
         self.lock().store.cursor(session, row).unwrap_or(0)
     }
 
-    /// Reads the new output of one item and returns the first line matching `regex`.
-    fn scan(&self, scan: &mut Scan, regex: &Regex) -> Option<String> {
-        let (path, dropped) = {
+    /// Reads a bounded step of one item's new output on a blocking thread and returns
+    /// the first line (or frame, or unterminated last line) matching `regex`.
+    async fn scan_step(&self, scan: &mut Scan, regex: &Regex) -> Step {
+        let idle = Step {
+            matched: None,
+            behind: false,
+        };
+        let (path, gap) = {
             let inner = self.lock();
-            let record = inner.store.get(scan.row).ok()??;
+            let Ok(Some(record)) = inner.store.get(scan.row) else {
+                return idle;
+            };
+            let head = self.config.log_head;
             let dropped = inner.dropped(&record);
-            (output::log_path(&record.job_dir), dropped)
+            (output::log_path(&record.job_dir), head..head + dropped)
         };
         let len = output::log_len(&path);
-        while scan.offset < len {
-            let to = len.min(scan.offset + SCAN_CHUNK);
-            let (bytes, _) =
-                output::read_range(&path, scan.offset, to, self.config.log_head, dropped);
-            scan.offset = to;
-            scan.partial.extend_from_slice(&bytes);
-            let complete = scan
-                .partial
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |i| i + 1);
-            let lines: Vec<u8> = scan.partial.drain(..complete).collect();
-            if scan.partial.len() > SCAN_CHUNK as usize {
-                scan.partial.clear();
-            }
-            let text = output::readable(&lines);
-            if let Some(line) = text.lines().find(|line| regex.is_match(line)) {
-                return Some(line.to_string());
-            }
+        if len <= scan.lines.offset {
+            return idle;
         }
-        let partial = output::readable(&scan.partial);
-        regex.is_match(&partial).then_some(partial)
+        let mut taken = std::mem::take(scan);
+        let regex = regex.clone();
+        let work = tokio::task::spawn_blocking(move || {
+            let step = advance(&mut taken, &path, len, gap, &regex);
+            (taken, step)
+        });
+        match work.await {
+            Ok((taken, step)) => {
+                *scan = taken;
+                step
+            }
+            Err(_) => idle,
+        }
     }
+}
+
+/// Reads up to [`STEP`] bytes of `[offset, len)` of a log and matches what it finds.
+fn advance(scan: &mut Scan, path: &Path, len: u64, gap: Range<u64>, regex: &Regex) -> Step {
+    let mut matched = None;
+    let mut each = |_: Seen, line: &str| {
+        let hit = regex.is_match(line);
+        if hit {
+            matched = Some(line.to_string());
+        }
+        hit
+    };
+    if scan.file.is_none() {
+        scan.file = File::open(path).ok();
+    }
+    let Some(file) = &scan.file else {
+        return Step {
+            matched: None,
+            behind: false,
+        };
+    };
+    let mut buf = Vec::new();
+    let mut budget = STEP;
+    let mut behind = false;
+    let mut hit = false;
+    while scan.lines.offset < len && !hit {
+        if budget == 0 {
+            behind = true;
+            break;
+        }
+        let Ok(at) = read_data(file, scan.lines.offset, len, gap.clone(), &mut buf) else {
+            break;
+        };
+        if buf.is_empty() {
+            scan.lines.skip_to(at);
+            continue;
+        }
+        budget = budget.saturating_sub(buf.len() as u64);
+        hit = scan.lines.feed(at, &buf, &mut each);
+    }
+    if !behind && !hit {
+        scan.lines.offer_partial(&mut each);
+    }
+    Step { matched, behind }
 }

@@ -10,7 +10,7 @@ mod monitors;
 mod schema;
 mod sessions;
 
-pub use monitors::MonitorRow;
+pub use monitors::{MonitorRow, ScanProgress};
 pub use sessions::sub_session_name;
 
 use crate::wire::{Actor, End, Kind, State};

@@ -2,7 +2,7 @@
 //! of watches.
 
 use super::{Result, Store, MATCH_NOTICE};
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, OptionalExtension, Transaction};
 
 /// A monitor's durable state, beside its work record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,19 +16,37 @@ pub struct MonitorRow {
     /// The record of the item it watches (output and end conditions).
     pub target_row: Option<i64>,
     pub regex: Option<String>,
-    /// When a wait gives up (ms since the epoch).
+    /// When a wait gives up (ms since the epoch). Compared with the wall clock only when
+    /// a monitor (re)starts; while it runs, its deadline follows the monotonic clock.
     pub deadline_at: Option<i64>,
-    /// How far into the watched output or file it has read.
-    pub offset: u64,
+    pub progress: ScanProgress,
     pub matches: u64,
+}
+
+/// How far a monitor has read, and (for a watch) what it has recorded so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanProgress {
+    /// Where the first line not yet handled begins in the watched output or file.
+    pub offset: u64,
+    /// The followed file (device, inode) that `offset` is in, when known.
+    pub file: Option<(u64, u64)>,
+    /// The last bytes of that file before `offset`: when they are no longer there, the
+    /// file was rewritten while nobody followed it.
+    pub file_tail: Option<Vec<u8>>,
+    /// The length of the watch's event log that goes with `offset`; a longer log holds
+    /// lines written but never recorded (a crash between the two), which are cut off.
+    pub log_len: Option<u64>,
+    /// Bytes the log cap has released from the event log.
+    pub dropped: u64,
 }
 
 impl Store {
     pub fn insert_monitor(&mut self, row: i64, monitor: &MonitorRow) -> Result<()> {
+        let progress = &monitor.progress;
         self.conn.execute(
             "INSERT INTO monitors(row, mode, condition, target, target_row, regex, deadline_at,
-                                  offset, matches)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                                  offset, matches, file_dev, file_ino, log_len, file_tail)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 row,
                 monitor.mode,
@@ -37,8 +55,12 @@ impl Store {
                 monitor.target_row,
                 monitor.regex,
                 monitor.deadline_at,
-                monitor.offset as i64,
+                progress.offset as i64,
                 monitor.matches as i64,
+                progress.file.map(|f| f.0 as i64),
+                progress.file.map(|f| f.1 as i64),
+                progress.log_len.map(|n| n as i64),
+                progress.file_tail,
             ],
         )?;
         Ok(())
@@ -48,10 +70,14 @@ impl Store {
         Ok(self
             .conn
             .query_row(
-                "SELECT mode, condition, target, target_row, regex, deadline_at, offset, matches
-                 FROM monitors WHERE row = ?1",
+                "SELECT m.mode, m.condition, m.target, m.target_row, m.regex, m.deadline_at,
+                        m.offset, m.matches, m.file_dev, m.file_ino, m.log_len, i.dropped,
+                        m.file_tail
+                 FROM monitors m JOIN items i ON i.row = m.row WHERE m.row = ?1",
                 [row],
                 |r| {
+                    let dev: Option<i64> = r.get(8)?;
+                    let ino: Option<i64> = r.get(9)?;
                     Ok(MonitorRow {
                         mode: r.get(0)?,
                         condition: r.get(1)?,
@@ -59,7 +85,13 @@ impl Store {
                         target_row: r.get(3)?,
                         regex: r.get(4)?,
                         deadline_at: r.get(5)?,
-                        offset: r.get::<_, i64>(6)? as u64,
+                        progress: ScanProgress {
+                            offset: r.get::<_, i64>(6)? as u64,
+                            file: dev.zip(ino).map(|(d, i)| (d as u64, i as u64)),
+                            file_tail: r.get(12)?,
+                            log_len: r.get::<_, Option<i64>>(10)?.map(|n| n as u64),
+                            dropped: r.get::<_, i64>(11)? as u64,
+                        },
                         matches: r.get::<_, i64>(7)? as u64,
                     })
                 },
@@ -67,11 +99,11 @@ impl Store {
             .optional()?)
     }
 
-    pub fn set_monitor_progress(&mut self, row: i64, offset: u64, matches: u64) -> Result<()> {
-        self.conn.execute(
-            "UPDATE monitors SET offset = ?2, matches = ?3 WHERE row = ?1",
-            params![row, offset as i64, matches as i64],
-        )?;
+    /// Saves how far a monitor has read (no new matches).
+    pub fn set_monitor_progress(&mut self, row: i64, progress: &ScanProgress) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        save_progress(&tx, row, progress, None)?;
+        tx.commit()?;
         Ok(())
     }
 
@@ -84,7 +116,8 @@ impl Store {
         count: u64,
         tail: &str,
         at: i64,
-        progress: (u64, u64),
+        progress: &ScanProgress,
+        matches: u64,
     ) -> Result<()> {
         let tx = self.conn.transaction()?;
         let pending: Option<(i64, i64)> = tx
@@ -108,7 +141,7 @@ impl Store {
             }
             None => {
                 // The running total is unique to this batch of this watch.
-                let key = format!("watch:{row}:{}", progress.1);
+                let key = format!("watch:{row}:{matches}");
                 tx.execute(
                     "INSERT INTO notices(key, row, session, item, end_kind, text, tail,
                                          created_at, count)
@@ -119,11 +152,37 @@ impl Store {
                 )?;
             }
         }
-        tx.execute(
-            "UPDATE monitors SET offset = ?2, matches = ?3 WHERE row = ?1",
-            params![row, progress.0 as i64, progress.1 as i64],
-        )?;
+        save_progress(&tx, row, progress, Some(matches))?;
         tx.commit()?;
         self.keep_reserve()
     }
+}
+
+fn save_progress(
+    tx: &Transaction<'_>,
+    row: i64,
+    progress: &ScanProgress,
+    matches: Option<u64>,
+) -> Result<()> {
+    tx.execute(
+        "UPDATE monitors SET offset = ?2, file_dev = ?3, file_ino = ?4, log_len = ?5,
+                matches = coalesce(?6, matches), file_tail = ?7
+         WHERE row = ?1",
+        params![
+            row,
+            progress.offset as i64,
+            progress.file.map(|f| f.0 as i64),
+            progress.file.map(|f| f.1 as i64),
+            progress.log_len.map(|n| n as i64),
+            matches.map(|n| n as i64),
+            progress.file_tail,
+        ],
+    )?;
+    if let Some(log_len) = progress.log_len {
+        tx.execute(
+            "UPDATE items SET dropped = ?2, log_len = ?3 WHERE row = ?1",
+            params![row, progress.dropped as i64, log_len as i64],
+        )?;
+    }
+    Ok(())
 }

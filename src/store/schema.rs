@@ -133,7 +133,13 @@ const MIGRATIONS: &[&str] = &[
         key   TEXT PRIMARY KEY,
         value INTEGER NOT NULL
     );",
-    // 5: the sessions bgwork made for sub-agents, with their parents (never inferred
+    // 5: the file a watch follows (device, inode, and the bytes just before its offset),
+    // and how long its event log was at its last recorded progress.
+    "ALTER TABLE monitors ADD COLUMN file_dev INTEGER;
+    ALTER TABLE monitors ADD COLUMN file_ino INTEGER;
+    ALTER TABLE monitors ADD COLUMN file_tail BLOB;
+    ALTER TABLE monitors ADD COLUMN log_len INTEGER;",
+    // 6: the sessions bgwork made for sub-agents, with their parents (never inferred
     // from a name); those of existing sub-agents are filled in.
     "CREATE TABLE sessions(
         name      TEXT PRIMARY KEY,

@@ -461,6 +461,23 @@ impl WireError {
     }
 }
 
+/// The most seconds any `--timeout`, `--grace` or `notices --wait` takes (a day).
+pub const MAX_SECONDS: f64 = 86_400.0;
+
+/// Checks a number of seconds given as `flag` (`--timeout`, `--grace`, `--wait`): a
+/// finite number from 0 to [`MAX_SECONDS`]. The one check of every such argument, in the
+/// CLI (where NaN and infinity still exist: JSON turns them into `null`) and in the
+/// daemon.
+pub fn seconds(flag: &str, value: f64) -> Result<std::time::Duration, WireError> {
+    if !(value.is_finite() && (0.0..=MAX_SECONDS).contains(&value)) {
+        return Err(WireError::bad_request(format!(
+            "{flag} takes a number of seconds from 0 to {MAX_SECONDS} (a day), not {value}"
+        )));
+    }
+    // `-0.0` passes the range check; a Duration wants a positive zero.
+    Ok(std::time::Duration::from_secs_f64(value.abs()))
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct ErrorReply {
     pub error: WireError,

@@ -7,6 +7,7 @@ mod hostile;
 mod mcp;
 mod mcp_hostile;
 mod monitors;
+mod monitors_hostile;
 mod output;
 mod panes;
 mod panes_hostile;

@@ -1,6 +1,12 @@
 //! `Client`: connects to the home's daemon (starting one when none answers) and sends
 //! requests of [`crate::wire`]. Every front end (CLI, MCP server, hook) goes through it.
 //!
+//! Nothing is sent before two checks (SPEC §8): the socket's folder is this user's own
+//! and no one else may write in it, and the process listening on the socket runs as
+//! this user (`SO_PEERCRED`). A folder in `/tmp` can be made first by another user who
+//! then listens there; such a client would otherwise hand over its requests, environment
+//! values included.
+//!
 //! No call waits for ever on a daemon that does not answer (stopped, hung, overloaded):
 //! the connection, the request and the first answer each have a deadline — a fixed
 //! patience plus the time the call itself may take (a `wait`'s timeout, a `stop`'s
@@ -8,7 +14,7 @@
 //! `notices --follow` stream, which may rightly stay silent for hours, checks after each
 //! quiet spell that the daemon still answers on a second connection.
 
-use crate::paths::{Paths, SocketPath};
+use crate::paths::{check_private_dir, Paths, SocketPath};
 use crate::wire::{self, Envelope, ErrorCode, Request, WireError};
 use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, Write};
@@ -51,6 +57,9 @@ impl Client {
     pub fn connect(paths: &Paths) -> Result<Client, WireError> {
         match Client::connect_existing(paths) {
             Ok(client) => return Ok(client),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(WireError::new(ErrorCode::Unavailable, e.to_string()))
+            }
             // Someone listens but accepts nothing: a daemon that is stuck, not absent.
             Err(e) if is_timeout(&e) => {
                 return Err(WireError::new(
@@ -73,6 +82,9 @@ impl Client {
                     // Reap it whenever it ends (this client may live long: an MCP server).
                     std::thread::spawn(move || daemon.wait());
                     return Ok(client);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(WireError::new(ErrorCode::Unavailable, e.to_string()))
                 }
                 Err(e) if Instant::now() >= deadline => {
                     return Err(WireError::new(
@@ -104,10 +116,14 @@ impl Client {
         }
     }
 
-    /// Connects to a running daemon only.
+    /// Connects to a running daemon only. Errors of kind `PermissionDenied` (whose
+    /// message says why and what to do) when the socket's folder or the process that
+    /// listens on it is not this user's: nothing has been sent then.
     pub fn connect_existing(paths: &Paths) -> std::io::Result<Client> {
+        check_private_dir(paths.socket_dir())?;
         let short = SocketPath::new(&paths.socket)?;
         let stream = connect_within(&short.path, patience())?;
+        check_server(&stream, &paths.socket)?;
         Ok(Client {
             reader: BufReader::new(stream.try_clone()?),
             writer: stream,
@@ -372,6 +388,26 @@ fn connect_within(path: &std::path::Path, patience: Duration) -> std::io::Result
 fn last_line(path: &std::path::Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
     text.lines().last().map(str::to_string)
+}
+
+/// Checks that the process listening on `socket` runs as this user.
+fn check_server(stream: &UnixStream, socket: &std::path::Path) -> std::io::Result<()> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let me = nix::unistd::geteuid().as_raw();
+    let server = getsockopt(stream, PeerCredentials).map_err(std::io::Error::from)?;
+    if server.uid() != me {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "refused to talk to {}: the process listening there runs as uid {}, not as \
+                 you (uid {me}); nothing was sent. Another user may be listening in your \
+                 place: remove the socket, or set BGWORK_HOME to a folder of your own",
+                socket.display(),
+                server.uid()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Starts `bgwork daemon` detached, in a session of its own, logging to `daemon.log`.

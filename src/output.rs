@@ -4,7 +4,6 @@
 //! Everything here works on bytes read by offset (`pread`), so reading the newest
 //! megabyte of a 1 GB log costs a megabyte, and memory never grows with a log.
 
-use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -28,20 +27,8 @@ pub fn log_len(path: &Path) -> u64 {
 
 /// Opens a log for reading: a regular file only, never through a symbolic link, and
 /// never blocking on open (a job that put a FIFO in its own folder cannot hang a reader).
-pub fn open_log(path: &Path) -> std::io::Result<File> {
-    use nix::fcntl::OFlag;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other(format!(
-            "{} is not a regular file",
-            path.display()
-        )));
-    }
-    Ok(file)
+pub fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
+    crate::paths::open_untrusted(path)
 }
 
 /// The bytes of `[from, to)` that a log still holds, skipping its dropped middle
@@ -213,17 +200,47 @@ pub fn dropped_in(from: u64, to: u64, head: u64, dropped: u64) -> u64 {
 /// Text for a model: escape sequences stripped, progress-bar rewrites (`\r`) collapsed
 /// to each line's final state, invalid UTF-8 replaced.
 pub fn readable(bytes: &[u8]) -> String {
-    let plain_already = !bytes
-        .iter()
-        .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f);
+    let c1 = bytes.windows(2).any(is_c1);
+    let plain_already = !c1
+        && !bytes
+            .iter()
+            .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f);
     if plain_already {
         // No escape or control byte (not even a carriage return): nothing to do but
         // repair the UTF-8.
         return String::from_utf8_lossy(bytes).into_owned();
     }
     let mut plain = PlainText::default();
-    vte::Parser::new().advance(&mut plain, bytes);
+    let mut parser = vte::Parser::new();
+    if c1 {
+        parser.advance(&mut plain, &seven_bit(bytes));
+    } else {
+        parser.advance(&mut plain, bytes);
+    }
     collapse_carriage_returns(&plain.text)
+}
+
+/// Whether two bytes are a C1 control (U+0080–U+009F) written as UTF-8.
+fn is_c1(pair: &[u8]) -> bool {
+    pair[0] == 0xc2 && (0x80..=0x9f).contains(&pair[1])
+}
+
+/// The bytes with each C1 control written as UTF-8 turned into its 7-bit form (ESC and
+/// a letter: U+009B CSI is `ESC [`, U+009D OSC is `ESC ]`), so the parser drops the
+/// whole sequence it starts, parameters included, as it does for the 7-bit form.
+fn seven_bit(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if index + 1 < bytes.len() && is_c1(&bytes[index..index + 2]) {
+            out.extend_from_slice(&[0x1b, bytes[index + 1] - 0x40]);
+            index += 2;
+        } else {
+            out.push(bytes[index]);
+            index += 1;
+        }
+    }
+    out
 }
 
 /// Keeps what a terminal would print and the line controls; drops every escape.
@@ -234,7 +251,9 @@ struct PlainText {
 
 impl vte::Perform for PlainText {
     fn print(&mut self, c: char) {
-        self.text.push(c);
+        if c != '\u{7f}' {
+            self.text.push(c);
+        }
     }
 
     fn execute(&mut self, byte: u8) {
@@ -358,6 +377,20 @@ mod tests {
     #[test]
     fn escapes_are_stripped_and_bad_utf8_replaced() {
         assert_eq!(readable(b"\x1b[31mred\x1b[0m \xff!"), "red \u{fffd}!");
+    }
+
+    #[test]
+    fn c1_controls_are_stripped_with_their_sequences() {
+        // U+009B CSI and U+009D OSC as UTF-8, the 8-bit bytes, and DEL.
+        assert_eq!(
+            readable("a\u{9b}2Jb\u{9d}0;T\u{7}c\u{85}d\n".as_bytes()),
+            "abcd\n"
+        );
+        assert_eq!(readable(b"a\x9b2Jb\x7f\n"), "a2Jb\n");
+        assert_eq!(
+            readable("caf\u{e9} \u{a0}ok".as_bytes()),
+            "caf\u{e9} \u{a0}ok"
+        );
     }
 
     #[test]

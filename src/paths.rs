@@ -5,8 +5,9 @@
 //! whatever the folder's own path is.
 
 use std::fs;
+use std::io::{Error, ErrorKind};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The files of one home.
@@ -22,8 +23,10 @@ pub struct Paths {
 
 impl Paths {
     /// The home of this user: `$BGWORK_HOME`, else `$XDG_DATA_HOME/bgwork`, else
-    /// `~/.local/share/bgwork`. The socket lives in the home when `BGWORK_HOME` is set,
-    /// else in `$XDG_RUNTIME_DIR/bgwork` (or `/tmp/bgwork-$UID`).
+    /// `~/.local/share/bgwork` (with no `HOME` either: `/tmp/bgwork-$UID`). The socket
+    /// lives in the home when `BGWORK_HOME` is set, else in `$XDG_RUNTIME_DIR/bgwork`
+    /// (or `/tmp/bgwork-$UID`). Folders in a shared place such as `/tmp` may have been
+    /// made by another user first: [`check_private_dir`] is asked before any is trusted.
     pub fn from_env() -> Paths {
         // XDG names only absolute folders; a relative one is ignored, as its spec says.
         let env = |name: &str| {
@@ -35,14 +38,14 @@ impl Paths {
             let home = std::path::absolute(&home).unwrap_or_else(|_| PathBuf::from(home));
             return Paths::new(home.clone(), home);
         }
+        let private_tmp = PathBuf::from(format!("/tmp/bgwork-{}", nix::unistd::geteuid()));
         let data = env("XDG_DATA_HOME")
-            .map(PathBuf::from)
-            .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-            .unwrap_or_else(|| PathBuf::from("/tmp"))
-            .join("bgwork");
+            .map(|d| PathBuf::from(d).join("bgwork"))
+            .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".local/share/bgwork")))
+            .unwrap_or_else(|| private_tmp.clone());
         let run = env("XDG_RUNTIME_DIR")
             .map(|d| PathBuf::from(d).join("bgwork"))
-            .unwrap_or_else(|| PathBuf::from(format!("/tmp/bgwork-{}", nix::unistd::geteuid())));
+            .unwrap_or(private_tmp);
         Paths::new(data, run)
     }
 
@@ -51,22 +54,30 @@ impl Paths {
             socket: run_dir.join("bgwork.sock"),
             db: home.join("work.db"),
             daemon_log: home.join("daemon.log"),
-            lock: run_dir.join("daemon.lock"),
+            // In the home, not the socket's folder: one home has one daemon, whatever
+            // socket folder each daemon was started with.
+            lock: home.join("daemon.lock"),
             jobs: home.join("jobs"),
             home,
         }
     }
 
-    /// Creates the home, the socket's folder and `jobs/`, each 0700.
+    /// The folder the socket lives in.
+    pub fn socket_dir(&self) -> &Path {
+        self.socket.parent().unwrap_or(Path::new("/"))
+    }
+
+    /// Creates the home, the socket's folder and `jobs/`, each 0700. A folder that
+    /// exists already must pass [`check_private_dir`]; it is then made 0700.
     pub fn create_dirs(&self) -> std::io::Result<()> {
-        let socket_dir = self.socket.parent().unwrap_or(Path::new("/"));
-        for dir in [&self.home, &socket_dir.to_path_buf(), &self.jobs] {
+        for dir in [&self.home, self.socket_dir(), &self.jobs] {
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(dir)?;
         }
-        for dir in [&self.home, &socket_dir.to_path_buf()] {
+        for dir in [&self.home, self.socket_dir()] {
+            check_private_dir(dir)?;
             fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
         }
         Ok(())
@@ -89,6 +100,86 @@ impl Paths {
             .filter_map(|e| Some((e.file_name().to_str()?.parse::<i64>().ok()?, e.path())))
             .collect()
     }
+}
+
+/// Checks that `dir` is this user's own folder and that no other user may write in it
+/// (nor replace it: a symbolic link must be this user's too). Another user could have
+/// made a folder in a shared place such as `/tmp` first, to receive this user's
+/// requests (environment values included) or to plant files there. Errors of kind
+/// `NotFound` when it does not exist, `PermissionDenied` (with a message naming the
+/// folder and what to do) when it must not be used.
+pub fn check_private_dir(dir: &Path) -> std::io::Result<()> {
+    let me = nix::unistd::geteuid().as_raw();
+    let refuse = |why: String| {
+        Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "refused to use {}: {why}; another user may have made it to receive your \
+                 requests. Remove it, or set BGWORK_HOME (or XDG_RUNTIME_DIR) to a folder \
+                 of your own",
+                dir.display()
+            ),
+        )
+    };
+    let link = fs::symlink_metadata(dir)?;
+    if link.file_type().is_symlink() && link.uid() != me {
+        return Err(refuse(format!(
+            "it is a symbolic link of uid {}, not yours (uid {me})",
+            link.uid()
+        )));
+    }
+    let meta = fs::metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(refuse("it is not a folder".to_string()));
+    }
+    if meta.uid() != me {
+        return Err(refuse(format!(
+            "it belongs to uid {}, not to you (uid {me})",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(refuse(format!(
+            "other users may write in it (mode {:04o})",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// Opens a file that a job may have replaced (anything in a job's folder): no symbolic
+/// link is followed, a FIFO does not block the open, and only a regular file is taken.
+/// Errors of kind `InvalidInput` ("not a regular file") otherwise.
+pub fn open_untrusted(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path);
+    let not_regular = |what: &str| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("{} is not a regular file ({what})", path.display()),
+        )
+    };
+    let file = match opened {
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(not_regular("it is a symbolic link"))
+        }
+        other => other?,
+    };
+    if !file.metadata()?.file_type().is_file() {
+        return Err(not_regular("a FIFO, a device or a socket"));
+    }
+    Ok(file)
+}
+
+/// Reads at most `max` bytes of a file opened with [`open_untrusted`].
+pub fn read_untrusted(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_untrusted(path)?.take(max).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// A socket path short enough for `bind`/`connect`; keep it alive while it is used.

@@ -288,7 +288,7 @@ pub fn execute(cli: Cli) -> ExitCode {
                     })
                 );
             } else {
-                eprintln!("bgwork: {}", error.message);
+                eprintln!("bgwork: {}", render::inert_lines(&error.message));
             }
             match error.code {
                 ErrorCode::BadRequest => ExitCode::from(2),
@@ -376,8 +376,12 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Gc => Request::Gc,
         Commands::Status => Request::Status,
         Commands::Shutdown { stop_work } => {
-            // A daemon that accepts no connection is there all the same (stuck).
+            // A daemon that accepts no connection is there all the same (stuck); a socket
+            // that is not this user's is refused, never taken for none.
             if let Err(e) = Client::connect_existing(&paths) {
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    return Err(WireError::new(ErrorCode::Unavailable, e.to_string()));
+                }
                 if e.kind() != std::io::ErrorKind::TimedOut {
                     render::say(json, "no daemon is running for this home");
                     return Ok(ExitCode::SUCCESS);

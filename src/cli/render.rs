@@ -1,4 +1,10 @@
 //! Sending a request and printing its reply: text for people and models, or `--json`.
+//!
+//! Every text in a reply came from a caller or a job (names, commands, output, reports,
+//! even errors that quote an argument). Printed as text, each goes through [`inert`] or
+//! [`inert_lines`] first, so that no escape sequence reaches the reader's terminal: none
+//! sets its title, clears its screen or forges a line (SPEC §8). `--json` prints exact
+//! JSON, whose escaping is enough.
 
 use crate::client::Client;
 use crate::wire::{
@@ -8,6 +14,7 @@ use crate::wire::{
 use base64::Engine;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -21,9 +28,9 @@ pub fn call_and_print(
         Request::Monitor(_) => print(client, &envelope, json, |item: &Item| {
             format!(
                 "{} {}: {}",
-                item.id,
+                inert(&item.id),
                 wire::name_of(&item.state),
-                item.command
+                inert(&item.command)
             )
         }),
         Request::List { .. } => print(client, &envelope, json, list_text),
@@ -32,7 +39,7 @@ pub fn call_and_print(
             if json {
                 println!("{}", wire::to_json_text(&reply));
             } else if args.screen {
-                print_text(&reply.output);
+                print_text(&inert_lines(&reply.output));
             } else if args.raw {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(reply.output_base64.as_deref().unwrap_or(""))
@@ -49,7 +56,9 @@ pub fn call_and_print(
         | Request::Dismiss { .. }
         | Request::Shutdown { .. }
         | Request::Ack { .. }
-        | Request::Resize { .. } => print(client, &envelope, json, |ack: &Ack| ack.message.clone()),
+        | Request::Resize { .. } => print(client, &envelope, json, |ack: &Ack| {
+            inert(&ack.message).into_owned()
+        }),
         Request::Stop(_) => print(client, &envelope, json, stop_text),
         Request::Wait(_) => {
             let reply: WaitReply = client.call(&envelope)?;
@@ -113,7 +122,7 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
             )
         })?;
         if let Ok(chunk) = serde_json::from_slice::<wire::Chunk>(&line) {
-            let _ = out.write_all(chunk.chunk.as_bytes());
+            let _ = out.write_all(inert_lines(&chunk.chunk).as_bytes());
             let _ = out.flush();
             continue;
         }
@@ -122,9 +131,9 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
     if json {
         println!("{}", wire::to_json_text(&reply));
     } else {
-        let _ = out.write_all(reply.output.as_bytes());
+        let _ = out.write_all(inert_lines(&reply.output).as_bytes());
         if reply.outcome != RunOutcome::Ended {
-            eprintln!("[{}]", reply.message);
+            eprintln!("[{}]", inert(&reply.message));
         }
     }
     let code = match reply.outcome {
@@ -172,8 +181,44 @@ pub fn say(json: bool, message: &str) {
             })
         );
     } else {
-        println!("{message}");
+        println!("{}", inert_lines(message));
     }
+}
+
+/// A text that came from a caller or a job, for one line of a terminal: every control
+/// character (C0, DEL, C1, line and paragraph separators, bidirectional overrides) is
+/// shown as an escape (`\x1b`, `\n`, `\u{9b}`), so it cannot act on the terminal or
+/// start a line of its own.
+pub(crate) fn inert(text: &str) -> Cow<'_, str> {
+    visible(text, false)
+}
+
+/// Like [`inert`] for a text of several lines (output, a tail, a report, an error):
+/// line breaks and tabs are kept.
+pub(crate) fn inert_lines(text: &str) -> Cow<'_, str> {
+    visible(text, true)
+}
+
+fn visible(text: &str, keep_lines: bool) -> Cow<'_, str> {
+    let acts = |c: char| {
+        c.is_control() && !(keep_lines && (c == '\n' || c == '\t'))
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(acts) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            c if !acts(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn print_text(text: &str) {
@@ -185,30 +230,29 @@ fn print_text(text: &str) {
 }
 
 fn label(item: &Item) -> String {
-    item.name.clone().unwrap_or_else(|| item.command.clone())
+    inert(item.name.as_deref().unwrap_or(&item.command)).into_owned()
 }
 
 fn start_text(reply: &StartReply) -> String {
     let item = &reply.item;
     let mut text = format!(
         "{} started{}: {}\n",
-        item.id,
+        inert(&item.id),
         item.pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
         label(item)
     );
-    text.push_str(&reply.output);
+    text.push_str(&inert_lines(&reply.output));
     if !reply.output.is_empty() && !reply.output.ends_with('\n') {
         text.push('\n');
     }
+    let id = inert(&item.id);
     match &item.report {
-        Some(report) => text.push_str(report),
-        None if item.notify => text.push_str(&format!(
-            "[{} runs on; a notice will come when it ends]",
-            item.id
-        )),
+        Some(report) => text.push_str(&inert(report)),
+        None if item.notify => {
+            text.push_str(&format!("[{id} runs on; a notice will come when it ends]"))
+        }
         None => text.push_str(&format!(
-            "[{} runs on: `bgwork read {}` for new output, `bgwork wait {}` to wait]",
-            item.id, item.id, item.id
+            "[{id} runs on: `bgwork read {id}` for new output, `bgwork wait {id}` to wait]"
         )),
     }
     text
@@ -218,6 +262,14 @@ fn list_text(reply: &ListReply) -> String {
     if reply.items.is_empty() {
         return "no work".to_string();
     }
+    // Ids of sub-agents' items (`sub-1/bg-2`) are longer: the column fits the longest.
+    let width = reply
+        .items
+        .iter()
+        .map(|item| inert(&item.id).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(8);
     reply
         .items
         .iter()
@@ -226,29 +278,27 @@ fn list_text(reply: &ListReply) -> String {
                 (State::Ended, Some(end)) => wire::name_of(end),
                 (state, _) => wire::name_of(state),
             };
-            let owner = item
-                .session
-                .rsplit_once('/')
-                .map(|(_, agent)| format!(" (by {agent})"))
-                .unwrap_or_default();
-            format!("{:<8} {:<16} {}{owner}", item.id, state, label(item))
+            // A sub-agent's item says whose it is in its id (`sub-1/bg-2`).
+            let id = inert(&item.id);
+            format!("{id:<width$} {state:<16} {}", label(item))
         })
         .collect::<Vec<_>>()
         .join("\n")
 }
 
 fn read_status_line(reply: &ReadReply) -> String {
+    let id = inert(&reply.id);
     match (&reply.report, reply.running) {
-        (Some(report), _) => format!("[{report}]"),
+        (Some(report), _) => format!("[{}]", inert(report)),
         (None, true) if reply.output.is_empty() => {
-            format!("[{} is still running; no new output yet]", reply.id)
+            format!("[{id} is still running; no new output yet]")
         }
-        (None, _) => format!("[{} is still running]", reply.id),
+        (None, _) => format!("[{id} is still running]"),
     }
 }
 
 fn read_text(reply: &ReadReply) -> String {
-    let mut text = reply.output.clone();
+    let mut text = inert_lines(&reply.output).into_owned();
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
@@ -257,26 +307,24 @@ fn read_text(reply: &ReadReply) -> String {
 }
 
 fn stop_text(item: &Item) -> String {
+    let id = inert(&item.id);
     match &item.report {
-        Some(report) => report.clone(),
-        None => format!(
-            "stop requested: {} has not ended yet; `bgwork wait {}` to see it end",
-            item.id, item.id
-        ),
+        Some(report) => inert(report).into_owned(),
+        None => format!("stop requested: {id} has not ended yet; `bgwork wait {id}` to see it end"),
     }
 }
 
 fn wait_text(reply: &WaitReply) -> String {
     let mut text = match (&reply.reason, &reply.matched) {
-        (WaitReason::Matched, Some(line)) => format!("matched: {line}\n"),
+        (WaitReason::Matched, Some(line)) => format!("matched: {}\n", inert(line)),
         (WaitReason::Timeout, _) => "timed out; still running:\n".to_string(),
         _ => String::new(),
     };
     for item in &reply.items {
-        let head = item
-            .report
-            .clone()
-            .unwrap_or_else(|| format!("{} is still running", item.id));
+        let head = match &item.report {
+            Some(report) => inert(report).into_owned(),
+            None => format!("{} is still running", inert(&item.id)),
+        };
         text.push_str(&head);
         text.push('\n');
         if let Some(tail) = reply.tails.get(&item.id).filter(|t| !t.is_empty()) {
@@ -287,7 +335,12 @@ fn wait_text(reply: &WaitReply) -> String {
 }
 
 pub(super) fn notice_text(notice: &wire::Notice) -> String {
-    format!("{} [{}]\n{}", notice.text, notice.id, indent(&notice.tail))
+    format!(
+        "{} [{}]\n{}",
+        inert(&notice.text),
+        inert(&notice.id),
+        indent(&notice.tail)
+    )
 }
 
 fn notices_text(reply: &NoticesReply) -> String {
@@ -310,7 +363,10 @@ fn status_text(status: &StatusReply) -> String {
 }
 
 fn indent(text: &str) -> String {
-    let mut out: String = text.lines().map(|line| format!("  | {line}\n")).collect();
+    let mut out: String = text
+        .lines()
+        .map(|line| format!("  | {}\n", inert(line)))
+        .collect();
     if out.is_empty() && !text.is_empty() {
         out.push('\n');
     }

@@ -2,17 +2,25 @@
 
 use super::{Daemon, Inner};
 use crate::paths::{now_ms, rfc3339};
-use crate::store::Record;
+use crate::store::{sub_session_name, Record};
 use crate::wire::{
     Ack, End, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError,
 };
 use std::collections::BTreeMap;
 
 impl Daemon {
-    /// The item of a record (with what the registry knows of it while it runs).
+    /// The item of a record (with what the registry knows of it while it runs), as its
+    /// own session sees it.
     pub(crate) fn item(&self, record: &Record) -> Item {
+        self.item_as(&record.session, record)
+    }
+
+    /// The item of a record as session `viewer` sees it: a sub-agent's item carries the
+    /// id the viewer addresses it by (`sub-1/bg-2`).
+    pub(crate) fn item_as(&self, viewer: &str, record: &Record) -> Item {
+        let id = display_id(viewer, record);
         let mut report = record.end.map(|end| {
-            crate::end::report(&record.id, end, record.exit_code, record.signal)
+            crate::end::report(&id, end, record.exit_code, record.signal)
                 + &crate::end::unwritten_note(record.unwritten)
         });
         let mut lost_reason = record.lost_reason.clone();
@@ -31,7 +39,7 @@ impl Daemon {
         }
         let running = record.state != State::Ended;
         Item {
-            id: record.id.clone(),
+            id,
             kind: record.kind,
             state: record.state,
             end: record.end,
@@ -57,18 +65,23 @@ impl Daemon {
         }
     }
 
-    /// The record `id` of `session`, or `unknown_id`.
+    /// The record `id` as `session` sees it, or `unknown_id`: `bg-2` is the session's
+    /// own, `sub-1/bg-2` is `bg-2` of its sub-agent `sub-1` (and so on for nested ones).
     pub(crate) fn find(inner: &Inner, session: &str, id: &str) -> Result<Record, WireError> {
+        let (owner, own_id) = match id.rsplit_once('/') {
+            Some((path, own_id)) => (sub_session_name(session, path), own_id),
+            None => (session.to_string(), id),
+        };
         inner
             .store
-            .find(session, id)?
+            .find_in(session, &owner, own_id)?
             .ok_or_else(|| WireError::unknown_id(id))
     }
 
     pub(crate) fn list(&self, session: &str, all: bool) -> Result<ListReply, WireError> {
         let records = self.lock().store.list(session, all)?;
         Ok(ListReply {
-            items: records.iter().map(|r| self.item(r)).collect(),
+            items: records.iter().map(|r| self.item_as(session, r)).collect(),
         })
     }
 
@@ -136,14 +149,32 @@ impl Daemon {
         })
     }
 
-    /// Running items of a session that count toward its limit.
+    /// Running items that count toward a session's limit: those of its root session
+    /// and of every sub-agent under it (nested work counts against the root's limits).
     pub(crate) fn counted(inner: &Inner, session: &str) -> Result<Vec<Record>, WireError> {
-        Ok(inner
-            .store
-            .list(session, false)?
+        Ok(Self::running_tree(inner, session)?
             .into_iter()
-            .filter(|r| r.session == session && r.kind != Kind::SubAgent)
+            .filter(|r| r.kind != Kind::SubAgent)
             .collect())
+    }
+
+    /// Running items of the whole tree of sessions `session` belongs to.
+    pub(crate) fn running_tree(inner: &Inner, session: &str) -> Result<Vec<Record>, WireError> {
+        let root = inner.store.root_of(session)?;
+        Ok(inner.store.list(&root, false)?)
+    }
+}
+
+/// The id by which `viewer` addresses a record: its own id when the record is the
+/// viewer's, else prefixed by the path of sub-agents from the viewer to its owner.
+pub(crate) fn display_id(viewer: &str, record: &Record) -> String {
+    match record
+        .session
+        .strip_prefix(viewer)
+        .and_then(|rest| rest.strip_prefix('/'))
+    {
+        Some(path) if record.session != viewer => format!("{path}/{}", record.id),
+        _ => record.id.clone(),
     }
 }
 

@@ -5,7 +5,7 @@ use crate::environ::{self, CallerEnv};
 use crate::executor::WriteRefused;
 use crate::output;
 use crate::paths::now_ms;
-use crate::store::{NewRecord, Record, Settlement};
+use crate::store::{sub_session_name, NewRecord, Record, Settlement};
 use crate::wire::control::{
     self, JobRecord, JobSpec, PaneSize, ToSupervisor, JOB_RECORD, PROTOCOL,
 };
@@ -112,28 +112,32 @@ impl Daemon {
             }
             false => None,
         };
-        let record = {
+        let (record, sub_session) = {
             let mut inner = self.lock();
+            // Limits hold for a root session and its sub-agents together.
+            let root = inner.store.root_of(session)?;
             if launch.sub_agent {
-                let agents: Vec<Record> = inner
-                    .store
-                    .list(session, false)?
+                let agents: Vec<Record> = Self::running_tree(&inner, session)?
                     .into_iter()
-                    .filter(|r| r.session == session && r.kind == Kind::SubAgent)
+                    .filter(|r| r.kind == Kind::SubAgent)
                     .collect();
                 if agents.len() >= MAX_SUB_AGENTS {
-                    return Err(limit_error(MAX_SUB_AGENTS, &running_items(self, &agents)));
+                    let running = running_items(self, &root, &agents);
+                    return Err(limit_error(MAX_SUB_AGENTS, session, &root, &running));
                 }
             } else {
                 let running = Self::counted(&inner, session)?;
                 if !launch.over_limit && running.len() >= self.config.max_running {
+                    let running = running_items(self, &root, &running);
                     return Err(limit_error(
                         self.config.max_running,
-                        &running_items(self, &running),
+                        session,
+                        &root,
+                        &running,
                     ));
                 }
             }
-            inner.store.insert(&NewRecord {
+            let new = NewRecord {
                 session: session.to_string(),
                 kind: match (launch.sub_agent, pane.is_some()) {
                     (true, _) => Kind::SubAgent,
@@ -148,13 +152,18 @@ impl Daemon {
                 started_at: now_ms(),
                 cols: pane.map(|p| p.cols),
                 rows: pane.map(|p| p.rows),
-            })?
+            };
+            if launch.sub_agent {
+                let (record, name) = inner.store.insert_sub_agent(&new)?;
+                (record, Some(name))
+            } else {
+                (inner.store.insert(&new)?, None)
+            }
         };
         let job_dir = self.paths.job_dir(record.row);
         // A folder of its own, never one that exists already (rows are never reused, so
         // one that exists was put there by something else, maybe a symlink).
-        let prepared = std::fs::create_dir(&job_dir)
-            .map_err(|e| format!("could not make {}: {e}", job_dir.display()))
+        let prepared = make_job_dir(&self.paths.jobs, &job_dir)
             .and_then(|()| write_job_record(&job_dir, &record))
             .and_then(|()| {
                 let dir = job_dir.display().to_string();
@@ -179,9 +188,9 @@ impl Daemon {
             }
         };
         env.extend(args.env.clone());
-        if launch.sub_agent {
+        if let Some(sub_session) = sub_session {
             let report = job_dir.join(super::settle::REPORT_FILE);
-            env.insert("BGWORK_SESSION".into(), format!("{session}/{}", record.id));
+            env.insert("BGWORK_SESSION".into(), sub_session);
             env.insert("BGWORK_REPORT".into(), report.display().to_string());
         }
         let env_bytes = environ::without_names(&env_bytes, &env);
@@ -292,12 +301,12 @@ impl Daemon {
         };
         let record = Self::find(&self.lock(), session, &args.id)?;
         if record.state == State::Ended {
-            return Ok(self.item(&record));
+            return Ok(self.item_as(session, &record));
         }
-        // A sub-agent is stopped with everything it started.
+        // A sub-agent is stopped with everything it started (its own sub-agents' too).
         let mut rows = vec![record.row];
         if record.kind == Kind::SubAgent {
-            let child = format!("{}/{}", record.session, record.id);
+            let child = sub_session_name(&record.session, &record.id);
             rows.extend(self.lock().store.list(&child, false)?.iter().map(|r| r.row));
         }
         for &row in &rows {
@@ -321,7 +330,7 @@ impl Daemon {
             .store
             .get(record.row)?
             .ok_or_else(|| WireError::unknown_id(&args.id))?;
-        let mut item = self.item(&record);
+        let mut item = self.item_as(session, &record);
         if record.state != State::Ended {
             item.stop_requested = Some(true);
         }
@@ -501,6 +510,26 @@ impl Daemon {
     }
 }
 
+/// Makes a job's folder with a plain `mkdir`, which fails on any existing path (a
+/// folder left by an earlier job, or a symbolic link planted to send the job's files
+/// elsewhere): a job only ever starts in a folder made for it.
+pub(crate) fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(jobs);
+    match std::fs::DirBuilder::new().mode(0o700).create(job_dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(format!(
+            "its folder {} already exists (a job starts only in a folder made for it): \
+             remove it if no job of yours uses it",
+            job_dir.display()
+        )),
+        Err(e) => Err(format!("could not make {}: {e}", job_dir.display())),
+    }
+}
+
 /// Writes the job's own description into its folder, so that a daemon whose database
 /// was lost can take the job back (`JOB_RECORD`).
 fn write_job_record(job_dir: &Path, record: &Record) -> Result<(), String> {
@@ -555,21 +584,30 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
     Ok(())
 }
 
-fn running_items(daemon: &Daemon, records: &[crate::store::Record]) -> Vec<String> {
+/// What runs, as the root session of the tree names it.
+fn running_items(daemon: &Daemon, root: &str, records: &[Record]) -> Vec<String> {
     records
         .iter()
         .map(|r| {
-            let item = daemon.item(r);
+            let item = daemon.item_as(root, r);
             format!("{} ({})", item.id, item.name.unwrap_or(item.command))
         })
         .collect()
 }
 
-fn limit_error(max: usize, running: &[String]) -> WireError {
+fn limit_error(max: usize, session: &str, root: &str, running: &[String]) -> WireError {
+    let whose = if session == root {
+        format!("this session already runs {max} items, its limit")
+    } else {
+        format!(
+            "session {root} and its sub-agents, whose limit this sub-agent shares, already run \
+             {max} items, the limit"
+        )
+    };
     WireError::new(
         ErrorCode::Limit,
         format!(
-            "this session already runs {max} items, its limit: {}. Stop one (`bgwork stop ID`) or wait for one to end",
+            "{whose}: {}. Stop one (`bgwork stop ID`) or wait for one to end",
             running.join(", ")
         ),
     )

@@ -22,6 +22,7 @@ mod monitor;
 mod notices;
 mod pane;
 mod read;
+mod report;
 mod run;
 mod scan;
 mod serve;
@@ -35,7 +36,7 @@ use crate::executor::local::LocalExecutor;
 use crate::executor::{ExecEvent, JobHandle};
 use crate::paths::Paths;
 use crate::store::{Store, StoreError};
-use crate::wire::{Envelope, ErrorCode, Request, WireError};
+use crate::wire::{Envelope, Request, WireError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -189,7 +190,7 @@ impl Daemon {
     pub(crate) async fn dispatch(self: &Arc<Self>, envelope: Envelope, token: i64) -> Answer {
         use crate::wire::encode_result as reply;
         let session = envelope.session;
-        if let Err(e) = check_session(&session) {
+        if let Err(e) = self.check_session(&session) {
             return reply::<()>(&Err(e)).into();
         }
         // Records whose end the reply shows: the reply delivers their notices.
@@ -231,7 +232,7 @@ impl Daemon {
         };
         Answer {
             line,
-            deliver: self.claim_shown_ends(token, &shown),
+            deliver: self.claim_shown_ends(&session, token, &shown),
             permit: None,
         }
     }
@@ -256,12 +257,35 @@ impl From<Vec<u8>> for Answer {
     }
 }
 
-pub(crate) fn check_session(session: &str) -> Result<(), WireError> {
-    if session.is_empty() || session.contains('\0') || session.len() > 256 {
-        return Err(WireError::new(
-            ErrorCode::BadRequest,
-            "the session name must be 1 to 256 bytes without NUL: set --session or BGWORK_SESSION",
-        ));
+impl Daemon {
+    /// A session name is 1 to [`MAX_SESSION`] bytes with no control character. `/` means
+    /// nothing in a name a person gives (`proj/feature` is no sub-agent of `proj`:
+    /// parenthood is stored, never read from a name), but the shape `…/sub-N` is kept
+    /// for the sessions bgwork makes for sub-agents, so no one can take a sub-agent's
+    /// name before it exists.
+    pub(crate) fn check_session(&self, session: &str) -> Result<(), WireError> {
+        if session.is_empty()
+            || session.len() > MAX_SESSION
+            || session.chars().any(char::is_control)
+        {
+            return Err(WireError::bad_request(format!(
+                "the session name must be 1 to {MAX_SESSION} bytes with no control characters: \
+                 set --session or BGWORK_SESSION"
+            )));
+        }
+        let sub_agent_shape = session.rsplit_once('/').is_some_and(|(_, last)| {
+            last.strip_prefix("sub-")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+        if sub_agent_shape && !self.lock().store.is_sub_agent_session(session)? {
+            return Err(WireError::bad_request(format!(
+                "{session} has the shape of a sub-agent's session (SESSION/sub-N), which only \
+                 `bgwork agent start` makes: choose a name that does not end in /sub-N"
+            )));
+        }
+        Ok(())
     }
-    Ok(())
 }
+
+/// The longest session name, in bytes.
+const MAX_SESSION: usize = 256;

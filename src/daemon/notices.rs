@@ -67,14 +67,14 @@ impl Daemon {
 
     /// Claims for `token` the end notices of records a reply shows (`start`, `wait`,
     /// `run`): the reply delivers them once written.
-    pub(crate) fn claim_shown_ends(&self, token: i64, rows: &[i64]) -> Vec<i64> {
+    pub(crate) fn claim_shown_ends(&self, session: &str, token: i64, rows: &[i64]) -> Vec<i64> {
         if rows.is_empty() {
             return Vec::new();
         }
         let mut inner = self.lock();
         let mut claimed = Vec::new();
         for &row in rows {
-            match inner.store.claim_end_notice(row, token) {
+            match inner.store.claim_end_notice(row, session, token) {
                 Ok(Some(nrow)) => claimed.push(nrow),
                 Ok(None) => {}
                 Err(e) => crate::note!("bgwork daemon: could not claim an end notice: {e}"),

@@ -369,8 +369,9 @@ impl Daemon {
         })
         .await
         .map_err(|e| WireError::internal(format!("the screen of {id} could not be built: {e}")))?;
+        let shown = super::items::display_id(session, &record);
         Ok(ReadReply {
-            id: record.id.clone(),
+            id: shown.clone(),
             running: record.state != State::Ended,
             output: text,
             from: 0,
@@ -378,7 +379,7 @@ impl Daemon {
             dropped_bytes: 0,
             clipped: false,
             log_path: log.display().to_string(),
-            report: self.item(&record).report,
+            report: self.item_as(session, &record).report,
             output_base64: None,
         })
     }

@@ -103,7 +103,7 @@ impl Daemon {
             (None, false, None) => inner.store.cursor(session, record.row)?.min(len),
         };
         Ok(Plan {
-            id: record.id.clone(),
+            id: super::items::display_id(session, &record),
             row: record.row,
             dropped: inner.dropped(&record),
             path,
@@ -111,7 +111,7 @@ impl Daemon {
             from,
             by_cursor,
             running: record.state != State::Ended,
-            report: self.item(&record).report,
+            report: self.item_as(session, &record).report,
             unwritten: inner.unwritten(&record),
         })
     }

@@ -17,7 +17,7 @@ use crate::paths::{Paths, SocketPath};
 use crate::store::Store;
 use crate::wire::{self, Envelope, ErrorCode, Request, WireError, MAX_FRAME};
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,28 +49,16 @@ pub fn main() -> anyhow::Result<()> {
     // A daemon started from inside a job is no part of that job.
     crate::supervisor::cgroup::leave_job_cgroups();
     let paths = Paths::from_env();
+    // Refuses a home or socket folder that another user made or may write in.
     paths.create_dirs()?;
-    let mut lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&paths.lock)?;
-    // A daemon that was just killed holds the lock until its last thread is gone: give
-    // it a moment before deciding that another daemon serves this home.
-    let deadline = std::time::Instant::now() + LOCK_WAIT;
-    while lock.try_lock().is_err() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    if lock.try_lock().is_err() {
-        let holder = std::fs::read_to_string(&paths.lock).unwrap_or_default();
-        anyhow::bail!(
-            "another bgwork daemon (pid {}) already serves {}: use it, or `bgwork shutdown` first",
-            holder.trim(),
-            paths.home.display()
-        );
-    }
-    lock.set_len(0)?;
-    write!(lock, "{}", std::process::id())?;
+    // One daemon per home (the lock lives in the home, whatever socket folder each
+    // daemon was started with), and one per socket folder (two homes that share one
+    // must not take the socket from each other).
+    let home_lock = take_lock(&paths.lock, &paths.home)?;
+    let socket_lock = match paths.socket_dir().join("daemon.lock") {
+        lock if lock != paths.lock => Some(take_lock(&lock, &paths.socket)?),
+        _ => None,
+    };
     let fd_limit = raise_fd_limit();
     // New rows (and so job folders) start above every folder there is, even when the
     // database was lost.
@@ -109,8 +97,36 @@ pub fn main() -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&paths.socket);
         anyhow::Ok(())
     })?;
-    drop(lock);
+    drop(socket_lock);
+    drop(home_lock);
     Ok(())
+}
+
+/// Takes the lock file at `path` for serving `what`, and writes this daemon's pid in it.
+fn take_lock(path: &std::path::Path, what: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let mut lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    // A daemon that was just killed holds the lock until its last thread is gone: give
+    // it a moment before deciding that another daemon serves this home.
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    while lock.try_lock().is_err() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if lock.try_lock().is_err() {
+        let holder = std::fs::read_to_string(path).unwrap_or_default();
+        anyhow::bail!(
+            "another bgwork daemon (pid {}) already serves {}: use it, or `bgwork shutdown` first",
+            holder.trim(),
+            what.display()
+        );
+    }
+    lock.set_len(0)?;
+    write!(lock, "{}", std::process::id())?;
+    Ok(lock)
 }
 
 /// Closes every descriptor above stderr that the process that started this daemon left
@@ -367,7 +383,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
                 peek, follow: true, ..
             } => {
                 let session = envelope.session.clone();
-                if let Err(error) = super::check_session(&session) {
+                if let Err(error) = daemon.check_session(&session) {
                     let line = wire::encode_result::<()>(&Err(error));
                     let _ = write_reply(&mut writer, &line, stall).await;
                     return;
@@ -381,7 +397,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
                 // The connection is the run's: its output, and the caller's stdin.
                 let forward = args.stdin == wire::RunStdin::Forward;
                 let mut shown = Vec::new();
-                let result = match super::check_session(&envelope.session) {
+                let result = match daemon.check_session(&envelope.session) {
                     Ok(()) => {
                         let caller = super::run::Caller {
                             reader: &mut reader,
@@ -394,7 +410,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
                     Err(e) => Err(e),
                 };
                 // A reply that shows the end delivers its notice, once written.
-                let deliver = daemon.claim_shown_ends(token, &shown);
+                let deliver = daemon.claim_shown_ends(&envelope.session, token, &shown);
                 let line = wire::encode_result(&result);
                 if write_reply(&mut writer, &line, stall).await.is_err() {
                     daemon.release(token, &deliver);

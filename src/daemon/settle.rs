@@ -1,6 +1,7 @@
 //! Applying what executors report, settling ends (with their notices), and reconciling
 //! every unsettled record when the daemon starts (SPEC §7).
 
+use super::report::Report;
 use super::{Daemon, Live};
 use crate::end;
 use crate::executor::{ExecEvent, Reattach};
@@ -194,12 +195,18 @@ impl Daemon {
     /// Writes the settlement `settle` makes of a record (with its log's path), drops the
     /// record from the registry and wakes waiters. False when the store refused it.
     fn record_end(&self, row: i64, settle: impl FnOnce(&Record, &Path) -> Settlement) -> bool {
+        // A sub-agent's report is a file the sub-agent controls: read it before taking
+        // the lock, so that no such file can hold up the daemon.
+        let report = self.report_of(row);
         let result = (|| {
             let mut inner = self.lock();
             let Some(record) = inner.store.get(row)? else {
                 return Ok(());
             };
-            let settlement = settle(&record, &output::log_path(&record.job_dir));
+            let mut settlement = settle(&record, &output::log_path(&record.job_dir));
+            if let Some(notice) = settlement.notice.as_mut() {
+                report.apply(&mut notice.tail);
+            }
             inner.store.settle(row, &settlement)?;
             inner.live.remove(&row);
             inner.screens.forget(row);
@@ -213,6 +220,18 @@ impl Daemon {
                 false
             }
         }
+    }
+
+    /// The report of a sub-agent that has not ended yet and whose notice is armed.
+    fn report_of(&self, row: i64) -> Report {
+        let record = match self.lock().store.get(row) {
+            Ok(Some(record)) => record,
+            _ => return Report::Absent,
+        };
+        if record.kind != Kind::SubAgent || record.state == State::Ended || !record.notify {
+            return Report::Absent;
+        }
+        Report::read(Path::new(&record.job_dir))
     }
 
     /// A job whose supervisor is gone: kill what is left of it, then settle it `lost`.
@@ -242,11 +261,8 @@ impl Daemon {
         if !record.notify || end == End::StoppedByAgent {
             return None;
         }
-        let tail = match record.kind {
-            Kind::SubAgent => sub_agent_report(record)
-                .unwrap_or_else(|| output::tail(log, self.config.log_head, dropped)),
-            _ => output::tail(log, self.config.log_head, dropped),
-        };
+        // A sub-agent's report replaces this tail (see `record_end`).
+        let tail = output::tail(log, self.config.log_head, dropped);
         Some(NewNotice {
             text: end::report(&record.id, end, exit_code, signal),
             tail,
@@ -268,7 +284,7 @@ impl Daemon {
             if !matches!(known, Ok(false)) {
                 continue;
             }
-            let description = std::fs::read(dir.join(JOB_RECORD))
+            let description = crate::paths::read_untrusted(&dir.join(JOB_RECORD), 1 << 20)
                 .map_err(|e| e.to_string())
                 .and_then(|bytes| control::decode::<JobRecord>(&bytes));
             let description = match description {
@@ -402,16 +418,6 @@ fn live(running: crate::executor::Running) -> Live {
         unwritten: running.unwritten,
         unwritten_at: running.unwritten_at,
     }
-}
-
-/// The most of a sub-agent's report file a notice carries.
-const REPORT_MAX: usize = 16 << 10;
-
-/// A sub-agent's report: the file named by `BGWORK_REPORT`, when it wrote one.
-fn sub_agent_report(record: &Record) -> Option<String> {
-    let bytes = std::fs::read(Path::new(&record.job_dir).join(REPORT_FILE)).ok()?;
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(REPORT_MAX)]).into_owned();
-    (!text.trim().is_empty()).then_some(text)
 }
 
 /// The report file in a sub-agent's folder.

@@ -86,7 +86,13 @@ impl Daemon {
                 for scan in scans.iter_mut() {
                     let step = self.scan_step(scan, regex).await;
                     if let Some(line) = step.matched {
-                        return self.wait_reply(&rows, WaitReason::Matched, Some(line), shown);
+                        return self.wait_reply(
+                            session,
+                            &rows,
+                            WaitReason::Matched,
+                            Some(line),
+                            shown,
+                        );
                     }
                     behind |= step.behind;
                 }
@@ -109,11 +115,12 @@ impl Daemon {
                 let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
             }
         };
-        self.wait_reply(&rows, reason, matched, shown)
+        self.wait_reply(session, &rows, reason, matched, shown)
     }
 
     fn wait_reply(
         &self,
+        session: &str,
         rows: &[i64],
         reason: WaitReason,
         matched: Option<String>,
@@ -128,14 +135,17 @@ impl Daemon {
             };
             let dropped = inner.dropped(&record);
             let path = output::log_path(&record.job_dir);
+            let item = self.item_as(session, &record);
             tails.insert(
-                record.id.clone(),
+                item.id.clone(),
                 output::tail(&path, self.config.log_head, dropped),
             );
             if record.state == State::Ended {
+                // The reply carries the end: it delivers the end's notice (when it is
+                // this session's: a sub-agent still hears of its own work).
                 shown.push(row);
             }
-            items.push(self.item(&record));
+            items.push(item);
         }
         Ok(WaitReply {
             reason,

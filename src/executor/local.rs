@@ -364,8 +364,8 @@ pub fn supervisor_alive(job_dir: &Path) -> bool {
         return supervisor::tree::start_time(pid) == Some(start)
             && supervisor::tree::is_supervisor(pid);
     }
-    let pid = std::fs::read_to_string(job_dir.join(SUPERVISOR_PID_FILE))
+    let pid = crate::paths::read_untrusted(&job_dir.join(SUPERVISOR_PID_FILE), 64)
         .ok()
-        .and_then(|p| p.trim().parse::<i32>().ok());
+        .and_then(|p| String::from_utf8_lossy(&p).trim().parse::<i32>().ok());
     pid.is_some_and(supervisor::tree::is_supervisor)
 }

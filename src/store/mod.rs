@@ -9,8 +9,10 @@
 mod monitors;
 mod notices;
 mod schema;
+mod sessions;
 
 pub use monitors::{MonitorRow, ScanProgress};
+pub use sessions::sub_session_name;
 
 use crate::wire::{Actor, End, Kind, State};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -148,9 +150,6 @@ const RECORD_COLUMNS: &str = "row, session, id, kind, state, end_kind, exit_code
 /// `end_kind` of a notice that reports matches of a watch, not an end.
 const MATCH_NOTICE: &str = "match";
 
-/// The visibility rule: a session sees its own work and its sub-agents' (`S/…`).
-const VISIBLE: &str = "(session = ?1 OR substr(session, 1, length(?1) + 1) = ?1 || '/')";
-
 impl Store {
     /// Opens (or creates) the database. A database that fails `PRAGMA quick_check` is
     /// refused, and kept as it is. `floor` is the highest row number known to have
@@ -265,6 +264,16 @@ impl Store {
 
     /// Writes a new record (state `starting`) with the session's next id for its kind.
     pub fn insert(&mut self, new: &NewRecord) -> Result<Record> {
+        self.insert_with(new, |_, _, _| Ok(()))
+    }
+
+    /// [`Store::insert`], with `also` run in the same transaction (given the new
+    /// record's row and id).
+    fn insert_with(
+        &mut self,
+        new: &NewRecord,
+        also: impl FnOnce(&rusqlite::Transaction, i64, &str) -> rusqlite::Result<()>,
+    ) -> Result<Record> {
         let tx = self.conn.transaction()?;
         let prefix = id_prefix(new.kind);
         // The counter may be behind an id already taken (a database copied back over
@@ -307,6 +316,7 @@ impl Store {
             ],
         )?;
         let row = tx.last_insert_rowid();
+        also(&tx, row, &id)?;
         tx.commit()?;
         self.keep_reserve()?;
         Ok(self.get(row)?.expect("the record just written"))
@@ -344,6 +354,13 @@ impl Store {
                 record.rows,
             ],
         )?;
+        if record.kind == Kind::SubAgent {
+            // A sub-agent taken back keeps its session's parent.
+            tx.execute(
+                "INSERT OR IGNORE INTO sessions(name, parent, agent_row) VALUES (?1, ?2, ?3)",
+                params![sub_session_name(&record.session, id), record.session, row],
+            )?;
+        }
         // The session's counter goes past the id taken back.
         if let Some(n) = id.rsplit('-').next().and_then(|n| n.parse::<i64>().ok()) {
             tx.execute(
@@ -469,27 +486,18 @@ impl Store {
         Ok(self.conn.query_row(&sql, [row], record).optional()?)
     }
 
-    /// The record `id` as `session` sees it (its own or a sub-agent's).
-    pub fn find(&self, session: &str, id: &str) -> Result<Option<Record>> {
-        let sql = format!(
-            "SELECT {RECORD_COLUMNS} FROM items WHERE {VISIBLE} AND id = ?2
-             ORDER BY session = ?1 DESC, row LIMIT 1"
-        );
-        Ok(self
-            .conn
-            .query_row(&sql, params![session, id], record)
-            .optional()?)
-    }
-
-    /// The session's records: running ones, or all not dismissed with `all`.
+    /// The records of a session and of its sub-agents' sessions: running ones, or all
+    /// not dismissed with `all`.
     pub fn list(&self, session: &str, all: bool) -> Result<Vec<Record>> {
         let filter = if all {
             "dismissed = 0"
         } else {
             "state != 'ended'"
         };
-        let sql =
-            format!("SELECT {RECORD_COLUMNS} FROM items WHERE {VISIBLE} AND {filter} ORDER BY row");
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM items WHERE session IN {} AND {filter} ORDER BY row",
+            sessions::tree("?1")
+        );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([session], record)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -8,19 +8,36 @@
 //! closed) and the notice is pending again, with the same id. Claims are cleared when a
 //! daemon opens the store: they belong to connections of a daemon that is gone.
 
-use super::{parse_end, NoticeRow, Result, Store, MATCH_NOTICE, VISIBLE};
+use super::{parse_end, sessions, NoticeRow, Result, Store, MATCH_NOTICE};
 use rusqlite::{params, OptionalExtension, Row};
 
-const NOTICE_COLUMNS: &str =
-    "nrow, session, item, end_kind, exit_code, signal, text, tail, created_at, count";
+/// The columns of a notice as session `?1` sees it: the item of a notice that comes
+/// from a sub-agent's session is named with its path (`sub-1/bg-2`), in its text too.
+fn notice_columns() -> String {
+    let prefix = "substr(session, length(?1) + 2) || '/'";
+    format!(
+        "nrow, session,
+         CASE WHEN session = ?1 THEN item ELSE {prefix} || item END,
+         end_kind, exit_code, signal,
+         CASE WHEN session = ?1 OR substr(text, 1, length(item)) != item THEN text
+              ELSE {prefix} || text END,
+         tail, created_at, count"
+    )
+}
+
+/// The notices that go to session `?1` (see [`sessions::recipients`]).
+fn for_session() -> String {
+    format!("session IN {}", sessions::recipients("?1"))
+}
 
 impl Store {
     /// Notices of the session (and its sub-agents) not yet delivered, oldest first,
     /// claimed or not (for `--peek`).
     pub fn pending_notices(&self, session: &str) -> Result<Vec<NoticeRow>> {
         let sql = format!(
-            "SELECT {NOTICE_COLUMNS} FROM notices
-             WHERE {VISIBLE} AND delivered_at IS NULL ORDER BY nrow"
+            "SELECT {} FROM notices WHERE {} AND delivered_at IS NULL ORDER BY nrow",
+            notice_columns(),
+            for_session()
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map([session], notice_row)?;
@@ -31,7 +48,8 @@ impl Store {
     pub fn has_claimable(&self, session: &str) -> Result<bool> {
         let sql = format!(
             "SELECT EXISTS(SELECT 1 FROM notices
-             WHERE {VISIBLE} AND delivered_at IS NULL AND claim IS NULL)"
+             WHERE {} AND delivered_at IS NULL AND claim IS NULL)",
+            for_session()
         );
         Ok(self.conn.query_row(&sql, [session], |r| r.get(0))?)
     }
@@ -42,8 +60,10 @@ impl Store {
         let sql = format!(
             "UPDATE notices SET claim = ?2
              WHERE nrow IN (SELECT nrow FROM notices
-                            WHERE {VISIBLE} AND delivered_at IS NULL AND claim IS NULL)
-             RETURNING {NOTICE_COLUMNS}"
+                            WHERE {} AND delivered_at IS NULL AND claim IS NULL)
+             RETURNING {}",
+            for_session(),
+            notice_columns()
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map(params![session, claim], notice_row)?;
@@ -52,16 +72,21 @@ impl Store {
         Ok(rows)
     }
 
-    /// Claims the end notice of a record for `claim` when it is pending and unclaimed
-    /// (a reply shows the end); returns its row.
-    pub fn claim_end_notice(&mut self, row: i64, claim: i64) -> Result<Option<i64>> {
+    /// Claims the end notice of a record for `claim` when it is pending, unclaimed and
+    /// goes to `session` (a reply to `session` shows the end; a parent seeing the end
+    /// of a live sub-agent's job leaves the sub-agent its notice); returns its row.
+    pub fn claim_end_notice(&mut self, row: i64, session: &str, claim: i64) -> Result<Option<i64>> {
         Ok(self
             .conn
             .query_row(
-                "UPDATE notices SET claim = ?2
-                 WHERE key = 'end:' || ?1 AND delivered_at IS NULL AND claim IS NULL
-                 RETURNING nrow",
-                params![row, claim],
+                &format!(
+                    "UPDATE notices SET claim = ?2
+                     WHERE key = 'end:' || ?1 AND session IN {}
+                           AND delivered_at IS NULL AND claim IS NULL
+                     RETURNING nrow",
+                    sessions::recipients("?3")
+                ),
+                params![row, claim, session],
                 |r| r.get(0),
             )
             .optional()?)
@@ -93,8 +118,9 @@ impl Store {
     ) -> Result<usize> {
         let sql = format!(
             "UPDATE notices SET delivered_at = ?4, claim = NULL
-             WHERE nrow = ?2 AND {VISIBLE} AND delivered_at IS NULL
-                   AND (claim IS NULL OR claim = ?3)"
+             WHERE nrow = ?2 AND {} AND delivered_at IS NULL
+                   AND (claim IS NULL OR claim = ?3)",
+            for_session()
         );
         let tx = self.conn.transaction()?;
         let mut marked = 0;

@@ -142,6 +142,16 @@ const MIGRATIONS: &[&str] = &[
     // 6: claims: the daemon connection a pending notice is being delivered on.
     "ALTER TABLE notices ADD COLUMN claim INTEGER;
     CREATE INDEX notices_claimed ON notices(claim) WHERE claim IS NOT NULL;",
+    // 7: the sessions bgwork made for sub-agents, with their parents (never inferred
+    // from a name); those of existing sub-agents are filled in.
+    "CREATE TABLE sessions(
+        name      TEXT PRIMARY KEY,
+        parent    TEXT NOT NULL,
+        agent_row INTEGER NOT NULL
+    );
+    CREATE INDEX sessions_by_parent ON sessions(parent);
+    INSERT OR IGNORE INTO sessions(name, parent, agent_row)
+        SELECT session || '/' || id, session, row FROM items WHERE kind = 'sub_agent';",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

@@ -470,8 +470,13 @@ impl Supervisor {
         }
     }
 
+    /// Takes new control connections; one from another uid is closed unread (the
+    /// folder's modes keep other users out; this holds even when they were opened).
     fn accept(&mut self) {
         while let Ok((stream, _)) = self.listener.accept() {
+            if !same_user(&stream) {
+                continue;
+            }
             if let Ok(conn) = Conn::new(stream, Vec::new()) {
                 self.conns.push(conn);
             }
@@ -646,6 +651,13 @@ impl Supervisor {
     }
 }
 
+/// Whether the peer of a control connection runs as this process's uid.
+fn same_user(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    getsockopt(stream, PeerCredentials)
+        .is_ok_and(|peer| peer.uid() == nix::unistd::geteuid().as_raw())
+}
+
 /// Sends this process's stderr to the job's folder (a supervisor is started before it
 /// knows its job).
 fn redirect_stderr(path: &Path) {
@@ -684,7 +696,8 @@ fn reserve_status(job_dir: &Path) {
 /// Reads a job's status file, if it has one. A status that names another owner than
 /// `owner` (a folder left by an earlier job) is no status of this job.
 pub fn read_status(job_dir: &Path, owner: &str) -> Option<Result<ExitStatus, String>> {
-    let status = match std::fs::read(job_dir.join(STATUS_FILE)) {
+    // The job may have replaced it (a FIFO would block the reader, a link leak a file).
+    let status = match crate::paths::read_untrusted(&job_dir.join(STATUS_FILE), 1 << 20) {
         Ok(bytes) => ExitStatus::decode(&bytes),
         Err(e) if e.kind() == ErrorKind::NotFound => return None,
         Err(e) => return Some(Err(format!("status file unreadable: {e}"))),

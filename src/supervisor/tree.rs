@@ -155,7 +155,10 @@ impl TreeRecord {
     }
 
     pub fn read(job_dir: &std::path::Path) -> TreeRecord {
-        let text = std::fs::read_to_string(job_dir.join(TREE_FILE)).unwrap_or_default();
+        // The job may have replaced it (a FIFO would block the reader).
+        let text = crate::paths::read_untrusted(&job_dir.join(TREE_FILE), 64 << 10)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .unwrap_or_default();
         let mut record = TreeRecord::default();
         for line in text.lines() {
             let (name, rest) = line.split_once(' ').unwrap_or((line, ""));

@@ -98,7 +98,8 @@ fn case20_a_stale_pid_in_a_record_never_signals_an_unrelated_process() {
 fn case18_a_full_disk_is_survived_and_recovered_from() {
     let home = Home::new().with("BGWORK_LOG_CAP", &(64 << 20).to_string());
     let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"])
+        // mode=700: a home others may write in is refused (a tmpfs is 1777 by default).
+        .args(["-t", "tmpfs", "-o", "size=3m,mode=700", "tmpfs"])
         .arg(home.path())
         .status()
         .unwrap();

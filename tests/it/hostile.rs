@@ -365,7 +365,8 @@ fn issue10_7_without_a_cgroup_the_group_and_session_are_swept() {
 fn issue10_9_output_lost_to_a_full_disk_is_counted_and_said() {
     let home = Home::new().with("BGWORK_LOG_CAP", &(64 << 20).to_string());
     let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"])
+        // mode=700: a home others may write in is refused (a tmpfs is 1777 by default).
+        .args(["-t", "tmpfs", "-o", "size=3m,mode=700", "tmpfs"])
         .arg(home.path())
         .status()
         .unwrap();
@@ -542,7 +543,8 @@ fn the_first_send_to_a_job_that_closed_its_stdin_says_so() {
 fn a_job_that_ends_on_a_full_disk_while_the_daemon_is_away_keeps_its_code() {
     let home = Home::new();
     let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=3m", "tmpfs"])
+        // mode=700: a home others may write in is refused (a tmpfs is 1777 by default).
+        .args(["-t", "tmpfs", "-o", "size=3m,mode=700", "tmpfs"])
         .arg(home.path())
         .status()
         .unwrap();

@@ -14,6 +14,7 @@ mod panes;
 mod panes_hostile;
 mod restart;
 mod security;
+mod security_hostile;
 mod sessions;
 mod stop;
 mod util;

@@ -181,15 +181,14 @@ fn with_bin_on_path(home: Home) -> Home {
 
 #[test]
 fn a_sub_agent_reports_once_and_its_work_is_the_parents_to_see() {
-    let home = with_bin_on_path(Home::new().with("BGWORK_MAX_RUNNING", "1"));
+    // The sub-agent's helper counts against the parent's limit of 2 (the sub-agent
+    // itself does not).
+    let home = with_bin_on_path(Home::new().with("BGWORK_MAX_RUNNING", "2"));
     home.start("exec sleep 1000");
     let agent = home.json(&["agent", "start", "--", AGENT]);
     let id = agent["id"].as_str().unwrap().to_string();
     assert_eq!(agent["kind"], "sub_agent");
-    assert!(
-        id.starts_with("sub-"),
-        "sub-agents do not count toward the limit of 1"
-    );
+    assert!(id.starts_with("sub-"));
     eventually(Duration::from_secs(20), || {
         let list = home.json(&["list"]);
         list["items"]
@@ -206,6 +205,12 @@ fn a_sub_agent_reports_once_and_its_work_is_the_parents_to_see() {
         .find(|i| i["name"] == "helper")
         .unwrap();
     assert_eq!(helper["session"], format!("test/{id}"));
+    assert_eq!(helper["id"], format!("{id}/bg-1"));
+    let (_, error, _) = home.error(&["start", "--", "true"]);
+    assert_eq!(
+        error, "limit",
+        "the helper counts against the parent's limit"
+    );
     home.kill_daemon();
     home.json(&["send", &id, r"\n"]);
     let notices = home.json(&["notices", "--wait", "20"]);

@@ -49,14 +49,24 @@ fn a_client_of_another_uid_is_refused() {
     std::fs::set_permissions(home.path(), open.clone()).unwrap();
     std::fs::set_permissions(home.socket(), open).unwrap();
     let refused = as_nobody();
+    // The other user's own client refuses a folder that is not its user's; a raw
+    // connection of that user gets the daemon's refusal.
+    let raw = crate::security_hostile::as_nobody(|| {
+        let mut stream = UnixStream::connect(home.socket()).unwrap();
+        let _ = stream.write_all(b"{\"session\":\"test\",\"op\":\"list\"}\n");
+        let mut line = String::new();
+        let _ = BufReader::new(stream).read_line(&mut line);
+        line
+    });
     std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     assert!(!refused.status.success());
     let out = String::from_utf8_lossy(&refused.stdout);
     assert!(
-        out.contains("refused"),
+        out.contains("refused to use"),
         "{out} {}",
         String::from_utf8_lossy(&refused.stderr)
     );
+    assert!(raw.contains("refused"), "{raw}");
     assert_eq!(
         home.json(&["list"])["items"],
         serde_json::json!([]),

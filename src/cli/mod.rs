@@ -3,6 +3,7 @@
 
 mod demo;
 mod render;
+mod shell;
 
 use crate::client::Client;
 use crate::paths::Paths;
@@ -37,8 +38,12 @@ pub enum Commands {
     Run(RunCmd),
     /// List the session's running work (--all adds ended records).
     List {
+        /// Ended records too (until they are dismissed or collected).
         #[arg(long)]
         all: bool,
+        /// Every session's work, grouped by session, sub-agents under their parent.
+        #[arg(long)]
+        all_sessions: bool,
     },
     /// Read output since this session's last read of ID (never blocks).
     Read(ReadCmd),
@@ -269,8 +274,78 @@ pub enum ActorArg {
 
 /// Parses the command line and runs it.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(error),
+    };
     execute(cli)
+}
+
+/// A command line clap refused: a start whose command came without `--` gets the line
+/// that works; anything else clap's own message.
+fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let missing_dashes = matches!(
+        error.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+    );
+    if let Some((line, sub)) = missing_dashes.then(|| with_dashes(&args)).flatten() {
+        eprintln!(
+            "error: the command to run goes after `--` (bgwork's options come before it):\n\n  \
+             {line}\n\nFor more, try 'bgwork {sub} --help'."
+        );
+        return ExitCode::from(2);
+    }
+    let _ = error.print();
+    ExitCode::from(if error.use_stderr() { 2 } else { 0 })
+}
+
+/// `bgwork start echo hi` as `bgwork start -- echo hi`: `--` goes before the first
+/// word that is neither an option nor an option's value. None when the line is not a
+/// start, run or agent start, or already has `--`.
+fn with_dashes(args: &[String]) -> Option<(String, String)> {
+    const TAKES_VALUE: &[&str] = &[
+        "--session",
+        "--name",
+        "--cwd",
+        "--env",
+        "--window",
+        "--cols",
+        "--rows",
+        "--timeout",
+    ];
+    if args.iter().any(|a| a == "--") {
+        return None;
+    }
+    let mut words = Vec::new();
+    let mut expecting_value = false;
+    let mut starts = false;
+    for (index, arg) in args.iter().enumerate() {
+        let is_option = arg.starts_with('-') && arg.len() > 1;
+        if expecting_value {
+            expecting_value = false;
+        } else if is_option {
+            expecting_value = TAKES_VALUE.contains(&arg.as_str());
+        } else if !starts {
+            words.push(arg.as_str());
+            let sub = words.join(" ");
+            starts = matches!(sub.as_str(), "start" | "run" | "agent start");
+            if !starts && !matches!(sub.as_str(), "agent") {
+                return None;
+            }
+        } else {
+            let mut line = vec!["bgwork".to_string()];
+            line.extend(args[..index].iter().map(|a| shell::quote(a)));
+            line.push("--".into());
+            line.extend(args[index..].iter().map(|a| shell::quote(a)));
+            return Some((line.join(" "), words.join(" ")));
+        }
+    }
+    None
 }
 
 /// Runs one parsed command; returns the process's exit code.
@@ -314,7 +389,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             return Ok(crate::hook::claude_code(&paths, wait_on_stop))
         }
         Commands::Start(start) => Request::Start(start_args(start)?),
-        Commands::List { all } => Request::List { all },
+        Commands::List { all, all_sessions } => Request::List { all, all_sessions },
         Commands::Read(read) => Request::Read(wire::ReadArgs {
             id: read.id,
             tail: read.tail,
@@ -370,7 +445,15 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             stream: !json,
         }),
         Commands::Gc => Request::Gc,
-        Commands::Status => Request::Status,
+        Commands::Status => {
+            // `status` looks; it never starts a daemon (a stuck one is there all the same).
+            if let Err(e) = Client::connect_existing(&paths) {
+                if e.kind() != std::io::ErrorKind::TimedOut {
+                    return Ok(render::no_daemon(&paths, json));
+                }
+            }
+            Request::Status
+        }
         Commands::Shutdown { stop_work } => {
             // A daemon that accepts no connection is there all the same (stuck).
             if let Err(e) = Client::connect_existing(&paths) {
@@ -434,7 +517,7 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     )?);
     let caller = crate::environ::CallerEnv::of_this_process();
     Ok(wire::StartArgs {
-        command: job.command.join(" "),
+        command: shell::command_line(&job.command),
         cwd,
         env,
         inherit_env: Some(caller.text),

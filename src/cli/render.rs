@@ -26,7 +26,13 @@ pub fn call_and_print(
                 item.command
             )
         }),
-        Request::List { .. } => print(client, &envelope, json, list_text),
+        Request::List { all_sessions, .. } => {
+            let every = *all_sessions;
+            print(client, &envelope, json, |reply: &ListReply| match every {
+                true => sessions_text(reply),
+                false => list_text(reply),
+            })
+        }
         Request::Read(args) => {
             let reply: ReadReply = client.call(&envelope)?;
             if json {
@@ -148,6 +154,30 @@ fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
+/// `status` with no daemon: says so, and exits with [`NO_DAEMON`].
+pub fn no_daemon(paths: &crate::paths::Paths, json: bool) -> ExitCode {
+    let message = format!(
+        "no daemon is running for {} (any bgwork command that needs one starts it)",
+        paths.home.display()
+    );
+    if json {
+        let reply = wire::NoDaemonReply {
+            daemon: false,
+            home: paths.home.display().to_string(),
+            socket: paths.socket.display().to_string(),
+            message,
+        };
+        println!("{}", wire::to_json_text(&reply));
+    } else {
+        println!("{message}");
+    }
+    ExitCode::from(NO_DAEMON)
+}
+
+/// The exit code of `status` when no daemon runs (as `systemctl status`, LSB's
+/// "program is not running").
+pub const NO_DAEMON: u8 = 3;
+
 /// Prints a plain message (or `{"message":…}` with `--json`).
 pub fn say(json: bool, message: &str) {
     if json {
@@ -177,12 +207,13 @@ fn label(item: &Item) -> String {
 
 fn start_text(reply: &StartReply) -> String {
     let item = &reply.item;
-    let mut text = format!(
-        "{} started{}: {}\n",
-        item.id,
-        item.pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
-        label(item)
-    );
+    // With `--window 0` the reply comes before the process runs: no pid yet.
+    let started = match (item.pid, item.state) {
+        (Some(pid), _) => format!("started (pid {pid})"),
+        (None, State::Starting) => "starting (its pid shows in `bgwork list`)".to_string(),
+        (None, _) => "started".to_string(),
+    };
+    let mut text = format!("{} {started}: {}\n", item.id, inert(&label(item)));
     text.push_str(&reply.output);
     if !reply.output.is_empty() && !reply.output.ends_with('\n') {
         text.push('\n');
@@ -205,23 +236,105 @@ fn list_text(reply: &ListReply) -> String {
     if reply.items.is_empty() {
         return "no work".to_string();
     }
-    reply
-        .items
-        .iter()
-        .map(|item| {
-            let state = match (&item.state, &item.end) {
-                (State::Ended, Some(end)) => wire::name_of(end),
-                (state, _) => wire::name_of(state),
-            };
-            let owner = item
-                .session
-                .rsplit_once('/')
-                .map(|(_, agent)| format!(" (by {agent})"))
-                .unwrap_or_default();
-            format!("{:<8} {:<16} {}{owner}", item.id, state, label(item))
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    let now = std::time::SystemTime::now();
+    let mut lines = vec![format!(
+        "{:<8} {:<20} {:>5} {:>8}  {}",
+        "ID", "STATE", "AGE", "PID", "COMMAND"
+    )];
+    for item in &reply.items {
+        let owner = item
+            .session
+            .rsplit_once('/')
+            .map(|(_, agent)| format!(" (by {agent})"))
+            .unwrap_or_default();
+        lines.push(format!("{}{owner}", row(item, now)));
+    }
+    lines.join("\n")
+}
+
+/// `list --all-sessions`: each session under a heading, its sub-agents' sessions
+/// (`S/sub-N`) indented under it.
+fn sessions_text(reply: &ListReply) -> String {
+    if reply.items.is_empty() {
+        return "no work in any session".to_string();
+    }
+    let now = std::time::SystemTime::now();
+    let mut items: Vec<&Item> = reply.items.iter().collect();
+    items.sort_by_key(|item| item.session.split('/').collect::<Vec<_>>());
+    let mut lines = Vec::new();
+    let mut shown: Vec<String> = Vec::new();
+    for item in items {
+        // The headings of the session and of each parent not shown yet.
+        let parts: Vec<&str> = item.session.split('/').collect();
+        for depth in 0..parts.len() {
+            let session = parts[..=depth].join("/");
+            if shown.contains(&session) {
+                continue;
+            }
+            let pad = "  ".repeat(depth);
+            lines.push(match depth {
+                0 => format!("session {}", inert(&session)),
+                _ => format!("{pad}sub-agent {}", inert(parts[depth])),
+            });
+            shown.push(session);
+        }
+        let pad = "  ".repeat(parts.len() - 1);
+        lines.push(format!("{pad}  {}", row(item, now)));
+    }
+    lines.join("\n")
+}
+
+/// One item on one line: id, state (with its exit), age, pid, what it runs.
+fn row(item: &Item, now: std::time::SystemTime) -> String {
+    let state = match (&item.state, &item.end) {
+        (State::Ended, Some(end)) => match (item.exit_code, item.signal) {
+            (_, Some(signal)) => format!("{} (sig {signal})", wire::name_of(end)),
+            (Some(code), None) => format!("{} ({code})", wire::name_of(end)),
+            (None, None) => wire::name_of(end),
+        },
+        (state, _) => wire::name_of(state),
+    };
+    let age = humantime::parse_rfc3339(&item.started_at)
+        .ok()
+        .and_then(|start| now.duration_since(start).ok())
+        .map(short_duration)
+        .unwrap_or_else(|| "-".into());
+    let pid = item
+        .pid
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| "-".into());
+    let mut what = inert(&label(item));
+    if what.chars().count() > 100 {
+        what = what.chars().take(99).collect::<String>() + "…";
+    }
+    format!("{:<8} {:<20} {:>5} {:>8}  {what}", item.id, state, age, pid)
+}
+
+/// A duration in its largest whole unit: `45s`, `12m`, `3h`, `2d`.
+fn short_duration(age: std::time::Duration) -> String {
+    let s = age.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// Text from a job or a caller on one line, its control characters made inert
+/// (a newline shows as `\n`, an escape as `\x1b`).
+fn inert(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn read_status_line(reply: &ReadReply) -> String {
@@ -290,10 +403,25 @@ fn notices_text(reply: &NoticesReply) -> String {
 }
 
 fn status_text(status: &StatusReply) -> String {
-    format!(
+    let mut text = format!(
         "daemon pid {} (bgwork {})\nhome    {}\nsocket  {}\nrunning {}",
         status.pid, status.version, status.home, status.socket, status.running
-    )
+    );
+    if !status.sessions.is_empty() {
+        text.push_str(&format!(
+            " in {} session(s) (`bgwork list --all-sessions` lists them):",
+            status.sessions.len()
+        ));
+        let mut sessions: Vec<(&String, &u64)> = status.sessions.iter().collect();
+        sessions.sort_by_key(|(session, _)| session.split('/').collect::<Vec<_>>());
+        for (session, count) in sessions {
+            let depth = session.matches('/').count();
+            let name = session.rsplit('/').next().unwrap_or(session);
+            let name = format!("{}{}", "  ".repeat(depth), inert(name));
+            text.push_str(&format!("\n  {name:<30} {count}"));
+        }
+    }
+    text
 }
 
 fn indent(text: &str) -> String {

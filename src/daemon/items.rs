@@ -3,7 +3,9 @@
 use super::{Daemon, Inner};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::Record;
-use crate::wire::{Ack, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError};
+use crate::wire::{
+    Ack, End, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError,
+};
 use std::collections::BTreeMap;
 
 impl Daemon {
@@ -14,8 +16,10 @@ impl Daemon {
                 + &crate::end::unwritten_note(record.unwritten)
         });
         let mut lost_reason = record.lost_reason.clone();
-        if record.kind == Kind::Monitor {
-            // A monitor's detail says what happened ("matched: …", "timed out …").
+        let stopped = matches!(record.end, Some(End::StoppedByAgent | End::StoppedByPerson));
+        if record.kind == Kind::Monitor || stopped {
+            // A monitor's detail says what happened ("matched: …", "timed out …"); a
+            // stop's, what it had to do ("did not stop on TERM; killed after 5 s").
             if let (Some(text), Some(detail)) = (report.as_mut(), lost_reason.take()) {
                 text.push_str(": ");
                 text.push_str(&detail);
@@ -45,6 +49,7 @@ impl Daemon {
                     .to_string()
             }),
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
+            already_ended: None,
             lost_reason,
         }
     }
@@ -57,8 +62,16 @@ impl Daemon {
             .ok_or_else(|| WireError::unknown_id(id))
     }
 
-    pub(crate) fn list(&self, session: &str, all: bool) -> Result<ListReply, WireError> {
-        let records = self.lock().store.list(session, all)?;
+    pub(crate) fn list(
+        &self,
+        session: &str,
+        all: bool,
+        all_sessions: bool,
+    ) -> Result<ListReply, WireError> {
+        let records = match all_sessions {
+            true => self.lock().store.list_every_session(all)?,
+            false => self.lock().store.list(session, all)?,
+        };
         Ok(ListReply {
             items: records.iter().map(|r| self.item(r)).collect(),
         })

@@ -164,6 +164,10 @@ impl Daemon {
             }
         };
         env.extend(args.env.clone());
+        // A job knows its session and its id, so that a `bgwork` call inside it files
+        // its work under the same session (a sub-agent's own session is set below).
+        env.insert("BGWORK_SESSION".into(), session.to_string());
+        env.insert("BGWORK_ITEM".into(), record.id.clone());
         if launch.sub_agent {
             let report = job_dir.join(super::settle::REPORT_FILE);
             env.insert("BGWORK_SESSION".into(), format!("{session}/{}", record.id));
@@ -275,7 +279,7 @@ impl Daemon {
         };
         let record = Self::find(&self.lock(), session, &args.id)?;
         if record.state == State::Ended {
-            return Ok(self.item(&record));
+            return Ok(already_ended(self.item(&record)));
         }
         // A sub-agent is stopped with everything it started.
         let mut rows = vec![record.row];
@@ -489,6 +493,17 @@ fn write_job_record(job_dir: &Path, record: &Record) -> Result<(), String> {
     };
     std::fs::write(job_dir.join(JOB_RECORD), control::encode(&description))
         .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
+}
+
+/// A stop's reply for an item that had ended before it: its end, said as past.
+fn already_ended(mut item: Item) -> Item {
+    if let Some(report) = &item.report {
+        let how = report.strip_prefix(&item.id).unwrap_or(report).trim_start();
+        let how = how.strip_prefix("was ").unwrap_or(how);
+        item.report = Some(format!("{} had already ended: {how}", item.id));
+    }
+    item.already_ended = Some(true);
+    item
 }
 
 fn no_input(id: &str) -> WireError {

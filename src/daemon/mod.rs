@@ -160,7 +160,7 @@ impl Daemon {
         }
         let line = match envelope.request {
             Request::Start(args) => reply(&self.start(&session, args).await),
-            Request::List { all } => reply(&self.list(&session, all)),
+            Request::List { all, all_sessions } => reply(&self.list(&session, all, all_sessions)),
             Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id)),
             Request::Read(args) => reply(&self.read(&session, &args)),
             Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),

@@ -160,7 +160,7 @@ impl Daemon {
                 ended_at: status.ended_at_ms,
                 log_len: status.log_len,
                 dropped,
-                lost_reason: status.spawn_error.clone(),
+                lost_reason: status.spawn_error.clone().or_else(|| stop_detail(status)),
                 pid: status.pid,
                 unwritten: status.unwritten,
                 unwritten_at: status.unwritten_at,
@@ -379,6 +379,13 @@ impl Daemon {
             );
         }
     }
+}
+
+/// What a stop had to do beyond TERM, in the words of the end's report.
+fn stop_detail(status: &ExitStatus) -> Option<String> {
+    let ms = status.killed_after_ms?;
+    let seconds = ms as f64 / 1000.0;
+    Some(format!("did not stop on TERM; killed after {seconds} s"))
 }
 
 fn supervisor_alive(record: &Record) -> bool {

@@ -196,6 +196,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
         }),
         "list" => Request::List {
             all: a.flag("all")?,
+            all_sessions: false,
         },
         "read" => Request::Read(ReadArgs {
             id: a.required("id")?,

@@ -31,6 +31,9 @@ pub enum Request {
     List {
         #[serde(default)]
         all: bool,
+        /// Every session's work, not only the caller's (for a person at the terminal).
+        #[serde(default)]
+        all_sessions: bool,
     },
     Read(ReadArgs),
     Send(SendArgs),
@@ -288,6 +291,9 @@ pub struct Item {
     pub log_path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_requested: Option<bool>,
+    /// Set in a stop's reply when the item had ended before the stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub already_ended: Option<bool>,
     /// Why an item was settled as `lost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_reason: Option<String>,
@@ -377,6 +383,16 @@ pub struct StatusReply {
     pub socket: String,
     pub running: u64,
     pub sessions: BTreeMap<String, u64>,
+}
+
+/// `status` when no daemon runs for the home (`status` never starts one).
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct NoDaemonReply {
+    /// Always false.
+    pub daemon: bool,
+    pub home: String,
+    pub socket: String,
+    pub message: String,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

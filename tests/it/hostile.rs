@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// Sends one request line on the socket and returns the reply.
 fn raw(home: &Home, request: &Value) -> Value {
-    home.json(&["status"]);
+    home.start_daemon();
     let mut stream = UnixStream::connect(home.socket()).unwrap();
     let mut line = serde_json::to_vec(request).unwrap();
     line.push(b'\n');
@@ -380,7 +380,7 @@ fn issue10_9_output_lost_to_a_full_disk_is_counted_and_said() {
         }
     }
     let _unmount = Unmount(home.path());
-    home.json(&["status"]);
+    home.start_daemon();
     // Ballast that fills the disk now and frees it once the job has gone.
     let ballast = home.path().join("ballast");
     let df = Command::new("df")

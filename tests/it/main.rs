@@ -13,5 +13,6 @@ mod restart;
 mod security;
 mod sessions;
 mod stop;
+mod surface;
 mod util;
 mod wait;

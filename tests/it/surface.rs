@@ -1,0 +1,252 @@
+//! The surface a person and a model meet (issue 12): exact commands, stop and status
+//! replies, sessions one can see, help that teaches, conveniences, MCP as a model sees it.
+
+use crate::util::{Home, BIN};
+
+/// Several arguments after `--` reach the job exactly, and the recorded command is a
+/// shell line that gives the same arguments when pasted.
+#[test]
+fn issue12_1_several_arguments_reach_the_job_exactly() {
+    let home = Home::new();
+    let args = [
+        "printf",
+        "[%s]\\n",
+        "a b",
+        "it's",
+        "$HOME",
+        "*",
+        "x\ny",
+        "",
+        "\"q\"",
+        "back\\slash",
+    ];
+    let mut call = vec!["run", "--timeout", "20", "--"];
+    call.extend_from_slice(&args);
+    let run = home.run(&call);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let want = "[a b]\n[it's]\n[$HOME]\n[*]\n[x\ny]\n[]\n[\"q\"]\n[back\\slash]\n";
+    assert_eq!(run.stdout, want);
+    // The recorded command, pasted into bash, prints the same.
+    let list = home.json(&["list", "--all"]);
+    let command = list["items"][0]["command"].as_str().unwrap().to_string();
+    let pasted = std::process::Command::new("bash")
+        .args(["-c", &command])
+        .env("HOME", "/nowhere")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&pasted.stdout), want, "{command}");
+    assert!(!command.contains('\n'), "one line: {command}");
+    // `start` and `agent start` build their command the same way.
+    let started = home.json(&["start", "--window", "5000", "--", "echo", "a  b", "$X"]);
+    assert_eq!(started["output"], "a  b $X\n");
+    let agent = home.json(&["agent", "start", "--", "printf", "%s|", "1 2", "it's"]);
+    assert_eq!(agent["command"], "printf '%s|' '1 2' 'it'\\''s'");
+}
+
+#[test]
+fn issue12_1_one_argument_is_a_shell_command_line() {
+    let home = Home::new();
+    let run = home.run(&["run", "--timeout", "20", "--", "echo one; echo $((1+1))"]);
+    assert_eq!(run.stdout, "one\n2\n");
+    // An assignment-looking first word of several is a program name, not a variable.
+    let run = home.run(&["run", "--timeout", "20", "--", "A=1", "true"]);
+    assert_ne!(run.code, 0, "`A=1` is run as a program: {}", run.stdout);
+}
+
+#[test]
+fn issue12_help_a_missing_double_dash_is_suggested() {
+    let home = Home::new();
+    let run = home.run(&["start", "--name", "x", "echo", "a b"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("bgwork start --name x -- echo 'a b'"),
+        "{}",
+        run.stderr
+    );
+    let run = home.run(&["run", "make", "test"]);
+    assert!(
+        run.stderr.contains("bgwork run -- make test"),
+        "{}",
+        run.stderr
+    );
+    let run = home.run(&["agent", "start", "claude", "-p", "hi"]);
+    assert!(
+        run.stderr.contains("bgwork agent start -- claude -p hi"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn issue12_5_stop_of_an_ended_job_says_it_had_already_ended() {
+    let home = Home::new();
+    let id = home.start("exit 101");
+    home.wait_end(&id);
+    let run = home.run(&["stop", &id]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stdout.trim(),
+        format!("{id} had already ended: FAILED (exit 101)")
+    );
+    let reply = home.json(&["stop", &id]);
+    assert_eq!(reply["already_ended"], true);
+    assert_eq!(reply["end"], "failed");
+}
+
+#[test]
+fn issue12_5_a_stop_that_had_to_kill_says_so() {
+    let home = Home::new();
+    let id = home.start("trap '' TERM; echo ready; while :; do sleep 0.1; done");
+    home.run(&["wait", &id, "--until", "ready", "--timeout", "20"]);
+    let run = home.run(&["stop", &id, "--grace", "0.5"]);
+    assert_eq!(
+        run.stdout.trim(),
+        format!("{id} was stopped by the agent: did not stop on TERM; killed after 0.5 s"),
+        "{}",
+        run.stderr
+    );
+    // A job that stops on TERM says nothing more.
+    let id = home.start("sleep 100");
+    let run = home.run(&["stop", &id]);
+    assert_eq!(run.stdout.trim(), format!("{id} was stopped by the agent"));
+}
+
+#[test]
+fn issue12_6_status_never_starts_a_daemon() {
+    let home = Home::new();
+    let run = home.run(&["status"]);
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("no daemon is running"),
+        "{}",
+        run.stdout
+    );
+    let run = home.run(&["--json", "status"]);
+    assert_eq!(run.code, 3);
+    assert_eq!(run.json()["daemon"], false);
+    assert!(!home.socket().exists(), "status started a daemon");
+    home.start_daemon();
+    assert_eq!(home.run(&["status"]).code, 0);
+}
+
+#[test]
+fn issue12_sessions_every_job_knows_its_session_and_id() {
+    let home = Home::new();
+    let started = home.json(&[
+        "--session",
+        "proj",
+        "start",
+        "--window",
+        "5000",
+        "--",
+        "echo $BGWORK_SESSION $BGWORK_ITEM",
+    ]);
+    let id = started["id"].as_str().unwrap();
+    assert_eq!(started["output"], format!("proj {id}\n"));
+    // A `bgwork start` inside a job lands in the job's session.
+    let inner = format!("{BIN} start --window 0 -- 'sleep 30'");
+    let outer = home.json(&[
+        "--session",
+        "proj",
+        "start",
+        "--window",
+        "5000",
+        "--",
+        &inner,
+    ]);
+    assert!(
+        outer["output"].as_str().unwrap().contains("starting"),
+        "{outer}"
+    );
+    let listed = home.json(&["--session", "proj", "list"]);
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+}
+
+#[test]
+fn issue12_sessions_list_all_sessions_groups_by_session_with_sub_agents() {
+    let home = Home::new();
+    home.start("sleep 100");
+    let foo = |args: &[&str]| {
+        let mut all = vec!["--session", "foo"];
+        all.extend_from_slice(args);
+        home.json(&all)
+    };
+    foo(&["start", "--window", "0", "--", "sleep 100"]);
+    let agent = foo(&["agent", "start", "--", "sleep 100"]);
+    let sub = agent["id"].as_str().unwrap().to_string();
+    let sub_session = format!("foo/{sub}");
+    home.json(&[
+        "--session",
+        &sub_session,
+        "start",
+        "--window",
+        "0",
+        "--",
+        "sleep 100",
+    ]);
+    // `list` of the default session shows its own work only.
+    let own = home.run(&["list"]);
+    assert!(!own.stdout.contains("foo"), "{}", own.stdout);
+    let every = home.run(&["list", "--all-sessions"]);
+    let lines: Vec<&str> = every.stdout.lines().collect();
+    let at = |text: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("{text} missing:\n{}", every.stdout))
+    };
+    at("session test");
+    assert!(
+        at("session foo") < at(&format!("sub-agent {sub}")),
+        "{}",
+        every.stdout
+    );
+    let heading = at(&format!("sub-agent {sub}"));
+    assert!(
+        lines[heading].starts_with("  sub-agent"),
+        "{}",
+        every.stdout
+    );
+    assert!(
+        lines[heading + 1].starts_with("    bg-"),
+        "{}",
+        every.stdout
+    );
+    assert_eq!(
+        home.json(&["list", "--all-sessions"])["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    let status = home.run(&["status"]);
+    assert!(
+        status.stdout.contains("running 4 in 3 session(s)"),
+        "{}",
+        status.stdout
+    );
+    let counts = home.json(&["status"]);
+    assert_eq!(counts["sessions"]["foo"], 2);
+    assert_eq!(counts["sessions"][&sub_session], 1);
+}
+
+#[test]
+fn issue12_list_shows_age_pid_and_end_on_one_line() {
+    let home = Home::new();
+    let id = home.start("echo one\nexit 3");
+    home.wait_end(&id);
+    let running = home.start("sleep 100");
+    let pid = home.item(&running)["pid"].as_i64().unwrap();
+    let run = home.run(&["list", "--all"]);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        3,
+        "a heading and one line per item:\n{}",
+        run.stdout
+    );
+    assert!(lines[0].starts_with("ID"), "{}", run.stdout);
+    assert!(lines[1].contains("failed (3)") && lines[1].contains("echo one\\nexit 3"));
+    assert!(lines[2].contains(&pid.to_string()) && lines[2].contains("running"));
+    assert!(lines[2].contains("s "), "an age in seconds: {}", lines[2]);
+}

@@ -259,6 +259,11 @@ fn own_time(request: &Request) -> Duration {
             Duration::from_millis(args.window_ms.unwrap_or(1000).min(1 << 40))
         }
         Request::Stop(args) => seconds(args.grace_s, 5.0),
+        // A running item is stopped first (default grace and slack), then started.
+        Request::Restart(args) => {
+            Duration::from_secs(7)
+                + Duration::from_millis(args.window_ms.unwrap_or(1000).min(1 << 40))
+        }
         Request::Shutdown { stop_work: true } => Duration::from_secs(10),
         _ => Duration::ZERO,
     }

@@ -2,8 +2,9 @@
 
 use crate::client::Client;
 use crate::wire::{
-    self, Ack, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request, RunOutcome,
-    RunReply, StartReply, State, StatusReply, WaitReason, WaitReply, WireError,
+    self, Ack, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request, RestartReply,
+    RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason, WaitReply,
+    WireError,
 };
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -58,25 +59,22 @@ pub fn call_and_print(
         Request::Stop(_) => print(client, &envelope, json, stop_text),
         Request::Wait(_) => {
             let reply: WaitReply = client.call(&envelope)?;
-            if json {
-                println!("{}", wire::to_json_text(&reply));
-            } else {
-                print_text(&wait_text(&reply));
-            }
-            let failed = reply.reason == WaitReason::Timeout
-                || reply
-                    .items
-                    .iter()
-                    .any(|i| i.end.is_some_and(crate::end::is_failure));
-            Ok(if failed {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            print_text(&wait_text(&reply, None, None));
+            Ok(wait_code(&reply))
         }
+        Request::Restart(_) => print(client, &envelope, json, |reply: &RestartReply| {
+            format!(
+                "restart of {}: {}",
+                reply.restarted,
+                start_text(&reply.start)
+            )
+        }),
+        Request::NewSession { .. } => print(client, &envelope, json, |reply: &SessionReply| {
+            reply.session.clone()
+        }),
         Request::Notices { follow: true, .. } => follow(client, &envelope, json),
         Request::Notices { .. } => print(client, &envelope, json, notices_text),
-        Request::Gc => print(client, &envelope, json, |gc: &GcReply| {
+        Request::Gc { .. } => print(client, &envelope, json, |gc: &GcReply| {
             format!(
                 "removed {} ended record(s), freed {} bytes",
                 gc.removed, gc.freed_bytes
@@ -366,20 +364,106 @@ fn stop_text(item: &Item) -> String {
     }
 }
 
-fn wait_text(reply: &WaitReply) -> String {
+/// `wait`: one call, or calls of a day each until something happens (`--timeout
+/// none`); prints what happened unless `--quiet`.
+pub fn wait(
+    paths: &crate::paths::Paths,
+    session: &str,
+    cmd: super::WaitCmd,
+    json: bool,
+) -> Result<ExitCode, WireError> {
+    use super::Timeout;
+    let unlimited = matches!(cmd.timeout, Some(Timeout::Unlimited));
+    let args = wire::WaitArgs {
+        ids: cmd.ids,
+        all: cmd.all,
+        until: cmd.until,
+        timeout_s: match cmd.timeout {
+            Some(Timeout::Seconds(s)) => Some(s),
+            Some(Timeout::Unlimited) => Some(86_400.0),
+            None => None,
+        },
+    };
+    let envelope = Envelope {
+        session: session.to_string(),
+        request: Request::Wait(args.clone()),
+    };
+    let reply: WaitReply = loop {
+        let mut client = Client::connect(paths)?;
+        let reply: WaitReply = client.call(&envelope)?;
+        if !(unlimited && reply.reason == WaitReason::Timeout) {
+            break reply;
+        }
+    };
+    if cmd.quiet {
+    } else if json {
+        println!("{}", wire::to_json_text(&reply));
+    } else {
+        let waited = args.timeout_s.unwrap_or(50.0);
+        print_text(&wait_text(&reply, Some(waited), args.until.as_deref()));
+    }
+    Ok(wait_code(&reply))
+}
+
+/// 0 when the items ended well or the pattern matched; 1 on a timeout or a failure.
+fn wait_code(reply: &WaitReply) -> ExitCode {
+    let failed = reply.reason == WaitReason::Timeout
+        || reply
+            .items
+            .iter()
+            .any(|i| i.end.is_some_and(crate::end::is_failure));
+    match failed {
+        true => ExitCode::from(1),
+        false => ExitCode::SUCCESS,
+    }
+}
+
+fn wait_text(reply: &WaitReply, waited_s: Option<f64>, until: Option<&str>) -> String {
+    let running: Vec<&str> = reply
+        .items
+        .iter()
+        .filter(|i| i.report.is_none())
+        .map(|i| i.id.as_str())
+        .collect();
     let mut text = match (&reply.reason, &reply.matched) {
-        (WaitReason::Matched, Some(line)) => format!("matched: {line}\n"),
-        (WaitReason::Timeout, _) => "timed out; still running:\n".to_string(),
+        (WaitReason::Matched, Some(line)) => format!("matched: {}\n", inert(line)),
+        (WaitReason::Timeout, _) => {
+            let mut head = match waited_s {
+                Some(s) => format!("timed out after {s} s"),
+                None => "timed out".to_string(),
+            };
+            if let Some(pattern) = until {
+                head.push_str(&format!(
+                    ": /{}/ was not seen in new output",
+                    inert(pattern)
+                ));
+            }
+            match running.as_slice() {
+                [] => {}
+                [one] => head.push_str(&format!("; {one} is still running")),
+                many => head.push_str(&format!("; {} are still running", many.join(", "))),
+            }
+            head + "\n"
+        }
         _ => String::new(),
     };
+    let one = reply.items.len() == 1;
     for item in &reply.items {
-        let head = item
-            .report
-            .clone()
-            .unwrap_or_else(|| format!("{} is still running", item.id));
-        text.push_str(&head);
-        text.push('\n');
-        if let Some(tail) = reply.tails.get(&item.id).filter(|t| !t.is_empty()) {
+        let tail = reply.tails.get(&item.id).filter(|t| !t.is_empty());
+        match (&item.report, reply.reason) {
+            (Some(report), _) => {
+                text.push_str(report);
+                text.push('\n');
+            }
+            // A timeout already named what still runs; a match names it here.
+            (None, WaitReason::Timeout) if one => {}
+            (None, WaitReason::Timeout) if tail.is_some() => {
+                text.push_str(&format!("{}:\n", item.id));
+            }
+            (None, WaitReason::Timeout) => {}
+            (None, _) => text.push_str(&format!("{} is still running\n", item.id)),
+        }
+        if let Some(tail) = tail {
             text.push_str(&indent(tail));
         }
     }

@@ -15,6 +15,7 @@ mod monitor;
 mod notices;
 mod pane;
 mod read;
+mod restart;
 mod run;
 mod serve;
 mod settle;
@@ -73,6 +74,8 @@ pub(crate) struct Inner {
     pub live: HashMap<i64, Live>,
     /// Terminal emulators of panes whose screen was read.
     pub screens: HashMap<i64, pane::Screen>,
+    /// Session names given out by `new_session` since this daemon started.
+    pub claimed: std::collections::HashSet<String>,
 }
 
 pub struct Daemon {
@@ -99,6 +102,7 @@ impl Daemon {
                 store,
                 live: HashMap::new(),
                 screens: HashMap::new(),
+                claimed: Default::default(),
             }),
             changed: watch::channel(0).0,
             executor: LocalExecutor::new(events),
@@ -179,8 +183,16 @@ impl Daemon {
                     Err(e) => reply::<()>(&Err(e)).into(),
                 };
             }
-            Request::Dismiss { id } => reply(&self.dismiss(&session, &id)),
-            Request::Gc => reply(&self.gc()),
+            Request::Dismiss { id, ids } => {
+                let ids: Vec<String> = id.into_iter().chain(ids).collect();
+                reply(&self.dismiss(&session, &ids))
+            }
+            Request::Gc {
+                older_than_s,
+                all_ended,
+            } => reply(&self.gc_with(older_than_s, all_ended)),
+            Request::Restart(args) => reply(&self.restart(&session, args).await),
+            Request::NewSession { base } => reply(&self.new_session(&base)),
             Request::Status => reply(&self.status()),
             Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),
         };

@@ -455,6 +455,13 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Whether any record (of any state, dismissed or not) belongs to `session` or
+    /// to one of its sub-agents.
+    pub fn session_used(&self, session: &str) -> Result<bool> {
+        let sql = format!("SELECT EXISTS(SELECT 1 FROM items WHERE {VISIBLE})");
+        Ok(self.conn.query_row(&sql, [session], |r| r.get(0))?)
+    }
+
     /// Every record not yet ended, of every session (for reconciling after a start).
     pub fn unsettled(&self) -> Result<Vec<Record>> {
         let sql = format!("SELECT {RECORD_COLUMNS} FROM items WHERE state != 'ended' ORDER BY row");

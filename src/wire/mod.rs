@@ -48,8 +48,12 @@ pub enum Request {
         #[serde(default)]
         wait_s: Option<f64>,
     },
+    /// Drops ended records from lists: `id`, and each of `ids`.
     Dismiss {
-        id: String,
+        #[serde(default)]
+        id: Option<String>,
+        #[serde(default)]
+        ids: Vec<String>,
     },
     Resize {
         id: String,
@@ -59,7 +63,22 @@ pub enum Request {
     Run(RunArgs),
     Monitor(MonitorArgs),
     AgentStart(StartArgs),
-    Gc,
+    /// A new item with the command, folder, names and options of an earlier one.
+    Restart(RestartArgs),
+    /// Deletes ended records and their logs: those older than the retention (or
+    /// `older_than_s`, or every one with `all_ended`), then the oldest past the size
+    /// budget. Never a record whose notice was not delivered.
+    Gc {
+        #[serde(default)]
+        older_than_s: Option<f64>,
+        #[serde(default)]
+        all_ended: bool,
+    },
+    /// A session name of its own for a new front end (an MCP server): `base`, or
+    /// `base-2`, `base-3`… when that is in use.
+    NewSession {
+        base: String,
+    },
     Status,
     Shutdown {
         #[serde(default)]
@@ -95,6 +114,35 @@ pub struct StartArgs {
     pub cols: Option<u16>,
     #[serde(default)]
     pub rows: Option<u16>,
+}
+
+/// `restart`: the item to start again, with the values of its `--env` variables
+/// (never recorded) taken from `env`, else from the caller's environment.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct RestartArgs {
+    pub id: String,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub inherit_env: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherit_env_bytes: Vec<[String; 2]>,
+    #[serde(default)]
+    pub window_ms: Option<u64>,
+}
+
+/// The reply of `restart`: the new item (as `start` gives it) and the one it repeats.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct RestartReply {
+    #[serde(flatten)]
+    pub start: StartReply,
+    pub restarted: String,
+}
+
+/// The reply of `new_session`.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct SessionReply {
+    pub session: String,
 }
 
 /// A monitor: a durable wait (until a condition holds) or watch (every matching line).

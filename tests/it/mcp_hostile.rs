@@ -374,7 +374,7 @@ fn issue10_1_mcp_paths_are_taken_from_the_servers_own_directory() {
         (Some("./sub/../sub"), format!("{here}/sub")),
         (None, here.clone()),
     ] {
-        let mut args = json!({"command": "pwd", "timeout_s": 30});
+        let mut args = json!({"command": "pwd", "timeout_s": 30, "verbose": true});
         if let Some(cwd) = cwd {
             args["cwd"] = json!(cwd);
         }

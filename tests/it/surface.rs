@@ -1,7 +1,9 @@
 //! The surface a person and a model meet (issue 12): exact commands, stop and status
 //! replies, sessions one can see, help that teaches, conveniences, MCP as a model sees it.
 
+use crate::mcp::Mcp;
 use crate::util::{Home, BIN};
+use serde_json::json;
 
 /// Several arguments after `--` reach the job exactly, and the recorded command is a
 /// shell line that gives the same arguments when pasted.
@@ -249,4 +251,167 @@ fn issue12_list_shows_age_pid_and_end_on_one_line() {
     assert!(lines[1].contains("failed (3)") && lines[1].contains("echo one\\nexit 3"));
     assert!(lines[2].contains(&pid.to_string()) && lines[2].contains("running"));
     assert!(lines[2].contains("s "), "an age in seconds: {}", lines[2]);
+}
+
+#[test]
+fn issue12_mcp_every_property_has_a_description_and_tools_carry_annotations() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let tools = mcp.request("tools/list", json!({}))["result"]["tools"].clone();
+    for tool in tools.as_array().unwrap() {
+        let name = tool["name"].as_str().unwrap();
+        for (property, schema) in tool["inputSchema"]["properties"].as_object().unwrap() {
+            let description = schema["description"].as_str().unwrap_or_default();
+            assert!(
+                description.len() > 10,
+                "{name}.{property} has no description"
+            );
+        }
+        assert!(tool["annotations"].is_object(), "{name} has no annotations");
+    }
+    let tool = |name: &str| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no tool {name}"))
+            .clone()
+    };
+    for name in ["list", "read", "wait", "notices"] {
+        assert_eq!(tool(name)["annotations"]["readOnlyHint"], true, "{name}");
+    }
+    assert_eq!(tool("stop")["annotations"]["destructiveHint"], true);
+    assert_eq!(tool("start")["annotations"]["readOnlyHint"], false);
+}
+
+#[test]
+fn issue12_mcp_item_results_are_short_unless_verbose() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let (error, ran) = mcp.call("run", json!({"command": "echo hi", "timeout_s": 30}));
+    assert!(!error, "{ran}");
+    assert_eq!(ran["output"], "hi\n");
+    assert_eq!(ran["exit_code"], 0);
+    for field in ["log_path", "env_names", "cwd", "session", "signal"] {
+        assert!(ran.get(field).is_none(), "{field} in {ran}");
+    }
+    let (_, listed) = mcp.call("list", json!({"all": true}));
+    assert!(listed["items"][0].get("log_path").is_none(), "{listed}");
+    assert_eq!(listed["items"][0]["end"], "succeeded");
+    let (_, verbose) = mcp.call("list", json!({"all": true, "verbose": true}));
+    assert!(verbose["items"][0]["log_path"].is_string(), "{verbose}");
+    assert!(verbose["items"][0]["cwd"].is_string(), "{verbose}");
+}
+
+#[test]
+fn issue12_mcp_sessions_are_named_after_the_client_and_folder() {
+    let home = Home::new();
+    let project = tempfile::Builder::new()
+        .prefix("bgw")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let folder = project.path().join("MyProject");
+    std::fs::create_dir(&folder).unwrap();
+    let server = || {
+        let mut command = home.command(&["mcp"]);
+        command.env_remove("BGWORK_SESSION").current_dir(&folder);
+        Mcp::start_as(command, "claude-code")
+    };
+    let mut first = server();
+    let mut second = server();
+    let (_, started) = first.call("start", json!({"command": "sleep 100", "window_ms": 0}));
+    assert!(started["id"].is_string(), "{started}");
+    let (_, other) = second.call("list", json!({}));
+    assert_eq!(
+        other["items"],
+        json!([]),
+        "a second server has its own session"
+    );
+    second.call("start", json!({"command": "sleep 100", "window_ms": 0}));
+    let listed = home.run(&["list", "--all-sessions"]);
+    assert!(
+        listed.stdout.contains("session claude-code@myproject\n"),
+        "{}",
+        listed.stdout
+    );
+    assert!(
+        listed.stdout.contains("session claude-code@myproject-2\n"),
+        "{}",
+        listed.stdout
+    );
+    // `bgwork mcp --help` does not claim a default session.
+    let help = home.run(&["mcp", "--help"]);
+    assert!(
+        !help.stdout.contains("[default: default]"),
+        "{}",
+        help.stdout
+    );
+    assert!(
+        help.stdout.contains("claude-code@myproject"),
+        "{}",
+        help.stdout
+    );
+}
+
+#[test]
+fn issue12_mcp_errors_speak_of_tools_not_commands() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let (error, reply) = mcp.call("read", json!({"id": "bg-999"}));
+    assert!(error);
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the `list` tool with `all: true`") && !message.contains("bgwork "),
+        "{message}"
+    );
+    let (_, started) = mcp.call("start", json!({"command": "sleep 100", "window_ms": 0}));
+    let id = started["id"].as_str().unwrap();
+    let (error, reply) = mcp.call("dismiss", json!({"id": id}));
+    assert!(error);
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("the `stop` tool with `id: {id}`")),
+        "{message}"
+    );
+    let (error, reply) = mcp.call("stop", json!({"id": id, "grace_s": -1}));
+    assert!(error);
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`grace_s`"),
+        "{reply}"
+    );
+}
+
+#[test]
+fn issue12_mcp_resize_dismiss_restart_and_agent_start_tools() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let (_, pane) = mcp.call(
+        "start",
+        json!({"command": "cat", "pty": true, "window_ms": 0}),
+    );
+    let pane = pane["id"].as_str().unwrap().to_string();
+    let (error, resized) = mcp.call("resize", json!({"id": pane, "cols": 90, "rows": 20}));
+    assert!(!error, "{resized}");
+    let (_, ran) = mcp.call("run", json!({"command": "echo $((6*7))", "timeout_s": 30}));
+    let first = ran["id"].as_str().unwrap().to_string();
+    let (error, again) = mcp.call("restart", json!({"id": first, "window_ms": 5000}));
+    assert!(!error, "{again}");
+    assert_eq!(again["restarted"], first);
+    assert_eq!(again["output"], "42\n");
+    assert_ne!(again["id"], first);
+    let second = again["id"].as_str().unwrap().to_string();
+    let (error, dismissed) = mcp.call("dismiss", json!({"ids": [first, second]}));
+    assert!(!error, "{dismissed}");
+    let (_, listed) = mcp.call("list", json!({"all": true}));
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+    let (error, agent) = mcp.call(
+        "agent_start",
+        json!({"command": "echo report > \"$BGWORK_REPORT\""}),
+    );
+    assert!(!error, "{agent}");
+    assert!(agent["id"].as_str().unwrap().starts_with("sub-"), "{agent}");
 }

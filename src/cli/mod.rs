@@ -142,7 +142,8 @@ Examples:
         /// Seconds between TERM and KILL [default: 5]
         #[arg(long, value_name = "S")]
         grace: Option<f64>,
-        /// Who stops it: the end reads `stopped_by_agent` or `stopped_by_person`
+        /// Who stops it: the end reads `stopped_by_agent` or `stopped_by_person` (a
+        /// person's stop fires a notice: the agent did not see this reply)
         #[arg(long = "as", value_enum, default_value = "agent")]
         actor: ActorArg,
     },
@@ -389,8 +390,8 @@ Examples:
 pub enum HookCmd {
     /// Claude Code: reads a hook event on stdin, prints pending notices as context
     #[command(after_help = "\
-In .claude/settings.json, for the events UserPromptSubmit, PostToolUse, SessionStart
-and (with --wait-on-stop) Stop:
+Example, in .claude/settings.json, as the hook of the events UserPromptSubmit,
+PostToolUse, SessionStart and (with --wait-on-stop) Stop:
   {\"type\": \"command\", \"command\": \"bgwork hook claude-code\"}")]
     ClaudeCode {
         /// On Stop, ask the agent to wait for work armed with --notify that still runs
@@ -494,9 +495,7 @@ fn parse_duration(text: &str) -> Result<f64, String> {
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum ActorArg {
-    /// The agent (the default for the CLI and MCP)
     Agent,
-    /// A person (fires a notice: the agent did not see the reply)
     Person,
 }
 
@@ -868,5 +867,36 @@ fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
                 name,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument of every command says what it is for.
+    #[test]
+    fn every_option_of_every_subcommand_has_a_description() {
+        fn check(command: &clap::Command, path: &str) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(arg.get_help().is_some(), "{path} {id} has no description");
+            }
+            for sub in command.get_subcommands() {
+                assert!(
+                    sub.get_about().is_some(),
+                    "{path} {} has no purpose",
+                    sub.get_name()
+                );
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        let command = Cli::command();
+        command.clone().debug_assert();
+        check(&command, "bgwork");
     }
 }

@@ -415,3 +415,254 @@ fn issue12_mcp_resize_dismiss_restart_and_agent_start_tools() {
     assert!(!error, "{agent}");
     assert!(agent["id"].as_str().unwrap().starts_with("sub-"), "{agent}");
 }
+
+/// The subcommands `bgwork --help` lists, with their own subcommands (`monitor wait`).
+fn subcommands(home: &Home) -> Vec<Vec<String>> {
+    let names = |args: &[String]| -> Vec<String> {
+        let mut call: Vec<&str> = args.iter().map(String::as_str).collect();
+        call.push("--help");
+        let help = home.run(&call).stdout;
+        help.split("Commands:")
+            .nth(1)
+            .map(|rest| rest.split("\n\n").next().unwrap_or_default().to_string())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.split_whitespace().next().map(String::from))
+            .filter(|name| name != "help")
+            .collect()
+    };
+    let mut all = Vec::new();
+    for name in names(&[]) {
+        let path = vec![name];
+        let children = names(&path);
+        all.push(path.clone());
+        for child in children {
+            all.push(vec![path[0].clone(), child]);
+        }
+    }
+    all
+}
+
+#[test]
+fn issue12_help_every_option_of_every_subcommand_has_a_description() {
+    let home = Home::new();
+    let all = subcommands(&home);
+    assert!(all.len() > 20, "{all:?}");
+    for path in &all {
+        let mut call: Vec<&str> = path.iter().map(String::as_str).collect();
+        call.push("--help");
+        let help = home.run(&call).stdout;
+        let what = path.join(" ");
+        let first = help.lines().next().unwrap_or_default();
+        assert!(first.len() > 15, "bgwork {what}: no purpose line:\n{help}");
+        // Every argument and option line carries text after its name.
+        for section in ["Arguments:", "Options:"] {
+            let Some(body) = help.split(section).nth(1) else {
+                continue;
+            };
+            for line in body
+                .split("\n\n")
+                .next()
+                .unwrap()
+                .lines()
+                .filter(|l| !l.is_empty())
+            {
+                let words: Vec<&str> = line.split("  ").filter(|w| !w.trim().is_empty()).collect();
+                assert!(
+                    words.len() >= 2,
+                    "bgwork {what}: `{}` has no description",
+                    line.trim()
+                );
+            }
+        }
+        let leaf = !help.contains("Commands:");
+        let examples =
+            ["demo", "status", "man"].contains(&path[0].as_str()) || help.contains("Example");
+        assert!(!leaf || examples, "bgwork {what} has no example:\n{help}");
+    }
+    let top = home.run(&["--help"]).stdout;
+    for variable in [
+        "BGWORK_HOME",
+        "BGWORK_SESSION",
+        "BGWORK_ITEM",
+        "BGWORK_MAX_RUNNING",
+    ] {
+        assert!(
+            top.contains(variable),
+            "{variable} missing from bgwork --help"
+        );
+    }
+    let start = home.run(&["start", "--help"]).stdout;
+    assert!(start.contains("[default: 1000]"), "{start}");
+}
+
+#[test]
+fn issue12_help_completions_and_man_page() {
+    let home = Home::new();
+    for (shell, marker) in [
+        ("bash", "complete -F _bgwork"),
+        ("zsh", "#compdef bgwork"),
+        ("fish", "complete -c bgwork"),
+    ] {
+        let run = home.run(&["completions", shell]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(run.stdout.contains(marker), "{shell}: {}", run.stdout);
+        assert!(
+            run.stdout.contains("all-sessions"),
+            "{shell} lacks list's options"
+        );
+    }
+    // The bash script loads and completes a subcommand.
+    let script = home.run(&["completions", "bash"]).stdout;
+    let file = home.path().join("bgwork.bash");
+    std::fs::write(&file, script).unwrap();
+    let probe = format!(
+        "source {}; COMP_WORDS=(bgwork sta); COMP_CWORD=1; _bgwork bgwork sta bgwork; \
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        file.display()
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-c", &probe])
+        .output()
+        .unwrap();
+    let completed = String::from_utf8_lossy(&out.stdout);
+    assert!(completed.lines().any(|l| l == "start"), "{completed}");
+    assert!(completed.lines().any(|l| l == "status"), "{completed}");
+    let man = home.run(&["man"]);
+    assert_eq!(man.code, 0);
+    assert!(
+        man.stdout.starts_with(".ie") || man.stdout.contains(".TH bgwork"),
+        "{}",
+        &man.stdout[..200]
+    );
+    assert!(
+        man.stdout.contains("bgwork\\-start"),
+        "the man page covers the subcommands"
+    );
+    assert!(man.stdout.contains("BGWORK_HOME"));
+    assert_eq!(home.run(&["completions", "tcsh"]).code, 2);
+}
+
+#[test]
+fn issue12_wait_without_a_limit_quiet_and_clear_timeouts() {
+    let home = Home::new();
+    let id = home.start("sleep 100");
+    let run = home.run(&["wait", &id, "--timeout", "0.3"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stdout,
+        format!("timed out after 0.3 s; {id} is still running\n")
+    );
+    let run = home.run(&["wait", &id, "--timeout", "0.3", "--until", "ready"]);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "timed out after 0.3 s: /ready/ was not seen in new output; {id} is still running\n"
+        )
+    );
+    let run = home.run(&["wait", &id, "--timeout", "0.3", "--quiet"]);
+    assert_eq!((run.code, run.stdout.as_str()), (1, ""));
+    // `--timeout none` outlasts what one call may wait: the CLI asks again.
+    let quick = home.start("sleep 1; echo done");
+    let run = home.run(&["wait", &quick, "--timeout", "none", "-q"]);
+    assert_eq!((run.code, run.stdout.as_str()), (0, ""), "{}", run.stderr);
+    let run = home.run(&["wait", &id, "--timeout", "soon"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("not a duration"), "{}", run.stderr);
+}
+
+#[test]
+fn issue12_dismiss_several_and_gc_by_age_or_all_ended() {
+    let home = Home::new();
+    let ids: Vec<String> = (0..3).map(|_| home.start("true")).collect();
+    for id in &ids {
+        home.wait_end(id);
+    }
+    let running = home.start("sleep 100");
+    // All or none: one running id refuses the lot.
+    let (code, _, message) = home.error(&["dismiss", &ids[0], &running]);
+    assert_eq!(code, 2, "{message}");
+    assert_eq!(
+        home.json(&["list", "--all"])["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    let run = home.run(&["dismiss", &ids[0], &ids[1]]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        home.json(&["list", "--all"])["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    // Nothing is older than an hour; everything ended is removed by --all-ended.
+    assert_eq!(home.json(&["gc", "--older-than", "1h"])["removed"], 0);
+    assert_eq!(home.json(&["gc", "--older-than", "0s"])["removed"], 3);
+    let last = home.start("true");
+    home.wait_end(&last);
+    assert_eq!(home.json(&["gc", "--all-ended"])["removed"], 1);
+    let ids: Vec<String> = home.json(&["list", "--all"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, [running]);
+    assert_eq!(
+        home.run(&["gc", "--older-than", "1h", "--all-ended"]).code,
+        2
+    );
+}
+
+#[test]
+fn issue12_restart_starts_the_same_command_again() {
+    let home = Home::new();
+    let folder = tempfile::Builder::new()
+        .prefix("bgw")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let dir = folder.path().display().to_string();
+    let started = home.json(&[
+        "start",
+        "--name",
+        "greet",
+        "--cwd",
+        &dir,
+        "--env",
+        "WHO=world",
+        "--window",
+        "5000",
+        "--",
+        "echo \"hello $WHO from $(pwd)\"",
+    ]);
+    let first = started["id"].as_str().unwrap().to_string();
+    assert_eq!(started["output"], format!("hello world from {dir}\n"));
+    // The value of --env was never recorded: it must be given again.
+    let (code, _, message) = home.error(&["restart", &first]);
+    assert_eq!(code, 2);
+    assert!(message.contains("--env WHO=VALUE"), "{message}");
+    let again = home.json(&["restart", &first, "--env", "WHO=again", "--window", "5000"]);
+    assert_eq!(again["restarted"], first.as_str());
+    assert_eq!(again["output"], format!("hello again from {dir}\n"));
+    assert_eq!(again["name"], "greet");
+    assert_ne!(again["id"], first.as_str());
+    assert_eq!(
+        home.item(&first)["end"],
+        "succeeded",
+        "the old record keeps its end"
+    );
+    // A running item is stopped first, then started again.
+    let server = home.start("sleep 100");
+    let text = home.run(&["restart", &server, "--window", "0"]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(
+        text.stdout
+            .starts_with(&format!("restart of {server}: bg-")),
+        "{}",
+        text.stdout
+    );
+    assert_eq!(home.item(&server)["end"], "stopped_by_agent");
+}

@@ -25,7 +25,7 @@ const INPUT_ANSWER: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
-/// Sub-agents a session may run at once (SPEC §5).
+/// Sub-agents a session may run at once (contract §5).
 const MAX_SUB_AGENTS: usize = 2;
 
 /// How a job is launched beyond its arguments.

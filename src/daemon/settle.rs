@@ -1,5 +1,5 @@
 //! Applying what executors report, settling ends (with their notices), and reconciling
-//! every unsettled record when the daemon starts (SPEC §7).
+//! every unsettled record when the daemon starts (contract §7).
 
 use super::{Daemon, Live};
 use crate::end;

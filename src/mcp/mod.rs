@@ -1,4 +1,4 @@
-//! `bgwork mcp`: an MCP server on stdio (rmcp) exposing the calls of SPEC §11 as tools.
+//! `bgwork mcp`: an MCP server on stdio (rmcp) exposing the calls of contract §11 as tools.
 //!
 //! Each tool call becomes one `wire::Request` to the daemon; the reply object is the
 //! tool's structured result (and its JSON text). Every result also carries the

@@ -1,7 +1,7 @@
 //! The request and reply types every client speaks to the daemon, and their framing.
 //!
 //! One request is one line of JSON (an [`Envelope`]); one reply is one line of JSON:
-//! either the reply object of SPEC §10 or `{"error":{"code","message"}}`. `notices
+//! either the reply object of contract §10 or `{"error":{"code","message"}}`. `notices
 //! --follow` is the one request answered by many lines. This module (with
 //! [`control`], the daemon ↔ supervisor protocol) is the only place that derives
 //! `Serialize`: the CLI, the MCP server and the web page all build these same types.
@@ -298,7 +298,7 @@ pub enum State {
     Ended,
 }
 
-/// How an item ended (SPEC §2). Exactly one per ended record.
+/// How an item ended (contract §2). Exactly one per ended record.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum End {
@@ -329,7 +329,7 @@ pub struct Item {
     pub ended_at: Option<String>,
     pub notify: bool,
     pub session: String,
-    /// The one-line report of the end (SPEC §2), when ended.
+    /// The one-line report of the end (contract §2), when ended.
     #[serde(default)]
     pub report: Option<String>,
     /// Names of the variables set with `--env` (never their values).
@@ -455,7 +455,7 @@ pub struct Ack {
     pub message: String,
 }
 
-/// The error codes of SPEC §10.
+/// The error codes of contract §10.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {

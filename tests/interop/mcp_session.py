@@ -90,7 +90,7 @@ async def main(binary):
             error = await session.call_tool("read", {"id": "bg-999"})
             check(field(error, "is_error", "isError"), "an unknown id is a tool error")
             code = field(error, "structured_content", "structuredContent")["error"]["code"]
-            check(code == "unknown_id", "with the SPEC code")
+            check(code == "unknown_id", "with the code of the contract")
             stop = body(await session.call_tool("start", {"command": "sleep 1000", "window_ms": 0}))
             slow = body(await session.call_tool(
                 "wait", {"ids": [stop["id"]], "timeout_s": 1}, progress_callback=on_progress))

@@ -110,6 +110,7 @@ clipped head and tail, with a line that names the full log file.
 Examples:
   bgwork read bg-1
   bgwork read bg-1 --tail 50
+  bgwork read bg-1 --follow               like tail -f, until it ends
   bgwork read bg-2 --screen              a pane's visible screen")]
     Read(ReadCmd),
     /// Write input to a job's stdin or keystrokes to a pane
@@ -443,6 +444,9 @@ pub struct ReadCmd {
     /// A pane's visible screen, as text
     #[arg(long)]
     pub screen: bool,
+    /// Keep printing new output until the item ends, then exit with its end's code
+    #[arg(long, short, conflicts_with_all = ["tail", "from", "all", "screen", "raw"])]
+    pub follow: bool,
 }
 
 #[derive(Args, Debug)]
@@ -545,6 +549,7 @@ fn with_dashes(args: &[String]) -> Option<(String, String)> {
         "--rows",
         "--timeout",
     ];
+    const FLAGS: &[&str] = &["--json", "--notify", "--pty", "-h", "--help"];
     if args.iter().any(|a| a == "--") {
         return None;
     }
@@ -556,6 +561,11 @@ fn with_dashes(args: &[String]) -> Option<(String, String)> {
         if expecting_value {
             expecting_value = false;
         } else if is_option {
+            // A misspelt option is the real mistake: clap says so, not this.
+            let name = arg.split('=').next().unwrap_or(arg);
+            if !TAKES_VALUE.contains(&name) && !FLAGS.contains(&name) {
+                return None;
+            }
             expecting_value = TAKES_VALUE.contains(&arg.as_str());
         } else if !starts {
             words.push(arg.as_str());
@@ -602,7 +612,12 @@ pub fn execute(cli: Cli) -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode, WireError> {
     let paths = Paths::from_env();
     let json = cli.json;
-    let session = cli.session.clone().unwrap_or_else(|| "default".to_string());
+    // An empty BGWORK_SESSION is no session: the default one.
+    let session = cli
+        .session
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".to_string());
     let request = match cli.command {
         Commands::Daemon { .. } => return Ok(run_daemon()),
         Commands::Supervise => crate::supervisor::run(),
@@ -623,6 +638,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         }
         Commands::Start(start) => Request::Start(start_args(start)?),
         Commands::List { all, all_sessions } => Request::List { all, all_sessions },
+        Commands::Read(read) if read.follow => {
+            return render::follow_output(&paths, &session, &read.id, read.max_bytes, json)
+        }
         Commands::Read(read) => Request::Read(wire::ReadArgs {
             id: read.id,
             tail: read.tail,

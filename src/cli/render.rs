@@ -405,6 +405,68 @@ pub fn wait(
     Ok(wait_code(&reply))
 }
 
+/// `read --follow`: prints what is new, waits for a new line or the end, and again;
+/// once the item has ended, prints its end (on stderr) and exits with its code.
+pub fn follow_output(
+    paths: &crate::paths::Paths,
+    session: &str,
+    id: &str,
+    max_bytes: Option<usize>,
+    json: bool,
+) -> Result<ExitCode, WireError> {
+    let call = |request: Request| -> Result<Vec<u8>, WireError> {
+        let envelope = Envelope {
+            session: session.to_string(),
+            request,
+        };
+        let mut client = Client::connect(paths)?;
+        client.send(&envelope)?;
+        client.next_line()?.ok_or_else(|| {
+            WireError::new(
+                wire::ErrorCode::Unavailable,
+                "the daemon closed the connection",
+            )
+        })
+    };
+    let mut out = std::io::stdout();
+    loop {
+        let read: ReadReply = wire::decode_reply(&call(Request::Read(wire::ReadArgs {
+            id: id.to_string(),
+            max_bytes,
+            ..wire::ReadArgs::default()
+        }))?)?;
+        if json {
+            let _ = writeln!(out, "{}", serde_json::to_string(&read).unwrap_or_default());
+        } else {
+            let _ = out.write_all(read.output.as_bytes());
+        }
+        let _ = out.flush();
+        // Until a new line comes (any line matches) or the item ends.
+        let waited: WaitReply = wire::decode_reply(&call(Request::Wait(wire::WaitArgs {
+            ids: vec![id.to_string()],
+            all: false,
+            until: (read.running).then(|| String::new()),
+            timeout_s: Some(if read.running { 50.0 } else { 0.0 }),
+        }))?)?;
+        if read.running || waited.reason != WaitReason::Ended {
+            continue;
+        }
+        let item = waited.items.first();
+        if let Some(report) = item.and_then(|i| i.report.as_ref()) {
+            if !json {
+                eprintln!("[{report}]");
+            }
+        }
+        let code = match item.map(|i| (i.exit_code, i.signal, i.end)) {
+            Some((Some(code), _, _)) => code,
+            Some((None, Some(signal), _)) => 128 + signal,
+            Some((None, None, Some(end))) if crate::end::is_failure(end) => 1,
+            _ => 0,
+        };
+        return Ok(ExitCode::from(code.clamp(0, 255) as u8));
+    }
+}
+
 /// 0 when the items ended well or the pattern matched; 1 on a timeout or a failure.
 fn wait_code(reply: &WaitReply) -> ExitCode {
     let failed = reply.reason == WaitReason::Timeout

@@ -666,3 +666,36 @@ fn issue12_restart_starts_the_same_command_again() {
     );
     assert_eq!(home.item(&server)["end"], "stopped_by_agent");
 }
+
+#[test]
+fn issue12_read_follow_streams_until_the_end_and_exits_with_its_code() {
+    use std::io::{BufRead, BufReader};
+    let home = Home::new();
+    let id = home.start("echo first; read go; echo second; printf last; exit 4");
+    let mut follower = home
+        .command(&["read", &id, "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follower.stdout.take().unwrap());
+    let mut line = String::new();
+    lines.read_line(&mut line).unwrap();
+    assert_eq!(line, "first\n", "the first line comes before the job ends");
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "it follows a running job"
+    );
+    home.run(&["send", &id, "\\n"]);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut lines, &mut rest).unwrap();
+    let status = follower.wait().unwrap();
+    assert_eq!(rest, "second\nlast");
+    assert_eq!(status.code(), Some(4));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut follower.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains(&format!("{id} FAILED (exit 4)")),
+        "{stderr}"
+    );
+}

@@ -445,7 +445,7 @@ pub fn follow_output(
         let waited: WaitReply = wire::decode_reply(&call(Request::Wait(wire::WaitArgs {
             ids: vec![id.to_string()],
             all: false,
-            until: (read.running).then(|| String::new()),
+            until: read.running.then(String::new),
             timeout_s: Some(if read.running { 50.0 } else { 0.0 }),
         }))?)?;
         if read.running || waited.reason != WaitReason::Ended {

@@ -302,6 +302,9 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
         )));
     }
     let a = Args(args);
+    if known.iter().any(|k| k == "verbose") {
+        a.flag("verbose")?;
+    }
     let request = match name {
         "start" => Request::Start(start_args(&a)?),
         "run" => Request::Run(RunArgs {
@@ -583,16 +586,38 @@ pub fn for_model(message: &str) -> String {
             ("agent", true) => "agent_start".to_string(),
             (name, _) => name.to_string(),
         };
-        let rest = &caps[3];
-        let arguments: Vec<String> = rest
-            .split_whitespace()
-            .filter_map(|word| match word.strip_prefix("--") {
-                Some("") => None,
-                Some(flag) => Some(format!("{}: true", flag.replace('-', "_"))),
-                None if word.contains('-') && word.len() < 12 => Some(format!("id: {word}")),
-                None => None,
-            })
-            .collect();
+        let words: Vec<&str> = caps[3].split_whitespace().collect();
+        let mut arguments = Vec::new();
+        let mut index = 0;
+        while index < words.len() {
+            let word = words[index];
+            index += 1;
+            let value = words.get(index).filter(|next| !next.starts_with("--"));
+            match word.strip_prefix("--") {
+                Some("") => break,
+                Some("env") => {
+                    let (name, text) = value
+                        .and_then(|v| v.split_once('='))
+                        .unwrap_or(("NAME", "VALUE"));
+                    arguments.push(format!("env: {{\"{name}\": \"{text}\"}}"));
+                    index += 1;
+                }
+                Some(flag) => {
+                    let flag = option_name(flag);
+                    match value {
+                        Some(value) => {
+                            arguments.push(format!("{flag}: {value}"));
+                            index += 1;
+                        }
+                        None => arguments.push(format!("{flag}: true")),
+                    }
+                }
+                None if word.contains('-') && word.len() < 12 => {
+                    arguments.push(format!("id: {word}"))
+                }
+                None => {}
+            }
+        }
         match arguments.as_slice() {
             [] => format!("the `{tool}` tool"),
             args => format!("the `{tool}` tool with `{}`", args.join(", ")),
@@ -600,13 +625,43 @@ pub fn for_model(message: &str) -> String {
     });
     option
         .replace_all(&text, |caps: &regex::Captures| {
-            let name = match &caps[1] {
-                "grace" => "grace_s",
-                "timeout" => "timeout_s",
-                "window" => "window_ms",
-                other => return format!("`{}`", other.replace('-', "_")),
-            };
-            format!("`{name}`")
+            format!("`{}`", option_name(&caps[1]))
         })
         .into_owned()
+}
+
+/// The tool argument of a CLI option: `grace` → `grace_s`, `until-output` → `until_output`.
+fn option_name(option: &str) -> String {
+    match option {
+        "grace" => "grace_s".into(),
+        "timeout" => "timeout_s".into(),
+        "window" => "window_ms".into(),
+        "wait" => "wait_s".into(),
+        other => other.replace('-', "_"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_model;
+
+    #[test]
+    fn messages_for_the_command_line_speak_of_tools() {
+        assert_eq!(
+            for_model("no item bg-9 in this session: `bgwork list --all` shows the ids it has"),
+            "no item bg-9 in this session: the `list` tool with `all: true` shows the ids it has"
+        );
+        assert_eq!(
+            for_model("give it again (`bgwork restart bg-1 --env WHO=VALUE`)"),
+            "give it again (the `restart` tool with `id: bg-1, env: {\"WHO\": \"VALUE\"}`)"
+        );
+        assert_eq!(
+            for_model("--grace takes seconds; `bgwork stop bg-2` first"),
+            "`grace_s` takes seconds; the `stop` tool with `id: bg-2` first"
+        );
+        assert_eq!(
+            for_model("`bgwork agent start -- x`"),
+            "the `agent_start` tool"
+        );
+    }
 }

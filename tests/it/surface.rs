@@ -374,6 +374,8 @@ fn issue12_mcp_errors_speak_of_tools_not_commands() {
         message.contains(&format!("the `stop` tool with `id: {id}`")),
         "{message}"
     );
+    let (error, reply) = mcp.call("list", json!({"verbose": "yes"}));
+    assert!(error, "{reply}");
     let (error, reply) = mcp.call("stop", json!({"id": id, "grace_s": -1}));
     assert!(error);
     assert!(

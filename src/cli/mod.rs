@@ -125,7 +125,7 @@ Examples:
         /// Text to write; \n, \t and \xHH are understood [default: none]
         text: Option<String>,
         /// A named key to send after the text: C-c, C-d, Enter, Tab, Esc, Up, Down, Left,
-        /// Right, … (repeatable)
+        /// Right, ... (repeatable)
         #[arg(long = "key", value_name = "KEY")]
         keys: Vec<String>,
     },
@@ -766,18 +766,29 @@ fn man_page() -> Result<ExitCode, WireError> {
     clap_mangen::Man::new(command.clone())
         .render(&mut out)
         .map_err(|e| WireError::internal(format!("could not write the manual: {e}")))?;
-    // Each subcommand's own section follows the main page.
-    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = format!("bgwork-{}", sub.get_name());
-        let sub = sub.clone().name(name);
-        let man = clap_mangen::Man::new(sub);
-        man.render_name_section(&mut out)
-            .and_then(|()| man.render_synopsis_section(&mut out))
-            .and_then(|()| man.render_description_section(&mut out))
-            .and_then(|()| man.render_options_section(&mut out))
-            .and_then(|()| man.render_extra_section(&mut out))
-            .map_err(|e| WireError::internal(format!("could not write the manual: {e}")))?;
+    // Each subcommand's own sections follow the main page (nested ones too).
+    fn sections(
+        command: &clap::Command,
+        prefix: &str,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let name = format!("{prefix}-{}", sub.get_name());
+            if sub.has_subcommands() {
+                sections(sub, &name, out)?;
+                continue;
+            }
+            let man = clap_mangen::Man::new(sub.clone().name(name));
+            man.render_name_section(out)?;
+            man.render_synopsis_section(out)?;
+            man.render_description_section(out)?;
+            man.render_options_section(out)?;
+            man.render_extra_section(out)?;
+        }
+        Ok(())
     }
+    sections(&command, "bgwork", &mut out)
+        .map_err(|e| WireError::internal(format!("could not write the manual: {e}")))?;
     Ok(ExitCode::SUCCESS)
 }
 

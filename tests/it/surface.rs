@@ -542,6 +542,14 @@ fn issue12_help_completions_and_man_page() {
         "the man page covers the subcommands"
     );
     assert!(man.stdout.contains("BGWORK_HOME"));
+    assert!(
+        man.stdout.contains("bgwork\\-monitor\\-wait"),
+        "nested subcommands too"
+    );
+    assert!(
+        man.stdout.is_ascii(),
+        "plain roff that any man reader takes"
+    );
     assert_eq!(home.run(&["completions", "tcsh"]).code, 2);
 }
 

@@ -24,7 +24,7 @@ pub fn call_and_print(
                 "{} {}: {}",
                 item.id,
                 wire::name_of(&item.state),
-                item.command
+                inert(&item.command)
             )
         }),
         Request::List { all_sessions, .. } => {

@@ -2,9 +2,9 @@
 
 use crate::client::Client;
 use crate::wire::{
-    self, Ack, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request, RestartReply,
-    RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason, WaitReply,
-    WireError,
+    self, Ack, End, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request,
+    RestartReply, RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason,
+    WaitReply, WireError,
 };
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -236,7 +236,7 @@ fn list_text(reply: &ListReply) -> String {
     }
     let now = std::time::SystemTime::now();
     let mut lines = vec![format!(
-        "{:<8} {:<20} {:>5} {:>8}  {}",
+        "{:<8} {:<17} {:>5} {:>8}  {}",
         "ID", "STATE", "AGE", "PID", "COMMAND"
     )];
     for item in &reply.items {
@@ -284,12 +284,16 @@ fn sessions_text(reply: &ListReply) -> String {
 
 /// One item on one line: id, state (with its exit), age, pid, what it runs.
 fn row(item: &Item, now: std::time::SystemTime) -> String {
+    // An exit code or signal where it tells something (a stop's own signal does not).
     let state = match (&item.state, &item.end) {
-        (State::Ended, Some(end)) => match (item.exit_code, item.signal) {
-            (_, Some(signal)) => format!("{} (sig {signal})", wire::name_of(end)),
-            (Some(code), None) => format!("{} ({code})", wire::name_of(end)),
-            (None, None) => wire::name_of(end),
-        },
+        (State::Ended, Some(end @ (End::Succeeded | End::Failed | End::Signaled))) => {
+            match (item.exit_code, item.signal) {
+                (_, Some(signal)) => format!("{} (sig {signal})", wire::name_of(end)),
+                (Some(code), None) => format!("{} ({code})", wire::name_of(end)),
+                (None, None) => wire::name_of(end),
+            }
+        }
+        (State::Ended, Some(end)) => wire::name_of(end),
         (state, _) => wire::name_of(state),
     };
     let age = humantime::parse_rfc3339(&item.started_at)
@@ -305,7 +309,7 @@ fn row(item: &Item, now: std::time::SystemTime) -> String {
     if what.chars().count() > 100 {
         what = what.chars().take(99).collect::<String>() + "…";
     }
-    format!("{:<8} {:<20} {:>5} {:>8}  {what}", item.id, state, age, pid)
+    format!("{:<8} {:<17} {:>5} {:>8}  {what}", item.id, state, age, pid)
 }
 
 /// A duration in its largest whole unit: `45s`, `12m`, `3h`, `2d`.

@@ -28,11 +28,30 @@ pub fn call_and_print(
             )
         }),
         Request::List { all_sessions, .. } => {
-            let every = *all_sessions;
-            print(client, &envelope, json, |reply: &ListReply| match every {
-                true => sessions_text(reply),
-                false => list_text(reply),
-            })
+            let reply: ListReply = client.call(&envelope)?;
+            if json {
+                println!("{}", wire::to_json_text(&reply));
+            } else if *all_sessions {
+                print_text(&sessions_text(&reply));
+            } else if reply.items.is_empty() {
+                // Nothing here: say where the work is, if some other session has some.
+                let status = Envelope {
+                    session: envelope.session.clone(),
+                    request: Request::Status,
+                };
+                let others = client.call::<StatusReply>(&status).map(|s| s.running);
+                print_text(&match others {
+                    Ok(n) if n > 0 => format!(
+                        "no work in session {}; {n} item(s) run in other sessions: \
+                         `bgwork list --all-sessions`",
+                        inert(&envelope.session)
+                    ),
+                    _ => "no work".to_string(),
+                });
+            } else {
+                print_text(&list_text(&reply));
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Request::Read(args) => {
             let reply: ReadReply = client.call(&envelope)?;

@@ -186,9 +186,14 @@ fn issue12_sessions_list_all_sessions_groups_by_session_with_sub_agents() {
         "--",
         "sleep 100",
     ]);
-    // `list` of the default session shows its own work only.
+    // `list` of a session shows its own work only, and where the rest is.
     let own = home.run(&["list"]);
     assert!(!own.stdout.contains("foo"), "{}", own.stdout);
+    let empty = home.run(&["--session", "nobody", "list"]);
+    assert_eq!(
+        empty.stdout,
+        "no work in session nobody; 4 item(s) run in other sessions: `bgwork list --all-sessions`\n"
+    );
     let every = home.run(&["list", "--all-sessions"]);
     let lines: Vec<&str> = every.stdout.lines().collect();
     let at = |text: &str| {

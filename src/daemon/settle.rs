@@ -384,6 +384,9 @@ impl Daemon {
 /// What a stop had to do beyond TERM, in the words of the end's report.
 fn stop_detail(status: &ExitStatus) -> Option<String> {
     let ms = status.killed_after_ms?;
+    if ms == 0 {
+        return Some("killed at once (a grace of 0 s)".to_string());
+    }
     let seconds = ms as f64 / 1000.0;
     Some(format!("did not stop on TERM; killed after {seconds} s"))
 }

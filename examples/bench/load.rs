@@ -38,10 +38,7 @@ pub fn core_under_load(opts: &Opts, report: &mut String) {
         &[("BGWORK_MAX_RUNNING", "100000"), ("BGWORK_LOG_CAP", &cap)],
     );
     // The big log first, written and ended before the load starts.
-    let big = home.start(
-        &format!("head -c {} /dev/zero | tr '\\0' x", load.log_bytes),
-        &[],
-    );
+    let big = home.start(&format!("head -c {} /dev/zero | tr '\\0' x", load.log_bytes), &[]);
     let waited = home.json(&["wait", &big, "--timeout", "600"]);
     assert_eq!(waited["reason"], "ended", "the big log was written");
     let daemon = home.daemon_pid();

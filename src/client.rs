@@ -1,7 +1,7 @@
 //! `Client`: connects to the home's daemon (starting one when none answers) and sends
 //! requests of [`crate::wire`]. Every front end (CLI, MCP server, hook) goes through it.
 //!
-//! Nothing is sent before two checks (SPEC §8): the socket's folder is this user's own
+//! Nothing is sent before two checks (contract §8): the socket's folder is this user's own
 //! and no one else may write in it, and the process listening on the socket runs as
 //! this user (`SO_PEERCRED`). A folder in `/tmp` can be made first by another user who
 //! then listens there; such a client would otherwise hand over its requests, environment
@@ -302,6 +302,11 @@ fn own_time(request: &Request) -> Duration {
             Duration::from_millis(args.window_ms.unwrap_or(1000).min(1 << 40))
         }
         Request::Stop(args) => seconds(args.grace_s, 5.0),
+        // A running item is stopped first (default grace and slack), then started.
+        Request::Restart(args) => {
+            Duration::from_secs(7)
+                + Duration::from_millis(args.window_ms.unwrap_or(1000).min(1 << 40))
+        }
         Request::Shutdown { stop_work: true } => Duration::from_secs(10),
         _ => Duration::ZERO,
     }

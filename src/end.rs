@@ -1,4 +1,4 @@
-//! Classifying how an item ended (SPEC §2) and writing its one-line report.
+//! Classifying how an item ended (contract §2) and writing its one-line report.
 //!
 //! Every end goes through [`classify`]: the exit code, the killing signal and who asked
 //! for a stop, in one function, so no caller invents an end or an exit code.

@@ -152,7 +152,14 @@ fn take_notices(paths: &Paths, session: &str) -> Result<Vec<Notice>, WireError> 
 }
 
 fn armed_and_running(paths: &Paths, session: &str) -> Result<Vec<String>, WireError> {
-    let list: ListReply = call(paths, session, Request::List { all: false })?;
+    let list: ListReply = call(
+        paths,
+        session,
+        Request::List {
+            all: false,
+            all_sessions: false,
+        },
+    )?;
     Ok(list
         .items
         .iter()

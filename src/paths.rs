@@ -1,4 +1,4 @@
-//! Where bgwork keeps its state (SPEC §8, §9), and Unix socket paths of any length.
+//! Where bgwork keeps its state (contract §8, §9), and Unix socket paths of any length.
 //!
 //! A Unix socket path is limited to 107 bytes. When a path is longer, [`SocketPath`]
 //! opens its folder and names the socket through `/proc/self/fd/N/NAME`, which is short
@@ -208,7 +208,7 @@ impl SocketPath {
 }
 
 /// A path a caller gave, made absolute against the caller's own working directory
-/// (SPEC §3: the client resolves every path; the daemon accepts only absolute ones).
+/// (contract §3: the client resolves every path; the daemon accepts only absolute ones).
 /// `what` names the argument in the error.
 pub fn resolve(path: &str, what: &str) -> Result<String, crate::wire::WireError> {
     let bad = |why: String| crate::wire::WireError::bad_request(format!("{what} {path:?}: {why}"));

@@ -92,7 +92,7 @@ fn soak_under_random_daemon_kills() {
             .with("BGWORK_MAX_RUNNING", "10000")
             .with("BGWORK_LINGER_MS", "200"),
     );
-    call(&home, &["status"]).unwrap();
+    call(&home, &["list"]).unwrap();
 
     let kills = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));

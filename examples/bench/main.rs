@@ -114,7 +114,7 @@ impl Home {
             bin: opts.bin.clone(),
             env,
         };
-        home.json(&["status"]);
+        home.json(&["list"]); // starts the daemon (status never does)
         home
     }
     fn command(&self, args: &[&str]) -> Command {

@@ -4,6 +4,7 @@
 mod demo;
 mod follow;
 mod render;
+mod shell;
 
 use crate::client::Client;
 use crate::paths::Paths;
@@ -12,18 +13,52 @@ use clap::{Args, Parser, Subcommand};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
+const ENVIRONMENT: &str = "\
+Environment:
+  BGWORK_HOME               where the daemon keeps its socket, database and logs
+                            (default $XDG_DATA_HOME/bgwork, i.e. ~/.local/share/bgwork)
+  BGWORK_SESSION            the session that owns the work (as --session; default `default`)
+  BGWORK_ANSWER_TIMEOUT_MS  how long the CLI waits for the daemon to answer (default 30000)
+  BGWORK_MAX_RUNNING        running jobs, panes and monitors per session (default 10)
+  BGWORK_LOG_CAP            bytes of output kept per job (default 268435456: 256 MiB)
+  BGWORK_LOG_HEAD           bytes kept from the start of a capped log (default 1048576)
+  BGWORK_RETAIN_S           seconds ended records are kept before gc (default 86400)
+  BGWORK_GC_TOTAL_BYTES     log bytes of ended records gc keeps (default 1073741824)
+  BGWORK_LINGER_MS          grace for leftover processes of an ended job (default 2000)
+  BGWORK_CGROUPS            0: no cgroup per job (default: one where the kernel allows)
+  BGWORK_MCP_PROGRESS_MS    how often `bgwork mcp` reports progress of a long call (default 5000)
+The BGWORK_* limits are read by the daemon when it starts.
+Every job receives BGWORK_SESSION (its session) and BGWORK_ITEM (its id).
+
+Exit codes: 0 success; 1 the item or the call failed; 2 usage error; 3 `status` found no
+daemon; `run` exits with the command's own status when it ended in time.
+
+Examples:
+  bgwork start --notify -- make test      run in the background, hear when it ends
+  bgwork read bg-1                        what it wrote since the last read
+  bgwork wait bg-1 --until 'listening'    block until a line matches (or it ends)
+  bgwork list --all-sessions              every session's work";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "bgwork",
     version,
     about = "Background work for AI agents: start now, read later, hear when it ends",
-    long_about = None
+    long_about = None,
+    after_help = ENVIRONMENT
 )]
 pub struct Cli {
-    /// The session that owns the work (one agent conversation).
-    #[arg(long, global = true, env = "BGWORK_SESSION", default_value = "default")]
-    pub session: String,
-    /// Print the reply as JSON (the objects of the socket API).
+    /// The session that owns the work: one agent conversation [default: default; `bgwork
+    /// mcp` names its own]
+    #[arg(
+        long,
+        global = true,
+        env = "BGWORK_SESSION",
+        hide_env_values = true,
+        value_name = "NAME"
+    )]
+    pub session: Option<String>,
+    /// Print the reply as JSON (the objects of the socket API)
     #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
@@ -32,88 +67,233 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Commands {
-    /// Run COMMAND in the background; prints its id at once, then its first output.
+    /// Run COMMAND in the background: prints its id at once, then its first output
+    #[command(after_help = "\
+One argument after `--` is a shell command line (run by bash -c); several are the exact
+arguments of a program (each quoted for the shell, so the job gets them as given).
+
+Examples:
+  bgwork start -- 'npm run dev'                  a shell line (pipes, globs, $VARS)
+  bgwork start --notify --name tests -- cargo test --workspace
+  bgwork start --pty --cols 100 -- python3       a pane: keystrokes and a screen")]
     Start(StartCmd),
-    /// Run COMMAND in the foreground; past the deadline it moves to the background.
+    /// Run COMMAND in the foreground with a deadline; past it, it moves to the background
+    #[command(after_help = "\
+Output streams as it comes. Ended in time: exits with the command's own status. Still
+running at the deadline: promoted to a background job (its id is printed), or killed when
+the session has no room under its limit. Ctrl-C stops it.
+
+Examples:
+  bgwork run -- cargo build
+  bgwork run --timeout 300 -- ./migrate.sh")]
     Run(RunCmd),
-    /// List the session's running work (--all adds ended records).
+    /// List the session's running work, one line per item (--all adds ended records)
+    #[command(after_help = "\
+Each line: id, state (an ended one with its exit code), age, pid and command.
+
+Examples:
+  bgwork list
+  bgwork list --all --json
+  bgwork list --all-sessions")]
     List {
+        /// Ended records too (until dismissed or collected; kept 24 h by default)
         #[arg(long)]
         all: bool,
+        /// Every session's work, grouped by session, sub-agents under their parent
+        #[arg(long)]
+        all_sessions: bool,
     },
-    /// Read output since this session's last read of ID (never blocks).
+    /// Read ID's output written since this session's last read of it (never blocks)
+    #[command(after_help = "\
+Escape sequences are stripped and invalid UTF-8 replaced unless --raw. Large output is
+clipped head and tail, with a line that names the full log file.
+
+Examples:
+  bgwork read bg-1
+  bgwork read bg-1 --tail 50
+  bgwork read bg-1 --follow               like tail -f, until it ends
+  bgwork read bg-2 --screen              a pane's visible screen")]
     Read(ReadCmd),
-    /// Write input to a job's stdin (escapes \n \t \xHH understood).
+    /// Write input to a job's stdin or keystrokes to a pane
+    #[command(after_help = "\
+Examples:
+  bgwork send bg-2 'print(1+1)\\n'
+  bgwork send bg-2 --key C-c
+  bgwork send bg-2 ':wq' --key Enter")]
     Send {
+        /// The job or pane
         id: String,
+        /// Text to write; \n, \t and \xHH are understood [default: none]
         text: Option<String>,
-        /// A named key: C-c, C-d, Enter, Tab, Esc, Up, Down, Left, Right, ...
-        #[arg(long = "key")]
+        /// A named key to send after the text: C-c, C-d, Enter, Tab, Esc, Up, Down, Left,
+        /// Right, ... (repeatable)
+        #[arg(long = "key", value_name = "KEY")]
         keys: Vec<String>,
     },
-    /// Stop ID: TERM to its whole process tree, KILL after the grace.
+    /// Stop ID: TERM to its whole process tree, KILL after the grace
+    #[command(after_help = "\
+Waits until the item is gone (at most the grace + 2 s) and prints its end. A stop is not a
+failure: it exits 0, also for an item that had already ended (and says so).
+
+Examples:
+  bgwork stop bg-1
+  bgwork stop bg-1 --grace 0             KILL at once")]
     Stop {
+        /// The item to stop (a job, pane, monitor or sub-agent)
         id: String,
-        /// Seconds between TERM and KILL.
-        #[arg(long, value_parser = seconds_arg)]
+        /// Seconds between TERM and KILL [default: 5]
+        #[arg(long, value_name = "S", value_parser = seconds_arg)]
         grace: Option<f64>,
-        /// Who stops it.
+        /// Who stops it: the end reads `stopped_by_agent` or `stopped_by_person` (a
+        /// person's stop fires a notice: the agent did not see this reply)
         #[arg(long = "as", value_enum, default_value = "agent")]
         actor: ActorArg,
     },
-    /// Block until items end, a pattern appears in new output, or the timeout passes.
+    /// Block until items end, a pattern appears in new output, or the timeout passes
+    #[command(after_help = "\
+Exits 0 when the item(s) ended well or the pattern matched; 1 on a timeout or a failed end.
+
+Examples:
+  bgwork wait bg-1
+  bgwork wait bg-1 --until 'Listening on' --timeout 120
+  bgwork wait bg-1 bg-2 --all --timeout none --quiet")]
     Wait(WaitCmd),
-    /// Pending exit notices of the session, each delivered once.
+    /// Pending exit notices of the session, each delivered once
+    #[command(after_help = "\
+Examples:
+  bgwork notices
+  bgwork notices --peek
+  bgwork notices --follow --json          one notice per line, as each arrives")]
     Notices {
-        /// Show without marking them delivered.
+        /// Show without marking them delivered
         #[arg(long)]
         peek: bool,
-        /// Stream notices as they are created.
+        /// Stream notices as they are created (until interrupted)
         #[arg(long)]
         follow: bool,
-        /// When none is pending, wait up to S seconds for the first one.
+        /// When none is pending, wait up to S seconds for the first one [default: 0]
         #[arg(long, value_name = "S", conflicts_with = "follow", value_parser = seconds_arg)]
         wait: Option<f64>,
     },
-    /// Monitors: wait until a condition holds, or watch for matching lines.
+    /// Monitors: wait until a condition holds, or watch for matching lines
     #[command(subcommand)]
     Monitor(MonitorCmd),
-    /// Sub-agents: child agents whose report comes back as a notice.
+    /// Sub-agents: child agents whose report comes back as a notice
     #[command(subcommand)]
     Agent(AgentCmd),
-    /// Resize a pane's terminal.
+    /// Resize a pane's terminal
+    #[command(after_help = "\
+Example:
+  bgwork resize bg-2 --cols 160 --rows 50")]
     Resize {
+        /// The pane
         id: String,
+        /// New width in columns (2 to 1000)
         #[arg(long)]
         cols: u16,
+        /// New height in rows (2 to 1000)
         #[arg(long)]
         rows: u16,
     },
-    /// Drop an ended record from lists.
-    Dismiss { id: String },
-    /// Delete old ended records and their logs.
-    Gc,
-    /// Run the daemon (the CLI starts it on demand).
+    /// Drop ended records from lists (they stay on disk until gc)
+    #[command(after_help = "\
+Example:
+  bgwork dismiss bg-1 bg-2 mon-1")]
+    Dismiss {
+        /// The ended items to drop (all or none: a running one is refused)
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+    },
+    /// Delete ended records and their logs: older than the retention, then by total size
+    #[command(after_help = "\
+A record whose notice has not been delivered is never deleted.
+
+Examples:
+  bgwork gc
+  bgwork gc --older-than 2h
+  bgwork gc --all-ended")]
+    Gc {
+        /// Delete ended records older than this (e.g. 30m, 2h, 3d) [default: the
+        /// retention, BGWORK_RETAIN_S, 24 h]
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "all_ended")]
+        older_than: Option<f64>,
+        /// Delete every ended record, whatever its age
+        #[arg(long)]
+        all_ended: bool,
+    },
+    /// Start an item again: same command, folder, name, --env names and options
+    #[command(after_help = "\
+The old record keeps its end; a running item is stopped first. --env values are never
+recorded: they come from --env here, else from your environment.
+
+Examples:
+  bgwork restart bg-3
+  bgwork restart bg-3 --env TOKEN=$TOKEN")]
+    Restart {
+        /// The item to start again
+        id: String,
+        /// A value for a variable the item was started with (repeatable)
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<std::ffi::OsString>,
+        /// Milliseconds to wait for first output [default: 1000]
+        #[arg(long, value_name = "MS")]
+        window: Option<u64>,
+    },
+    /// Run the daemon (the CLI starts it on demand)
+    #[command(after_help = "\
+Example:
+  BGWORK_HOME=/tmp/bgw bgwork daemon --foreground")]
     Daemon {
-        /// Stay attached to the terminal (the daemon never forks itself anyway).
+        /// Stay attached to the terminal (the daemon never forks itself anyway)
         #[arg(long)]
         foreground: bool,
     },
-    /// The daemon's pid, version, home, socket and running work.
+    /// The daemon's pid, version, home, socket and running work per session
+    #[command(after_help = "\
+Never starts a daemon: with none running it says so and exits 3.
+
+Example:
+  bgwork status --json")]
     Status,
-    /// An MCP server on stdio exposing the same calls as tools.
+    /// An MCP server on stdio exposing the same calls as tools
+    #[command(after_help = "\
+Its session is --session or BGWORK_SESSION when set; otherwise one of its own, named after
+the client and the folder (e.g. claude-code@myproject), which `bgwork list --all-sessions`
+shows.
+
+Example (Claude Code):
+  claude mcp add bgwork -- bgwork mcp")]
     Mcp,
-    /// Turn-boundary hooks of agent harnesses.
+    /// Turn-boundary hooks of agent harnesses
     #[command(subcommand)]
     Hook(HookCmd),
-    /// Stop the daemon; running work goes on unless --stop-work.
+    /// Stop the daemon; running work goes on unless --stop-work
+    #[command(after_help = "\
+Example:
+  bgwork shutdown --stop-work")]
     Shutdown {
+        /// Stop every running item first (TERM, KILL after 5 s)
         #[arg(long)]
         stop_work: bool,
     },
-    /// A short guided run of start, read, wait, notices and stop on real jobs.
+    /// Print a shell completion script
+    #[command(after_help = "\
+Examples:
+  bgwork completions bash > ~/.local/share/bash-completion/completions/bgwork
+  bgwork completions zsh > ~/.zfunc/_bgwork
+  bgwork completions fish > ~/.config/fish/completions/bgwork.fish")]
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff)
+    #[command(after_help = "\
+Example:
+  bgwork man > ~/.local/share/man/man1/bgwork.1")]
+    Man,
+    /// A short guided run of start, read, wait, notices and stop on real jobs
     Demo,
-    /// The per-job supervisor (started by the daemon).
+    /// The per-job supervisor (started by the daemon)
     #[command(hide = true)]
     Supervise,
 }
@@ -121,19 +301,20 @@ pub enum Commands {
 /// What every command that starts work takes: the command and where it runs.
 #[derive(Args, Debug)]
 pub struct JobCmd {
-    /// Fire one notice when it ends.
+    /// Fire one notice when it ends (delivered by `notices`, MCP results and hooks)
     #[arg(long)]
     pub notify: bool,
+    /// A name shown in lists and notices [default: the command]
     #[arg(long)]
     pub name: Option<String>,
-    /// Working directory (default: the current one).
-    #[arg(long)]
+    /// Working directory [default: the current one]
+    #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
-    /// Set a variable for the job (its name is recorded, its value never).
+    /// Set a variable for the job; its name is recorded, its value never (repeatable)
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<std::ffi::OsString>,
-    /// The command, run by `bash -c`.
-    #[arg(last = true, required = true)]
+    /// The command: one argument is a shell line (bash -c), several an exact argv
+    #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
@@ -141,56 +322,67 @@ pub struct JobCmd {
 pub struct StartCmd {
     #[command(flatten)]
     pub job: JobCmd,
-    /// Milliseconds to wait for first output (default 1000).
-    #[arg(long)]
+    /// Milliseconds to wait for first output; 0 answers at once [default: 1000]
+    #[arg(long, value_name = "MS")]
     pub window: Option<u64>,
-    /// Run on a pseudo-terminal (a pane): a screen, keystrokes, a size.
+    /// Run on a pseudo-terminal (a pane): a screen, keystrokes, a size
     #[arg(long)]
     pub pty: bool,
-    /// The pane's width, 2 to 500 (default 120).
+    /// The pane's width in columns, 2 to 500 [default: 120]
     #[arg(long, requires = "pty")]
     pub cols: Option<u16>,
-    /// The pane's height, 2 to 200 (default 40).
+    /// The pane's height in rows, 2 to 200 [default: 40]
     #[arg(long, requires = "pty")]
     pub rows: Option<u16>,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum MonitorCmd {
-    /// mon-N: one notice when the condition holds (or the timeout passes).
+    /// mon-N: one notice when the condition holds (or the timeout passes)
+    #[command(after_help = "\
+Examples:
+  bgwork monitor wait --until-port localhost:8080 --timeout 120
+  bgwork monitor wait --until-output bg-1 'Compiled successfully'
+  bgwork monitor wait --until-file dist/app.js")]
     Wait {
-        /// A line of ID's output matches REGEX.
+        /// A line of ID's output matches REGEX
         #[arg(long, num_args = 2, value_names = ["ID", "REGEX"])]
         until_output: Option<Vec<String>>,
-        /// Something accepts connections on HOST:PORT.
+        /// Something accepts connections on HOST:PORT
         #[arg(long, value_name = "HOST:PORT")]
         until_port: Option<String>,
-        /// The file exists.
+        /// The file exists
         #[arg(long, value_name = "PATH")]
         until_file: Option<String>,
-        /// The item ended.
+        /// The item ended
         #[arg(long, value_name = "ID")]
         until_end: Option<String>,
-        /// Fail when the condition has not held after S seconds.
-        #[arg(long, value_parser = seconds_arg)]
+        /// Fail when the condition has not held after S seconds [default: no limit]
+        #[arg(long, value_name = "S", value_parser = seconds_arg)]
         timeout: Option<f64>,
-        /// Fire a notice when it ends.
+        /// Fire a notice when it ends
         #[arg(long)]
         notify: bool,
+        /// A name shown in lists and notices [default: the condition]
         #[arg(long)]
         name: Option<String>,
     },
-    /// mon-N: every matching line goes to its log (`read mon-N`); notices in batches.
+    /// mon-N: every matching line goes to its log (`read mon-N`); notices in batches
+    #[command(after_help = "\
+Examples:
+  bgwork monitor watch --output bg-1 --regex 'ERROR|panic'
+  bgwork monitor watch --file /var/log/app.log --regex 5[0-9][0-9]")]
     Watch {
-        /// Lines of ID's output.
+        /// Lines of ID's output
         #[arg(long, value_name = "ID")]
         output: Option<String>,
-        /// Lines appended to PATH.
+        /// Lines appended to PATH
         #[arg(long, value_name = "PATH")]
         file: Option<String>,
-        /// Only lines matching REGEX.
+        /// Only lines matching REGEX [default: every line]
         #[arg(long)]
         regex: Option<String>,
+        /// A name shown in lists and notices [default: the condition]
         #[arg(long)]
         name: Option<String>,
     },
@@ -198,9 +390,13 @@ pub enum MonitorCmd {
 
 #[derive(Subcommand, Debug)]
 pub enum HookCmd {
-    /// Claude Code: reads a hook event on stdin, prints pending notices as context.
+    /// Claude Code: reads a hook event on stdin, prints pending notices as context
+    #[command(after_help = "\
+Example, in .claude/settings.json, as the hook of the events UserPromptSubmit,
+PostToolUse, SessionStart and (with --wait-on-stop) Stop:
+  {\"type\": \"command\", \"command\": \"bgwork hook claude-code\"}")]
     ClaudeCode {
-        /// On Stop, ask the agent to wait for work armed with --notify that still runs.
+        /// On Stop, ask the agent to wait for work armed with --notify that still runs
         #[arg(long)]
         wait_on_stop: bool,
     },
@@ -208,14 +404,20 @@ pub enum HookCmd {
 
 #[derive(Subcommand, Debug)]
 pub enum AgentCmd {
-    /// sub-N: run a child agent; its work is filed under this session.
+    /// sub-N: run a child agent; its work is filed under this session
+    #[command(after_help = "\
+The child gets BGWORK_SESSION=SESSION/sub-N (its own work is filed there, visible to the
+parent) and BGWORK_REPORT, a file whose text comes back as the notice of its end.
+
+Example:
+  bgwork agent start --name review -- claude -p 'review the diff; write to $BGWORK_REPORT'")]
     Start(JobCmd),
 }
 
 #[derive(Args, Debug)]
 pub struct RunCmd {
-    /// Seconds to run in the foreground before moving to the background (default 60).
-    #[arg(long, value_parser = seconds_arg)]
+    /// Seconds in the foreground before moving to the background [default: 60]
+    #[arg(long, value_name = "S", value_parser = seconds_arg)]
     pub timeout: Option<f64>,
     #[command(flatten)]
     pub job: JobCmd,
@@ -223,43 +425,79 @@ pub struct RunCmd {
 
 #[derive(Args, Debug)]
 pub struct ReadCmd {
+    /// The item to read (a job, pane, monitor or sub-agent)
     pub id: String,
-    /// The last N lines (does not move the read cursor).
-    #[arg(long)]
+    /// The last N lines (does not move the read cursor)
+    #[arg(long, value_name = "N")]
     pub tail: Option<usize>,
-    /// From this byte offset (does not move the read cursor).
-    #[arg(long)]
+    /// From this byte offset (does not move the read cursor)
+    #[arg(long, value_name = "BYTE")]
     pub from: Option<u64>,
-    /// The whole output (does not move the read cursor).
+    /// The whole output (does not move the read cursor)
     #[arg(long)]
     pub all: bool,
-    /// The exact bytes, escapes and all.
+    /// The exact bytes, escapes and all
     #[arg(long)]
     pub raw: bool,
-    /// Clip the reply to about this many bytes (head and tail kept).
-    #[arg(long)]
+    /// Clip the reply to about this many bytes, head and tail kept [default: 32768]
+    #[arg(long, value_name = "N")]
     pub max_bytes: Option<usize>,
-    /// A pane's visible screen, as text.
+    /// A pane's visible screen, as text
     #[arg(long)]
     pub screen: bool,
+    /// Keep printing new output until the item ends, then exit with its end's code
+    #[arg(long, short, conflicts_with_all = ["tail", "from", "all", "screen", "raw"])]
+    pub follow: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct WaitCmd {
-    #[arg(required = true)]
+    /// The items to wait for
+    #[arg(required = true, value_name = "ID")]
     pub ids: Vec<String>,
-    /// Return when the first item ends (the default).
+    /// Return when the first item ends (the default)
     #[arg(long, conflicts_with = "all")]
     pub any: bool,
-    /// Return when every item has ended.
+    /// Return when every item has ended
     #[arg(long)]
     pub all: bool,
-    /// Return when a new line of output matches REGEX.
-    #[arg(long)]
+    /// Return when a new line of output matches REGEX
+    #[arg(long, value_name = "REGEX")]
     pub until: Option<String>,
-    /// Seconds to wait at most (default 50).
-    #[arg(long, value_parser = seconds_arg)]
-    pub timeout: Option<f64>,
+    /// Seconds to wait at most (90, 1.5, 5m, 2h), or `none` [default: 50]
+    #[arg(long, value_name = "S", value_parser = parse_timeout)]
+    pub timeout: Option<Timeout>,
+    /// Print nothing: the exit code says it (0 ended well or matched, 1 otherwise)
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `wait --timeout`: seconds, or no limit.
+#[derive(Clone, Copy, Debug)]
+pub enum Timeout {
+    Seconds(f64),
+    Unlimited,
+}
+
+fn parse_timeout(text: &str) -> Result<Timeout, String> {
+    match text {
+        "none" | "never" => Ok(Timeout::Unlimited),
+        _ => parse_duration(text).map(Timeout::Seconds),
+    }
+}
+
+/// Seconds as a number (`90`, `1.5`) or a duration (`30m`, `2h`, `1h 30m`).
+fn parse_duration(text: &str) -> Result<f64, String> {
+    if text.trim().parse::<f64>().is_ok() {
+        return seconds_arg(text);
+    }
+    let seconds = humantime::parse_duration(text.trim())
+        .map(|d| d.as_secs_f64())
+        .map_err(|_| {
+            format!("{text:?} is not a duration: give seconds (90, 1.5) or 30m, 2h, 3d")
+        })?;
+    wire::seconds("it", seconds).map_err(|e| e.message.replacen("it ", "", 1))?;
+    Ok(seconds)
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -270,8 +508,84 @@ pub enum ActorArg {
 
 /// Parses the command line and runs it.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(error),
+    };
     execute(cli)
+}
+
+/// A command line clap refused: a start whose command came without `--` gets the line
+/// that works; anything else clap's own message.
+fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let missing_dashes = matches!(
+        error.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
+    );
+    if let Some((line, sub)) = missing_dashes.then(|| with_dashes(&args)).flatten() {
+        eprintln!(
+            "error: the command to run goes after `--` (bgwork's options come before it):\n\n  \
+             {line}\n\nFor more, try 'bgwork {sub} --help'."
+        );
+        return ExitCode::from(2);
+    }
+    let _ = error.print();
+    ExitCode::from(if error.use_stderr() { 2 } else { 0 })
+}
+
+/// `bgwork start echo hi` as `bgwork start -- echo hi`: `--` goes before the first
+/// word that is neither an option nor an option's value. None when the line is not a
+/// start, run or agent start, or already has `--`.
+fn with_dashes(args: &[String]) -> Option<(String, String)> {
+    const TAKES_VALUE: &[&str] = &[
+        "--session",
+        "--name",
+        "--cwd",
+        "--env",
+        "--window",
+        "--cols",
+        "--rows",
+        "--timeout",
+    ];
+    const FLAGS: &[&str] = &["--json", "--notify", "--pty", "-h", "--help"];
+    if args.iter().any(|a| a == "--") {
+        return None;
+    }
+    let mut words = Vec::new();
+    let mut expecting_value = false;
+    let mut starts = false;
+    for (index, arg) in args.iter().enumerate() {
+        let is_option = arg.starts_with('-') && arg.len() > 1;
+        if expecting_value {
+            expecting_value = false;
+        } else if is_option {
+            // A misspelt option is the real mistake: clap says so, not this.
+            let name = arg.split('=').next().unwrap_or(arg);
+            if !TAKES_VALUE.contains(&name) && !FLAGS.contains(&name) {
+                return None;
+            }
+            expecting_value = TAKES_VALUE.contains(&arg.as_str());
+        } else if !starts {
+            words.push(arg.as_str());
+            let sub = words.join(" ");
+            starts = matches!(sub.as_str(), "start" | "run" | "agent start");
+            if !starts && !matches!(sub.as_str(), "agent") {
+                return None;
+            }
+        } else {
+            let mut line = vec!["bgwork".to_string()];
+            line.extend(args[..index].iter().map(|a| shell::quote(a)));
+            line.push("--".into());
+            line.extend(args[index..].iter().map(|a| shell::quote(a)));
+            return Some((line.join(" "), words.join(" ")));
+        }
+    }
+    None
 }
 
 /// Runs one parsed command; returns the process's exit code.
@@ -300,14 +614,25 @@ pub fn execute(cli: Cli) -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode, WireError> {
     let paths = Paths::from_env();
-    let session = cli.session.clone();
     let json = cli.json;
+    // An empty BGWORK_SESSION is no session: the default one.
+    let session = cli
+        .session
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".to_string());
     let request = match cli.command {
         Commands::Daemon { .. } => return Ok(run_daemon()),
         Commands::Supervise => crate::supervisor::run(),
         Commands::Demo => return demo::run(),
+        Commands::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "bgwork", &mut std::io::stdout());
+            return Ok(ExitCode::SUCCESS);
+        }
+        Commands::Man => return man_page(),
         Commands::Mcp => {
-            return crate::mcp::main()
+            return crate::mcp::main(cli.session)
                 .map(|()| ExitCode::SUCCESS)
                 .map_err(|e| WireError::internal(format!("the MCP server stopped: {e}")))
         }
@@ -315,7 +640,10 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             return Ok(crate::hook::claude_code(&paths, wait_on_stop))
         }
         Commands::Start(start) => Request::Start(start_args(start)?),
-        Commands::List { all } => Request::List { all },
+        Commands::List { all, all_sessions } => Request::List { all, all_sessions },
+        Commands::Read(read) if read.follow => {
+            return render::follow_output(&paths, &session, &read.id, read.max_bytes, json)
+        }
         Commands::Read(read) => Request::Read(wire::ReadArgs {
             id: read.id,
             tail: read.tail,
@@ -338,19 +666,26 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 ActorArg::Person => Actor::Person,
             },
         }),
-        Commands::Wait(wait) => Request::Wait(wire::WaitArgs {
-            ids: wait.ids,
-            all: wait.all,
-            until: wait.until,
-            timeout_s: wait.timeout,
-        }),
+        Commands::Wait(wait) => {
+            return render::wait(&paths, &session, wait, json);
+        }
         Commands::Notices { peek, follow, wait } => Request::Notices {
             peek,
             follow,
             wait_s: wait,
             ack: false,
         },
-        Commands::Dismiss { id } => Request::Dismiss { id },
+        Commands::Dismiss { ids } => Request::Dismiss { id: None, ids },
+        Commands::Restart { id, env, window } => {
+            let caller = crate::environ::CallerEnv::of_this_process();
+            Request::Restart(wire::RestartArgs {
+                id,
+                env: env_pairs(&env)?,
+                inherit_env: Some(caller.text),
+                inherit_env_bytes: caller.bytes,
+                window_ms: window,
+            })
+        }
         Commands::Resize { id, cols, rows } => Request::Resize { id, cols, rows },
         Commands::Monitor(monitor) => Request::Monitor(monitor_args(monitor)?),
         Commands::Agent(AgentCmd::Start(job)) => Request::AgentStart(start_args(StartCmd {
@@ -373,8 +708,22 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             // As a shell does: the command reads this process's stdin.
             stdin: wire::RunStdin::Forward,
         }),
-        Commands::Gc => Request::Gc,
-        Commands::Status => Request::Status,
+        Commands::Gc {
+            older_than,
+            all_ended,
+        } => Request::Gc {
+            older_than_s: older_than,
+            all_ended,
+        },
+        Commands::Status => {
+            // `status` looks; it never starts a daemon (a stuck one is there all the same).
+            if let Err(e) = Client::connect_existing(&paths) {
+                if e.kind() != std::io::ErrorKind::TimedOut {
+                    return Ok(render::no_daemon(&paths, json));
+                }
+            }
+            Request::Status
+        }
         Commands::Shutdown { stop_work } => {
             // A daemon that accepts no connection is there all the same (stuck); a socket
             // that is not this user's is refused, never taken for none.
@@ -420,10 +769,43 @@ fn run_daemon() -> ExitCode {
     }
 }
 
-fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
+/// `bgwork man`: the manual page of every command, as roff.
+fn man_page() -> Result<ExitCode, WireError> {
+    let command = <Cli as clap::CommandFactory>::command();
+    let mut out = std::io::stdout().lock();
+    clap_mangen::Man::new(command.clone())
+        .render(&mut out)
+        .map_err(|e| WireError::internal(format!("could not write the manual: {e}")))?;
+    // Each subcommand's own sections follow the main page (nested ones too).
+    fn sections(
+        command: &clap::Command,
+        prefix: &str,
+        out: &mut dyn std::io::Write,
+    ) -> std::io::Result<()> {
+        for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let name = format!("{prefix}-{}", sub.get_name());
+            if sub.has_subcommands() {
+                sections(sub, &name, out)?;
+                continue;
+            }
+            let man = clap_mangen::Man::new(sub.clone().name(name));
+            man.render_name_section(out)?;
+            man.render_synopsis_section(out)?;
+            man.render_description_section(out)?;
+            man.render_options_section(out)?;
+            man.render_extra_section(out)?;
+        }
+        Ok(())
+    }
+    sections(&command, "bgwork", &mut out)
+        .map_err(|e| WireError::internal(format!("could not write the manual: {e}")))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--env K=V` pairs, as UTF-8 text.
+fn env_pairs(pairs: &[std::ffi::OsString]) -> Result<BTreeMap<String, String>, WireError> {
     let mut env = BTreeMap::new();
-    let job = start.job;
-    for pair in &job.env {
+    for pair in pairs {
         let pair = pair.to_str().ok_or_else(|| {
             WireError::bad_request(format!(
                 "--env {}: not UTF-8, which --env cannot carry; set the variable in bgwork's own \
@@ -436,13 +818,19 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         })?;
         env.insert(key.to_string(), value.to_string());
     }
+    Ok(env)
+}
+
+fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
+    let job = start.job;
+    let env = env_pairs(&job.env)?;
     let cwd = Some(crate::paths::resolve(
         job.cwd.as_deref().unwrap_or("."),
         "--cwd",
     )?);
     let caller = crate::environ::CallerEnv::of_this_process();
     Ok(wire::StartArgs {
-        command: job.command.join(" "),
+        command: shell::command_line(&job.command),
         cwd,
         env,
         inherit_env: Some(caller.text),
@@ -562,5 +950,36 @@ fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
                 name,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument of every command says what it is for.
+    #[test]
+    fn every_option_of_every_subcommand_has_a_description() {
+        fn check(command: &clap::Command, path: &str) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(arg.get_help().is_some(), "{path} {id} has no description");
+            }
+            for sub in command.get_subcommands() {
+                assert!(
+                    sub.get_about().is_some(),
+                    "{path} {} has no purpose",
+                    sub.get_name()
+                );
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        let command = Cli::command();
+        command.clone().debug_assert();
+        check(&command, "bgwork");
     }
 }

@@ -3,13 +3,14 @@
 //! Every text in a reply came from a caller or a job (names, commands, output, reports,
 //! even errors that quote an argument). Printed as text, each goes through [`inert`] or
 //! [`inert_lines`] first, so that no escape sequence reaches the reader's terminal: none
-//! sets its title, clears its screen or forges a line (SPEC §8). `--json` prints exact
+//! sets its title, clears its screen or forges a line (contract §8). `--json` prints exact
 //! JSON, whose escaping is enough.
 
 use crate::client::Client;
 use crate::wire::{
-    self, Ack, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request, RunOutcome,
-    RunReply, StartReply, State, StatusReply, WaitReason, WaitReply, WireError,
+    self, Ack, End, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request,
+    RestartReply, RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason,
+    WaitReply, WireError,
 };
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -33,7 +34,32 @@ pub fn call_and_print(
                 inert(&item.command)
             )
         }),
-        Request::List { .. } => print(client, &envelope, json, list_text),
+        Request::List { all_sessions, .. } => {
+            let reply: ListReply = client.call(&envelope)?;
+            if json {
+                println!("{}", wire::to_json_text(&reply));
+            } else if *all_sessions {
+                print_text(&sessions_text(&reply));
+            } else if reply.items.is_empty() {
+                // Nothing here: say where the work is, if some other session has some.
+                let status = Envelope {
+                    session: envelope.session.clone(),
+                    request: Request::Status,
+                };
+                let others = client.call::<StatusReply>(&status).map(|s| s.running);
+                print_text(&match others {
+                    Ok(n) if n > 0 => format!(
+                        "no work in session {}; {n} item(s) run in other sessions: \
+                         `bgwork list --all-sessions`",
+                        inert(&envelope.session)
+                    ),
+                    _ => "no work".to_string(),
+                });
+            } else {
+                print_text(&list_text(&reply));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Request::Read(args) => {
             let reply: ReadReply = client.call(&envelope)?;
             if json {
@@ -62,25 +88,22 @@ pub fn call_and_print(
         Request::Stop(_) => print(client, &envelope, json, stop_text),
         Request::Wait(_) => {
             let reply: WaitReply = client.call(&envelope)?;
-            if json {
-                println!("{}", wire::to_json_text(&reply));
-            } else {
-                print_text(&wait_text(&reply));
-            }
-            let failed = reply.reason == WaitReason::Timeout
-                || reply
-                    .items
-                    .iter()
-                    .any(|i| i.end.is_some_and(crate::end::is_failure));
-            Ok(if failed {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            print_text(&wait_text(&reply, None, None));
+            Ok(wait_code(&reply))
         }
+        Request::Restart(_) => print(client, &envelope, json, |reply: &RestartReply| {
+            format!(
+                "restart of {}: {}",
+                inert(&reply.restarted),
+                start_text(&reply.start)
+            )
+        }),
+        Request::NewSession { .. } => print(client, &envelope, json, |reply: &SessionReply| {
+            inert(&reply.session).into_owned()
+        }),
         Request::Notices { follow: true, .. } => super::follow::follow(client, &envelope, json),
         Request::Notices { .. } => print(client, &envelope, json, notices_text),
-        Request::Gc => print(client, &envelope, json, |gc: &GcReply| {
+        Request::Gc { .. } => print(client, &envelope, json, |gc: &GcReply| {
             format!(
                 "removed {} ended record(s), freed {} bytes",
                 gc.removed, gc.freed_bytes
@@ -170,6 +193,30 @@ fn forward_stdin(mut writer: std::os::unix::net::UnixStream) {
     }
 }
 
+/// `status` with no daemon: says so, and exits with [`NO_DAEMON`].
+pub fn no_daemon(paths: &crate::paths::Paths, json: bool) -> ExitCode {
+    let message = format!(
+        "no daemon is running for {} (any bgwork command that needs one starts it)",
+        paths.home.display()
+    );
+    if json {
+        let reply = wire::NoDaemonReply {
+            daemon: false,
+            home: paths.home.display().to_string(),
+            socket: paths.socket.display().to_string(),
+            message,
+        };
+        println!("{}", wire::to_json_text(&reply));
+    } else {
+        println!("{message}");
+    }
+    ExitCode::from(NO_DAEMON)
+}
+
+/// The exit code of `status` when no daemon runs (as `systemctl status`, LSB's
+/// "program is not running").
+pub const NO_DAEMON: u8 = 3;
+
 /// Prints a plain message (or `{"message":…}` with `--json`).
 pub fn say(json: bool, message: &str) {
     if json {
@@ -235,12 +282,13 @@ fn label(item: &Item) -> String {
 
 fn start_text(reply: &StartReply) -> String {
     let item = &reply.item;
-    let mut text = format!(
-        "{} started{}: {}\n",
-        inert(&item.id),
-        item.pid.map(|p| format!(" (pid {p})")).unwrap_or_default(),
-        label(item)
-    );
+    // With `--window 0` the reply comes before the process runs: no pid yet.
+    let started = match (item.pid, item.state) {
+        (Some(pid), _) => format!("started (pid {pid})"),
+        (None, State::Starting) => "starting (its pid shows in `bgwork list`)".to_string(),
+        (None, _) => "started".to_string(),
+    };
+    let mut text = format!("{} {started}: {}\n", inert(&item.id), label(item));
     text.push_str(&inert_lines(&reply.output));
     if !reply.output.is_empty() && !reply.output.ends_with('\n') {
         text.push('\n');
@@ -262,28 +310,93 @@ fn list_text(reply: &ListReply) -> String {
     if reply.items.is_empty() {
         return "no work".to_string();
     }
-    // Ids of sub-agents' items (`sub-1/bg-2`) are longer: the column fits the longest.
-    let width = reply
-        .items
-        .iter()
-        .map(|item| inert(&item.id).chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(8);
-    reply
-        .items
-        .iter()
-        .map(|item| {
-            let state = match (&item.state, &item.end) {
-                (State::Ended, Some(end)) => wire::name_of(end),
-                (state, _) => wire::name_of(state),
-            };
-            // A sub-agent's item says whose it is in its id (`sub-1/bg-2`).
-            let id = inert(&item.id);
-            format!("{id:<width$} {state:<16} {}", label(item))
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    let now = std::time::SystemTime::now();
+    let mut lines = vec![format!(
+        "{:<8} {:<17} {:>5} {:>8}  {}",
+        "ID", "STATE", "AGE", "PID", "COMMAND"
+    )];
+    for item in &reply.items {
+        let owner = item
+            .session
+            .rsplit_once('/')
+            .map(|(_, agent)| format!(" (by {agent})"))
+            .unwrap_or_default();
+        lines.push(format!("{}{owner}", row(item, now)));
+    }
+    lines.join("\n")
+}
+
+/// `list --all-sessions`: each session under a heading, its sub-agents' sessions
+/// (`S/sub-N`) indented under it.
+fn sessions_text(reply: &ListReply) -> String {
+    if reply.items.is_empty() {
+        return "no work in any session".to_string();
+    }
+    let now = std::time::SystemTime::now();
+    let mut items: Vec<&Item> = reply.items.iter().collect();
+    items.sort_by_key(|item| item.session.split('/').collect::<Vec<_>>());
+    let mut lines = Vec::new();
+    let mut shown: Vec<String> = Vec::new();
+    for item in items {
+        // The headings of the session and of each parent not shown yet.
+        let parts: Vec<&str> = item.session.split('/').collect();
+        for depth in 0..parts.len() {
+            let session = parts[..=depth].join("/");
+            if shown.contains(&session) {
+                continue;
+            }
+            let pad = "  ".repeat(depth);
+            lines.push(match depth {
+                0 => format!("session {}", inert(&session)),
+                _ => format!("{pad}sub-agent {}", inert(parts[depth])),
+            });
+            shown.push(session);
+        }
+        let pad = "  ".repeat(parts.len() - 1);
+        lines.push(format!("{pad}  {}", row(item, now)));
+    }
+    lines.join("\n")
+}
+
+/// One item on one line: id, state (with its exit), age, pid, what it runs.
+fn row(item: &Item, now: std::time::SystemTime) -> String {
+    // An exit code or signal where it tells something (a stop's own signal does not).
+    let state = match (&item.state, &item.end) {
+        (State::Ended, Some(end @ (End::Succeeded | End::Failed | End::Signaled))) => {
+            match (item.exit_code, item.signal) {
+                (_, Some(signal)) => format!("{} (sig {signal})", wire::name_of(end)),
+                (Some(code), None) => format!("{} ({code})", wire::name_of(end)),
+                (None, None) => wire::name_of(end),
+            }
+        }
+        (State::Ended, Some(end)) => wire::name_of(end),
+        (state, _) => wire::name_of(state),
+    };
+    let age = humantime::parse_rfc3339(&item.started_at)
+        .ok()
+        .and_then(|start| now.duration_since(start).ok())
+        .map(short_duration)
+        .unwrap_or_else(|| "-".into());
+    let pid = item
+        .pid
+        .map(|p| p.to_string())
+        .unwrap_or_else(|| "-".into());
+    let mut what = label(item);
+    if what.chars().count() > 100 {
+        what = what.chars().take(99).collect::<String>() + "…";
+    }
+    format!("{:<8} {:<17} {:>5} {:>8}  {what}", item.id, state, age, pid)
+}
+
+/// A duration in its largest whole unit: `45s`, `12m`, `3h`, `2d`.
+fn short_duration(age: std::time::Duration) -> String {
+    let s = age.as_secs();
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
 }
 
 fn read_status_line(reply: &ReadReply) -> String {
@@ -314,20 +427,168 @@ fn stop_text(item: &Item) -> String {
     }
 }
 
-fn wait_text(reply: &WaitReply) -> String {
+/// `wait`: one call, or calls of a day each until something happens (`--timeout
+/// none`); prints what happened unless `--quiet`.
+pub fn wait(
+    paths: &crate::paths::Paths,
+    session: &str,
+    cmd: super::WaitCmd,
+    json: bool,
+) -> Result<ExitCode, WireError> {
+    use super::Timeout;
+    let unlimited = matches!(cmd.timeout, Some(Timeout::Unlimited));
+    let args = wire::WaitArgs {
+        ids: cmd.ids,
+        all: cmd.all,
+        until: cmd.until,
+        timeout_s: match cmd.timeout {
+            Some(Timeout::Seconds(s)) => Some(s),
+            Some(Timeout::Unlimited) => Some(86_400.0),
+            None => None,
+        },
+    };
+    let envelope = Envelope {
+        session: session.to_string(),
+        request: Request::Wait(args.clone()),
+    };
+    let reply: WaitReply = loop {
+        let mut client = Client::connect(paths)?;
+        let reply: WaitReply = client.call(&envelope)?;
+        if !(unlimited && reply.reason == WaitReason::Timeout) {
+            break reply;
+        }
+    };
+    if cmd.quiet {
+    } else if json {
+        println!("{}", wire::to_json_text(&reply));
+    } else {
+        let waited = args.timeout_s.unwrap_or(50.0);
+        print_text(&wait_text(&reply, Some(waited), args.until.as_deref()));
+    }
+    Ok(wait_code(&reply))
+}
+
+/// `read --follow`: prints what is new, waits for a new line or the end, and again;
+/// once the item has ended, prints its end (on stderr) and exits with its code.
+pub fn follow_output(
+    paths: &crate::paths::Paths,
+    session: &str,
+    id: &str,
+    max_bytes: Option<usize>,
+    json: bool,
+) -> Result<ExitCode, WireError> {
+    let call = |request: Request| -> Result<Vec<u8>, WireError> {
+        let envelope = Envelope {
+            session: session.to_string(),
+            request,
+        };
+        let mut client = Client::connect(paths)?;
+        client.send(&envelope)?;
+        client.next_line()?.ok_or_else(|| {
+            WireError::new(
+                wire::ErrorCode::Unavailable,
+                "the daemon closed the connection",
+            )
+        })
+    };
+    let mut out = std::io::stdout();
+    loop {
+        let read: ReadReply = wire::decode_reply(&call(Request::Read(wire::ReadArgs {
+            id: id.to_string(),
+            max_bytes,
+            ..wire::ReadArgs::default()
+        }))?)?;
+        if json {
+            let _ = writeln!(out, "{}", serde_json::to_string(&read).unwrap_or_default());
+        } else {
+            let _ = out.write_all(read.output.as_bytes());
+        }
+        let _ = out.flush();
+        // Until a new line comes (any line matches) or the item ends.
+        let waited: WaitReply = wire::decode_reply(&call(Request::Wait(wire::WaitArgs {
+            ids: vec![id.to_string()],
+            all: false,
+            until: read.running.then(String::new),
+            timeout_s: Some(if read.running { 50.0 } else { 0.0 }),
+        }))?)?;
+        if read.running || waited.reason != WaitReason::Ended {
+            continue;
+        }
+        let item = waited.items.first();
+        if let Some(report) = item.and_then(|i| i.report.as_ref()) {
+            if !json {
+                eprintln!("[{report}]");
+            }
+        }
+        let code = match item.map(|i| (i.exit_code, i.signal, i.end)) {
+            Some((Some(code), _, _)) => code,
+            Some((None, Some(signal), _)) => 128 + signal,
+            Some((None, None, Some(end))) if crate::end::is_failure(end) => 1,
+            _ => 0,
+        };
+        return Ok(ExitCode::from(code.clamp(0, 255) as u8));
+    }
+}
+
+/// 0 when the items ended well or the pattern matched; 1 on a timeout or a failure.
+fn wait_code(reply: &WaitReply) -> ExitCode {
+    let failed = reply.reason == WaitReason::Timeout
+        || reply
+            .items
+            .iter()
+            .any(|i| i.end.is_some_and(crate::end::is_failure));
+    match failed {
+        true => ExitCode::from(1),
+        false => ExitCode::SUCCESS,
+    }
+}
+
+fn wait_text(reply: &WaitReply, waited_s: Option<f64>, until: Option<&str>) -> String {
+    let running: Vec<&str> = reply
+        .items
+        .iter()
+        .filter(|i| i.report.is_none())
+        .map(|i| i.id.as_str())
+        .collect();
     let mut text = match (&reply.reason, &reply.matched) {
         (WaitReason::Matched, Some(line)) => format!("matched: {}\n", inert(line)),
-        (WaitReason::Timeout, _) => "timed out; still running:\n".to_string(),
+        (WaitReason::Timeout, _) => {
+            let mut head = match waited_s {
+                Some(s) => format!("timed out after {s} s"),
+                None => "timed out".to_string(),
+            };
+            if let Some(pattern) = until {
+                head.push_str(&format!(
+                    ": /{}/ was not seen in new output",
+                    inert(pattern)
+                ));
+            }
+            match running.as_slice() {
+                [] => {}
+                [one] => head.push_str(&format!("; {one} is still running")),
+                many => head.push_str(&format!("; {} are still running", many.join(", "))),
+            }
+            head + "\n"
+        }
         _ => String::new(),
     };
+    let one = reply.items.len() == 1;
     for item in &reply.items {
-        let head = match &item.report {
-            Some(report) => inert(report).into_owned(),
-            None => format!("{} is still running", inert(&item.id)),
-        };
-        text.push_str(&head);
-        text.push('\n');
-        if let Some(tail) = reply.tails.get(&item.id).filter(|t| !t.is_empty()) {
+        let tail = reply.tails.get(&item.id).filter(|t| !t.is_empty());
+        match (&item.report, reply.reason) {
+            (Some(report), _) => {
+                text.push_str(&inert(report));
+                text.push('\n');
+            }
+            // A timeout already named what still runs; a match names it here.
+            (None, WaitReason::Timeout) if one => {}
+            (None, WaitReason::Timeout) if tail.is_some() => {
+                text.push_str(&format!("{}:\n", inert(&item.id)));
+            }
+            (None, WaitReason::Timeout) => {}
+            (None, _) => text.push_str(&format!("{} is still running\n", inert(&item.id))),
+        }
+        if let Some(tail) = tail {
             text.push_str(&indent(tail));
         }
     }
@@ -356,10 +617,25 @@ fn notices_text(reply: &NoticesReply) -> String {
 }
 
 fn status_text(status: &StatusReply) -> String {
-    format!(
+    let mut text = format!(
         "daemon pid {} (bgwork {})\nhome    {}\nsocket  {}\nrunning {}",
         status.pid, status.version, status.home, status.socket, status.running
-    )
+    );
+    if !status.sessions.is_empty() {
+        text.push_str(&format!(
+            " in {} session(s) (`bgwork list --all-sessions` lists them):",
+            status.sessions.len()
+        ));
+        let mut sessions: Vec<(&String, &u64)> = status.sessions.iter().collect();
+        sessions.sort_by_key(|(session, _)| session.split('/').collect::<Vec<_>>());
+        for (session, count) in sessions {
+            let depth = session.matches('/').count();
+            let name = session.rsplit('/').next().unwrap_or(session);
+            let name = format!("{}{}", "  ".repeat(depth), inert(name));
+            text.push_str(&format!("\n  {name:<30} {count}"));
+        }
+    }
+    text
 }
 
 fn indent(text: &str) -> String {

@@ -1,4 +1,4 @@
-//! `Config`: the daemon's limits and policies (SPEC §5, §6), with their defaults.
+//! `Config`: the daemon's limits and policies (contract §5, §6), with their defaults.
 //!
 //! Each can be changed by an environment variable of the daemon's process, read once
 //! at start (`BGWORK_MAX_RUNNING=1000 bgwork daemon` for a benchmark, say).

@@ -4,7 +4,8 @@ use super::{Daemon, Inner};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::{sub_session_name, Record};
 use crate::wire::{
-    Ack, End, ErrorCode, GcReply, Item, Kind, ListReply, State, StatusReply, WireError,
+    Ack, End, ErrorCode, GcReply, Item, Kind, ListReply, SessionReply, State, StatusReply,
+    WireError,
 };
 use std::collections::BTreeMap;
 
@@ -24,17 +25,23 @@ impl Daemon {
                 + &crate::end::unwritten_note(record.unwritten)
         });
         let mut lost_reason = record.lost_reason.clone();
-        if record.kind == Kind::Monitor {
-            // A monitor's detail says what happened ("matched: …", "timed out …").
-            if let (Some(text), Some(detail)) = (report.as_mut(), lost_reason.take()) {
-                text.push_str(": ");
-                text.push_str(&detail);
-            }
-        } else if record.end == Some(End::StoppedByAgent) {
+        let stopped = matches!(record.end, Some(End::StoppedByAgent | End::StoppedByPerson));
+        let killed_at_deadline = record.end == Some(End::StoppedByAgent)
+            && lost_reason
+                .as_deref()
+                .is_some_and(|d| d.starts_with(super::run::KILLED_AT_DEADLINE));
+        if killed_at_deadline {
             // A stop the agent did not ask for by itself says why ("killed at its
             // deadline: …", for a `run`).
             if let Some(detail) = lost_reason.take() {
-                report = Some(format!("{} was {detail}", record.id));
+                report = Some(format!("{id} was {detail}"));
+            }
+        } else if record.kind == Kind::Monitor || stopped {
+            // A monitor's detail says what happened ("matched: …", "timed out …"); a
+            // stop's, what it had to do ("did not stop on TERM; killed after 5 s").
+            if let (Some(text), Some(detail)) = (report.as_mut(), lost_reason.take()) {
+                text.push_str(": ");
+                text.push_str(&detail);
             }
         }
         let running = record.state != State::Ended;
@@ -61,6 +68,7 @@ impl Daemon {
                     .to_string()
             }),
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
+            already_ended: None,
             lost_reason,
         }
     }
@@ -78,41 +86,95 @@ impl Daemon {
             .ok_or_else(|| WireError::unknown_id(id))
     }
 
-    pub(crate) fn list(&self, session: &str, all: bool) -> Result<ListReply, WireError> {
-        let records = self.lock().store.list(session, all)?;
-        Ok(ListReply {
-            items: records.iter().map(|r| self.item_as(session, r)).collect(),
-        })
+    pub(crate) fn list(
+        &self,
+        session: &str,
+        all: bool,
+        all_sessions: bool,
+    ) -> Result<ListReply, WireError> {
+        let records = match all_sessions {
+            true => self.lock().store.list_every_session(all)?,
+            false => self.lock().store.list(session, all)?,
+        };
+        // Every session's items are shown as their own sessions name them.
+        let items = match all_sessions {
+            true => records.iter().map(|r| self.item(r)).collect(),
+            false => records.iter().map(|r| self.item_as(session, r)).collect(),
+        };
+        Ok(ListReply { items })
     }
 
-    pub(crate) fn dismiss(&self, session: &str, id: &str) -> Result<Ack, WireError> {
-        let mut inner = self.lock();
-        let record = Self::find(&inner, session, id)?;
-        if record.state != State::Ended {
-            return Err(WireError::new(
-                ErrorCode::BadRequest,
-                format!("{id} is still running: `bgwork stop {id}` first, then dismiss it"),
+    /// Drops ended records from lists: all of `ids`, or none when one of them is
+    /// unknown or still running.
+    pub(crate) fn dismiss(&self, session: &str, ids: &[String]) -> Result<Ack, WireError> {
+        if ids.is_empty() {
+            return Err(WireError::bad_request(
+                "dismiss needs at least one id, e.g. `bgwork dismiss bg-1 bg-2`",
             ));
         }
-        inner.store.dismiss(record.row)?;
-        Ok(Ack {
-            ok: true,
-            message: format!("{id} dismissed: it no longer shows in `list --all`"),
-        })
+        let mut inner = self.lock();
+        let mut rows = Vec::new();
+        for id in ids {
+            let record = Self::find(&inner, session, id)?;
+            if record.state != State::Ended {
+                return Err(WireError::new(
+                    ErrorCode::BadRequest,
+                    format!("{id} is still running: `bgwork stop {id}` first, then dismiss it"),
+                ));
+            }
+            rows.push(record.row);
+        }
+        for row in rows {
+            inner.store.dismiss(row)?;
+        }
+        let message = match ids {
+            [id] => format!("{id} dismissed: it no longer shows in `list --all`"),
+            _ => format!(
+                "{} dismissed: they no longer show in `list --all`",
+                ids.join(", ")
+            ),
+        };
+        Ok(Ack { ok: true, message })
     }
 
-    /// Removes ended records older than the retention, then the oldest ended records
-    /// while their logs together pass the size budget.
+    /// Removes ended records older than the retention, then the oldest ended records while their logs together pass
+    /// the size budget. A record whose notice was not delivered stays.
     pub(crate) fn gc(&self) -> Result<GcReply, WireError> {
+        self.gc_with(None, false)
+    }
+
+    /// `gc` with the caller's age (`--older-than`), or every ended record (`--all-ended`).
+    pub(crate) fn gc_with(
+        &self,
+        older_than_s: Option<f64>,
+        all_ended: bool,
+    ) -> Result<GcReply, WireError> {
+        let retain = match (older_than_s, all_ended) {
+            (Some(_), true) => {
+                return Err(WireError::bad_request(
+                    "give --older-than or --all-ended, not both",
+                ))
+            }
+            (Some(s), false) if s.is_finite() && s >= 0.0 => {
+                std::time::Duration::from_secs_f64(s.min(1e10))
+            }
+            (Some(_), false) => {
+                return Err(WireError::bad_request(
+                    "--older-than takes a duration, e.g. 2h or 30m",
+                ))
+            }
+            (None, true) => std::time::Duration::ZERO,
+            (None, false) => self.config.retain,
+        };
         let mut inner = self.lock();
         let now = now_ms();
-        let cutoff = now - self.config.retain.as_millis() as i64;
+        let cutoff = now - retain.as_millis() as i64;
         let ended = inner.store.ended_before(now + 1)?;
         let sizes: Vec<u64> = ended.iter().map(|r| dir_size(&r.job_dir)).collect();
         let mut total: u64 = sizes.iter().sum();
         let (mut removed, mut freed) = (0, 0);
         for (record, size) in ended.iter().zip(sizes) {
-            let too_old = record.ended_at.unwrap_or(0) < cutoff;
+            let too_old = all_ended || record.ended_at.unwrap_or(0) < cutoff;
             if !too_old && total <= self.config.gc_total_bytes {
                 continue;
             }
@@ -131,6 +193,29 @@ impl Daemon {
             removed,
             freed_bytes: freed,
         })
+    }
+
+    /// A session name no record uses and no other front end was given: `base`, else
+    /// `base-2`, `base-3`, …
+    pub(crate) fn new_session(&self, base: &str) -> Result<SessionReply, WireError> {
+        let base = base.trim();
+        if base.is_empty() || base.len() > 200 || base.contains(['/', '\0']) {
+            return Err(WireError::bad_request(
+                "a session name is 1 to 200 bytes, without '/' or NUL",
+            ));
+        }
+        let mut inner = self.lock();
+        for n in 1u64.. {
+            let name = match n {
+                1 => base.to_string(),
+                n => format!("{base}-{n}"),
+            };
+            if !inner.claimed.contains(&name) && !inner.store.session_used(&name)? {
+                inner.claimed.insert(name.clone());
+                return Ok(SessionReply { session: name });
+            }
+        }
+        unreachable!("some number is free")
     }
 
     pub(crate) fn status(&self) -> Result<StatusReply, WireError> {

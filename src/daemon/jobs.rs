@@ -29,7 +29,7 @@ const INPUT_ANSWER: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
-/// Sub-agents a session may run at once (SPEC §5).
+/// Sub-agents a session may run at once (contract §5).
 const MAX_SUB_AGENTS: usize = 2;
 
 /// How a job is launched beyond its arguments.
@@ -188,6 +188,10 @@ impl Daemon {
             }
         };
         env.extend(args.env.clone());
+        // A job knows its session and its id, so that a `bgwork` call inside it files
+        // its work under the same session (a sub-agent's own session is set below).
+        env.insert("BGWORK_SESSION".into(), session.to_string());
+        env.insert("BGWORK_ITEM".into(), record.id.clone());
         if let Some(sub_session) = sub_session {
             let report = job_dir.join(super::settle::REPORT_FILE);
             env.insert("BGWORK_SESSION".into(), sub_session);
@@ -301,7 +305,7 @@ impl Daemon {
         };
         let record = Self::find(&self.lock(), session, &args.id)?;
         if record.state == State::Ended {
-            return Ok(self.item_as(session, &record));
+            return Ok(already_ended(self.item_as(session, &record)));
         }
         // A sub-agent is stopped with everything it started (its own sub-agents' too).
         let mut rows = vec![record.row];
@@ -548,6 +552,17 @@ fn write_job_record(job_dir: &Path, record: &Record) -> Result<(), String> {
     };
     std::fs::write(job_dir.join(JOB_RECORD), control::encode(&description))
         .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
+}
+
+/// A stop's reply for an item that had ended before it: its end, said as past.
+fn already_ended(mut item: Item) -> Item {
+    if let Some(report) = &item.report {
+        let how = report.strip_prefix(&item.id).unwrap_or(report).trim_start();
+        let how = how.strip_prefix("was ").unwrap_or(how);
+        item.report = Some(format!("{} had already ended: {how}", item.id));
+    }
+    item.already_ended = Some(true);
+    item
 }
 
 fn no_input(id: &str) -> WireError {

@@ -23,6 +23,7 @@ mod notices;
 mod pane;
 mod read;
 mod report;
+mod restart;
 mod run;
 mod scan;
 mod serve;
@@ -89,6 +90,8 @@ pub(crate) struct Inner {
     pub live: HashMap<i64, Live>,
     /// Terminal emulators of running panes whose screen was read.
     pub screens: pane::Screens,
+    /// Session names given out by `new_session` since this daemon started.
+    pub claimed: std::collections::HashSet<String>,
 }
 
 pub struct Daemon {
@@ -120,6 +123,7 @@ impl Daemon {
                 store,
                 live: HashMap::new(),
                 screens: pane::Screens::default(),
+                claimed: Default::default(),
             }),
             changed: watch::channel(0).0,
             executor: LocalExecutor::new(events),
@@ -197,7 +201,7 @@ impl Daemon {
         let mut shown = Vec::new();
         let line = match envelope.request {
             Request::Start(args) => reply(&self.start(&session, args, &mut shown).await),
-            Request::List { all } => reply(&self.list(&session, all)),
+            Request::List { all, all_sessions } => reply(&self.list(&session, all, all_sessions)),
             Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id).await),
             Request::Read(args) => return self.read(&session, args).await,
             Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),
@@ -225,8 +229,16 @@ impl Daemon {
                 };
             }
             Request::Ack { ids } => reply(&self.acknowledge(&session, token, &ids)),
-            Request::Dismiss { id } => reply(&self.dismiss(&session, &id)),
-            Request::Gc => reply(&self.gc()),
+            Request::Dismiss { id, ids } => {
+                let ids: Vec<String> = id.into_iter().chain(ids).collect();
+                reply(&self.dismiss(&session, &ids))
+            }
+            Request::Gc {
+                older_than_s,
+                all_ended,
+            } => reply(&self.gc_with(older_than_s, all_ended)),
+            Request::Restart(args) => reply(&self.restart(&session, args, &mut shown).await),
+            Request::NewSession { base } => reply(&self.new_session(&base)),
             Request::Status => reply(&self.status()),
             Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),
         };

@@ -23,6 +23,8 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::OwnedWriteHalf;
 
+/// How the detail of a run killed at its deadline begins (its report says so).
+pub(crate) const KILLED_AT_DEADLINE: &str = "killed at its";
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a killed run may take to be gone.
 const KILL_WAIT: Duration = Duration::from_secs(3);
@@ -227,7 +229,7 @@ impl Daemon {
             if self.wait_for(KILL_WAIT, |d| d.has_ended(row)).await {
                 // Its end is a stop by the agent's own deadline; its report says so.
                 let detail = format!(
-                    "killed at its {seconds} s deadline: the session was at its limit of {} running items",
+                    "{KILLED_AT_DEADLINE} {seconds} s deadline: the session was at its limit of {} running items",
                     self.config.max_running
                 );
                 self.lock().store.set_detail(row, &detail)?;

@@ -1,5 +1,5 @@
 //! Applying what executors report, settling ends (with their notices), and reconciling
-//! every unsettled record when the daemon starts (SPEC §7).
+//! every unsettled record when the daemon starts (contract §7).
 
 use super::report::Report;
 use super::{Daemon, Live};
@@ -161,7 +161,7 @@ impl Daemon {
                 ended_at: status.ended_at_ms,
                 log_len: status.log_len,
                 dropped,
-                lost_reason: status.spawn_error.clone(),
+                lost_reason: status.spawn_error.clone().or_else(|| stop_detail(status)),
                 pid: status.pid,
                 unwritten: status.unwritten,
                 unwritten_at: status.unwritten_at,
@@ -404,6 +404,16 @@ impl Daemon {
             );
         }
     }
+}
+
+/// What a stop had to do beyond TERM, in the words of the end's report.
+fn stop_detail(status: &ExitStatus) -> Option<String> {
+    let ms = status.killed_after_ms?;
+    if ms == 0 {
+        return Some("killed at once (a grace of 0 s)".to_string());
+    }
+    let seconds = ms as f64 / 1000.0;
+    Some(format!("did not stop on TERM; killed after {seconds} s"))
 }
 
 fn supervisor_alive(record: &Record) -> bool {

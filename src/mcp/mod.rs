@@ -1,4 +1,4 @@
-//! `bgwork mcp`: an MCP server on stdio (rmcp) exposing the calls of SPEC §11 as tools.
+//! `bgwork mcp`: an MCP server on stdio (rmcp) exposing the calls of contract §11 as tools.
 //!
 //! Each tool call becomes one `wire::Request` to the daemon; the reply object is the
 //! tool's structured result (and its JSON text). Every result also carries the
@@ -40,8 +40,10 @@ fn progress_every() -> Duration {
 /// How long calls in flight may still be answered after stdin ended.
 const ANSWER_AFTER_EOF: Duration = Duration::from_secs(1);
 
-/// Runs the server on stdin/stdout until the client goes away.
-pub fn main() -> anyhow::Result<()> {
+/// Runs the server on stdin/stdout until the client goes away. Its session is
+/// `session` (`--session` or `BGWORK_SESSION`) when given, else one of its own named
+/// after the client and the folder when the first tool is called.
+pub fn main(session: Option<String>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // A thread that made a daemon call does not outlive it for long.
@@ -49,7 +51,7 @@ pub fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let served = runtime.block_on(async {
-        let server = McpServer::from_env();
+        let server = McpServer::new(session);
         let (transport, stdin_ended) = stdio::StdioLines::start();
         let service = server.serve(transport).await?;
         // A client that closes stdin is done (the MCP way to stop a stdio server): calls
@@ -72,44 +74,85 @@ pub fn main() -> anyhow::Result<()> {
 
 pub struct McpServer {
     paths: Arc<Paths>,
-    session: String,
-    notices: notices::NoticeBox,
+    /// Decided at the first tool call (the client's name is known by then).
+    session: tokio::sync::OnceCell<String>,
+    /// The daemon connection that takes notices for results, made with the session.
+    notices: tokio::sync::OnceCell<notices::NoticeBox>,
 }
 
 impl McpServer {
-    /// The session is `BGWORK_SESSION`, else a fresh one for this server process.
-    pub fn from_env() -> McpServer {
-        let fresh = || format!("mcp-{}-{}", std::process::id(), crate::paths::now_ms());
-        let session = match std::env::var("BGWORK_SESSION") {
-            Ok(session) if !session.is_empty() => session,
-            Err(std::env::VarError::NotUnicode(raw)) => {
-                let session = fresh();
-                crate::note!(
-                    "bgwork mcp: BGWORK_SESSION {} is not UTF-8; using the fresh session {session}",
-                    raw.to_string_lossy()
-                );
-                session
-            }
-            _ => fresh(),
-        };
-        let paths = Arc::new(Paths::from_env());
-        McpServer {
-            notices: notices::NoticeBox::new(paths.clone(), session.clone()),
-            paths,
-            session,
+    /// A server for `session`, or for a session of its own when none is given.
+    pub fn new(session: Option<String>) -> McpServer {
+        let cell = tokio::sync::OnceCell::new();
+        if let Some(session) = session.filter(|s| !s.is_empty()) {
+            let _ = cell.set(session);
         }
+        McpServer {
+            paths: Arc::new(Paths::from_env()),
+            session: cell,
+            notices: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The notices of `session` (the server's one session).
+    async fn notice_box(&self, session: &str) -> &notices::NoticeBox {
+        self.notices
+            .get_or_init(|| async {
+                notices::NoticeBox::new(self.paths.clone(), session.to_string())
+            })
+            .await
+    }
+
+    /// The client's message arrived: the notices on the result before it were seen.
+    async fn message_arrived(&self) {
+        if let Some(notices) = self.notices.get() {
+            notices.arrived().await;
+        }
+    }
+
+    /// The session: given, or asked of the daemon once, as `CLIENT@FOLDER` (made
+    /// unique there), so that a person finds it in `bgwork list --all-sessions`.
+    async fn session(&self, context: &RequestContext<RoleServer>) -> String {
+        let client = context
+            .peer
+            .peer_info()
+            .map(|info| info.client_info.name.clone())
+            .unwrap_or_default();
+        self.session
+            .get_or_init(|| async {
+                let base = session_base(&client, std::env::current_dir().ok().as_deref());
+                let paths = self.paths.clone();
+                let asked = base.clone();
+                let claimed = tokio::task::spawn_blocking(move || {
+                    let mut client = Client::connect(&paths)?;
+                    let envelope = Envelope {
+                        session: asked.clone(),
+                        request: Request::NewSession { base: asked },
+                    };
+                    client.call::<crate::wire::SessionReply>(&envelope)
+                })
+                .await;
+                match claimed {
+                    Ok(Ok(reply)) => reply.session,
+                    // No daemon to ask: a name no other server process has.
+                    _ => format!("{base}-{}", std::process::id()),
+                }
+            })
+            .await
+            .clone()
     }
 
     /// Sends one request to the daemon (on a blocking thread: the client is synchronous).
     /// When `cancelled` resolves, or this future is dropped, the daemon connection ends.
     async fn call(
         &self,
+        session: &str,
         request: Request,
         cancelled: impl std::future::Future<Output = ()>,
     ) -> Result<Value, WireError> {
         let paths = self.paths.clone();
         let envelope = Envelope {
-            session: self.session.clone(),
+            session: session.to_string(),
             request,
         };
         let connection = Arc::new(Mutex::new(Connection::default()));
@@ -133,6 +176,33 @@ impl McpServer {
         };
         drop(abandon_on_drop);
         outcome
+    }
+}
+
+/// `CLIENT@FOLDER` from the client's name in `initialize` and the server's working
+/// directory, in plain characters (`claude-code@myproject`).
+fn session_base(client: &str, cwd: Option<&std::path::Path>) -> String {
+    let plain = |text: &str| {
+        let text: String = text
+            .chars()
+            .map(|c| match c {
+                c if c.is_alphanumeric() || "._-".contains(c) => c.to_ascii_lowercase(),
+                _ => '-',
+            })
+            .take(60)
+            .collect();
+        text.trim_matches('-').to_string()
+    };
+    let client = Some(plain(client))
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "mcp".to_string());
+    let folder = cwd
+        .and_then(|d| d.file_name())
+        .map(|f| plain(&f.to_string_lossy()))
+        .filter(|f| !f.is_empty());
+    match folder {
+        Some(folder) => format!("{client}@{folder}"),
+        None => client,
     }
 }
 
@@ -174,14 +244,14 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        self.notices.arrived().await;
+        self.message_arrived().await;
         let tools = tools::definitions()
             .into_iter()
             .map(|(name, description, schema)| {
                 let Value::Object(schema) = schema else {
                     unreachable!("every schema is an object")
                 };
-                Tool::new(name, description, Arc::new(schema))
+                Tool::new(name, description, Arc::new(schema)).annotate(tools::annotations(name))
             })
             .collect();
         Ok(ListToolsResult::with_all_items(tools))
@@ -192,7 +262,7 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        self.notices.arrived().await;
+        self.message_arrived().await;
         let name = request.name.to_string();
         let args: Map<String, Value> = request.arguments.unwrap_or_default();
         let ticker = context.meta.get_progress_token().map(|token| {
@@ -211,13 +281,21 @@ impl ServerHandler for McpServer {
                 }
             })
         });
+        let session = self.session(&context).await;
+        let verbose = matches!(args.get("verbose"), Some(Value::Bool(true)));
         let outcome = match tools::request(&name, &args) {
-            Ok(Request::Notices { peek: false, .. }) => {
-                Ok(serde_json::json!({ "notices": self.notices.take().await }))
-            }
-            Ok(request) => self.call(request, context.ct.cancelled()).await,
+            Ok(Request::Notices { peek: false, .. }) => Ok(serde_json::json!({
+                "notices": self.notice_box(&session).await.take().await
+            })),
+            Ok(request) => self.call(&session, request, context.ct.cancelled()).await,
             Err(e) => Err(e),
         };
+        let outcome = outcome.map(|mut reply| {
+            if !verbose {
+                tools::slim(&mut reply);
+            }
+            reply
+        });
         if let Some(ticker) = ticker {
             ticker.abort();
         }
@@ -231,7 +309,7 @@ impl ServerHandler for McpServer {
         // The notices tool's own result is the notices; every other result carries them.
         let notices = match (&outcome, name.as_str()) {
             (Ok(reply), "notices") => reply["notices"].clone(),
-            _ => self.notices.take().await,
+            _ => self.notice_box(&session).await.take().await,
         };
         let result = match outcome {
             Ok(Value::Object(mut reply)) => {

@@ -3,9 +3,10 @@
 
 use crate::environ::CallerEnv;
 use crate::wire::{
-    self, Actor, Condition, MonitorArgs, MonitorMode, ReadArgs, Request, RunArgs, SendArgs,
-    StartArgs, StopArgs, WaitArgs, WireError,
+    self, Actor, Condition, MonitorArgs, MonitorMode, ReadArgs, Request, RestartArgs, RunArgs,
+    SendArgs, StartArgs, StopArgs, WaitArgs, WireError,
 };
+use rmcp::model::ToolAnnotations;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,14 @@ just run with `run`.";
 
 /// Every tool, in the order `tools/list` gives them.
 pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
+    let id = |what: &str| json!({"type": "string", "description": what});
+    let verbose = json!({"type": "boolean", "description": "Also return each item's cwd, session, env_names and log_path (default false: results are kept short)"});
+    let command = json!({"type": "string", "description": "The shell command line, run by `bash -c` (pipes, globs, && and $VARS work)"});
+    let notify = json!({"type": "boolean", "description": "Fire one notice when it ends; it arrives in the `notices` of a later tool result (default false)"});
+    let name = json!({"type": "string", "description": "A short name shown in lists and notices (default: the command)"});
+    let cwd = json!({"type": "string", "description": "Working directory (default: the server's; a relative path is taken from the server's, ~ is the home folder)"});
+    let env = json!({"type": "object", "additionalProperties": {"type": "string"},
+                     "description": "Extra environment variables, NAME: value; values are never recorded"});
     vec![
         (
             "start",
@@ -30,15 +39,16 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
              work whose result you need for your very next step: use `run` or `wait`.",
             schema(
                 json!({
-                    "command": {"type": "string", "description": "Shell command, run by bash -c"},
-                    "notify": {"type": "boolean", "description": "Fire one notice when it ends"},
-                    "name": {"type": "string"},
-                    "cwd": {"type": "string", "description": "Working directory (default: the server's; a relative path is taken from the server's, ~ is the home folder)"},
-                    "env": {"type": "object", "additionalProperties": {"type": "string"},
-                            "description": "Extra variables; their values are never recorded"},
-                    "window_ms": {"type": "integer", "minimum": 0},
-                    "pty": {"type": "boolean", "description": "Run on a terminal (a pane): keystrokes and a screen"},
-                    "cols": {"type": "integer"}, "rows": {"type": "integer"}
+                    "command": command,
+                    "notify": notify,
+                    "name": name,
+                    "cwd": cwd,
+                    "env": env,
+                    "window_ms": {"type": "integer", "minimum": 0, "description": "Milliseconds to wait for first output before returning (default 1000; 0 returns at once)"},
+                    "pty": {"type": "boolean", "description": "Run on a terminal (a pane): takes keystrokes with `send`, has a screen for `read` with `screen` (default false)"},
+                    "cols": {"type": "integer", "minimum": 2, "description": "A pane's width in columns (default 120)"},
+                    "rows": {"type": "integer", "minimum": 2, "description": "A pane's height in rows (default 40)"},
+                    "verbose": verbose
                 }),
                 &["command"],
             ),
@@ -51,12 +61,13 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
              longer than the timeout.",
             schema(
                 json!({
-                    "command": {"type": "string"},
-                    "timeout_s": {"type": "number", "minimum": 0},
-                    "notify": {"type": "boolean", "description": "Notice when a promoted run ends"},
-                    "name": {"type": "string"},
-                    "cwd": {"type": "string", "description": "Working directory (default: the server's; a relative path is taken from the server's)"},
-                    "env": {"type": "object", "additionalProperties": {"type": "string"}}
+                    "command": command,
+                    "timeout_s": {"type": "number", "minimum": 0, "description": "Seconds to wait before it moves to the background (default 60)"},
+                    "notify": {"type": "boolean", "description": "If it is promoted to the background, fire one notice when it ends (default false)"},
+                    "name": name,
+                    "cwd": cwd,
+                    "env": env,
+                    "verbose": verbose
                 }),
                 &["command"],
             ),
@@ -65,7 +76,13 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
             "list",
             "List this session's running work (jobs, panes, monitors, sub-agents); `all` adds \
              ended records.",
-            schema(json!({"all": {"type": "boolean"}}), &[]),
+            schema(
+                json!({
+                    "all": {"type": "boolean", "description": "Include ended records (kept 24 h unless dismissed); default false"},
+                    "verbose": verbose
+                }),
+                &[],
+            ),
         ),
         (
             "read",
@@ -75,13 +92,13 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
              `tail` gives the last N lines, `screen` a pane's visible screen.",
             schema(
                 json!({
-                    "id": {"type": "string"},
-                    "tail": {"type": "integer", "minimum": 0},
-                    "from": {"type": "integer", "minimum": 0},
-                    "all": {"type": "boolean"},
-                    "raw": {"type": "boolean"},
-                    "max_bytes": {"type": "integer", "minimum": 64},
-                    "screen": {"type": "boolean"}
+                    "id": id("The item to read: bg-N, mon-N or sub-N"),
+                    "tail": {"type": "integer", "minimum": 0, "description": "Only the last N lines (does not move your read position)"},
+                    "from": {"type": "integer", "minimum": 0, "description": "From this byte offset of the log (does not move your read position)"},
+                    "all": {"type": "boolean", "description": "The whole output from the start (does not move your read position); default false"},
+                    "raw": {"type": "boolean", "description": "The exact bytes, base64-encoded in `output_base64`, escapes and all (default false)"},
+                    "max_bytes": {"type": "integer", "minimum": 64, "description": "Clip the reply to about this many bytes, keeping head and tail (default 32768)"},
+                    "screen": {"type": "boolean", "description": "A pane's visible screen as text, instead of its output stream (default false)"}
                 }),
                 &["id"],
             ),
@@ -92,9 +109,9 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
              and \\xHH; `keys` are named keys such as C-c, C-d, Enter, Tab, Esc, Up, Down.",
             schema(
                 json!({
-                    "id": {"type": "string"},
-                    "text": {"type": "string"},
-                    "keys": {"type": "array", "items": {"type": "string"}}
+                    "id": id("The job or pane (bg-N)"),
+                    "text": {"type": "string", "description": "Text to write; \\n is Enter, \\t Tab, \\xHH any byte"},
+                    "keys": {"type": "array", "items": {"type": "string"}, "description": "Named keys sent after the text, in order: C-c, C-d, Enter, Tab, Esc, Up, Down, Left, Right, ..."}
                 }),
                 &["id"],
             ),
@@ -102,12 +119,14 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
         (
             "stop",
             "Stop an item and everything it started: TERM, then KILL after `grace_s` \
-             (default 5). Returns its end.",
+             (default 5). Returns its end (also for an item that had already ended: \
+             `already_ended` is then true).",
             schema(
                 json!({
-                    "id": {"type": "string"},
-                    "grace_s": {"type": "number", "minimum": 0},
-                    "as": {"type": "string", "enum": ["agent", "person"]}
+                    "id": id("The item to stop: bg-N, mon-N or sub-N"),
+                    "grace_s": {"type": "number", "minimum": 0, "description": "Seconds between TERM and KILL (default 5)"},
+                    "as": {"type": "string", "enum": ["agent", "person"], "description": "Who stops it (default agent); a stop by a person fires a notice"},
+                    "verbose": verbose
                 }),
                 &["id"],
             ),
@@ -119,12 +138,13 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
              which happened, the ends and the last lines. Prefer one wait to repeated reads.",
             schema(
                 json!({
-                    "ids": {"type": "array", "items": {"type": "string"}},
-                    "id": {"type": "string"},
-                    "any": {"type": "boolean"},
-                    "all": {"type": "boolean"},
-                    "until": {"type": "string"},
-                    "timeout_s": {"type": "number", "minimum": 0}
+                    "ids": {"type": "array", "items": {"type": "string"}, "description": "The items to wait for"},
+                    "id": id("One item to wait for (instead of or besides `ids`)"),
+                    "any": {"type": "boolean", "description": "Return when the first item ends (the default)"},
+                    "all": {"type": "boolean", "description": "Return only when every item has ended (default false)"},
+                    "until": {"type": "string", "description": "A regular expression: return when a line of new output matches it"},
+                    "timeout_s": {"type": "number", "minimum": 0, "description": "Seconds to wait at most (default 50, at most 86400)"},
+                    "verbose": verbose
                 }),
                 &[],
             ),
@@ -138,17 +158,18 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
              (read it with `read`), with notices in batches.",
             schema(
                 json!({
-                    "mode": {"type": "string", "enum": ["wait", "watch"]},
-                    "until_output": {"type": "string"},
-                    "until_port": {"type": "string"},
-                    "until_file": {"type": "string", "description": "A path; a relative one is taken from the server's working directory"},
-                    "until_end": {"type": "string"},
-                    "output": {"type": "string"},
-                    "file": {"type": "string", "description": "A path; a relative one is taken from the server's working directory"},
-                    "regex": {"type": "string"},
-                    "timeout_s": {"type": "number", "minimum": 0},
-                    "notify": {"type": "boolean"},
-                    "name": {"type": "string"}
+                    "mode": {"type": "string", "enum": ["wait", "watch"], "description": "`wait`: once, when a condition holds; `watch`: every matching line"},
+                    "until_output": id("wait: the item whose output a line must match `regex`"),
+                    "until_port": {"type": "string", "description": "wait: HOST:PORT that must accept connections"},
+                    "until_file": {"type": "string", "description": "wait: a path that must exist; a relative one is taken from the server's working directory"},
+                    "until_end": id("wait: the item that must end"),
+                    "output": id("watch: the item whose output lines are watched"),
+                    "file": {"type": "string", "description": "watch: a file whose appended lines are watched; a relative path is taken from the server's working directory"},
+                    "regex": {"type": "string", "description": "The regular expression a line must match (default for a watch: every line)"},
+                    "timeout_s": {"type": "number", "minimum": 0, "description": "wait: fail after this many seconds if the condition has not held (default: no limit)"},
+                    "notify": {"type": "boolean", "description": "wait: fire a notice when it ends (a watch always notifies)"},
+                    "name": name,
+                    "verbose": verbose
                 }),
                 &["mode"],
             ),
@@ -157,9 +178,103 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
             "notices",
             "Notices of work that ended, each delivered once. Every other tool's result \
              already carries them, so call this only when you have nothing else to do.",
-            schema(json!({"peek": {"type": "boolean"}}), &[]),
+            schema(
+                json!({"peek": {"type": "boolean", "description": "Show them without marking them delivered (default false)"}}),
+                &[],
+            ),
+        ),
+        (
+            "resize",
+            "Resize a pane's terminal (a job started with `pty`): the program in it sees the \
+             new size (SIGWINCH), and `read` with `screen` shows the new screen.",
+            schema(
+                json!({
+                    "id": id("The pane (bg-N)"),
+                    "cols": {"type": "integer", "minimum": 2, "maximum": 1000, "description": "Width in columns"},
+                    "rows": {"type": "integer", "minimum": 2, "maximum": 1000, "description": "Height in rows"}
+                }),
+                &["id", "cols", "rows"],
+            ),
+        ),
+        (
+            "dismiss",
+            "Drop ended items from `list` with `all` (their records stay readable until \
+             collected). All or none: a running item is refused.",
+            schema(
+                json!({
+                    "ids": {"type": "array", "items": {"type": "string"}, "description": "The ended items to drop"},
+                    "id": id("One ended item to drop (instead of or besides `ids`)")
+                }),
+                &[],
+            ),
+        ),
+        (
+            "restart",
+            "Start an item again with the same command, folder, name and options: a new id; \
+             the old record keeps its end. A running item is stopped first.",
+            schema(
+                json!({
+                    "id": id("The item to start again (bg-N or sub-N)"),
+                    "env": {"type": "object", "additionalProperties": {"type": "string"},
+                            "description": "Values for variables it was started with (never recorded); default: the server's environment"},
+                    "window_ms": {"type": "integer", "minimum": 0, "description": "Milliseconds to wait for first output (default 1000)"},
+                    "verbose": verbose
+                }),
+                &["id"],
+            ),
+        ),
+        (
+            "agent_start",
+            "Start a sub-agent (sub-N): a child agent command run in the background. Its own \
+             work is filed under this session (BGWORK_SESSION is set for it), and the text it \
+             writes to the file named by $BGWORK_REPORT comes back as the notice of its end.",
+            schema(
+                json!({
+                    "command": {"type": "string", "description": "The agent's command line, run by `bash -c`, e.g. claude -p '...'"},
+                    "name": name,
+                    "cwd": cwd,
+                    "env": env,
+                    "verbose": verbose
+                }),
+                &["command"],
+            ),
         ),
     ]
+}
+
+/// The MCP annotations of a tool: which only look, which may destroy.
+pub fn annotations(name: &str) -> ToolAnnotations {
+    let base = ToolAnnotations::new().open_world(false);
+    match name {
+        "list" | "read" | "wait" | "notices" => base.read_only(true),
+        "stop" => base.read_only(false).destructive(true),
+        "resize" | "dismiss" => base.read_only(false).destructive(false).idempotent(true),
+        "send" | "monitor" => base.read_only(false).destructive(false),
+        // A shell command may do anything.
+        _ => base.read_only(false).destructive(true),
+    }
+}
+
+/// Item fields a model rarely needs; `verbose` keeps them.
+const VERBOSE_FIELDS: [&str; 4] = ["log_path", "env_names", "cwd", "session"];
+
+/// Makes a reply short for a model: each item (a reply that is one, or the `items` of
+/// one) loses [`VERBOSE_FIELDS`] and its empty fields.
+pub fn slim(reply: &mut Value) {
+    fn slim_item(item: &mut Value) {
+        if let Value::Object(fields) = item {
+            if fields.contains_key("id") && fields.contains_key("state") {
+                for key in VERBOSE_FIELDS {
+                    fields.remove(key);
+                }
+                fields.retain(|_, value| !value.is_null());
+            }
+        }
+    }
+    slim_item(reply);
+    if let Some(Value::Array(items)) = reply.get_mut("items") {
+        items.iter_mut().for_each(slim_item);
+    }
 }
 
 fn schema(properties: Value, required: &[&str]) -> Value {
@@ -187,6 +302,9 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
         )));
     }
     let a = Args(args);
+    if known.iter().any(|k| k == "verbose") {
+        a.flag("verbose")?;
+    }
     let request = match name {
         "start" => Request::Start(start_args(&a)?),
         "run" => Request::Run(RunArgs {
@@ -198,6 +316,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
         }),
         "list" => Request::List {
             all: a.flag("all")?,
+            all_sessions: false,
         },
         "read" => Request::Read(ReadArgs {
             id: a.required("id")?,
@@ -243,6 +362,26 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             wait_s: None,
             ack: false,
         },
+        "resize" => Request::Resize {
+            id: a.required("id")?,
+            cols: a.size("cols")?,
+            rows: a.size("rows")?,
+        },
+        "dismiss" => Request::Dismiss {
+            id: a.text("id")?,
+            ids: a.texts("ids")?,
+        },
+        "restart" => {
+            let caller = CallerEnv::of_this_process();
+            Request::Restart(RestartArgs {
+                id: a.required("id")?,
+                env: env_arg(&a)?,
+                inherit_env: Some(caller.text),
+                inherit_env_bytes: caller.bytes,
+                window_ms: a.count("window_ms")?.map(|n| n as u64),
+            })
+        }
+        "agent_start" => Request::AgentStart(start_args(&a)?),
         _ => unreachable!("checked against the definitions"),
     };
     Ok(request)
@@ -250,18 +389,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
 
 fn start_args(a: &Args) -> Result<StartArgs, WireError> {
     let cwd = absolute("cwd", a.text("cwd")?.as_deref().unwrap_or("."))?;
-    let mut env = BTreeMap::new();
-    if let Some(value) = a.0.get("env") {
-        let object = value
-            .as_object()
-            .ok_or_else(|| WireError::bad_request("env is an object of NAME: value strings"))?;
-        for (key, value) in object {
-            let value = value
-                .as_str()
-                .ok_or_else(|| WireError::bad_request(format!("env.{key} must be a string")))?;
-            env.insert(key.clone(), value.to_string());
-        }
-    }
+    let env = env_arg(a)?;
     let caller = CallerEnv::of_this_process();
     Ok(StartArgs {
         command: a.required("command")?,
@@ -276,6 +404,23 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
         cols: a.count("cols")?.map(|n| n.min(u16::MAX as usize) as u16),
         rows: a.count("rows")?.map(|n| n.min(u16::MAX as usize) as u16),
     })
+}
+
+/// The `env` argument: an object of NAME: value strings.
+fn env_arg(a: &Args) -> Result<BTreeMap<String, String>, WireError> {
+    let mut env = BTreeMap::new();
+    if let Some(value) = a.0.get("env") {
+        let object = value
+            .as_object()
+            .ok_or_else(|| WireError::bad_request("env is an object of NAME: value strings"))?;
+        for (key, value) in object {
+            let value = value
+                .as_str()
+                .ok_or_else(|| WireError::bad_request(format!("env.{key} must be a string")))?;
+            env.insert(key.clone(), value.to_string());
+        }
+    }
+    Ok(env)
 }
 
 fn monitor_args(a: &Args) -> Result<MonitorArgs, WireError> {
@@ -399,6 +544,12 @@ impl Args<'_> {
             Some(_) => Err(Self::wrong(name, "a whole number")),
         }
     }
+    fn size(&self, name: &str) -> Result<u16, WireError> {
+        let n = self
+            .count(name)?
+            .ok_or_else(|| WireError::bad_request(format!("{name} is required")))?;
+        u16::try_from(n).map_err(|_| Self::wrong(name, "a whole number up to 1000"))
+    }
     fn texts(&self, name: &str) -> Result<Vec<String>, WireError> {
         match self.0.get(name) {
             None | Some(Value::Null) => Ok(Vec::new()),
@@ -415,10 +566,105 @@ impl Args<'_> {
     }
 }
 
-/// An error as the object of SPEC §10.
+/// An error as the object of docs/contract.md §10, its message in terms of tools.
 pub fn error_object(error: &WireError) -> Value {
-    serde_json::to_value(wire::ErrorReply {
-        error: error.clone(),
-    })
-    .unwrap_or_default()
+    let mut error = error.clone();
+    error.message = for_model(&error.message);
+    serde_json::to_value(wire::ErrorReply { error }).unwrap_or_default()
+}
+
+/// A daemon message written for the command line, in terms of MCP tools: `` `bgwork
+/// list --all` `` becomes "the `list` tool with `all: true`", `--grace` `grace_s`.
+pub fn for_model(message: &str) -> String {
+    use std::sync::OnceLock;
+    static COMMAND: OnceLock<regex::Regex> = OnceLock::new();
+    static OPTION: OnceLock<regex::Regex> = OnceLock::new();
+    let command = COMMAND.get_or_init(|| {
+        regex::Regex::new(r"`bgwork ([a-z]+)( start)?([^`]*)`").expect("a valid pattern")
+    });
+    let option =
+        OPTION.get_or_init(|| regex::Regex::new(r"--([a-z][a-z-]*)").expect("a valid pattern"));
+    let text = command.replace_all(message, |caps: &regex::Captures| {
+        let tool = match (&caps[1], caps.get(2).is_some()) {
+            ("agent", true) => "agent_start".to_string(),
+            (name, _) => name.to_string(),
+        };
+        let words: Vec<&str> = caps[3].split_whitespace().collect();
+        let mut arguments = Vec::new();
+        let mut index = 0;
+        while index < words.len() {
+            let word = words[index];
+            index += 1;
+            let value = words.get(index).filter(|next| !next.starts_with("--"));
+            match word.strip_prefix("--") {
+                Some("") => break,
+                Some("env") => {
+                    let (name, text) = value
+                        .and_then(|v| v.split_once('='))
+                        .unwrap_or(("NAME", "VALUE"));
+                    arguments.push(format!("env: {{\"{name}\": \"{text}\"}}"));
+                    index += 1;
+                }
+                Some(flag) => {
+                    let flag = option_name(flag);
+                    match value {
+                        Some(value) => {
+                            arguments.push(format!("{flag}: {value}"));
+                            index += 1;
+                        }
+                        None => arguments.push(format!("{flag}: true")),
+                    }
+                }
+                None if word.contains('-') && word.len() < 12 => {
+                    arguments.push(format!("id: {word}"))
+                }
+                None => {}
+            }
+        }
+        match arguments.as_slice() {
+            [] => format!("the `{tool}` tool"),
+            args => format!("the `{tool}` tool with `{}`", args.join(", ")),
+        }
+    });
+    option
+        .replace_all(&text, |caps: &regex::Captures| {
+            format!("`{}`", option_name(&caps[1]))
+        })
+        .into_owned()
+}
+
+/// The tool argument of a CLI option: `grace` → `grace_s`, `until-output` → `until_output`.
+fn option_name(option: &str) -> String {
+    match option {
+        "grace" => "grace_s".into(),
+        "timeout" => "timeout_s".into(),
+        "window" => "window_ms".into(),
+        "wait" => "wait_s".into(),
+        other => other.replace('-', "_"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_model;
+
+    #[test]
+    fn messages_for_the_command_line_speak_of_tools() {
+        assert_eq!(
+            for_model("no item bg-9 in this session: `bgwork list --all` shows the ids it has"),
+            "no item bg-9 in this session: the `list` tool with `all: true` shows the ids it has"
+        );
+        assert_eq!(
+            for_model("give it again (`bgwork restart bg-1 --env WHO=VALUE`)"),
+            "give it again (the `restart` tool with `id: bg-1, env: {\"WHO\": \"VALUE\"}`)"
+        );
+        assert_eq!(
+            for_model("--grace takes seconds; `bgwork stop bg-2` first"),
+            "`grace_s` takes seconds; the `stop` tool with `id: bg-2` first"
+        );
+        assert_eq!(
+            for_model("`bgwork agent start -- x`"),
+            "the `agent_start` tool"
+        );
+    }
 }

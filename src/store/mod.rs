@@ -503,6 +503,31 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Every session's records, by session then row: running ones, or all not
+    /// dismissed with `all` (`list --all-sessions`).
+    pub fn list_every_session(&self, all: bool) -> Result<Vec<Record>> {
+        let filter = if all {
+            "dismissed = 0"
+        } else {
+            "state != 'ended'"
+        };
+        let sql =
+            format!("SELECT {RECORD_COLUMNS} FROM items WHERE {filter} ORDER BY session, row");
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map([], record)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Whether any record (of any state, dismissed or not) belongs to `session` or
+    /// to one of its sub-agents.
+    pub fn session_used(&self, session: &str) -> Result<bool> {
+        let sql = format!(
+            "SELECT EXISTS(SELECT 1 FROM items WHERE session IN {})",
+            sessions::tree("?1")
+        );
+        Ok(self.conn.query_row(&sql, [session], |r| r.get(0))?)
+    }
+
     /// Every record not yet ended, of every session (for reconciling after a start).
     pub fn unsettled(&self) -> Result<Vec<Record>> {
         let sql = format!("SELECT {RECORD_COLUMNS} FROM items WHERE state != 'ended' ORDER BY row");

@@ -1,4 +1,4 @@
-//! `OutputLog`: the job's output file, with the head-and-newest cap of SPEC §6.
+//! `OutputLog`: the job's output file, with the head-and-newest cap of contract §6.
 //!
 //! How it works: a byte's offset in the file is its offset in the job's output, for
 //! ever, so cursors and `--from` never shift. Once more than `cap` bytes were written,

@@ -86,6 +86,8 @@ pub fn run() -> ! {
 /// A pending escalation: when to send SIGKILL to whatever is left of the job.
 struct Escalation {
     kill_at: Instant,
+    /// The grace of the stop that set it (none for leftovers of a job that ended).
+    stop_grace: Option<Duration>,
 }
 
 struct Supervisor {
@@ -116,6 +118,8 @@ struct Supervisor {
     last_progress: Instant,
     stop_actor: Option<Actor>,
     escalation: Option<Escalation>,
+    /// Set when a stop had to KILL the job: the grace its TERM got.
+    killed_after_ms: Option<u64>,
     drain_until: Option<Instant>,
 }
 
@@ -219,6 +223,7 @@ impl Supervisor {
             last_progress: Instant::now(),
             stop_actor: None,
             escalation: None,
+            killed_after_ms: None,
             drain_until: None,
         })
     }
@@ -431,6 +436,7 @@ impl Supervisor {
             let grace = Duration::from_millis(self.spec.linger_grace_ms);
             self.escalation = Some(Escalation {
                 kill_at: Instant::now() + grace,
+                stop_grace: None,
             });
         }
     }
@@ -440,6 +446,10 @@ impl Supervisor {
         if let Some(escalation) = &self.escalation {
             if now < escalation.kill_at {
                 return;
+            }
+            if let (Some(grace), None) = (escalation.stop_grace, self.main_status) {
+                // The job outlived the TERM of a stop: its end says it was killed.
+                self.killed_after_ms = Some(grace.as_millis() as u64);
             }
             self.escalation = None;
             for _ in 0..3 {
@@ -466,7 +476,10 @@ impl Supervisor {
         let kill_at = Instant::now() + grace;
         let sooner = self.escalation.as_ref().is_none_or(|e| kill_at < e.kill_at);
         if sooner {
-            self.escalation = Some(Escalation { kill_at });
+            self.escalation = Some(Escalation {
+                kill_at,
+                stop_grace: Some(grace),
+            });
         }
     }
 
@@ -614,6 +627,7 @@ impl Supervisor {
             owner: self.spec.owner.clone(),
             ended_at_ms: now_ms(),
             pid: Some(self.pid),
+            killed_after_ms: self.killed_after_ms,
         };
         let job_dir = PathBuf::from(&self.spec.job_dir);
         self.final_status = Some(status.clone());

@@ -176,6 +176,9 @@ pub struct ExitStatus {
     /// The job's main process, so a daemon that never heard of it still records it.
     #[serde(default)]
     pub pid: Option<i32>,
+    /// Set when a stop had to KILL the job: the grace (ms) its TERM had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub killed_after_ms: Option<u64>,
 }
 
 impl ExitStatus {

@@ -1,7 +1,7 @@
 //! The request and reply types every client speaks to the daemon, and their framing.
 //!
 //! One request is one line of JSON (an [`Envelope`]); one reply is one line of JSON:
-//! either the reply object of SPEC §10 or `{"error":{"code","message"}}`. `notices
+//! either the reply object of contract §10 or `{"error":{"code","message"}}`. `notices
 //! --follow` is the one request answered by many lines (and the client sends `ack`
 //! lines on the same connection). This module (with
 //! [`control`], the daemon ↔ supervisor protocol) is the only place that derives
@@ -34,6 +34,9 @@ pub enum Request {
     List {
         #[serde(default)]
         all: bool,
+        /// Every session's work, not only the caller's (for a person at the terminal).
+        #[serde(default)]
+        all_sessions: bool,
     },
     Read(ReadArgs),
     Send(SendArgs),
@@ -59,8 +62,12 @@ pub enum Request {
     Ack {
         ids: Vec<String>,
     },
+    /// Drops ended records from lists: `id`, and each of `ids`.
     Dismiss {
-        id: String,
+        #[serde(default)]
+        id: Option<String>,
+        #[serde(default)]
+        ids: Vec<String>,
     },
     Resize {
         id: String,
@@ -70,7 +77,22 @@ pub enum Request {
     Run(RunArgs),
     Monitor(MonitorArgs),
     AgentStart(StartArgs),
-    Gc,
+    /// A new item with the command, folder, names and options of an earlier one.
+    Restart(RestartArgs),
+    /// Deletes ended records and their logs: those older than the retention (or
+    /// `older_than_s`, or every one with `all_ended`), then the oldest past the size
+    /// budget. Never a record whose notice was not delivered.
+    Gc {
+        #[serde(default)]
+        older_than_s: Option<f64>,
+        #[serde(default)]
+        all_ended: bool,
+    },
+    /// A session name of its own for a new front end (an MCP server): `base`, or
+    /// `base-2`, `base-3`… when that is in use.
+    NewSession {
+        base: String,
+    },
     Status,
     Shutdown {
         #[serde(default)]
@@ -106,6 +128,35 @@ pub struct StartArgs {
     pub cols: Option<u16>,
     #[serde(default)]
     pub rows: Option<u16>,
+}
+
+/// `restart`: the item to start again, with the values of its `--env` variables
+/// (never recorded) taken from `env`, else from the caller's environment.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct RestartArgs {
+    pub id: String,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub inherit_env: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherit_env_bytes: Vec<[String; 2]>,
+    #[serde(default)]
+    pub window_ms: Option<u64>,
+}
+
+/// The reply of `restart`: the new item (as `start` gives it) and the one it repeats.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct RestartReply {
+    #[serde(flatten)]
+    pub start: StartReply,
+    pub restarted: String,
+}
+
+/// The reply of `new_session`.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct SessionReply {
+    pub session: String,
 }
 
 /// A monitor: a durable wait (until a condition holds) or watch (every matching line).
@@ -288,7 +339,7 @@ pub enum State {
     Ended,
 }
 
-/// How an item ended (SPEC §2). Exactly one per ended record.
+/// How an item ended (contract §2). Exactly one per ended record.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum End {
@@ -319,7 +370,7 @@ pub struct Item {
     pub ended_at: Option<String>,
     pub notify: bool,
     pub session: String,
-    /// The one-line report of the end (SPEC §2), when ended.
+    /// The one-line report of the end (contract §2), when ended.
     #[serde(default)]
     pub report: Option<String>,
     /// Names of the variables set with `--env` (never their values).
@@ -329,6 +380,9 @@ pub struct Item {
     pub log_path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_requested: Option<bool>,
+    /// Set in a stop's reply when the item had ended before the stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub already_ended: Option<bool>,
     /// Why an item was settled as `lost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_reason: Option<String>,
@@ -420,6 +474,16 @@ pub struct StatusReply {
     pub sessions: BTreeMap<String, u64>,
 }
 
+/// `status` when no daemon runs for the home (`status` never starts one).
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct NoDaemonReply {
+    /// Always false.
+    pub daemon: bool,
+    pub home: String,
+    pub socket: String,
+    pub message: String,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct GcReply {
     pub removed: u64,
@@ -432,7 +496,7 @@ pub struct Ack {
     pub message: String,
 }
 
-/// The error codes of SPEC §10.
+/// The error codes of contract §10.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {

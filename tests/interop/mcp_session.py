@@ -7,9 +7,10 @@ Prints one line per step and exits non-zero on the first thing that is not as ex
 import asyncio
 import json
 import os
+import subprocess
 import sys
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 
@@ -43,9 +44,19 @@ async def main(binary):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             check(field(init, "server_info", "serverInfo").name == "bgwork", "initialize names the server")
-            tools = {tool.name for tool in (await session.list_tools()).tools}
-            wanted = {"start", "run", "list", "read", "send", "stop", "wait", "monitor", "notices"}
+            listed = (await session.list_tools()).tools
+            tools = {tool.name for tool in listed}
+            wanted = {"start", "run", "list", "read", "send", "stop", "wait", "monitor", "notices",
+                      "resize", "dismiss", "restart", "agent_start"}
             check(wanted <= tools, f"tools/list offers {sorted(wanted)}")
+            undescribed = [f"{tool.name}.{name}" for tool in listed
+                           for name, prop in field(tool, "input_schema", "inputSchema")["properties"].items()
+                           if not prop.get("description")]
+            check(undescribed == [], f"every property has a description ({undescribed})")
+            hints = {tool.name: tool.annotations for tool in listed}
+            check(all(field(hints[name], "read_only_hint", "readOnlyHint") for name in ("list", "read", "wait", "notices")),
+                  "list, read, wait and notices are read-only")
+            check(field(hints["stop"], "destructive_hint", "destructiveHint") is True, "stop is destructive")
 
             started = body(await session.call_tool("start", {
                 "command": "echo compiling; read go; echo 'tests: 41 passed, 1 failed'; exit 1",
@@ -90,7 +101,7 @@ async def main(binary):
             error = await session.call_tool("read", {"id": "bg-999"})
             check(field(error, "is_error", "isError"), "an unknown id is a tool error")
             code = field(error, "structured_content", "structuredContent")["error"]["code"]
-            check(code == "unknown_id", "with the SPEC code")
+            check(code == "unknown_id", "with the code of the contract")
             stop = body(await session.call_tool("start", {"command": "sleep 1000", "window_ms": 0}))
             slow = body(await session.call_tool(
                 "wait", {"ids": [stop["id"]], "timeout_s": 1}, progress_callback=on_progress))
@@ -98,6 +109,43 @@ async def main(binary):
             check(len(progress) >= 1, f"a long wait sends progress ({len(progress)} notifications)")
             stopped = body(await session.call_tool("stop", {"id": stop["id"], "grace_s": 1}))
             check(stopped["end"] == "stopped_by_agent", "stop ends it")
+            check("log_path" not in stopped and "cwd" not in stopped, "item results are short")
+            again = body(await session.call_tool("stop", {"id": stop["id"], "verbose": True}))
+            check(again["already_ended"] and again["cwd"], "verbose keeps cwd; a second stop says it had ended")
+
+            error = await session.call_tool("stop", {"id": "bg-999"})
+            message = field(error, "structured_content", "structuredContent")["error"]["message"]
+            check("`list` tool" in message and "bgwork list" not in message, f"errors speak of tools ({message})")
+
+            ran = body(await session.call_tool("run", {"command": "printf 'v%s' $((40+2))", "timeout_s": 20}))
+            redo = body(await session.call_tool("restart", {"id": ran["id"], "window_ms": 5000}))
+            check(redo["restarted"] == ran["id"] and redo["output"] == "v42", "restart runs the command again")
+            gone = body(await session.call_tool("dismiss", {"ids": [ran["id"], redo["id"]]}))
+            check(gone["ok"], "dismiss takes several ids")
+            pane = body(await session.call_tool("start", {"command": "cat", "pty": True, "window_ms": 0}))
+            body(await session.call_tool("resize", {"id": pane["id"], "cols": 80, "rows": 20}))
+            body(await session.call_tool("stop", {"id": pane["id"], "grace_s": 1}))
+            agent = body(await session.call_tool("agent_start", {"command": "echo done > \"$BGWORK_REPORT\""}))
+            check(agent["id"].startswith("sub-"), "agent_start starts a sub-agent")
+
+    # A server given no session names one after the client and its folder.
+    project = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"interop-project-{os.getpid()}")
+    os.makedirs(project, exist_ok=True)
+    env = dict(os.environ)
+    env.pop("BGWORK_SESSION", None)
+    params = StdioServerParameters(command=binary, args=["mcp"], env=env, cwd=project)
+    client = types.Implementation(name="Interop Client", version="1")
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, client_info=client) as session:
+            await session.initialize()
+            body(await session.call_tool("start", {"command": "sleep 30", "window_ms": 0}))
+            every = subprocess.run([binary, "--json", "list", "--all-sessions"], env=env,
+                                   capture_output=True, text=True, check=True)
+            sessions = {item["session"] for item in json.loads(every.stdout)["items"]}
+            name = f"interop-client@interop-project-{os.getpid()}"
+            check(name in sessions, f"the session is named {name} ({sorted(sessions)})")
+            body(await session.call_tool("list", {}))
+    os.rmdir(project)
     print("interop session passed", flush=True)
 
 

@@ -166,7 +166,7 @@ fn assert_exactly_once(seen: &HashMap<String, Vec<String>>, n: usize, round: usi
 #[test]
 fn issue11_two_and_eight_concurrent_pullers_get_each_notice_exactly_once() {
     let home = Home::new().with("BGWORK_MAX_RUNNING", "100");
-    home.json(&["status"]);
+    home.start_daemon();
     for pullers in [2, 8] {
         for round in 0..20 {
             let seen = pull_concurrently(&home, 30, pullers);
@@ -231,7 +231,7 @@ fn follower(home: &Home, args: &[&str]) -> Child {
 #[test]
 fn issue11_a_follower_stopped_then_killed_loses_no_notice() {
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     let mut child = follower(&home, &["--json", "notices", "--follow"]);
     let pid = child.id().to_string();
     // It follows: it shows one notice, and acknowledges it.
@@ -265,7 +265,7 @@ fn issue11_a_follower_stopped_then_killed_loses_no_notice() {
 #[test]
 fn issue11_follow_into_head_exits_and_consumes_one() {
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     let ids = three_ends(&home);
     let mut bash = Command::new("bash");
     bash.arg("-c")
@@ -306,7 +306,7 @@ fn issue11_follow_into_head_exits_and_consumes_one() {
 #[test]
 fn issue11_follow_exits_nonzero_when_the_daemon_is_killed() {
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     let child = follower(&home, &["notices", "--follow"]);
     home.kill_daemon();
     let output = child.wait_with_output().unwrap();
@@ -318,7 +318,7 @@ fn issue11_follow_exits_nonzero_when_the_daemon_is_killed() {
 #[test]
 fn issue11_start_and_run_whose_reply_is_lost_keep_the_end_notice() {
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     for op in ["start", "run"] {
         let before = home.json(&["list", "--all"])["items"]
             .as_array()
@@ -472,7 +472,7 @@ fn issue11_a_client_that_takes_no_byte_of_its_reply_is_dropped() {
 #[test]
 fn issue11_idle_connections_are_closed_and_followers_are_not() {
     let home = Home::new().with("BGWORK_IDLE_TIMEOUT_MS", "300");
-    home.json(&["status"]);
+    home.start_daemon();
     let mut child = follower(&home, &["--json", "notices", "--follow"]);
     let mut idle = Conn::open(&home);
     idle.call(json!({"session": "test", "op": "status"}));
@@ -495,7 +495,7 @@ fn issue11_idle_connections_are_closed_and_followers_are_not() {
 #[test]
 fn issue11_connections_past_the_cap_get_a_clear_refusal() {
     let home = Home::new().with("BGWORK_MAX_CONNECTIONS", "8");
-    home.json(&["status"]);
+    home.start_daemon();
     let mut held: Vec<Conn> = (0..8)
         .map(|_| {
             let mut conn = Conn::open(&home);
@@ -514,14 +514,16 @@ fn issue11_connections_past_the_cap_get_a_clear_refusal() {
     eventually(Duration::from_secs(10), || home.run(&["status"]).code == 0);
 }
 
-/// `bgwork status` run with a low open-file limit (soft, or `hard` too), so that the
-/// daemon it starts inherits it.
+/// `bgwork list` run with a low open-file limit (soft, or `hard` too), so that the
+/// daemon it starts inherits it; then the daemon's pid from `status`.
 fn start_daemon_with_fd_limit(home: &Home, hard_too: bool) -> i32 {
     let option = if hard_too { "-n" } else { "-Sn" };
     let mut command = Command::new("bash");
     command
         .arg("-c")
-        .arg(format!("ulimit {option} 256 && exec '{BIN}' --json status"))
+        .arg(format!(
+            "ulimit {option} 256 && '{BIN}' list >/dev/null && exec '{BIN}' --json status"
+        ))
         .env("BGWORK_HOME", home.path())
         .env("BGWORK_SESSION", &home.session)
         .stdin(Stdio::null());
@@ -610,7 +612,7 @@ fn issue11_accept_failures_back_off_and_are_logged_once_per_burst() {
 #[test]
 fn issue11_a_follower_acknowledges_what_it_showed_and_an_ack_split_around_a_notice_counts() {
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     let first = home.start_with(&["--notify"], "exit 0");
     let mut conn = Conn::open(&home);
     conn.send(json!({"session": "test", "op": "notices", "follow": true}));
@@ -716,7 +718,7 @@ impl Drop for Mcp {
 #[test]
 fn issue11_two_mcp_servers_of_one_session_never_share_a_notice() {
     let home = Home::new().with("BGWORK_MAX_RUNNING", "100");
-    home.json(&["status"]);
+    home.start_daemon();
     for round in 0..3 {
         let mut gate = Gate::closed(&home);
         gated_jobs(&home, &gate, 30);
@@ -757,7 +759,7 @@ fn issue11_two_mcp_servers_of_one_session_never_share_a_notice() {
 #[test]
 fn issue11_mcp_notices_come_back_unless_the_client_sent_another_message() {
     let home = Home::new().with("BGWORK_IDLE_TIMEOUT_MS", "300");
-    home.json(&["status"]);
+    home.start_daemon();
     // A server killed before its client sent anything after the result: they come back.
     let ids = three_ends(&home);
     let mut mcp = Mcp::start(&home);
@@ -791,7 +793,7 @@ fn issue11_mcp_notices_come_back_unless_the_client_sent_another_message() {
 #[test]
 fn issue11_notices_sent_but_unacknowledged_when_the_daemon_dies_come_back() {
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     let ids = three_ends(&home);
     let mut conn = Conn::open(&home);
     conn.send(json!({"session": "test", "op": "notices", "follow": true}));

@@ -1,4 +1,4 @@
-//! Every row of SPEC §2's table of ends, and codes and signals stored apart.
+//! Every row of contract §2's table of ends, and codes and signals stored apart.
 
 use crate::util::Home;
 

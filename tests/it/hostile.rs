@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// Sends one request line on the socket and returns the reply.
 fn raw(home: &Home, request: &Value) -> Value {
-    home.json(&["status"]);
+    home.start_daemon();
     let mut stream = UnixStream::connect(home.socket()).unwrap();
     let mut line = serde_json::to_vec(request).unwrap();
     line.push(b'\n');
@@ -381,7 +381,7 @@ fn issue10_9_output_lost_to_a_full_disk_is_counted_and_said() {
         }
     }
     let _unmount = Unmount(home.path());
-    home.json(&["status"]);
+    home.start_daemon();
     // Ballast that fills the disk now and frees it once the job has gone.
     let ballast = home.path().join("ballast");
     let df = Command::new("df")
@@ -588,7 +588,7 @@ fn a_job_that_ends_on_a_full_disk_while_the_daemon_is_away_keeps_its_code() {
 fn a_relative_home_is_the_callers_and_descriptors_are_not_inherited() {
     let base = tempfile::tempdir_in("/tmp").unwrap();
     let script = format!(
-        "exec 7>{}/held; BGWORK_HOME=rel {BIN} --json status",
+        "exec 7>{}/held; BGWORK_HOME=rel {BIN} list >/dev/null && BGWORK_HOME=rel {BIN} --json status",
         base.path().display()
     );
     let out = Command::new("bash")

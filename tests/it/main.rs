@@ -17,5 +17,6 @@ mod security;
 mod security_hostile;
 mod sessions;
 mod stop;
+mod surface;
 mod util;
 mod wait;

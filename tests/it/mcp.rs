@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 
-struct Mcp {
+pub(crate) struct Mcp {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -15,9 +15,13 @@ struct Mcp {
 }
 
 impl Mcp {
-    fn start(home: &Home) -> Mcp {
-        let mut child = home
-            .command(&["mcp"])
+    pub(crate) fn start(home: &Home) -> Mcp {
+        Mcp::start_as(home.command(&["mcp"]), "bgwork-tests")
+    }
+
+    /// A server from `command`, initialized by a client named `client`.
+    pub(crate) fn start_as(mut command: std::process::Command, client: &str) -> Mcp {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -35,7 +39,7 @@ impl Mcp {
             json!({
                 "protocolVersion": "2025-06-18",
                 "capabilities": {},
-                "clientInfo": {"name": "bgwork-tests", "version": "1"}
+                "clientInfo": {"name": client, "version": "1"}
             }),
         );
         assert_eq!(init["result"]["serverInfo"]["name"], "bgwork");
@@ -48,7 +52,7 @@ impl Mcp {
         writeln!(self.stdin, "{line}").unwrap();
     }
 
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let line =
             json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
@@ -67,7 +71,7 @@ impl Mcp {
     }
 
     /// Calls a tool; returns (is_error, structured content).
-    fn call(&mut self, tool: &str, arguments: Value) -> (bool, Value) {
+    pub(crate) fn call(&mut self, tool: &str, arguments: Value) -> (bool, Value) {
         let reply = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
         let result = &reply["result"];
         let text: Value =
@@ -103,7 +107,21 @@ fn tools_list_offers_every_call_with_a_schema_and_a_description() {
         .collect();
     assert_eq!(
         names,
-        ["start", "run", "list", "read", "send", "stop", "wait", "monitor", "notices"]
+        [
+            "start",
+            "run",
+            "list",
+            "read",
+            "send",
+            "stop",
+            "wait",
+            "monitor",
+            "notices",
+            "resize",
+            "dismiss",
+            "restart",
+            "agent_start"
+        ]
     );
     for tool in tools.as_array().unwrap() {
         assert_eq!(tool["inputSchema"]["type"], "object");

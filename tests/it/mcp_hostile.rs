@@ -374,7 +374,7 @@ fn issue10_1_mcp_paths_are_taken_from_the_servers_own_directory() {
         (Some("./sub/../sub"), format!("{here}/sub")),
         (None, here.clone()),
     ] {
-        let mut args = json!({"command": "pwd", "timeout_s": 30});
+        let mut args = json!({"command": "pwd", "timeout_s": 30, "verbose": true});
         if let Some(cwd) = cwd {
             args["cwd"] = json!(cwd);
         }
@@ -530,7 +530,7 @@ fn issue16_2_cli_calls_give_up_on_a_stopped_daemon_with_its_home_and_pid() {
 #[test]
 fn issue16_2_a_follower_of_a_live_quiet_daemon_keeps_following() {
     let home = Home::new().with("BGWORK_ANSWER_TIMEOUT_MS", "300");
-    home.json(&["status"]);
+    home.start_daemon();
     let mut follower = home
         .command(&["--json", "notices", "--follow"])
         .stdout(Stdio::piped())
@@ -631,7 +631,7 @@ fn issue16_6_cancelled_waits_close_their_daemon_connections_and_threads() {
 fn issue16_12_refusing_another_users_client_exits_1() {
     use std::os::unix::fs::PermissionsExt;
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     let open = std::fs::Permissions::from_mode(0o777);
     std::fs::set_permissions(home.path(), open.clone()).unwrap();
     std::fs::set_permissions(home.socket(), open).unwrap();

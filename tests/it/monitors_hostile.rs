@@ -38,7 +38,7 @@ fn sh(script: &str) {
 
 /// One request on the daemon's socket, as any client could send it; returns the reply.
 fn raw_request(home: &Home, request: Value) -> Value {
-    home.json(&["status"]);
+    home.start_daemon();
     let mut stream = std::os::unix::net::UnixStream::connect(home.socket()).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))

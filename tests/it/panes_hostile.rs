@@ -117,7 +117,7 @@ fn issue16_4_the_screen_of_a_300_mb_pane_answers_within_100_ms_even_after_a_rest
     let mut best = Duration::MAX;
     for _ in 0..3 {
         home.kill_daemon();
-        home.json(&["status"]);
+        home.start_daemon();
         let (took, reply) = timed(&home, &["read", &id, "--screen"]);
         check(reply["output"].as_str().unwrap());
         assert!(took < Duration::from_secs(2), "after a restart: {took:?}");

@@ -109,7 +109,7 @@ fn case11_a_restart_in_the_middle_of_a_stop_completes_the_stop() {
 #[test]
 fn case14_a_second_daemon_on_the_same_home_refuses_to_start() {
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     let second = home.run(&["daemon"]);
     assert_eq!(second.code, 1);
     assert!(

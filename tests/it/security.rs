@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 
 fn raw_call(home: &Home, bytes: &[u8]) -> serde_json::Value {
-    home.json(&["status"]);
+    home.start_daemon();
     let mut stream = UnixStream::connect(home.socket()).unwrap();
     // The daemon may refuse an oversized frame before it has all been written.
     let _ = stream.write_all(bytes);
@@ -18,7 +18,7 @@ fn raw_call(home: &Home, bytes: &[u8]) -> serde_json::Value {
 #[test]
 fn the_socket_is_0600_in_a_0700_folder() {
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&home.socket()), 0o600);
     assert_eq!(mode(home.path()), 0o700);
@@ -27,7 +27,7 @@ fn the_socket_is_0600_in_a_0700_folder() {
 #[test]
 fn a_client_of_another_uid_is_refused() {
     let home = Home::new();
-    home.json(&["status"]);
+    home.start_daemon();
     let as_nobody = || {
         std::process::Command::new("setpriv")
             .args([

@@ -174,6 +174,8 @@ fn issue10_6_two_runtime_dirs_do_not_give_one_home_two_daemons() {
     let call = |runtime: &Path, args: &[&str]| {
         output_within(xdg_command(&data, runtime, args), Duration::from_secs(30))
     };
+    let out = call(&first, &["list"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let out = call(&first, &["--json", "status"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let pid: Value = serde_json::from_slice(&out.stdout).unwrap();

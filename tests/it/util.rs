@@ -148,7 +148,13 @@ impl Home {
             .unwrap_or_else(|| panic!("{id} not listed: {list}"))
     }
 
+    /// Starts the home's daemon if none runs (`status` never starts one; `list` does).
+    pub fn start_daemon(&self) {
+        self.json(&["list"]);
+    }
+
     pub fn daemon_pid(&self) -> i32 {
+        self.start_daemon();
         self.json(&["status"])["pid"].as_i64().unwrap() as i32
     }
 

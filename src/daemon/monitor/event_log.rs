@@ -1,5 +1,5 @@
 //! `EventLog`: a watch's log of matching lines (`read mon-N`), capped like a job's
-//! output log (SPEC §6).
+//! output log (contract §6).
 //!
 //! How it works: the rule of the supervisor's output log. Offsets never shift; once more
 //! than `cap` bytes were written, the bytes between the first `head` and the newest

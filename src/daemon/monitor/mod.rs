@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Monitors a session may run at once (SPEC §5).
+/// Monitors a session may run at once (contract §5).
 const MAX_MONITORS: usize = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);

@@ -1,0 +1,86 @@
+//! `restart`: a new item with the command, folder, name, options and `--env` names of
+//! an earlier one. The old record keeps its end; a running one is stopped first.
+
+use super::Daemon;
+use crate::wire::{
+    Actor, ErrorCode, Kind, RestartArgs, RestartReply, StartArgs, State, StopArgs, WireError,
+};
+
+impl Daemon {
+    /// A new item like `args.id`; one that ended inside its window is added to `shown`
+    /// (its notice is delivered with the reply).
+    pub(crate) async fn restart(
+        &self,
+        session: &str,
+        args: RestartArgs,
+        shown: &mut Vec<i64>,
+    ) -> Result<RestartReply, WireError> {
+        let id = &args.id;
+        let record = Self::find(&self.lock(), session, id)?;
+        if record.kind == Kind::Monitor {
+            return Err(WireError::bad_request(format!(
+                "{id} is a monitor, which restart does not repeat: create it again with `bgwork monitor`"
+            )));
+        }
+        // The values of `--env` variables were never recorded: the caller gives them
+        // again, or its environment has them.
+        let caller = args.inherit_env.clone().unwrap_or_default();
+        let mut env = std::collections::BTreeMap::new();
+        let mut missing = Vec::new();
+        for name in &record.env_names {
+            match args.env.get(name).or_else(|| caller.get(name)) {
+                Some(value) => {
+                    env.insert(name.clone(), value.clone());
+                }
+                None => missing.push(name.as_str()),
+            }
+        }
+        if !missing.is_empty() {
+            let flags: Vec<String> = missing.iter().map(|n| format!("--env {n}=VALUE")).collect();
+            return Err(WireError::bad_request(format!(
+                "{id} was started with --env {}, whose value bgwork never records: give it \
+                 again (`bgwork restart {id} {}`) or set it in your environment",
+                missing.join(", "),
+                flags.join(" ")
+            )));
+        }
+        for (name, value) in &args.env {
+            env.insert(name.clone(), value.clone());
+        }
+        if record.state != State::Ended {
+            let stop = StopArgs {
+                id: id.clone(),
+                grace_s: None,
+                actor: Actor::Agent,
+            };
+            let stopped = self.stop(session, &stop).await?;
+            if stopped.state != State::Ended {
+                return Err(WireError::new(
+                    ErrorCode::NotRunning,
+                    format!("{id} was asked to stop and has not ended yet: restart it once it has (`bgwork wait {id}`)"),
+                ));
+            }
+        }
+        let start = StartArgs {
+            command: record.command.clone(),
+            cwd: Some(record.cwd.clone()),
+            env,
+            inherit_env: args.inherit_env,
+            inherit_env_bytes: args.inherit_env_bytes,
+            name: record.name.clone(),
+            notify: record.notify,
+            window_ms: args.window_ms,
+            pty: record.kind == Kind::Pane,
+            cols: record.cols,
+            rows: record.rows,
+        };
+        let reply = match record.kind {
+            Kind::SubAgent => self.agent_start(session, start).await?,
+            _ => self.start(session, start, shown).await?,
+        };
+        Ok(RestartReply {
+            start: reply,
+            restarted: id.clone(),
+        })
+    }
+}

@@ -99,6 +99,9 @@ pub struct Daemon {
     pub config: Config,
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
+    /// Who waits on which item's output (see [`Daemon::watch_output`]): output wakes
+    /// only them, never the waiters of other items or of notices.
+    output_watchers: Mutex<HashMap<i64, Vec<watch::Sender<()>>>>,
     pub(crate) executor: LocalExecutor,
     shutdown: watch::Sender<bool>,
     /// The claim token of the next client connection.
@@ -126,6 +129,7 @@ impl Daemon {
                 claimed: Default::default(),
             }),
             changed: watch::channel(0).0,
+            output_watchers: Mutex::default(),
             executor: LocalExecutor::new(events),
             shutdown: watch::channel(false).0,
             next_token: AtomicI64::new(1),
@@ -141,9 +145,62 @@ impl Daemon {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Wakes every waiter: something it may wait for happened.
+    /// Wakes the waiters of records and notices: an item started or ended, a notice
+    /// came. Output does not bump (see [`Daemon::output_grew`]).
     pub(crate) fn bump(&self) {
         self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// A receiver that changes when the output of any of `rows` grows. Nothing else
+    /// wakes it, and output of other items costs its holder nothing.
+    pub(crate) fn watch_output(&self, rows: &[i64]) -> watch::Receiver<()> {
+        let (sender, receiver) = watch::channel(());
+        let mut watchers = self
+            .output_watchers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for &row in rows {
+            watchers.entry(row).or_default().push(sender.clone());
+        }
+        receiver
+    }
+
+    /// The output of `row` grew: wakes whoever watches it (and forgets watchers that
+    /// have gone).
+    pub(crate) fn output_grew(&self, row: i64) {
+        let mut watchers = self
+            .output_watchers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(list) = watchers.get_mut(&row) {
+            list.retain(|sender| sender.send(()).is_ok());
+            if list.is_empty() {
+                watchers.remove(&row);
+            }
+        }
+    }
+
+    /// Waits until `condition` holds or `timeout` passes, looking again when a record
+    /// changes or the output of `row` grows; returns whether it held.
+    pub(crate) async fn wait_for_item(
+        &self,
+        row: i64,
+        timeout: Duration,
+        mut condition: impl FnMut(&Daemon) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.changed.subscribe();
+        let mut output = self.watch_output(&[row]);
+        loop {
+            if condition(self) {
+                return true;
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = output.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => return condition(self),
+            }
+        }
     }
 
     /// Waits until `condition` holds or `timeout` passes; returns whether it held.
@@ -247,6 +304,18 @@ impl Daemon {
             deliver: self.claim_shown_ends(&session, token, &shown),
             permit: None,
         }
+    }
+}
+
+/// Resolves when the output an optional receiver of [`Daemon::watch_output`] watches
+/// grows; never without one.
+pub(crate) async fn output_changed(output: &mut Option<watch::Receiver<()>>) {
+    let grew = match output {
+        Some(receiver) => receiver.changed().await.is_ok(),
+        None => false,
+    };
+    if !grew {
+        std::future::pending::<()>().await;
     }
 }
 

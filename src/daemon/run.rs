@@ -78,7 +78,7 @@ impl Daemon {
             let stream = args.stream;
             let more = move |d: &Daemon| d.has_ended(row) || (stream && d.log_len_of(row) > seen);
             tokio::select! {
-                _ = self.wait_for(left, more) => {}
+                _ = self.wait_for_item(row, left, more) => {}
                 frame = next_frame(caller.reader, forward) => match frame {
                     Ok(Some(line)) => {
                         let taken = self.take_stdin(row, &line, &mut stdin_open, deadline).await;

@@ -82,7 +82,7 @@ impl Daemon {
                     live.unwritten = unwritten;
                     live.unwritten_at = unwritten_at;
                 }
-                self.bump();
+                self.output_grew(row);
             }
             ExecEvent::InputClosed { row } => {
                 if let Some(live) = self.lock().live.get_mut(&row) {

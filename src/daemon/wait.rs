@@ -79,6 +79,8 @@ impl Daemon {
             .collect();
         let deadline = tokio::time::Instant::now() + timeout;
         let mut changes = self.changes();
+        // Output of these items only, when a scan needs it; never output of others.
+        let mut output = until.as_ref().map(|_| self.watch_output(&rows));
         let (reason, matched) = loop {
             let timed_out = tokio::time::Instant::now() >= deadline;
             let mut behind = false;
@@ -112,7 +114,11 @@ impl Daemon {
             if behind {
                 tokio::task::yield_now().await;
             } else {
-                let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
+                tokio::select! {
+                    _ = changes.changed() => {}
+                    _ = super::output_changed(&mut output) => {}
+                    _ = tokio::time::sleep_until(deadline) => {}
+                }
             }
         };
         self.wait_reply(session, &rows, reason, matched, shown)

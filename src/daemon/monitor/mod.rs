@@ -71,6 +71,17 @@ impl Task {
         }
     }
 
+    /// The item whose output it reads, if it reads one.
+    fn log_row(&self) -> Option<i64> {
+        match self {
+            Task::Lines(Some(lines)) => match &lines.source {
+                Source::Log(log) => Some(log.row),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The path it follows or waits for, for inotify.
     fn path(&self) -> Option<PathBuf> {
         match self {
@@ -142,6 +153,8 @@ impl Daemon {
         let mut wake = task.path().and_then(|path| FsWake::new(&path));
         let polls = !task.wakes_on_changes();
         let mut changes = self.changes();
+        // The output of the item it reads, when it reads one: nothing else's wakes it.
+        let mut output = task.log_row().map(|row| self.watch_output(&[row]));
         let mut backoff = FIRST_BACKOFF;
         let mut next_poll = Instant::now();
         let mut events = FsEvents::default();
@@ -200,6 +213,7 @@ impl Daemon {
                     }
                     due = true;
                 }
+                _ = crate::daemon::output_changed(&mut output) => due = true,
                 _ = tokio::time::sleep_until(until) => due = true,
                 seen = next_event(&mut wake) => {
                     events.created |= seen.created;

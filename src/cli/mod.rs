@@ -360,8 +360,11 @@ Examples:
         /// Fail when the condition has not held after S seconds [default: no limit]
         #[arg(long, value_name = "S", value_parser = seconds_arg)]
         timeout: Option<f64>,
-        /// Fire a notice when it ends
+        /// Fire no notice when the condition holds (a monitor notifies by default)
         #[arg(long)]
+        no_notify: bool,
+        /// Kept for older scripts: a monitor notifies anyway
+        #[arg(long, hide = true, conflicts_with = "no_notify")]
         notify: bool,
         /// A name shown in lists and notices [default: the condition]
         #[arg(long)]
@@ -892,8 +895,9 @@ fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
             until_file,
             until_end,
             timeout,
-            notify,
+            no_notify,
             name,
+            ..
         } => {
             let mut regex = None;
             let mut conditions = Vec::new();
@@ -920,7 +924,7 @@ fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
                 condition: conditions.remove(0),
                 regex,
                 timeout_s: timeout,
-                notify,
+                notify: !no_notify,
                 name,
             })
         }

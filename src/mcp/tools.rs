@@ -167,7 +167,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "file": {"type": "string", "description": "watch: a file whose appended lines are watched; a relative path is taken from the server's working directory"},
                     "regex": {"type": "string", "description": "The regular expression a line must match (default for a watch: every line)"},
                     "timeout_s": {"type": "number", "minimum": 0, "description": "wait: fail after this many seconds if the condition has not held (default: no limit)"},
-                    "notify": {"type": "boolean", "description": "wait: fire a notice when it ends (a watch always notifies)"},
+                    "no_notify": {"type": "boolean", "description": "wait: fire no notice when the condition holds (by default it does; a watch always notifies)"},
                     "name": name,
                     "verbose": verbose
                 }),
@@ -457,7 +457,8 @@ fn monitor_args(a: &Args) -> Result<MonitorArgs, WireError> {
         condition: conditions.remove(0),
         regex: a.text("regex")?,
         timeout_s: a.number("timeout_s")?,
-        notify: a.flag("notify")? || mode == MonitorMode::Watch,
+        // A monitor exists to notify: a wait does unless asked not to, a watch always.
+        notify: !a.flag("no_notify")? || mode == MonitorMode::Watch,
         name: a.text("name")?,
     })
 }

@@ -714,3 +714,32 @@ fn issue12_read_follow_streams_until_the_end_and_exits_with_its_code() {
         "{stderr}"
     );
 }
+
+#[test]
+fn issue12_3_a_monitor_notifies_by_default_and_no_notify_opts_out() {
+    let home = Home::new();
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let (armed, quiet) = (dir.path().join("armed"), dir.path().join("quiet"));
+    let create = |path: &std::path::Path, extra: &[&str]| {
+        let mut args = vec!["monitor", "wait", "--until-file", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        home.json(&args)["id"].as_str().unwrap().to_string()
+    };
+    let armed_id = create(&armed, &[]);
+    let quiet_id = create(&quiet, &["--no-notify"]);
+    std::fs::write(&quiet, "").unwrap();
+    std::fs::write(&armed, "").unwrap();
+    for id in [&armed_id, &quiet_id] {
+        crate::util::eventually(std::time::Duration::from_secs(20), || {
+            home.item(id)["state"] == "ended"
+        });
+    }
+    let notices = home.json(&["notices"]);
+    let items: Vec<&str> = notices["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["item"].as_str())
+        .collect();
+    assert_eq!(items, vec![armed_id.as_str()], "{notices}");
+}

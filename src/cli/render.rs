@@ -145,8 +145,18 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
             )
         })?;
         if let Ok(chunk) = serde_json::from_slice::<wire::Chunk>(&line) {
-            let _ = out.write_all(inert_lines(&chunk.chunk).as_bytes());
-            let _ = out.flush();
+            // The command's own bytes, as they are (its stdout is this one).
+            let bytes = match &chunk.bytes {
+                Some(encoded) => base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .unwrap_or_default(),
+                None => inert_lines(&chunk.chunk).into_owned().into_bytes(),
+            };
+            if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
+                // Whoever read this stdout went away (`run … | head`): so does the run,
+                // and the daemon stops its job as the person's Ctrl-C would.
+                return Ok(ExitCode::from(141));
+            }
             continue;
         }
         break wire::decode_reply(&line)?;

@@ -270,6 +270,24 @@ impl Daemon {
         matches!(inner.store.get(row), Ok(Some(r)) if r.state == State::Ended)
     }
 
+    /// Whether a record has ended, asking its status file too: before a deadline is
+    /// taken to have passed with the item still running, an end already written to
+    /// disk (whose message may still wait in a socket after a pause) is recorded.
+    pub(crate) fn ended_now(&self, row: i64) -> bool {
+        if self.has_ended(row) {
+            return true;
+        }
+        let record = match self.lock().store.get(row) {
+            Ok(Some(record)) if !record.job_dir.is_empty() => record,
+            _ => return false,
+        };
+        let owner = super::settle::owner(&record);
+        match crate::supervisor::read_status(Path::new(&record.job_dir), &owner) {
+            Some(Ok(status)) => self.settle_status(row, &status) && self.has_ended(row),
+            _ => false,
+        }
+    }
+
     /// Settles a record that could not start and returns the error for the caller.
     fn spawn_failed(&self, row: i64, id: &str, reason: String) -> WireError {
         let settlement = Settlement {
@@ -492,6 +510,19 @@ impl Daemon {
             for row in &rows {
                 let _ = self.lock().store.set_stop_actor(*row, Actor::Agent);
             }
+            // Monitors are work too: they end with the rest.
+            let monitors: Vec<i64> = match self.lock().store.unsettled() {
+                Ok(records) => records
+                    .into_iter()
+                    .filter(|r| r.kind == Kind::Monitor)
+                    .map(|r| r.row)
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            for &row in &monitors {
+                self.settle_monitor(row, End::StoppedByAgent, "stopped");
+            }
+            let rows: Vec<i64> = rows.into_iter().chain(monitors).collect();
             self.wait_for(DEFAULT_GRACE + STOP_SLACK, |d| {
                 rows.iter().all(|row| d.has_ended(*row))
             })

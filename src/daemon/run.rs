@@ -93,14 +93,9 @@ impl Daemon {
             }
             if stream {
                 seen = self.log_len_of(row);
-                let to = self.shown_until(row, shown, seen);
-                if to > shown {
-                    let text = self.text_between(row, shown, to);
-                    shown = to;
-                    let line = wire::encode_line(&Chunk { chunk: text });
-                    if caller.writer.write_all(&line).await.is_err() {
-                        break Some(Interrupt::Gone);
-                    }
+                match self.stream_bytes(row, shown, seen, caller.writer).await {
+                    Some(to) => shown = to,
+                    None => break Some(Interrupt::Gone),
                 }
             }
             if self.has_ended(row) || tokio::time::Instant::now() >= deadline {
@@ -109,6 +104,13 @@ impl Daemon {
         };
         match interrupt {
             None => {
+                if args.stream {
+                    // The rest, to the last byte, before the reply.
+                    let len = self.log_len_of(row);
+                    if let Some(to) = self.stream_bytes(row, shown, len, caller.writer).await {
+                        shown = to;
+                    }
+                }
                 let reply = self.finish_run(session, row, shown, timeout).await?;
                 if reply.outcome == RunOutcome::Ended {
                     ends_shown.push(row);
@@ -212,7 +214,8 @@ impl Daemon {
         shown: u64,
         timeout: Duration,
     ) -> Result<RunReply, WireError> {
-        let outcome = if self.has_ended(row) {
+        // A deadline never wins over an end that already happened.
+        let outcome = if self.ended_now(row) {
             RunOutcome::Ended
         } else {
             let inner = self.lock();
@@ -286,6 +289,45 @@ impl Daemon {
     }
 
     /// Readable text of `[from, to)` of a job's log, clipped to the default size.
+    /// Streams the exact bytes of `[from, to)` of a job's log to the caller, a bounded
+    /// piece at a time; returns how far it got, `None` when the caller is gone.
+    async fn stream_bytes(
+        &self,
+        row: i64,
+        from: u64,
+        to: u64,
+        writer: &mut OwnedWriteHalf,
+    ) -> Option<u64> {
+        const PIECE: u64 = 1 << 20;
+        let (path, dropped) = {
+            let inner = self.lock();
+            let Ok(Some(record)) = inner.store.get(row) else {
+                return Some(from);
+            };
+            (output::log_path(&record.job_dir), inner.dropped(&record))
+        };
+        let head = self.config.log_head;
+        let mut at = from;
+        while at < to {
+            let end = to.min(at + PIECE);
+            let (path, piece_at) = (path.clone(), at);
+            let bytes = tokio::task::spawn_blocking(move || {
+                output::read_range(&path, piece_at, end, head, dropped).0
+            })
+            .await
+            .unwrap_or_default();
+            let chunk = Chunk {
+                chunk: String::new(),
+                bytes: Some(base64::engine::general_purpose::STANDARD.encode(&bytes)),
+            };
+            if writer.write_all(&wire::encode_line(&chunk)).await.is_err() {
+                return None;
+            }
+            at = end;
+        }
+        Some(at)
+    }
+
     fn text_between(&self, row: i64, from: u64, to: u64) -> String {
         let inner = self.lock();
         let Ok(Some(record)) = inner.store.get(row) else {

@@ -109,7 +109,16 @@ impl Daemon {
                 break (WaitReason::Ended, None);
             }
             if timed_out {
-                break (WaitReason::Timeout, None);
+                // A deadline never wins over an end that already happened: ends found
+                // on disk now are recorded, and looked at once more.
+                let found = rows
+                    .iter()
+                    .filter(|&&row| !self.has_ended(row) && self.ended_now(row))
+                    .count();
+                if found == 0 {
+                    break (WaitReason::Timeout, None);
+                }
+                continue;
             }
             if behind {
                 tokio::task::yield_now().await;

@@ -61,21 +61,36 @@ impl LocalExecutor {
     pub fn start(&self, row: i64, spec: &JobSpec) -> Result<JobHandle, String> {
         let job_dir = Path::new(&spec.job_dir);
         let taken = self.warm.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let warm = match taken {
-            Some(warm) => warm,
-            None => spawn_supervisor(&self.exe)?,
-        };
         self.refill();
-        // Written before the job is handed over: a daemon that restarts before the
-        // supervisor binds its socket still finds it.
-        std::fs::write(job_dir.join(SUPERVISOR_PID_FILE), warm.pid.to_string())
-            .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))?;
-        let mut launch = warm.launch;
-        // A fresh socket's buffer takes the spec whole: this write does not wait.
-        launch
-            .write_all(&control::encode(spec))
-            .and_then(|()| launch.set_nonblocking(true))
-            .map_err(|e| format!("the supervisor did not take the job: {e}"))?;
+        // The warm supervisor may have died while it waited (killed by someone): then
+        // the job goes to a fresh one.
+        let mut candidates = vec![taken];
+        candidates.push(None);
+        let mut refused = String::new();
+        let mut launch = None;
+        for candidate in candidates {
+            let warm = match candidate {
+                Some(warm) => warm,
+                None => spawn_supervisor(&self.exe)?,
+            };
+            // Written before the job is handed over: a daemon that restarts before the
+            // supervisor binds its socket still finds it.
+            std::fs::write(job_dir.join(SUPERVISOR_PID_FILE), warm.pid.to_string())
+                .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))?;
+            let mut socket = warm.launch;
+            // A fresh socket's buffer takes the spec whole: this write does not wait.
+            match socket
+                .write_all(&control::encode(spec))
+                .and_then(|()| socket.set_nonblocking(true))
+            {
+                Ok(()) => {
+                    launch = Some(socket);
+                    break;
+                }
+                Err(e) => refused = format!("the supervisor did not take the job: {e}"),
+            }
+        }
+        let launch = launch.ok_or(refused)?;
         let stream =
             UnixStream::from_std(launch).map_err(|e| format!("socket setup failed: {e}"))?;
         let (read_half, write_half) = stream.into_split();

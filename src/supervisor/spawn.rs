@@ -41,6 +41,7 @@ fn spawn_pane(spec: &JobSpec, size: crate::wire::control::PaneSize) -> std::io::
         .map_err(std::io::Error::other)?;
     let command = pty_process::blocking::Command::new(bash())
         .arg("-c")
+        .arg("--")
         .arg(&spec.command)
         .current_dir(&spec.cwd)
         .env_clear()
@@ -94,6 +95,7 @@ fn spawn_job_plain(spec: &JobSpec) -> std::io::Result<(i32, File, File)> {
     let mut command = Command::new(bash());
     command
         .arg("-c")
+        .arg("--")
         .arg(&spec.command)
         .current_dir(&spec.cwd)
         .env_clear()

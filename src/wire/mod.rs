@@ -262,7 +262,13 @@ pub struct RunReply {
 /// One piece of streamed `run` output.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct Chunk {
+    /// Text (empty when `bytes` carries the output). Always present: it tells a
+    /// chunk from the final reply.
     pub chunk: String,
+    /// The output's exact bytes, base64-encoded: a streamed `run` passes them on as
+    /// they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]

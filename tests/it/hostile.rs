@@ -614,3 +614,150 @@ fn a_relative_home_is_the_callers_and_descriptors_are_not_inherited() {
         .env("BGWORK_HOME", &home)
         .output();
 }
+
+// Found by attacking the merged whole.
+
+#[test]
+fn a_deadline_never_wins_over_an_end_that_already_happened() {
+    let home = Home::new();
+    home.start_daemon();
+    let daemon = home.daemon_pid();
+    let run = home
+        .command(&["run", "--timeout", "3", "--", "sleep 1.5; exit 5"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The fault: the daemon is paused across both the job's end and the deadline.
+    std::thread::sleep(Duration::from_millis(800));
+    Command::new("kill")
+        .args(["-STOP", &daemon.to_string()])
+        .status()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(4000));
+    Command::new("kill")
+        .args(["-CONT", &daemon.to_string()])
+        .status()
+        .unwrap();
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "the end, not a promotion: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = home.start("sleep 1.5");
+    let waiter = home
+        .command(&["--json", "wait", &id, "--timeout", "3"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    Command::new("kill")
+        .args(["-STOP", &daemon.to_string()])
+        .status()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(4000));
+    Command::new("kill")
+        .args(["-CONT", &daemon.to_string()])
+        .status()
+        .unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reply["reason"], "ended", "{reply}");
+}
+
+#[test]
+fn run_passes_the_commands_bytes_as_they_are_and_stops_when_its_reader_goes() {
+    let home = Home::new();
+    let data = home.path().join("data");
+    let bytes: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&data, &bytes).unwrap();
+    let out = home
+        .command(&["run", "--", &format!("cat {}", data.display())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stdout == bytes,
+        "byte-exact ({} of {} bytes)",
+        out.stdout.len(),
+        bytes.len()
+    );
+    let script = format!("'{BIN}' run --timeout 30 -- yes | head -n 2");
+    let status = Command::new("bash")
+        .args(["-c", &script])
+        .env("BGWORK_HOME", home.path())
+        .env("BGWORK_SESSION", &home.session)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let list = home.json(&["list", "--all"]);
+    let yes = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["command"] == "yes")
+        .cloned()
+        .unwrap();
+    let id = yes["id"].as_str().unwrap().to_string();
+    eventually(Duration::from_secs(10), || {
+        home.item(&id)["state"] == "ended"
+    });
+    assert_eq!(home.item(&id)["end"], "stopped_by_person");
+}
+
+#[test]
+fn a_command_that_starts_with_a_dash_is_a_command_not_a_shell_option() {
+    let home = Home::new();
+    let id = home.start("-n foo");
+    let end = home.wait_end(&id);
+    assert_eq!(
+        end["exit_code"], 127,
+        "command not found, not bash's usage: {end}"
+    );
+}
+
+#[test]
+fn a_dead_warm_supervisor_does_not_fail_the_next_start() {
+    let home = Home::new();
+    home.wait_end(&home.start("true"));
+    let daemon = home.daemon_pid();
+    // The idle supervisor the daemon keeps for the next job.
+    let mut warm = vec![];
+    eventually(Duration::from_secs(10), || {
+        warm = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                cmdline.split(|&b| b == 0).nth(1) == Some(b"supervise".as_slice())
+                    && crate::faults::parent_of(pid) == daemon
+                    && alive(pid)
+            })
+            .collect();
+        !warm.is_empty()
+    });
+    for pid in &warm {
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    let reply = home.json(&["start", "--", "echo hi"]);
+    assert_eq!(reply["output"], "hi\n", "{reply}");
+}
+
+#[test]
+fn shutdown_stop_work_stops_monitors_too() {
+    let home = Home::new();
+    let id = home.json(&["monitor", "wait", "--until-file", "/no/such/file/ever"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    home.json(&["shutdown", "--stop-work"]);
+    assert_eq!(home.item(&id)["state"], "ended", "{}", home.item(&id));
+}

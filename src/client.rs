@@ -162,7 +162,18 @@ impl Client {
     pub fn send(&mut self, envelope: &Envelope) -> Result<(), WireError> {
         let request = &envelope.request;
         self.session.clone_from(&envelope.session);
-        self.following = matches!(request, Request::Notices { follow: true, .. });
+        // Long waits are followed like a stream: quiet spells are fine while the daemon
+        // answers a second connection, so `wait --timeout none` never waits on a stopped
+        // daemon for ever.
+        self.following = matches!(
+            request,
+            Request::Notices { follow: true, .. }
+                | Request::Notices {
+                    wait_s: Some(_),
+                    ..
+                }
+                | Request::Wait(_)
+        );
         self.acts = !matches!(
             request,
             Request::List { .. }

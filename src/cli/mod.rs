@@ -676,7 +676,8 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             peek,
             follow,
             wait_s: wait,
-            ack: false,
+            // A pull acknowledges what it could print (see `render::pull_notices`).
+            ack: !peek && !follow,
         },
         Commands::Dismiss { ids } => Request::Dismiss { id: None, ids },
         Commands::Restart { id, env, window } => {

@@ -102,6 +102,7 @@ pub fn call_and_print(
             inert(&reply.session).into_owned()
         }),
         Request::Notices { follow: true, .. } => super::follow::follow(client, &envelope, json),
+        Request::Notices { ack: true, .. } => pull_notices(client, &envelope, json),
         Request::Notices { .. } => print(client, &envelope, json, notices_text),
         Request::Gc { .. } => print(client, &envelope, json, |gc: &GcReply| {
             format!(
@@ -276,6 +277,44 @@ fn visible(text: &str, keep_lines: bool) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// `notices`: prints the pending notices, then acknowledges them. One that could not
+/// be printed (stdout full or gone) is not acknowledged: it stays pending for the next
+/// puller, and the call fails.
+fn pull_notices(
+    client: &mut Client,
+    envelope: &Envelope,
+    json: bool,
+) -> Result<ExitCode, WireError> {
+    let reply: NoticesReply = client.call(envelope)?;
+    let text = match json {
+        true => wire::to_json_text(&reply),
+        false => notices_text(&reply),
+    };
+    let mut out = std::io::stdout().lock();
+    let printed = out
+        .write_all(text.as_bytes())
+        .and_then(|()| match text.ends_with('\n') {
+            true => Ok(()),
+            false => out.write_all(b"\n"),
+        })
+        .and_then(|()| out.flush());
+    if let Err(e) = printed {
+        return Err(WireError::new(
+            wire::ErrorCode::Unavailable,
+            format!("the notices could not be printed ({e}): they stay pending"),
+        ));
+    }
+    let ids: Vec<String> = reply.notices.iter().map(|n| n.id.clone()).collect();
+    for ids in ids.chunks(wire::MAX_ACK_IDS) {
+        let ack = Envelope {
+            session: envelope.session.clone(),
+            request: Request::Ack { ids: ids.to_vec() },
+        };
+        client.call::<Ack>(&ack)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_text(text: &str) {

@@ -400,6 +400,14 @@ impl Daemon {
     ) -> Result<StartReply, WireError> {
         args.pty = false;
         args.notify = true;
+        // Its own session is `SESSION/sub-N`, which must itself be a valid name.
+        if session.len() + "/sub-".len() + 20 > super::MAX_SESSION {
+            return Err(WireError::bad_request(format!(
+                "this session's name is too long to start a sub-agent under it (a sub-agent's \
+                 session, `SESSION/sub-N`, must fit in {} bytes): use a shorter session name",
+                super::MAX_SESSION
+            )));
+        }
         let launch = Launch {
             sub_agent: true,
             ..Launch::default()

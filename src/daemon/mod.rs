@@ -369,4 +369,4 @@ impl Daemon {
 }
 
 /// The longest session name, in bytes.
-const MAX_SESSION: usize = 256;
+pub(crate) const MAX_SESSION: usize = 256;

@@ -57,7 +57,20 @@ impl Daemon {
         match event {
             ExecEvent::Spawned { row, pid } => {
                 if let Err(e) = self.lock().store.set_running(row, pid) {
-                    crate::note!("bgwork daemon: could not record a start: {e}");
+                    // A full disk, say: the start is recorded once the store takes it.
+                    crate::note!("bgwork daemon: could not record a start (will retry): {e}");
+                    let daemon = self.clone();
+                    tokio::spawn(async move {
+                        let mut delay = Duration::from_millis(100);
+                        loop {
+                            tokio::time::sleep(delay).await;
+                            if daemon.lock().store.set_running(row, pid).is_ok() {
+                                daemon.bump();
+                                return;
+                            }
+                            delay = (delay * 2).min(Duration::from_secs(10));
+                        }
+                    });
                 }
                 self.bump();
             }

@@ -311,6 +311,15 @@ impl ServerHandler for McpServer {
             (Ok(reply), "notices") => reply["notices"].clone(),
             _ => self.notice_box(&session).await.take().await,
         };
+        if context.ct.is_cancelled() {
+            // Cancelled while its notices were taken: nobody reads this result, so they
+            // are pending again.
+            self.notice_box(&session).await.give_back().await;
+            let error = outcome.err().unwrap_or_else(cancelled_error);
+            return Ok(CallToolResponse::Complete(
+                CallToolResult::structured_error(tools::error_object(&error)),
+            ));
+        }
         let result = match outcome {
             Ok(Value::Object(mut reply)) => {
                 reply.insert("notices".into(), notices);

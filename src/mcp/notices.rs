@@ -81,6 +81,18 @@ impl NoticeBox {
         .unwrap_or_else(|| Value::Array(Vec::new()))
     }
 
+    /// The result that was to carry the notices just taken will not be sent (its call
+    /// was cancelled): they go back to pending. Only this call's notices ride at this
+    /// point (those of earlier results were acknowledged when it arrived), so closing
+    /// the connection, which releases its claims, gives back exactly them.
+    pub async fn give_back(&self) {
+        self.with_state(|state, _, _| {
+            state.riding.clear();
+            state.conn = None;
+        })
+        .await;
+    }
+
     /// Runs `work` on a blocking thread (the client is synchronous), one at a time.
     async fn with_state<T: Send + 'static>(
         &self,

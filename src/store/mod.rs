@@ -139,6 +139,10 @@ struct Reserve {
     path: std::path::PathBuf,
     rows: i64,
     notices: i64,
+    /// The database the reservation is for.
+    token: i64,
+    /// Whether the file names this database already.
+    written: bool,
 }
 
 const RESERVE_STEP: i64 = 4096;
@@ -180,13 +184,33 @@ impl Store {
         schema::migrate(&conn)?;
         let ids = path.with_extension("ids");
         let (reserved_rows, reserved_notices) = read_reserve(&ids);
+        let file_token = read_token(&ids);
         let (used_rows, used_notices) = (sequence(&conn, "items")?, sequence(&conn, "notices")?);
-        // The reservation is a floor only for a database that is behind it: a fresh
-        // one, or one older than the numbers reserved last (one in step with it was at
-        // most a step below). So a restart does not move the numbers on.
-        let fresh = used_rows == 0 && used_notices == 0;
+        // The database's identity: the reservation names the database it was made for.
+        let db_token: Option<i64> = conn
+            .query_row("SELECT value FROM home WHERE key = 'token'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        let token = match db_token {
+            Some(token) => token,
+            None => {
+                let token = new_token();
+                conn.execute("INSERT INTO home(key, value) VALUES ('token', ?1)", [token])?;
+                token
+            }
+        };
+        // The reservation is a floor only for a database that is behind it: another
+        // database than the one it was made for (a lost one replaced by a fresh one),
+        // or one older than the numbers reserved last (one in step with it was at most
+        // a step below). So a restart does not move the numbers on.
+        let replaced = match (db_token, file_token) {
+            (Some(db), Some(file)) => db != file,
+            (None, _) => used_rows == 0 && used_notices == 0,
+            (Some(_), None) => false,
+        };
         let behind = |reserved: i64, used: i64| {
-            if fresh || used < reserved - RESERVE_STEP {
+            if replaced || used < reserved - RESERVE_STEP {
                 reserved
             } else {
                 0
@@ -200,6 +224,8 @@ impl Store {
                 path: ids,
                 rows: reserved_rows,
                 notices: reserved_notices,
+                token,
+                written: file_token == Some(token),
             },
         };
         store.raise_floor(rows_floor, notices_floor)?;
@@ -237,7 +263,7 @@ impl Store {
     fn keep_reserve(&mut self) -> Result<()> {
         let rows = sequence(&self.conn, "items")?;
         let notices = sequence(&self.conn, "notices")?;
-        if rows < self.reserve.rows && notices < self.reserve.notices {
+        if rows < self.reserve.rows && notices < self.reserve.notices && self.reserve.written {
             return Ok(());
         }
         let (rows, notices) = (
@@ -245,12 +271,15 @@ impl Store {
             notices.saturating_add(RESERVE_STEP),
         );
         let temp = self.reserve.path.with_extension("ids.tmp");
-        let written = std::fs::write(&temp, format!("rows {rows}\nnotices {notices}\n"))
-            .and_then(|()| std::fs::rename(&temp, &self.reserve.path));
+        let token = self.reserve.token;
+        let text = format!("rows {rows}\nnotices {notices}\ntoken {token}\n");
+        let written =
+            std::fs::write(&temp, text).and_then(|()| std::fs::rename(&temp, &self.reserve.path));
         match written {
             Ok(()) => {
                 self.reserve.rows = rows;
                 self.reserve.notices = notices;
+                self.reserve.written = true;
             }
             // A full disk: the database still never reuses a number; only a database
             // lost at the same time could.
@@ -648,6 +677,25 @@ fn sequence(conn: &Connection, table: &str) -> Result<i64> {
 }
 
 /// The numbers reserved in a home's `work.ids` file (0 when it has none).
+/// The token of the database a home's `work.ids` was written for.
+fn read_token(path: &std::path::Path) -> Option<i64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("token ")?.trim().parse().ok())
+}
+
+/// A number that names one database of a home (from the kernel's random source, or
+/// the clock and pid where it cannot be read).
+fn new_token() -> i64 {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    match random {
+        Ok(()) => i64::from_le_bytes(bytes) & i64::MAX,
+        Err(_) => crate::paths::now_ms() ^ ((std::process::id() as i64) << 40),
+    }
+}
+
 fn read_reserve(path: &std::path::Path) -> (i64, i64) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let value = |name: &str| {

@@ -117,7 +117,16 @@ fn case18_a_full_disk_is_survived_and_recovered_from() {
         }
     }
     let _unmount = Unmount(home.path());
-    let id = home.start("echo start; head -c 8M /dev/zero | tr '\\0' x; echo; echo done");
+    // Not waited for while it starts: the disk may be full before its start is recorded
+    // (it is recorded once space is freed, below).
+    let started = home.json(&[
+        "start",
+        "--window",
+        "0",
+        "--",
+        "echo start; head -c 8M /dev/zero | tr '\\0' x; echo; echo done",
+    ]);
+    let id = started["id"].as_str().unwrap().to_string();
     let log = home.path().join("jobs/1/output.log");
     eventually(Duration::from_secs(20), || {
         let list = home.run(&["--json", "list", "--all"]);

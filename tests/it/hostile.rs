@@ -761,3 +761,36 @@ fn shutdown_stop_work_stops_monitors_too() {
     home.json(&["shutdown", "--stop-work"]);
     assert_eq!(home.item(&id)["state"], "ended", "{}", home.item(&id));
 }
+
+#[test]
+fn restarts_of_the_daemon_do_not_move_ids_on() {
+    let home = Home::new();
+    for _ in 0..2 {
+        home.start_daemon();
+        let daemon = home.daemon_pid();
+        home.json(&["shutdown"]);
+        eventually(Duration::from_secs(10), || !alive(daemon));
+    }
+    assert_eq!(home.start("true"), "bg-1");
+    let daemon = home.daemon_pid();
+    home.json(&["shutdown"]);
+    eventually(Duration::from_secs(10), || !alive(daemon));
+    assert_eq!(home.start("true"), "bg-2");
+}
+
+#[test]
+fn a_notice_that_could_not_be_printed_stays_pending() {
+    let home = Home::new();
+    let id = home.start_with(&["--notify"], "exit 3");
+    eventually(Duration::from_secs(20), || {
+        home.item(&id)["state"] == "ended"
+    });
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let status = home.command(&["notices"]).stdout(full).status().unwrap();
+    assert_eq!(status.code(), Some(1), "a pull that could not print fails");
+    let notices = home.json(&["notices"]);
+    assert_eq!(notices["notices"][0]["item"], id.as_str(), "{notices}");
+}

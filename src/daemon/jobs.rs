@@ -48,13 +48,17 @@ impl Daemon {
         &self,
         session: &str,
         args: StartArgs,
-        shown: &mut Vec<i64>,
+        shown: &mut super::Shown<'_>,
     ) -> Result<StartReply, WireError> {
-        let row = self.launch(session, &args, Launch::default()).await?;
         let window = args
             .window_ms
             .map(Duration::from_millis)
             .unwrap_or(self.config.default_window);
+        // An end inside the window is shown by this reply: its notice waits for it.
+        let watch = (!window.is_zero()).then_some(&mut *shown);
+        let row = self
+            .launch(session, &args, Launch::default(), watch)
+            .await?;
         if window.is_zero() {
             // No window: the id at once (the job is `starting` until its process runs),
             // and nothing is shown, so nothing counts as read.
@@ -89,11 +93,14 @@ impl Daemon {
     }
 
     /// Checks the limit, writes the record and starts the job; returns its row.
+    /// `shown`: the reply that may show this job's end, which keeps its end notice from
+    /// the moment the record exists.
     pub(crate) async fn launch(
         &self,
         session: &str,
         args: &StartArgs,
         launch: Launch,
+        shown: Option<&mut super::Shown<'_>>,
     ) -> Result<i64, WireError> {
         check_start(args)?;
         // A request with no folder runs in the daemon user's home, never in the daemon's
@@ -160,6 +167,9 @@ impl Daemon {
                 (inner.store.insert(&new)?, None)
             }
         };
+        if let Some(shown) = shown {
+            shown.watch(&[record.row]);
+        }
         let job_dir = self.paths.job_dir(record.row);
         // A folder of its own, never one that exists already (rows are never reused, so
         // one that exists was put there by something else, maybe a symlink).
@@ -412,7 +422,7 @@ impl Daemon {
             sub_agent: true,
             ..Launch::default()
         };
-        let row = self.launch(session, &args, launch).await?;
+        let row = self.launch(session, &args, launch, None).await?;
         let record = self.lock().store.get(row)?;
         let item = record
             .map(|r| self.item(&r))

@@ -102,6 +102,10 @@ pub struct Daemon {
     /// Who waits on which item's output (see [`Daemon::watch_output`]): output wakes
     /// only them, never the waiters of other items or of notices.
     output_watchers: Mutex<HashMap<i64, Vec<watch::Sender<()>>>>,
+    /// Records whose end a reply in progress may show (a `start` in its window, a
+    /// `wait`, a `run`), with how many replies: their end notices are left to those
+    /// replies, not taken by a puller or a follower meanwhile.
+    showing: Mutex<HashMap<i64, usize>>,
     pub(crate) executor: LocalExecutor,
     shutdown: watch::Sender<bool>,
     /// The claim token of the next client connection.
@@ -130,6 +134,7 @@ impl Daemon {
             }),
             changed: watch::channel(0).0,
             output_watchers: Mutex::default(),
+            showing: Mutex::default(),
             executor: LocalExecutor::new(events),
             shutdown: watch::channel(false).0,
             next_token: AtomicI64::new(1),
@@ -149,6 +154,12 @@ impl Daemon {
     /// came. Output does not bump (see [`Daemon::output_grew`]).
     pub(crate) fn bump(&self) {
         self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// The records whose end a reply in progress may show (see [`Shown`]).
+    pub(crate) fn showing_rows(&self) -> Vec<i64> {
+        let showing = self.showing.lock().unwrap_or_else(|p| p.into_inner());
+        showing.keys().copied().collect()
     }
 
     /// A receiver that changes when the output of any of `rows` grows. Nothing else
@@ -255,7 +266,7 @@ impl Daemon {
             return reply::<()>(&Err(e)).into();
         }
         // Records whose end the reply shows: the reply delivers their notices.
-        let mut shown = Vec::new();
+        let mut shown = Shown::new(self);
         let line = match envelope.request {
             Request::Start(args) => reply(&self.start(&session, args, &mut shown).await),
             Request::List { all, all_sessions } => reply(&self.list(&session, all, all_sessions)),
@@ -301,9 +312,73 @@ impl Daemon {
         };
         Answer {
             line,
-            deliver: self.claim_shown_ends(&session, token, &shown),
+            deliver: self.claim_shown_ends(&session, token, &shown.rows),
             permit: None,
         }
+    }
+}
+
+/// The ends a reply shows, so that it delivers their notices once written. While the
+/// reply is in progress, the records it may show (`watch`) keep their end notices from
+/// pullers and followers: a `start` whose job ends in its window, or a `wait` that
+/// returns an end, is the one delivery of that notice.
+pub(crate) struct Shown<'a> {
+    daemon: &'a Daemon,
+    watched: Vec<i64>,
+    /// Records whose end the reply shows.
+    pub rows: Vec<i64>,
+}
+
+impl<'a> Shown<'a> {
+    pub(crate) fn new(daemon: &'a Daemon) -> Shown<'a> {
+        Shown {
+            daemon,
+            watched: Vec::new(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// The reply may show the end of these records.
+    pub(crate) fn watch(&mut self, rows: &[i64]) {
+        let mut showing = self
+            .daemon
+            .showing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for &row in rows {
+            *showing.entry(row).or_default() += 1;
+            self.watched.push(row);
+        }
+    }
+
+    /// The reply shows the end of `row`.
+    pub(crate) fn push(&mut self, row: i64) {
+        self.rows.push(row);
+    }
+}
+
+impl Drop for Shown<'_> {
+    fn drop(&mut self) {
+        if self.watched.is_empty() {
+            return;
+        }
+        {
+            let mut showing = self
+                .daemon
+                .showing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for row in &self.watched {
+                if let Some(count) = showing.get_mut(row) {
+                    *count -= 1;
+                    if *count == 0 {
+                        showing.remove(row);
+                    }
+                }
+            }
+        }
+        // Notices left to this reply that it did not show are anyone's again.
+        self.daemon.bump();
     }
 }
 

@@ -28,7 +28,10 @@ impl Daemon {
         let rows = if peek {
             self.lock().store.pending_notices(session)?
         } else {
-            self.lock().store.claim_notices(session, token)?
+            {
+                let shown = self.showing_rows();
+                self.lock().store.claim_notices(session, token, &shown)?
+            }
         };
         let claimed = if peek {
             Vec::new()
@@ -56,7 +59,7 @@ impl Daemon {
                 let pending = if peek {
                     store.pending_notices(session).map(|rows| !rows.is_empty())
                 } else {
-                    store.has_claimable(session)
+                    store.has_claimable(session, &daemon.showing_rows())
                 };
                 pending.unwrap_or(true)
             })
@@ -213,7 +216,10 @@ impl Daemon {
     }
 
     fn notices_rows(&self, session: &str, token: i64) -> Result<Vec<NoticeRow>, WireError> {
-        Ok(self.lock().store.claim_notices(session, token)?)
+        Ok({
+            let shown = self.showing_rows();
+            self.lock().store.claim_notices(session, token, &shown)?
+        })
     }
 
     /// A line a follower sent: only `ack` is understood (it gets no reply).

@@ -13,7 +13,7 @@ impl Daemon {
         &self,
         session: &str,
         args: RestartArgs,
-        shown: &mut Vec<i64>,
+        shown: &mut super::Shown<'_>,
     ) -> Result<RestartReply, WireError> {
         let id = &args.id;
         let record = Self::find(&self.lock(), session, id)?;

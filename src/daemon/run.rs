@@ -54,7 +54,7 @@ impl Daemon {
         session: &str,
         args: RunArgs,
         caller: Caller<'_>,
-        ends_shown: &mut Vec<i64>,
+        ends_shown: &mut super::Shown<'_>,
     ) -> Result<RunReply, WireError> {
         let timeout = match args.timeout_s {
             Some(s) => crate::wire::seconds("--timeout", s)?,
@@ -64,7 +64,10 @@ impl Daemon {
             over_limit: true,
             ..Launch::default()
         };
-        let row = self.launch(session, &args.start, launch).await?;
+        // An end before the deadline is shown by this run's reply.
+        let row = self
+            .launch(session, &args.start, launch, Some(&mut *ends_shown))
+            .await?;
         let forward = args.stdin == RunStdin::Forward;
         let mut stdin_open = forward;
         if !forward {

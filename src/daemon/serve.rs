@@ -396,7 +396,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
             Request::Run(args) => {
                 // The connection is the run's: its output, and the caller's stdin.
                 let forward = args.stdin == wire::RunStdin::Forward;
-                let mut shown = Vec::new();
+                let mut shown = super::Shown::new(&daemon);
                 let result = match daemon.check_session(&envelope.session) {
                     Ok(()) => {
                         let caller = super::run::Caller {
@@ -410,7 +410,8 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
                     Err(e) => Err(e),
                 };
                 // A reply that shows the end delivers its notice, once written.
-                let deliver = daemon.claim_shown_ends(&envelope.session, token, &shown);
+                let deliver = daemon.claim_shown_ends(&envelope.session, token, &shown.rows);
+                drop(shown);
                 let line = wire::encode_result(&result);
                 if write_reply(&mut writer, &line, stall).await.is_err() {
                     daemon.release(token, &deliver);

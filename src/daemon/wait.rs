@@ -40,7 +40,7 @@ impl Daemon {
         &self,
         session: &str,
         args: &WaitArgs,
-        shown: &mut Vec<i64>,
+        shown: &mut super::Shown<'_>,
     ) -> Result<WaitReply, WireError> {
         if args.ids.is_empty() {
             return Err(WireError::bad_request(
@@ -67,6 +67,8 @@ impl Daemon {
                 .collect();
             records?.iter().map(|r| r.row).collect()
         };
+        // The ends this wait returns are shown by its reply: their notices wait for it.
+        shown.watch(&rows);
         // "New" output is what this session has not read yet, so `send` then
         // `wait --until` cannot miss a reply that came before the wait.
         let mut scans: Vec<Scan> = rows
@@ -139,7 +141,7 @@ impl Daemon {
         rows: &[i64],
         reason: WaitReason,
         matched: Option<String>,
-        shown: &mut Vec<i64>,
+        shown: &mut super::Shown<'_>,
     ) -> Result<WaitReply, WireError> {
         let inner = self.lock();
         let mut items = Vec::new();

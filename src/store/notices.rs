@@ -25,6 +25,16 @@ fn notice_columns() -> String {
     )
 }
 
+/// SQL: not an end notice of the records `shown` (row numbers, so the list is safe
+/// to write into the statement).
+fn not_shown(shown: &[i64]) -> String {
+    if shown.is_empty() {
+        return "1".into();
+    }
+    let rows: Vec<String> = shown.iter().map(i64::to_string).collect();
+    format!("NOT (key LIKE 'end:%' AND row IN ({}))", rows.join(","))
+}
+
 /// The notices that go to session `?1` (see [`sessions::recipients`]).
 fn for_session() -> String {
     format!("session IN {}", sessions::recipients("?1"))
@@ -44,25 +54,36 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Whether the session has a pending notice that nobody has claimed.
-    pub fn has_claimable(&self, session: &str) -> Result<bool> {
+    /// Whether the session has a pending notice that nobody has claimed (leaving out
+    /// the end notices of `shown`, as [`Store::claim_notices`] does).
+    pub fn has_claimable(&self, session: &str, shown: &[i64]) -> Result<bool> {
         let sql = format!(
             "SELECT EXISTS(SELECT 1 FROM notices
-             WHERE {} AND delivered_at IS NULL AND claim IS NULL)",
-            for_session()
+             WHERE {} AND delivered_at IS NULL AND claim IS NULL AND {})",
+            for_session(),
+            not_shown(shown)
         );
         Ok(self.conn.query_row(&sql, [session], |r| r.get(0))?)
     }
 
     /// Claims every pending, unclaimed notice of the session for `claim`, oldest first.
     /// One statement: a notice is claimed by one caller only.
-    pub fn claim_notices(&mut self, session: &str, claim: i64) -> Result<Vec<NoticeRow>> {
+    /// The end notices of the records in `shown` are left alone: a reply that is about
+    /// to show their end delivers them.
+    pub fn claim_notices(
+        &mut self,
+        session: &str,
+        claim: i64,
+        shown: &[i64],
+    ) -> Result<Vec<NoticeRow>> {
         let sql = format!(
             "UPDATE notices SET claim = ?2
              WHERE nrow IN (SELECT nrow FROM notices
-                            WHERE {} AND delivered_at IS NULL AND claim IS NULL)
+                            WHERE {} AND delivered_at IS NULL AND claim IS NULL
+                                  AND {})
              RETURNING {}",
             for_session(),
+            not_shown(shown),
             notice_columns()
         );
         let mut stmt = self.conn.prepare(&sql)?;

@@ -794,3 +794,43 @@ fn a_notice_that_could_not_be_printed_stays_pending() {
     let notices = home.json(&["notices"]);
     assert_eq!(notices["notices"][0]["item"], id.as_str(), "{notices}");
 }
+
+#[test]
+fn an_end_shown_by_a_reply_is_never_also_given_to_a_follower() {
+    let home = Home::new();
+    home.start_daemon();
+    let out = home.path().join("followed");
+    let mut follower = home
+        .command(&["--json", "notices", "--follow"])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(10), || {
+        crate::util::has_socket(follower.id() as i32)
+    });
+    let mut shown = Vec::new();
+    for _ in 0..5 {
+        let reply = home.json(&["start", "--notify", "--window", "5000", "--", "echo hi"]);
+        assert_eq!(
+            reply["state"], "ended",
+            "the window showed the end: {reply}"
+        );
+        shown.push(reply["id"].as_str().unwrap().to_string());
+    }
+    // A notice nobody showed, which the follower must print.
+    let marker = home.start_with(&["--notify"], "sleep 0.2");
+    eventually(Duration::from_secs(20), || {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains(&marker)
+    });
+    let followed = std::fs::read_to_string(&out).unwrap();
+    let _ = follower.kill();
+    let _ = follower.wait();
+    for id in &shown {
+        assert!(
+            !followed.contains(&format!("\"item\":\"{id}\"")),
+            "{id} was shown by its start and given to the follower too: {followed}"
+        );
+    }
+}

@@ -121,17 +121,20 @@ impl Store {
         matches: u64,
     ) -> Result<()> {
         let tx = self.conn.transaction()?;
-        let pending: Option<(i64, i64)> = tx
+        let pending: Option<(i64, i64, String)> = tx
             .query_row(
-                "SELECT nrow, count FROM notices
+                "SELECT nrow, count, tail FROM notices
                  WHERE row = ?1 AND end_kind = ?2 AND delivered_at IS NULL AND claim IS NULL",
                 params![row, MATCH_NOTICE],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?;
         match pending {
-            Some((nrow, before)) => {
+            Some((nrow, before, earlier)) => {
                 let total = before as u64 + count;
+                // The notice carries the lines it counts: the earlier ones and these,
+                // the newest kept when they pass the bound.
+                let tail = newest_within(&(earlier + tail), tail.len().max(TAIL_MAX));
                 tx.execute(
                     "UPDATE notices SET count = ?2, tail = ?3, created_at = ?4,
                             text = (SELECT id FROM items WHERE row = ?5)
@@ -186,4 +189,23 @@ fn save_progress(
         )?;
     }
     Ok(())
+}
+
+/// The most a watch's notice carries of the lines it counts.
+const TAIL_MAX: usize = 2048;
+
+/// The newest whole lines of `text` within `max` bytes.
+fn newest_within(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let cut = &text[start..];
+    match cut.find('\n') {
+        Some(at) if at + 1 < cut.len() => cut[at + 1..].to_string(),
+        _ => cut.to_string(),
+    }
 }

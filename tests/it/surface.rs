@@ -743,3 +743,48 @@ fn issue12_3_a_monitor_notifies_by_default_and_no_notify_opts_out() {
         .collect();
     assert_eq!(items, vec![armed_id.as_str()], "{notices}");
 }
+
+#[test]
+fn issue12_4_a_watch_notice_carries_every_line_it_counts() {
+    let home = Home::new();
+    let dir = tempfile::tempdir_in("/tmp").unwrap();
+    let file = dir.path().join("app.log");
+    std::fs::write(&file, "").unwrap();
+    let id = home.json(&[
+        "monitor",
+        "watch",
+        "--file",
+        file.to_str().unwrap(),
+        "--regex",
+        "ERR",
+    ])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let log = |line: &str| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        writeln!(f, "{line}").unwrap();
+    };
+    for n in 1..=3 {
+        log(&format!("ERR number {n}"));
+        // Each line its own batch: the watch has seen it before the next one comes.
+        crate::util::eventually(std::time::Duration::from_secs(10), || {
+            home.json(&["notices", "--peek"])["notices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|notice| notice["count"].as_u64() == Some(n as u64))
+        });
+    }
+    let notices = home.json(&["notices"]);
+    let notice = &notices["notices"][0];
+    assert_eq!(notice["item"], id.as_str());
+    let tail = notice["tail"].as_str().unwrap();
+    for n in 1..=3 {
+        assert!(tail.contains(&format!("ERR number {n}")), "{notice}");
+    }
+}

@@ -238,3 +238,24 @@ pub fn has_socket(pid: i32) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Whether a test that needs root (to mount a small tmpfs) is skipped: it is when the
+/// mount failed and this is no root, with the reason printed; as root a failed mount is
+/// a failure.
+pub fn skipped_without_root(mounted: bool) -> bool {
+    if mounted {
+        return false;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let root = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        == Some("0");
+    assert!(
+        !root,
+        "mounting a small tmpfs failed although this runs as root"
+    );
+    eprintln!("skipped: this test mounts a small tmpfs, which needs root");
+    true
+}

@@ -1,8 +1,8 @@
 //! `LocalExecutor`: jobs on this machine, each under its own supervisor process.
 //!
 //! How it works: `start` makes a socket pair, spawns `bgwork supervise` in a session of
-//! its own with one end on fd 3, writes the [`JobSpec`] and waits for `spawned` (or
-//! `spawn_failed`). `reattach` connects to the `control.sock` a supervisor keeps in its
+//! its own with one end on its stdin (fd 0), writes the [`JobSpec`]; `spawned` or
+//! `spawn_failed` follows as a message. `reattach` connects to the `control.sock` a supervisor keeps in its
 //! job's folder, checks the protocol version in `hello`, and falls back to the status
 //! file when no supervisor answers. Either way one task per job then relays the
 //! supervisor's messages as [`ExecEvent`]s and the daemon's commands to it.

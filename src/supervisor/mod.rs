@@ -1,15 +1,16 @@
 //! The per-job supervisor (`bgwork supervise`, hidden): the job's parent for its whole life.
 //!
-//! How it works: the daemon starts this process with a connected socket on fd 3 and
-//! writes the [`JobSpec`] to it. The supervisor leaves the daemon's session (`setsid`),
+//! How it works: the daemon starts this process with a connected socket on its stdin
+//! (fd 0) and writes the [`JobSpec`] to it. The supervisor leaves the daemon's session (`setsid`),
 //! becomes a child subreaper, and runs `bash -c COMMAND` in a process group of its own
 //! with stdout and stderr on one pipe (so they interleave in write order) and stdin on
 //! another. One `poll` loop then serves the output pipe (copied into the [`OutputLog`]),
 //! a signalfd for SIGCHLD (`waitpid` gives the real status), the control socket
 //! `control.sock` in the job's folder (daemons reconnect there after a restart), and the
 //! stop timer. When the job's main process has ended, leftover processes of the job get
-//! TERM then KILL, the output is drained, and the status is written atomically (temp
-//! file, fsync, rename) before the daemon is told: a daemon that was away reads it later.
+//! TERM then KILL, the output is drained, and the status is written atomically (a temp
+//! file written over room made at the start, then renamed; no fsync) before the daemon
+//! is told: a daemon that was away reads it later.
 //! The supervisor needs no daemon to do any of this: its life does not depend on one.
 
 pub(crate) mod cgroup;

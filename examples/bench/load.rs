@@ -89,11 +89,14 @@ pub fn core_under_load(opts: &Opts, report: &mut String) {
             let mut from = 0u64;
             let mut pages = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Big pages are built at a low priority: under this load one may take
+                // longer than a client's usual patience.
                 let status = Command::new(&bin)
                     .args(["--json", "read", &big, "--raw", "--from", &from.to_string()])
                     .args(["--max-bytes", &page.to_string()])
                     .env("BGWORK_HOME", &dir)
                     .env("BGWORK_SESSION", "bench")
+                    .env("BGWORK_ANSWER_TIMEOUT_MS", "600000")
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .status()

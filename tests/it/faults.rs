@@ -97,25 +97,9 @@ fn case20_a_stale_pid_in_a_record_never_signals_an_unrelated_process() {
 #[test]
 fn case18_a_full_disk_is_survived_and_recovered_from() {
     let home = Home::new().with("BGWORK_LOG_CAP", &(64 << 20).to_string());
-    let mounted = std::process::Command::new("mount")
-        // mode=700: a home others may write in is refused (a tmpfs is 1777 by default).
-        .args(["-t", "tmpfs", "-o", "size=3m,mode=700", "tmpfs"])
-        .arg(home.path())
-        .status()
-        .unwrap();
-    if crate::util::skipped_without_root(mounted.success()) {
+    let Some(_disk) = crate::util::small_disk(&home) else {
         return;
-    }
-    struct Unmount<'a>(&'a std::path::Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(self.0)
-                .status();
-        }
-    }
-    let _unmount = Unmount(home.path());
+    };
     // Not waited for while it starts: the disk may be full before its start is recorded
     // (it is recorded once space is freed, below).
     let started = home.json(&[

@@ -364,22 +364,9 @@ fn issue10_7_without_a_cgroup_the_group_and_session_are_swept() {
 #[test]
 fn issue10_9_output_lost_to_a_full_disk_is_counted_and_said() {
     let home = Home::new().with("BGWORK_LOG_CAP", &(64 << 20).to_string());
-    let mounted = Command::new("mount")
-        // mode=700: a home others may write in is refused (a tmpfs is 1777 by default).
-        .args(["-t", "tmpfs", "-o", "size=3m,mode=700", "tmpfs"])
-        .arg(home.path())
-        .status()
-        .unwrap();
-    if crate::util::skipped_without_root(mounted.success()) {
+    let Some(_disk) = crate::util::small_disk(&home) else {
         return;
-    }
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(home.path());
+    };
     home.start_daemon();
     // Ballast that fills the disk now and frees it once the job has gone.
     let ballast = home.path().join("ballast");
@@ -541,22 +528,9 @@ fn the_first_send_to_a_job_that_closed_its_stdin_says_so() {
 #[test]
 fn a_job_that_ends_on_a_full_disk_while_the_daemon_is_away_keeps_its_code() {
     let home = Home::new();
-    let mounted = Command::new("mount")
-        // mode=700: a home others may write in is refused (a tmpfs is 1777 by default).
-        .args(["-t", "tmpfs", "-o", "size=3m,mode=700", "tmpfs"])
-        .arg(home.path())
-        .status()
-        .unwrap();
-    if crate::util::skipped_without_root(mounted.success()) {
+    let Some(_disk) = crate::util::small_disk(&home) else {
         return;
-    }
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(home.path());
+    };
     let flag = home.path().join("end-now");
     let id = home.start_with(
         &["--notify"],

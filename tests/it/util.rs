@@ -259,3 +259,35 @@ pub fn skipped_without_root(mounted: bool) -> bool {
     eprintln!("skipped: this test mounts a small tmpfs, which needs root");
     true
 }
+
+/// A home on a 3 MiB tmpfs, for full-disk tests: `None` (the test is skipped, with the
+/// reason printed) where no tmpfs can be mounted and this is no root. When dropped, it
+/// stops the home's daemon and work, then unmounts.
+pub fn small_disk(home: &Home) -> Option<SmallDisk> {
+    // mode=700: a home others may write in is refused (a tmpfs is 1777 by default).
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=3m,mode=700", "tmpfs"])
+        .arg(home.path())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if skipped_without_root(mounted) {
+        return None;
+    }
+    Some(SmallDisk(home.path().to_path_buf()))
+}
+
+pub struct SmallDisk(PathBuf);
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new(BIN)
+            .args(["shutdown", "--stop-work"])
+            .env("BGWORK_HOME", &self.0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}

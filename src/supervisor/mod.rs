@@ -642,7 +642,13 @@ impl Supervisor {
                 said = true;
                 crate::note!("bgwork supervise: could not write the status file: {e}");
             }
-            if since.elapsed() > STATUS_PATIENCE {
+            // Only a full disk is waited out; a folder that is gone (its home deleted)
+            // or refused will not take the status later either.
+            let full = matches!(
+                e.raw_os_error(),
+                Some(nix::libc::ENOSPC | nix::libc::EDQUOT)
+            );
+            if !full || since.elapsed() > STATUS_PATIENCE {
                 break;
             }
             self.poll_once();

@@ -32,13 +32,27 @@ impl Daemon {
         if self.settle_ending(row, &end) {
             return;
         }
+        self.retry_in_background(move |daemon| {
+            let landed = daemon.settle_ending(row, &end);
+            if landed {
+                crate::note!("bgwork daemon: an end that could not be recorded earlier is now");
+            }
+            landed
+        });
+    }
+
+    /// Tries `write` again in the background, backing off from 200 ms up to a minute,
+    /// until it returns true (a store that refuses writes: a full disk, say).
+    fn retry_in_background(
+        self: &Arc<Self>,
+        mut write: impl FnMut(&Daemon) -> bool + Send + 'static,
+    ) {
         let daemon = self.clone();
         tokio::spawn(async move {
             let mut delay = Duration::from_millis(200);
             loop {
                 tokio::time::sleep(delay).await;
-                if daemon.settle_ending(row, &end) {
-                    crate::note!("bgwork daemon: an end that could not be recorded earlier is now");
+                if write(&daemon) {
                     return;
                 }
                 delay = (delay * 2).min(Duration::from_secs(60));
@@ -59,17 +73,12 @@ impl Daemon {
                 if let Err(e) = self.lock().store.set_running(row, pid) {
                     // A full disk, say: the start is recorded once the store takes it.
                     crate::note!("bgwork daemon: could not record a start (will retry): {e}");
-                    let daemon = self.clone();
-                    tokio::spawn(async move {
-                        let mut delay = Duration::from_millis(100);
-                        loop {
-                            tokio::time::sleep(delay).await;
-                            if daemon.lock().store.set_running(row, pid).is_ok() {
-                                daemon.bump();
-                                return;
-                            }
-                            delay = (delay * 2).min(Duration::from_secs(10));
+                    self.retry_in_background(move |daemon| {
+                        let recorded = daemon.lock().store.set_running(row, pid).is_ok();
+                        if recorded {
+                            daemon.bump();
                         }
+                        recorded
                     });
                 }
                 self.bump();

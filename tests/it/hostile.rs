@@ -589,6 +589,19 @@ fn a_relative_home_is_the_callers_and_descriptors_are_not_inherited() {
 
 // Found by attacking the merged whole.
 
+/// The fault: 0.8 s after a call, the daemon is paused for 4 s, across both the end of
+/// a 1.5 s job and a 3 s deadline.
+fn pause_daemon_across_end_and_deadline(daemon: i32) {
+    std::thread::sleep(Duration::from_millis(800));
+    for (signal, then) in [("-STOP", 4000), ("-CONT", 0)] {
+        Command::new("kill")
+            .args([signal, &daemon.to_string()])
+            .status()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(then));
+    }
+}
+
 #[test]
 fn a_deadline_never_wins_over_an_end_that_already_happened() {
     let home = Home::new();
@@ -600,17 +613,7 @@ fn a_deadline_never_wins_over_an_end_that_already_happened() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // The fault: the daemon is paused across both the job's end and the deadline.
-    std::thread::sleep(Duration::from_millis(800));
-    Command::new("kill")
-        .args(["-STOP", &daemon.to_string()])
-        .status()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(4000));
-    Command::new("kill")
-        .args(["-CONT", &daemon.to_string()])
-        .status()
-        .unwrap();
+    pause_daemon_across_end_and_deadline(daemon);
     let out = run.wait_with_output().unwrap();
     assert_eq!(
         out.status.code(),
@@ -624,16 +627,7 @@ fn a_deadline_never_wins_over_an_end_that_already_happened() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
-    Command::new("kill")
-        .args(["-STOP", &daemon.to_string()])
-        .status()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(4000));
-    Command::new("kill")
-        .args(["-CONT", &daemon.to_string()])
-        .status()
-        .unwrap();
+    pause_daemon_across_end_and_deadline(daemon);
     let out = waiter.wait_with_output().unwrap();
     let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(reply["reason"], "ended", "{reply}");

@@ -21,6 +21,7 @@ pub mod end;
 pub mod environ;
 pub mod executor;
 pub mod hook;
+pub mod http;
 pub mod keys;
 pub mod mcp;
 pub mod output;

@@ -247,6 +247,36 @@ Example:
         /// Stay attached to the terminal (the daemon never forks itself anyway)
         #[arg(long)]
         foreground: bool,
+        /// Serve the work strip at start, on 127.0.0.1:PORT (or PORT; 0 for a free one)
+        #[arg(long, value_name = "ADDR", value_parser = crate::http::parse_addr)]
+        http: Option<u16>,
+    },
+    /// Open the work strip: a web page of every session's work, live, with Stop
+    #[command(after_help = "\
+Makes sure the daemon serves the page on loopback (127.0.0.1) and prints its address
+with the token that every request needs (kept in $BGWORK_HOME/http.token). The first
+load turns the token into a cookie. With a display, the page is opened with xdg-open.
+
+Examples:
+  bgwork ui
+  bgwork ui --port 8750 --no-open")]
+    Ui {
+        /// The port to serve on [default: the one served before, else a free one]
+        #[arg(long)]
+        port: Option<u16>,
+        /// Print the address only; do not open a browser
+        #[arg(long)]
+        no_open: bool,
+    },
+    /// Close a pane as closing its terminal window does: it ends `cancelled`
+    #[command(after_help = "\
+Its processes are hung up (SIGHUP); one that ignores the hang-up runs on: `bgwork stop`.
+
+Example:
+  bgwork close bg-2")]
+    Close {
+        /// The pane to close
+        id: String,
     },
     /// The daemon's pid, version, home, socket and running work per session
     #[command(after_help = "\
@@ -625,7 +655,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "default".to_string());
     let request = match cli.command {
-        Commands::Daemon { .. } => return Ok(run_daemon()),
+        Commands::Daemon { http, .. } => return Ok(run_daemon(http)),
+        Commands::Ui { port, no_open } => return ui(&paths, &session, port, no_open, json),
+        Commands::Close { id } => Request::Close { id },
         Commands::Supervise => crate::supervisor::run(),
         Commands::Demo => return demo::run(),
         Commands::Completions { shell } => {
@@ -748,8 +780,63 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
     render::call_and_print(&mut client, envelope, json)
 }
 
-fn run_daemon() -> ExitCode {
-    match crate::daemon::main() {
+/// `bgwork ui`: the strip's address, opened in a browser when there is a display.
+fn ui(
+    paths: &Paths,
+    session: &str,
+    port: Option<u16>,
+    no_open: bool,
+    json: bool,
+) -> Result<ExitCode, WireError> {
+    let envelope = Envelope {
+        session: session.to_string(),
+        request: Request::Ui { port },
+    };
+    let reply: wire::UiReply = Client::connect(paths)?.call(&envelope)?;
+    if json {
+        println!("{}", wire::to_json_text(&reply));
+    } else {
+        println!("{}", reply.url);
+    }
+    let display = ["DISPLAY", "WAYLAND_DISPLAY"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
+    if display && !no_open {
+        // The token stays off every command line (which other users may read): the
+        // browser opens a private file of the home that leads it to the address.
+        let door = paths.home.join("ui.html");
+        let page = format!(
+            "<!doctype html><meta http-equiv=\"refresh\" content=\"0;url={}\">",
+            reply.url
+        );
+        use std::os::unix::fs::OpenOptionsExt;
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&door)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, page.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("bgwork: could not open a browser ({e}): open the address above");
+            return Ok(ExitCode::SUCCESS);
+        }
+        // The browser is the person's: it must outlive this call and not write here.
+        let opened = std::process::Command::new("xdg-open")
+            .arg(&door)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        if let Err(e) = opened {
+            eprintln!("bgwork: could not open a browser ({e}): open the address above");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_daemon(http: Option<u16>) -> ExitCode {
+    match crate::daemon::main(http) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bgwork daemon: {e}");

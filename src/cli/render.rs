@@ -111,6 +111,15 @@ pub fn call_and_print(
             )
         }),
         Request::Status => print(client, &envelope, json, status_text),
+        Request::Close { .. } => print(client, &envelope, json, |item: &Item| {
+            match item.already_ended {
+                Some(true) => format!("{} had already ended", inert(&item.id)),
+                _ => format!("{}: its terminal was hung up", inert(&item.id)),
+            }
+        }),
+        Request::Ui { .. } => print(client, &envelope, json, |reply: &wire::UiReply| {
+            reply.url.clone()
+        }),
     }
 }
 

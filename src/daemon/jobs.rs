@@ -326,6 +326,33 @@ impl Daemon {
         )
     }
 
+    /// `close`: hangs up a running pane, as closing its terminal window does.
+    pub(crate) fn close(&self, session: &str, id: &str) -> Result<Item, WireError> {
+        let inner = self.lock();
+        let record = Self::find(&inner, session, id)?;
+        if record.kind != Kind::Pane {
+            return Err(WireError::bad_request(format!(
+                "{id} is no pane (it has no terminal to close): `bgwork stop {id}` ends it"
+            )));
+        }
+        let mut item = self.item_as(session, &record);
+        if record.state == State::Ended {
+            item.already_ended = Some(true);
+            return Ok(item);
+        }
+        let Some(live) = inner.live.get(&record.row) else {
+            return Err(WireError::new(
+                ErrorCode::NotRunning,
+                format!("{id} is not attached yet: try again in a moment"),
+            ));
+        };
+        live.handle.send(ToSupervisor::Signal {
+            signal: nix::sys::signal::Signal::SIGHUP as i32,
+        });
+        item.stop_requested = Some(true);
+        Ok(item)
+    }
+
     pub(crate) async fn stop(&self, session: &str, args: &StopArgs) -> Result<Item, WireError> {
         let grace = match args.grace_s {
             Some(s) => crate::wire::seconds("--grace", s)?,

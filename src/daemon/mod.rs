@@ -113,6 +113,8 @@ pub struct Daemon {
     /// Client connections being served.
     pub(crate) connections: AtomicUsize,
     big_replies: Arc<Semaphore>,
+    /// The work strip, once served (`ui`, `daemon --http`).
+    pub(crate) http: tokio::sync::Mutex<Option<crate::http::Serving>>,
 }
 
 impl Daemon {
@@ -140,6 +142,7 @@ impl Daemon {
             next_token: AtomicI64::new(1),
             connections: AtomicUsize::new(0),
             big_replies: Arc::new(Semaphore::new(BIG_REPLIES)),
+            http: tokio::sync::Mutex::new(None),
         };
         (Arc::new(daemon), receiver)
     }
@@ -233,6 +236,16 @@ impl Daemon {
         }
     }
 
+    /// A receiver that changes when the output of `session`'s item `id` grows.
+    pub(crate) fn output_changes(
+        &self,
+        session: &str,
+        id: &str,
+    ) -> Result<watch::Receiver<()>, WireError> {
+        let row = Self::find(&self.lock(), session, id)?.row;
+        Ok(self.watch_output(&[row]))
+    }
+
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
@@ -308,6 +321,8 @@ impl Daemon {
             Request::Restart(args) => reply(&self.restart(&session, args, &mut shown).await),
             Request::NewSession { base } => reply(&self.new_session(&base)),
             Request::Status => reply(&self.status()),
+            Request::Close { id } => reply(&self.close(&session, &id)),
+            Request::Ui { port } => reply(&crate::http::ensure(self, port).await),
             Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),
         };
         Answer {

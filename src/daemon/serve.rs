@@ -42,8 +42,9 @@ const ACCEPT_QUIET: Duration = Duration::from_secs(2);
 /// How long a starting daemon waits for the home's lock before refusing.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// `bgwork daemon`: takes the home's lock, binds the socket and serves until shutdown.
-pub fn main() -> anyhow::Result<()> {
+/// `bgwork daemon`: takes the home's lock, binds the socket and serves until shutdown
+/// (and the work strip on loopback port `http`, or where an earlier daemon served it).
+pub fn main(http: Option<u16>) -> anyhow::Result<()> {
     // Nothing a client left open reaches the daemon, its supervisors or their jobs.
     close_inherited_descriptors();
     // A daemon started from inside a job is no part of that job.
@@ -93,7 +94,7 @@ pub fn main() -> anyhow::Result<()> {
             std::process::id()
         );
         let shutdown = daemon.shutdown_signal();
-        run(daemon, events, listener, shutdown).await;
+        run(daemon, events, listener, shutdown, http).await;
         let _ = std::fs::remove_file(&paths.socket);
         anyhow::Ok(())
     })?;
@@ -187,18 +188,21 @@ fn bind(paths: &Paths) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Serves `listener` until `shutdown` turns true. Tests and `main` both come here.
+/// Serves `listener` (and the work strip, when asked) until `shutdown` turns true.
 pub async fn run(
     daemon: Arc<Daemon>,
     events: tokio::sync::mpsc::UnboundedReceiver<crate::executor::ExecEvent>,
     listener: UnixListener,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
+    http: Option<u16>,
 ) {
     daemon.adopt_orphans();
     daemon.reconcile().await;
     tokio::spawn(daemon.clone().apply_events(events));
     daemon.resume_monitors();
     daemon.executor.refill();
+    // Once records are reconciled (a page would show them half done).
+    crate::http::resume(&daemon, http).await;
     if let Err(e) = daemon.gc() {
         crate::note!("bgwork daemon: gc at start failed: {}", e.message);
     }

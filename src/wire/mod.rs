@@ -94,6 +94,17 @@ pub enum Request {
         base: String,
     },
     Status,
+    /// Closes a pane as a person closes its terminal window: the pane's processes are
+    /// hung up (SIGHUP), and a pane that ends so ends `cancelled`.
+    Close {
+        id: String,
+    },
+    /// Serves the work strip on loopback (`port`, else the port it had, else a free
+    /// one) and answers its address.
+    Ui {
+        #[serde(default)]
+        port: Option<u16>,
+    },
     Shutdown {
         #[serde(default)]
         stop_work: bool,
@@ -399,6 +410,18 @@ pub struct StartReply {
     #[serde(flatten)]
     pub item: Item,
     pub output: String,
+}
+
+/// The reply of `ui`: where the work strip is served.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct UiReply {
+    /// The address with the token, to open once (it sets a cookie and drops the token).
+    pub url: String,
+    /// The address without the token.
+    pub address: String,
+    pub port: u16,
+    /// The daemon served it already (this call started nothing).
+    pub already_serving: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

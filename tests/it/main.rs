@@ -17,6 +17,7 @@ mod security;
 mod security_hostile;
 mod sessions;
 mod stop;
+mod strip;
 mod surface;
 mod util;
 mod wait;

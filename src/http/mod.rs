@@ -1,0 +1,248 @@
+//! The work strip: a web page on loopback where the people beside the agent see, follow
+//! and stop its work (`bgwork ui`, `bgwork daemon --http ADDR`).
+//!
+//! A front end like the CLI and the MCP server: every answer it gives comes from a
+//! `wire::Request` served by [`Daemon::dispatch`]; it adds only the transport (HTTP,
+//! Server-Sent Events), its guard (`guard.rs`: loopback `Host`, the token, `Origin`)
+//! and the page itself (`page/`, compiled into the binary). `stream.rs` turns the
+//! daemon's wake-ups (a record changed, an item's output grew) into events, reading
+//! what they announce through the same requests.
+
+mod guard;
+mod routes;
+mod stream;
+
+use crate::daemon::Daemon;
+use crate::wire::{UiReply, WireError};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::sync::Arc;
+
+/// The file in the home that says which port a daemon served the strip on, so that a
+/// restarted daemon serves it again where an open page looks for it.
+const SERVED_FILE: &str = "http.port";
+/// The file in the home holding the token every request must carry (0600).
+const TOKEN_FILE: &str = "http.token";
+
+/// The most connections the strip serves at once (a page holds two or three); more wait
+/// in the kernel's queue, so that nobody who can reach loopback takes the daemon's files.
+const MAX_CONNECTIONS: usize = 64;
+
+/// The strip as one daemon serves it.
+pub(crate) struct Serving {
+    port: u16,
+    token: String,
+}
+
+/// What every handler shares.
+pub(crate) struct Web {
+    daemon: Arc<Daemon>,
+    port: u16,
+    token: String,
+}
+
+/// Makes sure the daemon serves the strip (on `port`, else where it served it last,
+/// else on a free port) and answers its address with the token.
+pub(crate) async fn ensure(daemon: &Arc<Daemon>, port: Option<u16>) -> Result<UiReply, WireError> {
+    let mut serving = daemon.http.lock().await;
+    if let Some(serving) = serving.as_ref() {
+        if port.is_some_and(|p| p != 0 && p != serving.port) {
+            return Err(WireError::bad_request(format!(
+                "the work strip is already served on port {}: open it there (`bgwork ui` \
+                 prints its address), or restart the daemon with `bgwork daemon --http \
+                 127.0.0.1:{}`",
+                serving.port,
+                port.unwrap_or_default()
+            )));
+        }
+        return Ok(reply(serving, true));
+    }
+    let home = daemon.paths.home.clone();
+    let wanted = port.or_else(|| served_port(&home)).unwrap_or(0);
+    let listener = match bind(wanted) {
+        // The port of an earlier daemon may be taken by now: any free one will do,
+        // unless the caller asked for that one.
+        Err(_) if port.is_none() && wanted != 0 => bind(0),
+        bound => bound,
+    }
+    .map_err(|e| {
+        WireError::bad_request(format!(
+            "cannot serve the work strip on 127.0.0.1:{wanted}: {e}; choose another port \
+             with `bgwork ui --port N`, or leave it out for a free one"
+        ))
+    })?;
+    let token = guard::token(&home.join(TOKEN_FILE)).map_err(|e| {
+        WireError::internal(format!(
+            "cannot keep the work strip's token in {}: {e}",
+            home.join(TOKEN_FILE).display()
+        ))
+    })?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| WireError::internal(e.to_string()))?
+        .port();
+    let web = Arc::new(Web {
+        daemon: daemon.clone(),
+        port,
+        token: token.clone(),
+    });
+    let mut shutdown = daemon.shutdown_signal();
+    let app = routes::router(web);
+    let listener = Capped {
+        listener,
+        slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+    };
+    tokio::spawn(async move {
+        let stop = async move {
+            let _ = shutdown.wait_for(|going| *going).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            crate::note!("bgwork daemon: the work strip stopped serving: {e}");
+        }
+    });
+    let _ = std::fs::write(home.join(SERVED_FILE), port.to_string());
+    let made = Serving { port, token };
+    let answer = reply(&made, false);
+    *serving = Some(made);
+    Ok(answer)
+}
+
+/// At the daemon's start: serves the strip again when an earlier daemon of this home
+/// served it (or `addr` asks for it).
+pub(crate) async fn resume(daemon: &Arc<Daemon>, addr: Option<u16>) {
+    if addr.is_none() && served_port(&daemon.paths.home).is_none() {
+        return;
+    }
+    match ensure(daemon, addr).await {
+        Ok(reply) => crate::note!(
+            "bgwork daemon: the work strip is served at {}",
+            reply.address
+        ),
+        Err(e) => crate::note!("bgwork daemon: {}", e.message),
+    }
+}
+
+/// The port in `--http ADDR`: `PORT`, `127.0.0.1:PORT` or `localhost:PORT` (the strip
+/// listens on loopback only).
+pub fn parse_addr(text: &str) -> Result<u16, String> {
+    let port = match text.rsplit_once(':') {
+        None => text,
+        Some(("127.0.0.1" | "localhost", port)) => port,
+        Some((host, _)) => {
+            return Err(format!(
+                "the work strip listens on loopback only, not on {host}: give \
+                 127.0.0.1:PORT or a port"
+            ))
+        }
+    };
+    port.parse::<u16>()
+        .map_err(|_| format!("{text} is no port: give 127.0.0.1:PORT or a port (0 for a free one)"))
+}
+
+fn reply(serving: &Serving, already: bool) -> UiReply {
+    let address = format!("http://127.0.0.1:{}/", serving.port);
+    UiReply {
+        url: format!("{address}?token={}", serving.token),
+        address,
+        port: serving.port,
+        already_serving: already,
+    }
+}
+
+fn bind(port: u16) -> std::io::Result<tokio::net::TcpListener> {
+    let listener =
+        std::net::TcpListener::bind(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)))?;
+    listener.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(listener)
+}
+
+fn served_port(home: &Path) -> Option<u16> {
+    std::fs::read_to_string(home.join(SERVED_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A listener that accepts a connection only when one of [`MAX_CONNECTIONS`] slots is
+/// free; the slot goes with the connection.
+struct Capped {
+    listener: tokio::net::TcpListener,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl axum::serve::Listener for Capped {
+    type Io = Held;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Held, SocketAddr) {
+        let slot = loop {
+            if let Ok(slot) = self.slots.clone().acquire_owned().await {
+                break slot;
+            }
+        };
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, addr)) => {
+                    return (
+                        Held {
+                            stream,
+                            _slot: slot,
+                        },
+                        addr,
+                    )
+                }
+                // Out of descriptors, say: the connection stays queued; retrying at
+                // once would spin.
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+/// A connection with its slot.
+struct Held {
+    stream: tokio::net::TcpStream,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for Held {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Held {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}

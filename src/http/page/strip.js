@@ -1,0 +1,578 @@
+// The work strip. Everything a job printed is put in the page as text (textContent),
+// never as markup; colours become classes and CSSOM styles.
+'use strict';
+
+const PAGE_ROWS = 200;
+const EARLIER_BYTES = 64 * 1024;
+const MAX_LINES = 5000;
+
+const view = {
+  items: [],
+  filter: 'running',
+  limit: PAGE_ROWS,
+  selected: null, // {session, id}
+  rows: new Map(), // the row elements shown, by item
+  follow: null, // what streams the selected item
+  loading: false,
+  again: false,
+};
+
+const $ = (id) => document.getElementById(id);
+
+// An element with attributes and children (strings become text nodes).
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === 'class') node.className = value;
+    else if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? '' : value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+async function api(path, body) {
+  const options = body === undefined ? {} : {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  };
+  const response = await fetch(path, options);
+  const text = await response.text();
+  let data;
+  try { data = JSON.parse(text); } catch (_) { data = { error: { message: text.trim() } }; }
+  if (!response.ok || data.error) {
+    throw new Error(data.error ? data.error.message : `${response.status} ${text}`);
+  }
+  return data;
+}
+
+const key = (item) => `${item.session}\u0000${item.id}`;
+const running = (item) => item.state !== 'ended';
+const stateName = (item) => (running(item) ? item.state : item.end || 'ended');
+
+function age(from, to) {
+  let s = Math.max(0, Math.round(((to ? Date.parse(to) : Date.now()) - Date.parse(from)) / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+}
+
+function bytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1 << 20) return `${(n / 1024).toFixed(0)} KiB`;
+  if (n < 1 << 30) return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  return `${(n / (1 << 30)).toFixed(2)} GiB`;
+}
+
+// ---- the list ----
+
+async function refresh() {
+  if (view.loading) { view.again = true; return; }
+  view.loading = true;
+  try {
+    view.items = (await api('/api/items')).items;
+    render();
+  } catch (e) {
+    $('summary').textContent = `cannot list the work: ${e.message}`;
+  } finally {
+    view.loading = false;
+    if (view.again) { view.again = false; refresh(); }
+  }
+}
+
+function shown() {
+  const items = view.items.filter((item) => view.filter === 'all'
+    || (view.filter === 'running') === running(item));
+  // Sessions in name order (a sub-agent's `S/sub-N` right under `S`), newest first within.
+  items.sort((a, b) => (a.session < b.session ? -1 : a.session > b.session ? 1
+    : Date.parse(b.started_at) - Date.parse(a.started_at)));
+  return items;
+}
+
+function render() {
+  const all = view.items;
+  const live = all.filter(running).length;
+  const sessions = new Set(all.map((i) => i.session)).size;
+  $('summary').textContent = `${live} running · ${all.length - live} ended · ${sessions} session${sessions === 1 ? '' : 's'}`;
+  const items = shown();
+  const fragment = [];
+  const kept = new Map();
+  let group = null;
+  let session = null;
+  for (const item of items.slice(0, view.limit)) {
+    if (item.session !== session) {
+      session = item.session;
+      const sub = /\/sub-\d+$/.test(session);
+      group = { head: el('h3', {}, sub ? `sub-agent ${session}` : `session ${session}`), rows: [], sub };
+      fragment.push(group);
+    }
+    // A row whose item did not change is the same element (a click on it lands).
+    const signature = JSON.stringify([item, view.selected && key(view.selected) === key(item)]);
+    const old = view.rows.get(key(item));
+    const node = old && old.signature === signature ? old.node : row(item);
+    node.querySelector('.age').textContent = ageText(item);
+    kept.set(key(item), { node, signature });
+    group.rows.push(node);
+  }
+  view.rows = kept;
+  const groups = fragment.map((g) => el('div', { class: g.sub ? 'group sub' : 'group' }, g.head, ...g.rows));
+  if (items.length === 0) {
+    groups.push(el('p', { class: 'hint' }, view.filter === 'running' ? 'Nothing is running.' : 'Nothing here.'));
+  }
+  $('groups').replaceChildren(...groups);
+  const rest = items.length - Math.min(items.length, view.limit);
+  $('more').hidden = rest <= 0;
+  $('more').textContent = `Show ${Math.min(rest, PAGE_ROWS)} more (${rest} not shown)`;
+  renderChart();
+  renderFeed();
+  if (view.selected) {
+    const item = all.find((i) => key(i) === key(view.selected));
+    if (item) updateDetail(item);
+  }
+}
+
+const ageText = (item) => (running(item)
+  ? `up ${age(item.started_at)}` : `ran ${age(item.started_at, item.ended_at)}`);
+
+function row(item) {
+  const what = item.name ? `${item.name} · ${item.command}` : item.command;
+  const meta = [
+    el('span', {}, item.kind.replace('_', '-')),
+    el('span', { class: `badge state-${stateName(item)}` }, stateName(item)
+      + (item.exit_code !== null && item.exit_code !== undefined ? ` ${item.exit_code}` : '')),
+    el('span', { class: 'age', title: item.started_at }),
+    item.pid ? el('span', {}, `pid ${item.pid}`) : null,
+    ...ports(item),
+    item.cpu_ms !== undefined && item.cpu_ms !== null ? el('span', {}, `cpu ${(item.cpu_ms / 1000).toFixed(1)}s`) : null,
+    item.rss_bytes ? el('span', {}, `mem ${bytes(item.rss_bytes)}`) : null,
+  ];
+  const selected = view.selected && key(view.selected) === key(item);
+  return el('div', {
+    class: selected ? 'row selected' : 'row',
+    'data-id': item.id,
+    'data-session': item.session,
+    'data-state': stateName(item),
+    onclick: () => select(item),
+  },
+  el('span', { class: 'id' }, item.id),
+  el('span', { class: 'what', title: what }, what),
+  el('span', { class: 'acts' }, ...actions(item)),
+  el('span', { class: 'meta' }, ...meta));
+}
+
+function ports(item) {
+  return (item.listening || []).map((address) => el('span', { class: 'ports' },
+    'listening ', el('a', { href: `http://${address}/`, target: '_blank', rel: 'noopener noreferrer' }, address)));
+}
+
+function actions(item) {
+  const act = (label, path, extra) => el('button', {
+    type: 'button',
+    class: extra,
+    'data-act': label.toLowerCase(),
+    onclick: (event) => { event.stopPropagation(); perform(path, item, label); },
+  }, label);
+  if (running(item)) {
+    const out = [act('Stop', '/api/stop', 'danger')];
+    if (item.kind === 'pane') out.push(act('Close', '/api/close'));
+    return out;
+  }
+  const out = [];
+  if (item.kind === 'job' || item.kind === 'pane') out.push(act('Restart', '/api/restart'));
+  out.push(act('Dismiss', '/api/dismiss'));
+  return out;
+}
+
+async function perform(path, item, label) {
+  try {
+    await api(path, { session: item.session, id: item.id });
+    refresh();
+  } catch (e) {
+    alertLine(`${label} ${item.id}: ${e.message}`);
+  }
+}
+
+function alertLine(text) {
+  const line = el('p', { class: 'error' }, text);
+  $('detail').prepend(line);
+  setTimeout(() => line.remove(), 8000);
+}
+
+// ---- the chart and the notices ----
+
+function renderChart() {
+  const now = Date.now();
+  const buckets = 60;
+  const counts = new Array(buckets).fill(0);
+  const spans = view.items.map((i) => [Date.parse(i.started_at), i.ended_at ? Date.parse(i.ended_at) : now]);
+  for (let b = 0; b < buckets; b++) {
+    const t = now - (buckets - 1 - b) * 60000;
+    counts[b] = spans.filter(([s, e]) => s <= t && e >= t - 60000).length;
+  }
+  const top = Math.max(1, ...counts);
+  const svg = $('chart');
+  const ns = 'http://www.w3.org/2000/svg';
+  const bars = counts.map((n, b) => {
+    const rect = document.createElementNS(ns, 'rect');
+    const h = (n / top) * 60;
+    rect.setAttribute('x', (b * 300) / buckets + 0.5);
+    rect.setAttribute('width', 300 / buckets - 1);
+    rect.setAttribute('y', 62 - h);
+    rect.setAttribute('height', h);
+    const title = document.createElementNS(ns, 'title');
+    title.textContent = `${n} running ${buckets - 1 - b} min ago`;
+    rect.append(title);
+    return rect;
+  });
+  const label = document.createElementNS(ns, 'text');
+  label.setAttribute('x', 3);
+  label.setAttribute('y', 11);
+  label.textContent = `max ${top}`;
+  svg.replaceChildren(...bars, label);
+}
+
+function renderFeed() {
+  const ended = view.items.filter((i) => i.ended_at && i.report)
+    .sort((a, b) => Date.parse(b.ended_at) - Date.parse(a.ended_at)).slice(0, 40);
+  $('feed').replaceChildren(...ended.map((i) => el('li', { 'data-id': i.id },
+    el('time', { datetime: i.ended_at }, new Date(i.ended_at).toLocaleTimeString()),
+    i.session === 'default' ? '' : `[${i.session}] `, i.report)));
+}
+
+// ---- the selected item ----
+
+function select(item) {
+  if (view.follow) view.follow.close();
+  view.follow = null;
+  view.selected = { session: item.session, id: item.id };
+  for (const node of document.querySelectorAll('.row.selected')) node.classList.remove('selected');
+  for (const node of document.querySelectorAll('.row')) {
+    if (node.dataset.id === item.id && node.dataset.session === item.session) node.classList.add('selected');
+  }
+  const detail = $('detail');
+  const head = el('div', { class: 'head' });
+  detail.replaceChildren(head);
+  detail.dataset.key = key(item);
+  updateDetail(item);
+  if (item.kind === 'pane') {
+    const screen = el('pre', { class: 'term screen', id: 'screen' });
+    detail.append(screen, keysForm(item));
+    view.follow = followScreen(item, screen);
+  } else {
+    const earlier = el('button', { type: 'button', id: 'earlier', hidden: true }, 'Load earlier');
+    const out = el('pre', { class: 'term', id: 'output' });
+    detail.append(earlier, out);
+    view.follow = followOutput(item, out, earlier);
+  }
+}
+
+function updateDetail(item) {
+  const head = document.querySelector('#detail .head');
+  if (!head) return;
+  const parts = [
+    el('h2', {}, `${item.id}${item.name ? ` · ${item.name}` : ''}`),
+    el('div', { class: 'facts' },
+      el('span', {}, `session ${item.session}`),
+      el('span', {}, item.kind.replace('_', '-')),
+      el('span', { class: `badge state-${stateName(item)}` }, stateName(item)),
+      item.pid ? el('span', {}, `pid ${item.pid}`) : null,
+      el('span', {}, `cwd ${item.cwd}`),
+      ...ports(item)),
+    el('code', {}, item.command),
+    item.report ? el('div', { class: 'report' }, item.report) : null,
+    el('div', { class: 'acts' }, ...actions(item))];
+  head.replaceChildren(...parts.filter((part) => part !== null));
+}
+
+const query = (target, extra) => {
+  const params = new URLSearchParams({ session: target.session, id: target.id, ...(extra || {}) });
+  return params.toString();
+};
+
+function decodeBase64(text) {
+  const raw = atob(text);
+  const out = new Uint8Array(raw.length);
+  for (let i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
+  return out;
+}
+
+// An item's output, streamed from the log by offset; reconnects where it stopped.
+function followOutput(item, pre, earlier) {
+  const term = new Term(pre);
+  const decoder = new TextDecoder('utf-8');
+  let first = null; // the first offset shown
+  let next = null; // where the stream goes on
+  let source = null;
+  let closed = false;
+  const open = () => {
+    const extra = next === null ? {} : { from: next };
+    source = new EventSource(`/api/output?${query(item, extra)}`);
+    source.addEventListener('output', (event) => {
+      const chunk = JSON.parse(event.data);
+      if (first === null) {
+        first = chunk.from;
+        earlier.hidden = first === 0;
+      }
+      if (chunk.dropped_bytes > 0 && next !== null && chunk.from > next) {
+        term.marker(`[${chunk.dropped_bytes} bytes of the middle were dropped (the log cap)]`);
+      }
+      term.write(decoder.decode(decodeBase64(chunk.bytes), { stream: true }));
+      next = chunk.to;
+    });
+    source.addEventListener('end', (event) => {
+      const end = JSON.parse(event.data);
+      if (first === null) { first = end.to; earlier.hidden = first === 0; }
+      term.write(decoder.decode());
+      if (end.report) term.marker(end.report);
+      source.close();
+      closed = true;
+    });
+    source.addEventListener('failed', (event) => {
+      term.marker(`cannot read: ${event.data}`);
+      source.close();
+      closed = true;
+    });
+    source.onerror = () => {
+      source.close();
+      if (!closed) setTimeout(() => { if (!closed) open(); }, 1000);
+    };
+  };
+  earlier.addEventListener('click', async () => {
+    if (first === null || first === 0) return;
+    const from = Math.max(0, first - EARLIER_BYTES);
+    try {
+      const reply = await api(`/api/read?${query(item, { from, to: first })}`);
+      const text = new TextDecoder('utf-8').decode(decodeBase64(reply.output_base64 || ''));
+      term.prepend(text);
+      first = reply.from;
+      earlier.hidden = first === 0;
+    } catch (e) {
+      alertLine(`load earlier: ${e.message}`);
+    }
+  });
+  open();
+  return { close: () => { closed = true; if (source) source.close(); } };
+}
+
+function followScreen(item, pre) {
+  let closed = false;
+  let source = null;
+  const open = () => {
+    source = new EventSource(`/api/screen?${query(item)}`);
+    source.addEventListener('screen', (event) => { pre.textContent = JSON.parse(event.data).text; });
+    source.addEventListener('end', () => { closed = true; source.close(); });
+    source.addEventListener('failed', (event) => {
+      closed = true; source.close();
+      pre.append(el('span', { class: 'marker' }, `\ncannot read the screen: ${event.data}`));
+    });
+    source.onerror = () => {
+      source.close();
+      if (!closed) setTimeout(() => { if (!closed) open(); }, 1000);
+    };
+  };
+  open();
+  return { close: () => { closed = true; source.close(); } };
+}
+
+function keysForm(item) {
+  const input = el('input', { type: 'text', name: 'text', autocomplete: 'off', placeholder: 'text to type; Enter sends it with a newline', 'aria-label': 'text to send' });
+  const send = async (body) => {
+    try {
+      await api('/api/send', { session: item.session, id: item.id, ...body });
+    } catch (e) {
+      alertLine(`send to ${item.id}: ${e.message}`);
+    }
+  };
+  const keyButton = (label, name) => el('button', {
+    type: 'button', 'data-key': name, onclick: () => send({ keys: [name] }),
+  }, label);
+  return el('form', {
+    class: 'keys',
+    onsubmit: (event) => {
+      event.preventDefault();
+      // The text is typed as it is: backslashes are not escapes here.
+      send({ text: `${input.value.replace(/\\/g, '\\\\')}\\n` });
+      input.value = '';
+    },
+  }, input, el('button', { type: 'submit' }, 'Send'),
+  keyButton('Enter', 'Enter'), keyButton('Tab', 'Tab'), keyButton('↑', 'Up'),
+  keyButton('↓', 'Down'), keyButton('Esc', 'Esc'), keyButton('Ctrl-C', 'C-c'), keyButton('Ctrl-D', 'C-d'));
+}
+
+// ---- escapes to colour ----
+
+const BASE = ['#2e3436', '#cc0000', '#4e9a06', '#c4a000', '#3465a4', '#75507b', '#06989a', '#d3d7cf',
+  '#555753', '#ef2929', '#8ae234', '#fce94f', '#729fcf', '#ad7fa8', '#34e2e2', '#eeeeec'];
+
+function colour256(n) {
+  if (n < 16) return BASE[n];
+  if (n < 232) {
+    const c = n - 16;
+    const level = (v) => (v === 0 ? 0 : 55 + v * 40);
+    return `rgb(${level(Math.floor(c / 36))},${level(Math.floor(c / 6) % 6)},${level(c % 6)})`;
+  }
+  const g = 8 + (n - 232) * 10;
+  return `rgb(${g},${g},${g})`;
+}
+
+const CSI = /\x1b\[([0-?]*)([ -/]*)([@-~])/y;
+const OSC = /\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)/y;
+const ESC2 = /\x1b[@-Z\\^_]/y;
+const CHARSET = /\x1b[()*+][0-9A-Za-z]/y;
+
+// A terminal-ish renderer for logs: SGR colours, `\r` rewrites the line (progress bars
+// collapse to their last state), other escapes are dropped.
+class Term {
+  constructor(pre) {
+    this.pre = pre;
+    this.style = {};
+    this.carry = '';
+    this.cr = false;
+    this.line = null;
+    this.newLine();
+  }
+
+  newLine() {
+    this.line = el('div', { class: 'line' });
+    this.pre.append(this.line);
+    while (this.pre.childElementCount > MAX_LINES) this.pre.firstElementChild.remove();
+  }
+
+  marker(text) {
+    if (this.line.textContent !== '') this.newLine();
+    this.line.append(el('span', { class: 'marker' }, text));
+    this.newLine();
+  }
+
+  prepend(text) {
+    const holder = el('pre');
+    const older = new Term(holder);
+    older.write(text);
+    const lines = Array.from(holder.children);
+    this.pre.prepend(...lines);
+  }
+
+  write(chunk) {
+    const stick = this.pre.scrollHeight - this.pre.scrollTop - this.pre.clientHeight < 24;
+    const text = this.carry + chunk;
+    this.carry = '';
+    let run = '';
+    const flush = () => { if (run !== '') { this.put(run); run = ''; } };
+    let i = 0;
+    while (i < text.length) {
+      const c = text[i];
+      if (c === '\x1b') {
+        flush();
+        let match = null;
+        for (const pattern of [CSI, OSC, CHARSET, ESC2]) {
+          pattern.lastIndex = i;
+          match = pattern.exec(text);
+          if (match) {
+            if (pattern === CSI && match[3] === 'm' && match[2] === '') this.sgr(match[1]);
+            i = pattern.lastIndex;
+            break;
+          }
+        }
+        if (match) continue;
+        if (text.length - i < 256) { this.carry = text.slice(i); break; }
+        i += 1; // an escape that never ends: dropped
+        continue;
+      }
+      if (c === '\n') { flush(); this.cr = false; this.newLine(); i += 1; continue; }
+      if (c === '\r') { flush(); this.cr = true; i += 1; continue; }
+      if (c === '\b') { flush(); this.backspace(); i += 1; continue; }
+      const code = c.charCodeAt(0);
+      if ((code < 0x20 && c !== '\t') || code === 0x7f) { i += 1; continue; }
+      if (this.cr) { flush(); this.line.replaceChildren(); this.cr = false; }
+      run += c;
+      i += 1;
+    }
+    flush();
+    if (stick) this.pre.scrollTop = this.pre.scrollHeight;
+  }
+
+  put(text) {
+    const s = this.style;
+    const plain = !s.fg && !s.bg && !s.b && !s.d && !s.i && !s.u && !s.inv;
+    if (plain) { this.line.append(text); return; }
+    const span = el('span', { class: ['b', 'd', 'i', 'u'].filter((k) => s[k]).join(' ') || undefined }, text);
+    let fg = s.fg;
+    let bg = s.bg;
+    if (s.inv) { [fg, bg] = [bg || 'var(--term-bg)', fg || 'var(--term-fg)']; }
+    if (fg) span.style.color = fg;
+    if (bg) span.style.backgroundColor = bg;
+    this.line.append(span);
+  }
+
+  backspace() {
+    const last = this.line.lastChild;
+    if (!last) return;
+    const node = last.nodeType === Node.TEXT_NODE ? last : last.firstChild;
+    if (node && node.data.length > 0) node.data = node.data.slice(0, -1);
+    if (last.textContent === '') last.remove();
+  }
+
+  sgr(params) {
+    const codes = params === '' ? [0] : params.split(/[;:]/).map((p) => (p === '' ? 0 : Number(p)));
+    const s = this.style;
+    for (let k = 0; k < codes.length; k++) {
+      const n = codes[k];
+      if (n === 0) { for (const name of Object.keys(s)) delete s[name]; }
+      else if (n === 1) s.b = true;
+      else if (n === 2) s.d = true;
+      else if (n === 3) s.i = true;
+      else if (n === 4) s.u = true;
+      else if (n === 7) s.inv = true;
+      else if (n === 22) { s.b = false; s.d = false; }
+      else if (n === 23) s.i = false;
+      else if (n === 24) s.u = false;
+      else if (n === 27) s.inv = false;
+      else if (n >= 30 && n <= 37) s.fg = BASE[n - 30];
+      else if (n >= 90 && n <= 97) s.fg = BASE[n - 90 + 8];
+      else if (n >= 40 && n <= 47) s.bg = BASE[n - 40];
+      else if (n >= 100 && n <= 107) s.bg = BASE[n - 100 + 8];
+      else if (n === 39) s.fg = null;
+      else if (n === 49) s.bg = null;
+      else if (n === 38 || n === 48) {
+        let colour = null;
+        if (codes[k + 1] === 5) { colour = colour256(codes[k + 2] & 255); k += 2; }
+        else if (codes[k + 1] === 2) {
+          colour = `rgb(${codes[k + 2] & 255},${codes[k + 3] & 255},${codes[k + 4] & 255})`; k += 4;
+        }
+        if (n === 38) s.fg = colour; else s.bg = colour;
+      }
+    }
+  }
+}
+
+// ---- wiring ----
+
+for (const button of document.querySelectorAll('#filters button')) {
+  button.addEventListener('click', () => {
+    view.filter = button.dataset.filter;
+    view.limit = PAGE_ROWS;
+    for (const b of document.querySelectorAll('#filters button')) b.classList.toggle('on', b === button);
+    render();
+  });
+}
+$('more').addEventListener('click', () => { view.limit += PAGE_ROWS; render(); });
+
+function listen() {
+  const events = new EventSource('/api/events');
+  events.addEventListener('changed', refresh);
+  events.onopen = () => { $('conn').textContent = 'live'; $('conn').className = 'conn live'; };
+  events.onerror = () => {
+    $('conn').textContent = 'daemon not answering: retrying (if it restarted, run `bgwork ui`)';
+    $('conn').className = 'conn down';
+  };
+}
+
+listen();
+refresh();
+setInterval(render, 5000);

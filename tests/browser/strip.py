@@ -1,0 +1,169 @@
+"""Drives the work strip in a real Chromium (Debian's) with Playwright.
+
+Usage: strip.py SCENARIO URL [OUT]. The environment names the bgwork binary
+(BGWORK_BIN) and the home of the daemon under test (BGWORK_HOME); the browser is
+BGWORK_TEST_CHROMIUM (default /usr/bin/chromium). Prints one JSON object on its last
+line: what the scenario saw, for the Rust test to judge. Any failure raises.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from playwright.sync_api import sync_playwright
+
+BIN = os.environ["BGWORK_BIN"]
+CHROMIUM = os.environ.get("BGWORK_TEST_CHROMIUM", "/usr/bin/chromium")
+# Without the background-networking flags Chromium tries hosts this closed network refuses.
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+def cli(*args):
+    """Runs the bgwork CLI; returns its stdout (raises on failure)."""
+    done = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"bgwork {' '.join(args)}: {done.returncode} {done.stderr}")
+    return done.stdout
+
+
+def start(*args):
+    return json.loads(cli("--json", "start", *args))["id"]
+
+
+def opened(playwright, url, size=(1400, 800)):
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(url)
+    page.wait_for_selector("#conn.live", timeout=10_000)
+    return browser, page, dialogs
+
+
+def row(page, id_):
+    return page.locator(f'.row[data-id="{id_}"]')
+
+
+def appears(page, url):
+    """A job started from the CLI appears; its output streams in as it prints."""
+    gate = os.path.join(os.environ["BGWORK_HOME"], "gate")
+    began = time.monotonic()
+    id_ = start("--window", "0", "--", f"echo first; while [ ! -e {gate} ]; do sleep 0.05; done; echo second")
+    row(page, id_).wait_for(timeout=1000)
+    appear_ms = (time.monotonic() - began) * 1000
+    row(page, id_).click()
+    page.locator("#output", has_text="first").wait_for(timeout=5000)
+    began = time.monotonic()
+    open(gate, "w").close()
+    page.locator("#output", has_text="second").wait_for(timeout=5000)
+    stream_ms = (time.monotonic() - began) * 1000
+    page.locator("#output .marker", has_text="finished successfully").wait_for(timeout=5000)
+    return {"id": id_, "appear_ms": appear_ms, "stream_ms": stream_ms}
+
+
+def thousand(page, url):
+    """With a thousand items listed, a new one still shows within a second."""
+    page.locator('#filters button[data-filter="all"]').click()
+    page.locator(".row").nth(199).wait_for(timeout=10_000)
+    rows = page.locator(".row").count()
+    more = page.locator("#more").inner_text()
+    began = time.monotonic()
+    id_ = start("--window", "0", "--", "sleep 600")
+    row(page, id_).wait_for(timeout=1000)
+    appear_ms = (time.monotonic() - began) * 1000
+    cli("stop", id_)
+    return {"rows": rows, "more": more, "appear_ms": appear_ms}
+
+
+def stop(page, url):
+    """Stop on the page ends the job as the person."""
+    id_ = start("--notify", "--", "sleep 600")
+    row(page, id_).wait_for(timeout=5000)
+    row(page, id_).locator('button[data-act="stop"]').click()
+    page.locator(f'.row[data-id="{id_}"]').wait_for(state="detached", timeout=10_000)
+    return {"id": id_}
+
+
+def pane(page, url):
+    """A pane's screen shows python's prompt; a line typed in the page is answered."""
+    id_ = start("--pty", "--", "python3 -i -q")
+    row(page, id_).wait_for(timeout=5000)
+    row(page, id_).click()
+    page.locator("#screen", has_text=">>>").wait_for(timeout=10_000)
+    page.fill('form.keys input[name="text"]', "print(6 * 7, 'a\\\\b')")
+    page.press('form.keys input[name="text"]', "Enter")
+    page.locator("#screen", has_text="42 a\\b").wait_for(timeout=10_000)
+    screen = page.locator("#screen").inner_text()
+    page.locator('#detail button[data-act="close"]').click()
+    return {"id": id_, "screen": screen}
+
+
+def escapes(page, url):
+    """Markup a job prints stays text; its colours become colour."""
+    page.locator('#filters button[data-filter="all"]').click()
+    id_ = start("--", "printf '<script>alert(1)</script>\\n<img src=x onerror=alert(2)>\\n\\033[31mred\\033[0m plain\\n'")
+    row(page, id_).wait_for(timeout=5000)
+    row(page, id_).click()
+    page.locator("#output .marker", has_text="finished").wait_for(timeout=5000)
+    text = page.locator("#output").inner_text()
+    red = page.locator("#output span", has_text="red").first.evaluate("e => getComputedStyle(e).color")
+    scripts = page.locator("#output script, #output img").count()
+    return {"id": id_, "text": text, "red": red, "elements": scripts}
+
+
+def screenshot(page, url, out):
+    """The page with a few real jobs, for the README."""
+    web = start("--name", "dev server", "--", "python3 -m http.server 0 --bind 127.0.0.1")
+    tests = start(
+        "--name",
+        "tests",
+        "--",
+        "for t in parse lex eval print; do printf '\\033[32mPASS\\033[0m test_%s\\n' $t; sleep 0.2; done; "
+        "printf '\\033[31mFAIL\\033[0m test_loop: expected 3, got 4\\n'; exit 1",
+    )
+    subprocess.run([BIN, "wait", tests], capture_output=True, timeout=60)
+    build = start("--name", "watch build", "--", "for i in $(seq 1 40); do echo \"[$i/40] compiling unit_$i.rs\"; sleep 0.05; done; sleep 600")
+    shell = start("--pty", "--name", "python", "--", "python3 -i -q")
+    page.locator('#filters button[data-filter="all"]').click()
+    row(page, shell).wait_for(timeout=5000)
+    row(page, shell).click()
+    page.locator("#screen", has_text=">>>").wait_for(timeout=10_000)
+    page.fill('form.keys input[name="text"]', "sum(range(101))")
+    page.press('form.keys input[name="text"]', "Enter")
+    page.locator("#screen", has_text="5050").wait_for(timeout=10_000)
+    row(page, build).click()
+    page.locator("#output", has_text="[40/40]").wait_for(timeout=10_000)
+    page.screenshot(path=out)
+    for id_ in (web, build, shell):
+        cli("stop", id_)
+    return {"ids": [web, tests, build, shell], "out": out}
+
+
+def main():
+    scenario, url = sys.argv[1], sys.argv[2]
+    with sync_playwright() as playwright:
+        browser, page, dialogs = opened(playwright, url)
+        try:
+            if scenario == "screenshot":
+                result = screenshot(page, url, sys.argv[3])
+            else:
+                result = globals()[scenario](page, url)
+            result["dialogs"] = dialogs
+        finally:
+            browser.close()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -361,6 +361,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             follow: false,
             wait_s: None,
             ack: false,
+            limit: None,
         },
         "resize" => Request::Resize {
             id: a.required("id")?,

@@ -1,0 +1,293 @@
+//! `bgwork hook HARNESS`: delivers the session's pending notices at an agent harness's
+//! turn boundaries, as the additional context its hooks may return (Claude Code, Codex
+//! CLI and Gemini CLI speak the same shape: `hookSpecificOutput.additionalContext`).
+//!
+//! Reads one hook event (JSON) on stdin. On the harness's context events (Claude Code
+//! and Codex: `SessionStart`, `UserPromptSubmit`, `PostToolUse`; Gemini: `SessionStart`,
+//! `BeforeAgent`, `AfterTool`) it prints the notices, at most
+//! [`max_notices_per_turn`] of them (marking them delivered; the rest stay pending and
+//! the text ends with how many). With nothing pending it prints nothing (Gemini: `{}`).
+//! On the end of a turn (`Stop`; Gemini: `AfterAgent`), with `--wait-on-stop`, it
+//! blocks the stop while work armed with `--notify` still runs (jobs, panes, sub-agents
+//! and monitor waits; never a watch, which has no end to await).
+//! A hook must never break the harness: every failure prints nothing and exits 0, and
+//! it answers within `HOOK_DEADLINE` whatever the daemon does (stopped, hung, slow to
+//! start): past it, it says one line on stderr and leaves the notices for a later turn.
+//! `--rewake` (Claude Code) is the other kind: see [`rewake`].
+
+mod rewake;
+
+pub use rewake::rewake;
+
+use crate::client::{self, Client};
+use crate::paths::Paths;
+use crate::wire::{Envelope, Item, Kind, ListReply, Notice, NoticesReply, Request, WireError};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// How long the hook works at most (a harness waits on its hooks; under 2 s in all).
+const HOOK_DEADLINE: Duration = Duration::from_millis(1250);
+/// The most of a hook event read (events are small; a prompt is its largest part).
+const MAX_EVENT: u64 = 16 << 20;
+/// The default bound on notices per turn boundary.
+const DEFAULT_MAX_NOTICES_PER_TURN: u32 = 10;
+
+/// The session the hook speaks for: `BGWORK_SESSION`, else the harness's session id.
+pub fn session_of(event: &Value) -> String {
+    std::env::var("BGWORK_SESSION")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| event["session_id"].as_str().map(String::from))
+        .unwrap_or_else(|| "default".to_string())
+}
+
+/// The harnesses whose hooks bgwork answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Harness {
+    ClaudeCode,
+    Codex,
+    Gemini,
+}
+
+impl Harness {
+    /// Whether the event may carry additional context for the model.
+    fn takes_context(self, event: &str) -> bool {
+        match self {
+            Harness::ClaudeCode | Harness::Codex => {
+                matches!(event, "SessionStart" | "UserPromptSubmit" | "PostToolUse")
+            }
+            Harness::Gemini => matches!(event, "SessionStart" | "BeforeAgent" | "AfterTool"),
+        }
+    }
+
+    /// The event that ends a turn, and the word of its output that blocks the end.
+    fn stop(self) -> (&'static str, &'static str) {
+        match self {
+            Harness::ClaudeCode | Harness::Codex => ("Stop", "block"),
+            Harness::Gemini => ("AfterAgent", "deny"),
+        }
+    }
+
+    /// What the hook prints with nothing to say: Gemini parses stdout as JSON.
+    fn nothing(self) -> Option<Value> {
+        (self == Harness::Gemini).then(|| json!({}))
+    }
+}
+
+/// `bgwork hook claude-code|codex|gemini`.
+pub fn run(paths: &Paths, harness: Harness, wait_on_stop: bool) -> ExitCode {
+    let (answer, answered) = std::sync::mpsc::channel();
+    let worker_paths = paths.clone();
+    let event_read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let read = event_read.clone();
+    // The work runs on a thread that is simply left behind (and ends with the process)
+    // when it takes too long: nothing it could be blocked in is allowed to hold the hook.
+    std::thread::spawn(move || {
+        let event = read_event();
+        read.store(true, std::sync::atomic::Ordering::SeqCst);
+        let event = event.unwrap_or(Value::Null);
+        let session = session_of(&event);
+        let name = event["hook_event_name"].as_str().unwrap_or("");
+        let reply = respond(&worker_paths, harness, &session, name, &event, wait_on_stop);
+        let _ = answer.send(reply);
+    });
+    let reply = match answered.recv_timeout(HOOK_DEADLINE) {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(e)) => {
+            crate::note!("bgwork hook: {}", e.message);
+            None
+        }
+        Err(_) if !event_read.load(std::sync::atomic::Ordering::SeqCst) => {
+            crate::note!(
+                "bgwork hook: no hook event on stdin within {:.2} s (it must end with EOF); nothing to say",
+                HOOK_DEADLINE.as_secs_f64()
+            );
+            None
+        }
+        Err(_) => {
+            crate::note!(
+                "bgwork hook: no answer within {:.2} s from the daemon of {} ({}); notices wait for a later turn",
+                HOOK_DEADLINE.as_secs_f64(),
+                paths.home.display(),
+                client::describe_daemon(paths)
+            );
+            None
+        }
+    };
+    if let Some(reply) = reply.or_else(|| harness.nothing()) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{reply}").and_then(|()| stdout.flush());
+    }
+    ExitCode::SUCCESS
+}
+
+/// The hook event on stdin (at most `MAX_EVENT` bytes), if it is a JSON object.
+fn read_event() -> Option<Value> {
+    let mut input = Vec::new();
+    let _ = std::io::stdin().take(MAX_EVENT).read_to_end(&mut input);
+    serde_json::from_slice::<Value>(&input)
+        .ok()
+        .filter(Value::is_object)
+}
+
+/// The most notices one turn boundary delivers (hooks and MCP results):
+/// `BGWORK_MAX_NOTICES_PER_TURN`, default 10; 0 lifts the bound, a value that is no
+/// number keeps the default. `None`: no bound.
+pub fn max_notices_per_turn() -> Option<u32> {
+    let limit = std::env::var("BGWORK_MAX_NOTICES_PER_TURN")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(DEFAULT_MAX_NOTICES_PER_TURN);
+    (limit > 0).then_some(limit)
+}
+
+/// What follows the notices of a turn boundary: the seeds' advice, and how many more
+/// wait beyond the bound.
+pub fn notices_note(more: u64) -> String {
+    let mut note = String::from(
+        "Each notice is a report of work that ended, not a request to start more work.",
+    );
+    if more > 0 {
+        note.push_str(&format!("\n{more} more pending: `bgwork notices`"));
+    }
+    note
+}
+
+fn respond(
+    paths: &Paths,
+    harness: Harness,
+    session: &str,
+    name: &str,
+    event: &Value,
+    wait_on_stop: bool,
+) -> Result<Option<Value>, WireError> {
+    let (stop, block) = harness.stop();
+    if harness.takes_context(name) {
+        if name == "SessionStart" && harness == Harness::ClaudeCode {
+            remember_session(session);
+        }
+        let taken = take_notices(paths, session)?;
+        let mut output = json!({});
+        if !taken.notices.is_empty() {
+            output["hookEventName"] = name.into();
+            output["additionalContext"] = context(&taken.notices, taken.more).into();
+        }
+        if name == "SessionStart" && harness == Harness::Codex && session_from_event() {
+            // Codex applies these to the shell commands of the session, so the agent's
+            // own `bgwork` calls file their work under the session this hook speaks for.
+            output["hookEventName"] = name.into();
+            output["env"] = json!({ "BGWORK_SESSION": session });
+        }
+        return Ok((output != json!({})).then(|| json!({ "hookSpecificOutput": output })));
+    }
+    if name == stop && wait_on_stop && !event["stop_hook_active"].as_bool().unwrap_or(false) {
+        let armed = armed_and_running(paths, session)?;
+        return Ok((!armed.is_empty()).then(|| {
+            json!({
+                "decision": block,
+                "reason": format!(
+                    "Work you asked to hear about is still running: {}. Call `bgwork wait {}` \
+                     (it blocks until they end) before finishing, or stop them if they are \
+                     no longer needed.",
+                    armed.join(", "),
+                    armed.iter().map(|a| a.split(' ').next().unwrap_or("")).collect::<Vec<_>>().join(" ")
+                ),
+            })
+        }));
+    }
+    Ok(None)
+}
+
+/// Whether the session comes from the harness's event rather than `BGWORK_SESSION`.
+fn session_from_event() -> bool {
+    std::env::var("BGWORK_SESSION").map_or(true, |s| s.is_empty())
+}
+
+/// Lets the agent's own `bgwork` calls use the hook's session, where the harness offers
+/// an environment file for the commands it runs.
+fn remember_session(session: &str) {
+    let Some(file) = std::env::var_os("CLAUDE_ENV_FILE") else {
+        return;
+    };
+    let quoted = session.replace('\'', r"'\''");
+    // Non-blocking: a FIFO with no reader is refused rather than waited on.
+    if let Ok(mut env) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(file)
+    {
+        let _ = writeln!(env, "export BGWORK_SESSION='{quoted}'");
+    }
+}
+
+fn call<T: serde::de::DeserializeOwned>(
+    paths: &Paths,
+    session: &str,
+    request: Request,
+) -> Result<T, WireError> {
+    let envelope = Envelope {
+        session: session.to_string(),
+        request,
+    };
+    Client::connect(paths)?.call(&envelope)
+}
+
+fn take_notices(paths: &Paths, session: &str) -> Result<NoticesReply, WireError> {
+    let request = Request::Notices {
+        peek: false,
+        follow: false,
+        wait_s: None,
+        ack: false,
+        limit: max_notices_per_turn(),
+    };
+    call::<NoticesReply>(paths, session, request)
+}
+
+fn armed_and_running(paths: &Paths, session: &str) -> Result<Vec<String>, WireError> {
+    let list: ListReply = call(
+        paths,
+        session,
+        Request::List {
+            all: false,
+            all_sessions: false,
+        },
+    )?;
+    Ok(list
+        .items
+        .iter()
+        // A watch never ends by itself: waiting on it would block the stop for good.
+        .filter(|item| item.notify && !is_watch(item))
+        .map(|item| {
+            format!(
+                "{} ({})",
+                item.id,
+                item.name.as_deref().unwrap_or(&item.command)
+            )
+        })
+        .collect())
+}
+
+/// Whether an item is a watch (`monitor watch`), whose record's command the daemon
+/// writes as `watch output ID …` or `watch file PATH …`.
+fn is_watch(item: &Item) -> bool {
+    item.kind == Kind::Monitor && item.command.starts_with("watch ")
+}
+
+/// The notices as context for the model: one report per notice, with its last lines,
+/// then [`notices_note`].
+pub fn context(notices: &[Notice], more: u64) -> String {
+    let mut text = String::from("bgwork: background work ended since your last turn.\n");
+    for notice in notices {
+        text.push_str(&format!("- {} [{}]\n", notice.text, notice.id));
+        for line in notice.tail.lines() {
+            text.push_str(&format!("    | {line}\n"));
+        }
+    }
+    text.push_str(&notices_note(more));
+    text.push('\n');
+    text
+}

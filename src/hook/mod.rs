@@ -32,6 +32,9 @@ use std::time::Duration;
 const HOOK_DEADLINE: Duration = Duration::from_millis(1250);
 /// The most of a hook event read (events are small; a prompt is its largest part).
 const MAX_EVENT: u64 = 16 << 20;
+/// The most characters of context one turn boundary delivers (Claude Code's cap on
+/// additional context is 10,000).
+const CONTEXT_BUDGET: usize = 9_000;
 /// The default bound on notices per turn boundary.
 const DEFAULT_MAX_NOTICES_PER_TURN: u32 = 10;
 
@@ -278,16 +281,65 @@ fn is_watch(item: &Item) -> bool {
 }
 
 /// The notices as context for the model: one report per notice, with its last lines,
-/// then [`notices_note`].
+/// then [`notices_note`]. The whole stays under `CONTEXT_BUDGET` characters (Claude
+/// Code moves longer context to a file and shows the model a preview): the tails share
+/// what the reports leave, each keeping its newest lines.
 pub fn context(notices: &[Notice], more: u64) -> String {
-    let mut text = String::from("bgwork: background work ended since your last turn.\n");
-    for notice in notices {
-        text.push_str(&format!("- {} [{}]\n", notice.text, notice.id));
-        for line in notice.tail.lines() {
-            text.push_str(&format!("    | {line}\n"));
-        }
+    let head = "bgwork: background work ended since your last turn.\n";
+    let reports: Vec<String> = notices
+        .iter()
+        .map(|notice| format!("- {} [{}]\n", notice.text, notice.id))
+        .collect();
+    let note = notices_note(more);
+    let fixed = head.chars().count()
+        + reports.iter().map(|r| r.chars().count()).sum::<usize>()
+        + note.chars().count()
+        + 1;
+    let tails: usize = notices
+        .iter()
+        .map(|n| tail_lines(&n.tail, usize::MAX).0.chars().count())
+        .sum();
+    let share = if fixed + tails <= CONTEXT_BUDGET {
+        usize::MAX
+    } else {
+        CONTEXT_BUDGET.saturating_sub(fixed) / notices.len().max(1)
+    };
+    let mut text = String::from(head);
+    let mut shortened = false;
+    for (notice, report) in notices.iter().zip(&reports) {
+        text.push_str(report);
+        let (lines, cut) = tail_lines(&notice.tail, share);
+        text.push_str(&lines);
+        shortened |= cut;
     }
-    text.push_str(&notices_note(more));
+    if shortened {
+        text.push_str("(last lines shortened: `bgwork read ID --tail 50` shows more)\n");
+    }
+    text.push_str(&note);
     text.push('\n');
     text
+}
+
+/// A notice's tail as indented lines, the newest that fit in `budget` characters, and
+/// whether older lines were left out.
+fn tail_lines(tail: &str, budget: usize) -> (String, bool) {
+    let mut kept: Vec<String> = Vec::new();
+    let mut used = 0;
+    for line in tail.lines().rev() {
+        let line = format!("    | {line}\n");
+        let len = line.chars().count();
+        if used + len > budget {
+            if kept.is_empty() {
+                // Even the newest line is too long: its end.
+                let room = budget.saturating_sub(8);
+                let end: String = line.trim_end().chars().rev().take(room).collect();
+                let end: String = end.chars().rev().collect();
+                kept.push(format!("    | …{end}\n"));
+            }
+            return (kept.into_iter().rev().collect(), true);
+        }
+        used += len;
+        kept.push(line);
+    }
+    (kept.into_iter().rev().collect(), false)
 }

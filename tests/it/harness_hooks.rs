@@ -641,3 +641,43 @@ fn issue15_8_mcp_results_carry_ten_notices_and_name_the_rest() {
     assert_eq!(result["notices"], json!([]));
     assert!(result.get("notices_note").is_none(), "{result}");
 }
+
+#[test]
+fn issue15_8_ten_long_tails_fit_the_harness_cap_on_context_with_their_newest_lines() {
+    let home = Home::new().with("BGWORK_MAX_RUNNING", "20");
+    let trigger = home.path().join("go");
+    let command = format!(
+        "while [ ! -e '{}' ]; do sleep 0.01; done; \
+         for i in $(seq 100); do echo \"line $i of a long tail, padded to be long enough\"; done",
+        trigger.display()
+    );
+    for _ in 0..10 {
+        home.start_with(&["--notify"], &command);
+    }
+    std::fs::write(&trigger, "").unwrap();
+    eventually(Duration::from_secs(30), || {
+        home.json(&["notices", "--peek"])["notices"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 10
+    });
+    let prompt = event("claude-code", "UserPromptSubmit", &home.session);
+    let reply = stdout_json(&hook(&home, "bgwork hook claude-code", &prompt));
+    let context = reply["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap();
+    // Claude Code replaces context over 10,000 characters by a file and a preview.
+    assert!(
+        context.chars().count() <= 10_000,
+        "{}",
+        context.chars().count()
+    );
+    assert_eq!(noticed_items(context).len(), 10, "{context}");
+    assert_eq!(
+        context.matches("| line 100 of a long tail").count(),
+        10,
+        "{context}"
+    );
+    assert!(context.contains("last lines shortened"), "{context}");
+}

@@ -577,7 +577,15 @@ fn usage_error(error: clap::Error) -> ExitCode {
         return ExitCode::from(2);
     }
     let _ = error.print();
-    ExitCode::from(if error.use_stderr() { 2 } else { 0 })
+    // To every harness a hook's exit 2 means "block" (or, from a rewake hook, "wake the
+    // model with stderr"): a hook's bad command line is an error for the person (1).
+    let is_hook = args.iter().take_while(|a| *a != "--").any(|a| a == "hook");
+    let code = match () {
+        _ if !error.use_stderr() => 0,
+        _ if is_hook => 1,
+        _ => 2,
+    };
+    ExitCode::from(code)
 }
 
 /// `bgwork start echo hi` as `bgwork start -- echo hi`: `--` goes before the first
@@ -683,8 +691,14 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             max_wait,
             ..
         }) => {
-            let max_wait = wire::seconds("--max-wait", max_wait)?;
-            return Ok(crate::hook::rewake(&paths, max_wait));
+            // Not a usage error (exit 2 would wake the model with it): exit 1.
+            return Ok(match wire::seconds("--max-wait", max_wait) {
+                Ok(max_wait) => crate::hook::rewake(&paths, max_wait),
+                Err(e) => {
+                    crate::note!("bgwork hook --rewake: {}", e.message);
+                    ExitCode::FAILURE
+                }
+            });
         }
         Commands::Hook(hook) => {
             use crate::hook::Harness;

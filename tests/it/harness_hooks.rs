@@ -681,3 +681,22 @@ fn issue15_8_ten_long_tails_fit_the_harness_cap_on_context_with_their_newest_lin
     );
     assert!(context.contains("last lines shortened"), "{context}");
 }
+
+/// Exit 2 from a hook blocks (or, from a rewake hook, wakes the model with stderr): a
+/// hook's bad command line must not exit 2, or every turn would end in the error.
+#[test]
+fn issue15_7_a_hook_with_a_bad_command_line_exits_1_not_2() {
+    let home = Home::new();
+    let stop = event("claude-code", "Stop", &home.session);
+    for command in [
+        "bgwork hook claude-code --rewake --max-wait -5",
+        "bgwork hook claude-code --rewake --max-wait=-5",
+        "bgwork hook claude-code --rewake --wait-on-stop",
+        "bgwork hook claude-code --rewak",
+        "bgwork --session s hook gemini --bogus",
+    ] {
+        let output = hook(&home, command, &stop);
+        assert_eq!(output.status.code(), Some(1), "{command}");
+        assert!(!output.stderr.is_empty(), "{command}");
+    }
+}

@@ -178,12 +178,6 @@ fn respond(
             output["hookEventName"] = name.into();
             output["additionalContext"] = context(&taken.notices, taken.more).into();
         }
-        if name == "SessionStart" && harness == Harness::Codex && session_from_event() {
-            // Codex applies these to the shell commands of the session, so the agent's
-            // own `bgwork` calls file their work under the session this hook speaks for.
-            output["hookEventName"] = name.into();
-            output["env"] = json!({ "BGWORK_SESSION": session });
-        }
         return Ok((output != json!({})).then(|| json!({ "hookSpecificOutput": output })));
     }
     if name == stop && wait_on_stop && !event["stop_hook_active"].as_bool().unwrap_or(false) {
@@ -202,11 +196,6 @@ fn respond(
         }));
     }
     Ok(None)
-}
-
-/// Whether the session comes from the harness's event rather than `BGWORK_SESSION`.
-fn session_from_event() -> bool {
-    std::env::var("BGWORK_SESSION").map_or(true, |s| s.is_empty())
 }
 
 /// Lets the agent's own `bgwork` calls use the hook's session, where the harness offers

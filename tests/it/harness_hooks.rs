@@ -389,18 +389,14 @@ fn issue15_6_the_codex_hook_answers_its_events_as_codex_expects() {
         &event("codex", "PostToolUse", session),
     );
     assert!(output.stdout.is_empty());
-    // SessionStart hands the session to the agent's shell commands.
+    // SessionStart with nothing pending: nothing (Codex validates this event's output
+    // strictly; no key it may not know).
     let output = hook(
         &home,
         "bgwork hook codex",
         &event("codex", "SessionStart", session),
     );
-    let reply = stdout_json(&output);
-    assert_eq!(
-        reply["hookSpecificOutput"]["env"]["BGWORK_SESSION"],
-        session
-    );
-    assert_eq!(reply["hookSpecificOutput"]["hookEventName"], "SessionStart");
+    assert!(output.stdout.is_empty());
     // Stop, asked to wait for armed work.
     let (armed, trigger) = armed_job(&home);
     let output = hook(

@@ -21,7 +21,7 @@ pub use rewake::rewake;
 
 use crate::client::{self, Client};
 use crate::paths::Paths;
-use crate::wire::{Envelope, Item, Kind, ListReply, Notice, NoticesReply, Request, WireError};
+use crate::wire::{Ack, Envelope, Item, Kind, ListReply, Notice, NoticesReply, Request, WireError};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -80,6 +80,13 @@ impl Harness {
     }
 }
 
+/// What a hook prints, and the notices it shows, claimed for its connection until it
+/// acknowledges them once printed.
+struct Reply {
+    output: Option<Value>,
+    shown: Option<(Client, Envelope)>,
+}
+
 /// `bgwork hook claude-code|codex|gemini`.
 pub fn run(paths: &Paths, harness: Harness, wait_on_stop: bool) -> ExitCode {
     let (answer, answered) = std::sync::mpsc::channel();
@@ -88,6 +95,7 @@ pub fn run(paths: &Paths, harness: Harness, wait_on_stop: bool) -> ExitCode {
     let read = event_read.clone();
     // The work runs on a thread that is simply left behind (and ends with the process)
     // when it takes too long: nothing it could be blocked in is allowed to hold the hook.
+    // Notices it took and did not print are released when the process ends.
     std::thread::spawn(move || {
         let event = read_event();
         read.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -97,18 +105,25 @@ pub fn run(paths: &Paths, harness: Harness, wait_on_stop: bool) -> ExitCode {
         let reply = respond(&worker_paths, harness, &session, name, &event, wait_on_stop);
         let _ = answer.send(reply);
     });
+    let started = std::time::Instant::now();
     let reply = match answered.recv_timeout(HOOK_DEADLINE) {
         Ok(Ok(reply)) => reply,
         Ok(Err(e)) => {
             crate::note!("bgwork hook: {}", e.message);
-            None
+            Reply {
+                output: None,
+                shown: None,
+            }
         }
         Err(_) if !event_read.load(std::sync::atomic::Ordering::SeqCst) => {
             crate::note!(
                 "bgwork hook: no hook event on stdin within {:.2} s (it must end with EOF); nothing to say",
                 HOOK_DEADLINE.as_secs_f64()
             );
-            None
+            Reply {
+                output: None,
+                shown: None,
+            }
         }
         Err(_) => {
             crate::note!(
@@ -117,14 +132,40 @@ pub fn run(paths: &Paths, harness: Harness, wait_on_stop: bool) -> ExitCode {
                 paths.home.display(),
                 client::describe_daemon(paths)
             );
-            None
+            Reply {
+                output: None,
+                shown: None,
+            }
         }
     };
-    if let Some(reply) = reply.or_else(|| harness.nothing()) {
-        let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "{reply}").and_then(|()| stdout.flush());
+    let Some(output) = reply.output.or_else(|| harness.nothing()) else {
+        return ExitCode::SUCCESS;
+    };
+    let mut stdout = std::io::stdout().lock();
+    if writeln!(stdout, "{output}")
+        .and_then(|()| stdout.flush())
+        .is_ok()
+    {
+        if let Some((client, ack)) = reply.shown {
+            acknowledge(client, ack, HOOK_DEADLINE.saturating_sub(started.elapsed()));
+        }
     }
     ExitCode::SUCCESS
+}
+
+/// Marks the printed notices delivered, waiting for the daemon at most `patience` (past
+/// it, the hook ends and they are released: at worst shown again, never lost).
+fn acknowledge(mut client: Client, ack: Envelope, patience: Duration) {
+    let (done, acked) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(client.call::<Ack>(&ack).is_ok());
+    });
+    let patience = patience.max(Duration::from_millis(250));
+    if !matches!(acked.recv_timeout(patience), Ok(true)) {
+        crate::note!(
+            "bgwork hook: the daemon did not confirm the notices shown; they may come again"
+        );
+    }
 }
 
 /// The hook event on stdin (at most `MAX_EVENT` bytes), if it is a JSON object.
@@ -166,23 +207,40 @@ fn respond(
     name: &str,
     event: &Value,
     wait_on_stop: bool,
-) -> Result<Option<Value>, WireError> {
+) -> Result<Reply, WireError> {
     let (stop, block) = harness.stop();
     if harness.takes_context(name) {
         if name == "SessionStart" && harness == Harness::ClaudeCode {
             remember_session(session);
         }
-        let taken = take_notices(paths, session)?;
-        let mut output = json!({});
-        if !taken.notices.is_empty() {
-            output["hookEventName"] = name.into();
-            output["additionalContext"] = context(&taken.notices, taken.more).into();
+        let (client, taken) = take_notices(paths, session)?;
+        if taken.notices.is_empty() {
+            return Ok(Reply {
+                output: None,
+                shown: None,
+            });
         }
-        return Ok((output != json!({})).then(|| json!({ "hookSpecificOutput": output })));
+        let output = json!({
+            "hookSpecificOutput": {
+                "hookEventName": name,
+                "additionalContext": context(&taken.notices, taken.more),
+            }
+        });
+        let ack = Envelope {
+            session: session.to_string(),
+            request: Request::Ack {
+                ids: taken.notices.into_iter().map(|n| n.id).collect(),
+            },
+        };
+        return Ok(Reply {
+            output: Some(output),
+            shown: Some((client, ack)),
+        });
     }
+    let mut output = None;
     if name == stop && wait_on_stop && !event["stop_hook_active"].as_bool().unwrap_or(false) {
         let armed = armed_and_running(paths, session)?;
-        return Ok((!armed.is_empty()).then(|| {
+        output = (!armed.is_empty()).then(|| {
             json!({
                 "decision": block,
                 "reason": format!(
@@ -193,9 +251,12 @@ fn respond(
                     armed.iter().map(|a| a.split(' ').next().unwrap_or("")).collect::<Vec<_>>().join(" ")
                 ),
             })
-        }));
+        });
     }
-    Ok(None)
+    Ok(Reply {
+        output,
+        shown: None,
+    })
 }
 
 /// Lets the agent's own `bgwork` calls use the hook's session, where the harness offers
@@ -228,15 +289,22 @@ fn call<T: serde::de::DeserializeOwned>(
     Client::connect(paths)?.call(&envelope)
 }
 
-fn take_notices(paths: &Paths, session: &str) -> Result<NoticesReply, WireError> {
-    let request = Request::Notices {
-        peek: false,
-        follow: false,
-        wait_s: None,
-        ack: false,
-        limit: max_notices_per_turn(),
+/// The session's notices (at most [`max_notices_per_turn`]), claimed for the returned
+/// connection until it acknowledges them.
+fn take_notices(paths: &Paths, session: &str) -> Result<(Client, NoticesReply), WireError> {
+    let envelope = Envelope {
+        session: session.to_string(),
+        request: Request::Notices {
+            peek: false,
+            follow: false,
+            wait_s: None,
+            ack: true,
+            limit: max_notices_per_turn(),
+        },
     };
-    call::<NoticesReply>(paths, session, request)
+    let mut client = Client::connect(paths)?;
+    let taken = client.call(&envelope)?;
+    Ok((client, taken))
 }
 
 fn armed_and_running(paths: &Paths, session: &str) -> Result<Vec<String>, WireError> {

@@ -696,3 +696,48 @@ fn issue15_7_a_hook_with_a_bad_command_line_exits_1_not_2() {
         assert!(!output.stderr.is_empty(), "{command}");
     }
 }
+
+/// The context hooks, too, deliver a notice only once they printed it: a hook whose
+/// stdout is gone (a harness that went away) leaves it pending.
+#[test]
+fn issue15_7_a_context_hook_that_could_not_print_leaves_its_notices_pending() {
+    let home = Home::new();
+    let id = pending_notice(&home);
+    for command in [
+        "bgwork hook claude-code",
+        "bgwork hook codex",
+        "bgwork hook gemini",
+    ] {
+        let prompt = match command {
+            "bgwork hook gemini" => event("gemini", "BeforeAgent", &home.session),
+            "bgwork hook codex" => event("codex", "UserPromptSubmit", &home.session),
+            _ => event("claude-code", "UserPromptSubmit", &home.session),
+        };
+        let mut child = home
+            .command(&[])
+            .env_remove("BGWORK_SESSION")
+            .spawn_shell(&command.replacen("bgwork", BIN, 1));
+        drop(child.stdout.take()); // nobody reads what it prints
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(prompt.to_string().as_bytes()).unwrap();
+        drop(input);
+        let status = finish_within(child, Duration::from_secs(10)).status;
+        assert!(status.success(), "{command}");
+        let pending = home.json(&["notices", "--peek"]);
+        assert_eq!(
+            pending["notices"][0]["item"],
+            id.as_str(),
+            "{command}: {pending}"
+        );
+    }
+    // Printed, it is delivered once.
+    let prompt = event("claude-code", "UserPromptSubmit", &home.session);
+    let said = stdout_json(&hook(&home, "bgwork hook claude-code", &prompt));
+    assert!(said["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap()
+        .contains(&id));
+    assert!(hook(&home, "bgwork hook claude-code", &prompt)
+        .stdout
+        .is_empty());
+}

@@ -741,3 +741,54 @@ fn issue15_7_a_context_hook_that_could_not_print_leaves_its_notices_pending() {
         .stdout
         .is_empty());
 }
+
+#[test]
+fn issue15_7_of_eight_rewake_hooks_started_at_once_one_waits_and_gets_the_notice() {
+    let home = Home::new();
+    let (id, trigger) = armed_job(&home);
+    let stop = event("claude-code", "Stop", &home.session).to_string();
+    let hooks: Vec<Child> = (0..8)
+        .map(|_| spawn_hook(&home, REWAKE, stop.as_bytes()))
+        .collect();
+    let pids: Vec<u32> = hooks.iter().map(Child::id).collect();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    for child in hooks {
+        let sender = sender.clone();
+        std::thread::spawn(move || {
+            let _ = sender.send(child.wait_with_output().unwrap());
+        });
+    }
+    let kill_all = || {
+        for pid in &pids {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    };
+    let mut outputs = Vec::new();
+    for _ in 0..7 {
+        match receiver.recv_timeout(Duration::from_secs(20)) {
+            Ok(output) => outputs.push(output),
+            Err(_) => {
+                kill_all();
+                panic!("more than one waiter");
+            }
+        }
+    }
+    // A failed assertion ends every hook first: a waiter left would wait for hours.
+    let one_waits = outputs
+        .iter()
+        .all(|o| o.status.code() == Some(0) && o.stderr.is_empty())
+        && waiter_present(&home);
+    if !one_waits {
+        kill_all();
+        panic!("the seven others did not exit 0 in silence");
+    }
+    std::fs::write(&trigger, "").unwrap();
+    let Ok(last) = receiver.recv_timeout(Duration::from_secs(20)) else {
+        kill_all();
+        panic!("the waiter never ended");
+    };
+    assert_eq!(last.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&last.stderr).contains(&id));
+}

@@ -25,11 +25,13 @@ fn note(text: &str) {
 mod agent;
 mod io;
 mod load;
+mod rewake;
 mod scale;
 
 use agent::agent_cost;
 use io::{capture, incremental_read};
 use load::core_under_load;
+use rewake::exit_to_rewake;
 use scale::scale;
 
 struct Opts {
@@ -61,9 +63,10 @@ fn main() {
     std::fs::create_dir_all(&opts.data).unwrap();
     let mut report = String::new();
     header(&mut report, &opts);
-    let sections: [(&str, Section); 7] = [
+    let sections: [(&str, Section); 8] = [
         ("launch", launch),
         ("exit to notice", exit_to_notice),
+        ("exit to rewake", exit_to_rewake),
         ("capture", capture),
         ("incremental read", incremental_read),
         ("scale", scale),

@@ -44,7 +44,7 @@ pub fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<Ex
         if !text.ends_with('\n') {
             text.push('\n');
         }
-        if show(&stdout, kind, &text).is_err() {
+        if show(&mut stdout.lock(), kind, &text).is_err() {
             // The reader went away: this notice was not shown, so it stays pending.
             return Ok(ExitCode::SUCCESS);
         }
@@ -106,7 +106,7 @@ fn wait_for_line(client: &Client, stdout: BorrowedFd<'_>) -> Result<Wait, WireEr
 
 /// What stdout is, for knowing when a reader has taken what was written.
 #[derive(Clone, Copy)]
-enum OutKind {
+pub(crate) enum OutKind {
     Pipe,
     Socket,
     /// A terminal or a file: written is shown.
@@ -114,7 +114,7 @@ enum OutKind {
 }
 
 impl OutKind {
-    fn of(fd: BorrowedFd<'_>) -> OutKind {
+    pub(crate) fn of(fd: BorrowedFd<'_>) -> OutKind {
         use nix::sys::stat::{fstat, SFlag};
         match fstat(fd) {
             Ok(stat) => match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
@@ -142,13 +142,12 @@ impl OutKind {
     }
 }
 
-/// Writes one notice to stdout and waits until its reader has taken it; an error
-/// means the reader went away first.
-fn show(stdout: &std::io::Stdout, kind: OutKind, text: &str) -> std::io::Result<()> {
-    let mut out = stdout.lock();
+/// Writes one notice to `out` (stdout here, stderr for the rewake hook) and waits until
+/// its reader has taken it; an error means the reader went away first.
+pub(crate) fn show<W: Write + AsFd>(out: &mut W, kind: OutKind, text: &str) -> std::io::Result<()> {
     out.write_all(text.as_bytes())?;
     out.flush()?;
-    let fd = stdout.as_fd();
+    let fd = out.as_fd();
     let mut pause = Duration::from_millis(1);
     loop {
         match kind.unread(fd) {

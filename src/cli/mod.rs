@@ -2,7 +2,7 @@
 //! printing the reply as text or `--json`. It holds no logic the daemon owns.
 
 mod demo;
-mod follow;
+pub(crate) mod follow;
 mod render;
 mod shell;
 
@@ -427,9 +427,48 @@ pub enum HookCmd {
     #[command(after_help = "\
 Example, in .claude/settings.json, as the hook of the events UserPromptSubmit,
 PostToolUse, SessionStart and (with --wait-on-stop) Stop:
-  {\"type\": \"command\", \"command\": \"bgwork hook claude-code\"}")]
+  {\"type\": \"command\", \"command\": \"bgwork hook claude-code\"}
+With --rewake, as a Stop hook that runs in the background and wakes the idle agent
+when armed work ends (stderr + exit 2):
+  {\"type\": \"command\", \"command\": \"bgwork hook claude-code --rewake\",
+   \"asyncRewake\": true, \"timeout\": 86400}
+See docs/harnesses.md.")]
     ClaudeCode {
         /// On Stop, ask the agent to wait for work armed with --notify that still runs
+        #[arg(long, conflicts_with = "rewake")]
+        wait_on_stop: bool,
+        /// Wait for the session's next notice, write it on stderr and exit 2 (a Stop
+        /// hook with asyncRewake); exit 0 when nothing is armed or the wait runs out
+        #[arg(long)]
+        rewake: bool,
+        /// With --rewake: the longest wait, in seconds (keep it under the hook's timeout)
+        #[arg(
+            long,
+            value_name = "SECONDS",
+            default_value_t = 43200.0,
+            requires = "rewake"
+        )]
+        max_wait: f64,
+    },
+    /// Codex CLI: reads a hook event on stdin, prints pending notices as context
+    #[command(after_help = "\
+Example, in ~/.codex/hooks.json, as the hook of the events SessionStart,
+UserPromptSubmit, PostToolUse and (with --wait-on-stop) Stop:
+  {\"type\": \"command\", \"command\": \"bgwork hook codex\", \"timeout\": 10}
+See docs/harnesses.md.")]
+    Codex {
+        /// On Stop, ask the agent to wait for work armed with --notify that still runs
+        #[arg(long)]
+        wait_on_stop: bool,
+    },
+    /// Gemini CLI: reads a hook event on stdin, prints pending notices as context
+    #[command(after_help = "\
+Example, in .gemini/settings.json, as the hook of the events SessionStart,
+BeforeAgent, AfterTool and (with --wait-on-stop) AfterAgent:
+  {\"type\": \"command\", \"command\": \"bgwork hook gemini\", \"timeout\": 10000}
+See docs/harnesses.md.")]
+    Gemini {
+        /// On AfterAgent, ask the agent to wait for work armed with --notify that still runs
         #[arg(long)]
         wait_on_stop: bool,
     },
@@ -568,7 +607,15 @@ fn usage_error(error: clap::Error) -> ExitCode {
         return ExitCode::from(2);
     }
     let _ = error.print();
-    ExitCode::from(if error.use_stderr() { 2 } else { 0 })
+    // To every harness a hook's exit 2 means "block" (or, from a rewake hook, "wake the
+    // model with stderr"): a hook's bad command line is an error for the person (1).
+    let is_hook = args.iter().take_while(|a| *a != "--").any(|a| a == "hook");
+    let code = match () {
+        _ if !error.use_stderr() => 0,
+        _ if is_hook => 1,
+        _ => 2,
+    };
+    ExitCode::from(code)
 }
 
 /// `bgwork start echo hi` as `bgwork start -- echo hi`: `--` goes before the first
@@ -671,8 +718,28 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 .map(|()| ExitCode::SUCCESS)
                 .map_err(|e| WireError::internal(format!("the MCP server stopped: {e}")))
         }
-        Commands::Hook(HookCmd::ClaudeCode { wait_on_stop }) => {
-            return Ok(crate::hook::claude_code(&paths, wait_on_stop))
+        Commands::Hook(HookCmd::ClaudeCode {
+            rewake: true,
+            max_wait,
+            ..
+        }) => {
+            // Not a usage error (exit 2 would wake the model with it): exit 1.
+            return Ok(match wire::seconds("--max-wait", max_wait) {
+                Ok(max_wait) => crate::hook::rewake(&paths, max_wait),
+                Err(e) => {
+                    crate::note!("bgwork hook --rewake: {}", e.message);
+                    ExitCode::FAILURE
+                }
+            });
+        }
+        Commands::Hook(hook) => {
+            use crate::hook::Harness;
+            let (harness, wait_on_stop) = match hook {
+                HookCmd::ClaudeCode { wait_on_stop, .. } => (Harness::ClaudeCode, wait_on_stop),
+                HookCmd::Codex { wait_on_stop } => (Harness::Codex, wait_on_stop),
+                HookCmd::Gemini { wait_on_stop } => (Harness::Gemini, wait_on_stop),
+            };
+            return Ok(crate::hook::run(&paths, harness, wait_on_stop));
         }
         Commands::Start(start) => Request::Start(start_args(start)?),
         Commands::List { all, all_sessions } => Request::List { all, all_sessions },
@@ -710,6 +777,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             wait_s: wait,
             // A pull acknowledges what it could print (see `render::pull_notices`).
             ack: !peek && !follow,
+            limit: None,
         },
         Commands::Dismiss { ids } => Request::Dismiss { id: None, ids },
         Commands::Restart { id, env, window } => {

@@ -297,9 +297,16 @@ impl Daemon {
             Request::Stop(args) => reply(&self.stop(&session, &args).await),
             Request::Wait(args) => reply(&self.wait(&session, &args, &mut shown).await),
             Request::Notices {
-                peek, wait_s, ack, ..
+                peek,
+                wait_s,
+                ack,
+                limit,
+                ..
             } => {
-                return match self.wait_notices(&session, peek, wait_s, token).await {
+                return match self
+                    .wait_notices(&session, peek, wait_s, limit, token)
+                    .await
+                {
                     Ok((notices, claimed)) => Answer {
                         line: reply(&Ok::<_, WireError>(notices)),
                         // Acknowledged: they stay claimed until `ack` or the close.

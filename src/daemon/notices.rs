@@ -23,15 +23,22 @@ impl Daemon {
         &self,
         session: &str,
         peek: bool,
+        limit: Option<u32>,
         token: i64,
     ) -> Result<(NoticesReply, Vec<i64>), WireError> {
-        let rows = if peek {
-            self.lock().store.pending_notices(session)?
+        let (rows, more) = if peek {
+            (self.lock().store.pending_notices(session)?, 0)
         } else {
-            {
-                let shown = self.showing_rows();
-                self.lock().store.claim_notices(session, token, &shown)?
-            }
+            let shown = self.showing_rows();
+            let mut inner = self.lock();
+            let rows = inner.store.claim_notices(session, token, &shown, limit)?;
+            // Counted only under a bound: an unbounded take leaves nothing behind
+            // that the caller should hear of.
+            let more = match limit {
+                Some(_) => inner.store.pending_beyond(session, token)?,
+                None => 0,
+            };
+            (rows, more)
         };
         let claimed = if peek {
             Vec::new()
@@ -40,6 +47,7 @@ impl Daemon {
         };
         let reply = NoticesReply {
             notices: rows.iter().map(notice).collect(),
+            more,
         };
         Ok((reply, claimed))
     }
@@ -50,6 +58,7 @@ impl Daemon {
         session: &str,
         peek: bool,
         wait_s: Option<f64>,
+        limit: Option<u32>,
         token: i64,
     ) -> Result<(NoticesReply, Vec<i64>), WireError> {
         if let Some(seconds) = wait_s {
@@ -65,7 +74,7 @@ impl Daemon {
             })
             .await;
         }
-        self.notices(session, peek, token)
+        self.notices(session, peek, limit, token)
     }
 
     /// Claims for `token` the end notices of records a reply shows (`start`, `wait`,
@@ -218,7 +227,9 @@ impl Daemon {
     fn notices_rows(&self, session: &str, token: i64) -> Result<Vec<NoticeRow>, WireError> {
         Ok({
             let shown = self.showing_rows();
-            self.lock().store.claim_notices(session, token, &shown)?
+            self.lock()
+                .store
+                .claim_notices(session, token, &shown, None)?
         })
     }
 

@@ -284,9 +284,14 @@ impl ServerHandler for McpServer {
         let session = self.session(&context).await;
         let verbose = matches!(args.get("verbose"), Some(Value::Bool(true)));
         let outcome = match tools::request(&name, &args) {
-            Ok(Request::Notices { peek: false, .. }) => Ok(serde_json::json!({
-                "notices": self.notice_box(&session).await.take().await
-            })),
+            Ok(Request::Notices { peek: false, .. }) => {
+                let taken = self.notice_box(&session).await.take().await;
+                let mut reply = serde_json::json!({ "notices": taken.notices });
+                if let Some(note) = taken.note() {
+                    reply["notices_note"] = note.into();
+                }
+                Ok(reply)
+            }
             Ok(request) => self.call(&session, request, context.ct.cancelled()).await,
             Err(e) => Err(e),
         };
@@ -307,9 +312,15 @@ impl ServerHandler for McpServer {
             ));
         }
         // The notices tool's own result is the notices; every other result carries them.
-        let notices = match (&outcome, name.as_str()) {
-            (Ok(reply), "notices") => reply["notices"].clone(),
-            _ => self.notice_box(&session).await.take().await,
+        let (notices, note) = match (&outcome, name.as_str()) {
+            (Ok(reply), "notices") => {
+                (reply["notices"].clone(), reply.get("notices_note").cloned())
+            }
+            _ => {
+                let taken = self.notice_box(&session).await.take().await;
+                let note = taken.note().map(Value::from);
+                (taken.notices, note)
+            }
         };
         if context.ct.is_cancelled() {
             // Cancelled while its notices were taken: nobody reads this result, so they
@@ -323,12 +334,18 @@ impl ServerHandler for McpServer {
         let result = match outcome {
             Ok(Value::Object(mut reply)) => {
                 reply.insert("notices".into(), notices);
+                if let Some(note) = note {
+                    reply.insert("notices_note".into(), note);
+                }
                 CallToolResult::structured(Value::Object(reply))
             }
             Ok(other) => CallToolResult::structured(other),
             Err(error) => {
                 let mut object = tools::error_object(&error);
                 object["notices"] = notices;
+                if let Some(note) = note {
+                    object["notices_note"] = note;
+                }
                 CallToolResult::structured_error(object)
             }
         };

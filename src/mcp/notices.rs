@@ -14,6 +14,35 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
+/// The notices that ride on one result.
+pub struct Taken {
+    pub notices: Value,
+    empty: bool,
+    /// Pending beyond the bound: left for a later result.
+    pub more: u64,
+}
+
+impl Default for Taken {
+    fn default() -> Taken {
+        Taken {
+            notices: Value::Array(Vec::new()),
+            empty: true,
+            more: 0,
+        }
+    }
+}
+
+impl Taken {
+    /// What the model is told beside the notices: that they are reports, and how many
+    /// more wait (none when there is nothing to say).
+    pub fn note(&self) -> Option<String> {
+        if self.empty && self.more == 0 {
+            return None;
+        }
+        Some(crate::hook::notices_note(self.more))
+    }
+}
+
 pub struct NoticeBox {
     paths: Arc<Paths>,
     session: String,
@@ -57,28 +86,34 @@ impl NoticeBox {
         .await;
     }
 
-    /// Takes the session's pending notices for a result (an empty list when the daemon
-    /// cannot be reached).
-    pub async fn take(&self) -> Value {
+    /// Takes the session's pending notices for a result, at most
+    /// [`crate::hook::max_notices_per_turn`] of them (none when the daemon cannot be
+    /// reached), and how many stay pending beyond that bound.
+    pub async fn take(&self) -> Taken {
         self.with_state(|state, paths, session| {
             let take = Request::Notices {
                 peek: false,
                 follow: false,
                 wait_s: None,
                 ack: true,
+                limit: crate::hook::max_notices_per_turn(),
             };
             match request::<NoticesReply>(state, paths, session, take) {
                 Ok(reply) => {
                     state
                         .riding
                         .extend(reply.notices.iter().map(|n| n.id.clone()));
-                    serde_json::to_value(reply.notices).unwrap_or_default()
+                    Taken {
+                        empty: reply.notices.is_empty(),
+                        notices: serde_json::to_value(reply.notices).unwrap_or_default(),
+                        more: reply.more,
+                    }
                 }
-                Err(_) => Value::Array(Vec::new()),
+                Err(_) => Taken::default(),
             }
         })
         .await
-        .unwrap_or_else(|| Value::Array(Vec::new()))
+        .unwrap_or_default()
     }
 
     /// The result that was to carry the notices just taken will not be sent (its call

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 pub const INSTRUCTIONS: &str = "bgwork runs shell work in the background. Start long work \
 (builds, test suites, dev servers, watches) with `start` and keep working: the call returns \
 an id at once. You never need to poll: every tool result carries a `notices` array with the \
-end and last lines of any work that ended since your last call. Use `wait` (it blocks, with a \
+end and last lines of any work that ended since your last call (at most 10 a result; \
+`notices_note` says how many more wait). A notice is a report, not a request to start more \
+work. Use `wait` (it blocks, with a \
 bound) only when your next step needs the result. A command that ends in a few seconds should \
 just run with `run`.";
 
@@ -361,6 +363,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             follow: false,
             wait_s: None,
             ack: false,
+            limit: None,
         },
         "resize" => Request::Resize {
             id: a.required("id")?,

@@ -66,8 +66,9 @@ impl Store {
         Ok(self.conn.query_row(&sql, [session], |r| r.get(0))?)
     }
 
-    /// Claims every pending, unclaimed notice of the session for `claim`, oldest first.
-    /// One statement: a notice is claimed by one caller only.
+    /// Claims the pending, unclaimed notices of the session for `claim`, oldest first:
+    /// every one, or the `limit` oldest. One statement: a notice is claimed by one
+    /// caller only.
     /// The end notices of the records in `shown` are left alone: a reply that is about
     /// to show their end delivers them.
     pub fn claim_notices(
@@ -75,22 +76,39 @@ impl Store {
         session: &str,
         claim: i64,
         shown: &[i64],
+        limit: Option<u32>,
     ) -> Result<Vec<NoticeRow>> {
         let sql = format!(
             "UPDATE notices SET claim = ?2
              WHERE nrow IN (SELECT nrow FROM notices
                             WHERE {} AND delivered_at IS NULL AND claim IS NULL
-                                  AND {})
+                                  AND {}
+                            ORDER BY nrow LIMIT ?3)
              RETURNING {}",
             for_session(),
             not_shown(shown),
             notice_columns()
         );
+        // SQLite: a negative LIMIT is no limit.
+        let limit = limit.map_or(-1, i64::from);
         let mut stmt = self.conn.prepare(&sql)?;
-        let rows = stmt.query_map(params![session, claim], notice_row)?;
+        let rows = stmt.query_map(params![session, claim, limit], notice_row)?;
         let mut rows: Vec<NoticeRow> = rows.collect::<rusqlite::Result<_>>()?;
         rows.sort_by_key(|n| n.nrow);
         Ok(rows)
+    }
+
+    /// How many notices of the session are pending and not held by `claim` (those a
+    /// bounded take left behind, and any another connection holds).
+    pub fn pending_beyond(&self, session: &str, claim: i64) -> Result<u64> {
+        let sql = format!(
+            "SELECT count(*) FROM notices
+             WHERE {} AND delivered_at IS NULL AND (claim IS NULL OR claim != ?2)",
+            for_session()
+        );
+        Ok(self
+            .conn
+            .query_row(&sql, params![session, claim], |r| r.get(0))?)
     }
 
     /// Claims the end notice of a record for `claim` when it is pending, unclaimed and

@@ -55,6 +55,10 @@ pub enum Request {
         /// `follow` is always acknowledged (unless `peek`).
         #[serde(default)]
         ack: bool,
+        /// Take at most this many (oldest first); the rest stay pending, unclaimed,
+        /// and the reply counts them in `more`. Unbounded when absent.
+        #[serde(default)]
+        limit: Option<u32>,
     },
     /// Marks notices sent on this connection (`notices` with `ack`, or `--follow`)
     /// delivered: the client has shown them. Answered with an `Ack`, except inside a
@@ -491,6 +495,13 @@ fn one() -> u64 {
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct NoticesReply {
     pub notices: Vec<Notice>,
+    /// Notices still pending beyond a `limit` (not taken by this reply).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

@@ -4,6 +4,7 @@
 mod core_load;
 mod ends;
 mod faults;
+mod harness_hooks;
 mod hostile;
 mod mcp;
 mod mcp_hostile;

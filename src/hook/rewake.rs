@@ -1,0 +1,213 @@
+//! `bgwork hook claude-code --rewake`: a Claude Code `Stop` hook run with
+//! `asyncRewake: true`, which wakes an idle agent when its work ends.
+//!
+//! How it works: Claude Code starts the hook in the background at the end of each turn.
+//! It waits (at most `--max-wait`) for the session's next notices, claimed for its
+//! daemon connection (`notices` with `ack`), writes them on stderr and exits 2, which
+//! Claude Code hands to the model as a notification that wakes it. The notices are
+//! acknowledged only after stderr's reader has taken them, right before the exit: a
+//! hook killed first (Escape, a timeout) closes its connection, and the daemon gives
+//! them to the next puller with the same ids. It exits 0 with nothing on stderr when
+//! the wait runs out, when the session has no work armed with `--notify` (left), or
+//! when another rewake hook of the session is waiting already: one waiter per session
+//! holds an `flock` on a file of the socket's folder, which the kernel releases with
+//! the process, however it ends.
+
+use crate::cli::follow::{show, OutKind};
+use crate::client::Client;
+use crate::paths::Paths;
+use crate::wire::{Ack, Envelope, ListReply, NoticesReply, Request, WireError};
+use nix::fcntl::{Flock, FlockArg};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// How long the hook waits for its event on stdin (Claude Code writes it at once).
+const EVENT_DEADLINE: Duration = Duration::from_secs(5);
+/// How often a quiet wait checks that armed work is left and that stderr's reader is
+/// still there.
+const RECHECK: Duration = Duration::from_secs(5);
+
+/// Waits for the session's next notices and hands them to Claude Code (exit 2), or
+/// exits 0 in silence.
+pub fn rewake(paths: &Paths, max_wait: Duration) -> ExitCode {
+    let Some(event) = event_within(EVENT_DEADLINE) else {
+        crate::note!(
+            "bgwork hook --rewake: no JSON hook event on stdin within {} s; not waiting",
+            EVENT_DEADLINE.as_secs()
+        );
+        return ExitCode::SUCCESS;
+    };
+    let session = super::session_of(&event);
+    let mut client = match Client::connect(paths) {
+        Ok(client) => client,
+        Err(e) => {
+            crate::note!("bgwork hook --rewake: {}", e.message);
+            return ExitCode::SUCCESS;
+        }
+    };
+    let Some(lock) = Waiter::lock(paths, &session) else {
+        return ExitCode::SUCCESS;
+    };
+    let told = wait_and_tell(&mut client, &session, max_wait);
+    drop(lock);
+    match told {
+        Ok(true) => ExitCode::from(2),
+        Ok(false) => ExitCode::SUCCESS,
+        Err(e) => {
+            crate::note!("bgwork hook --rewake: {}", e.message);
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// The hook event, read on a thread so that a harness that never closes stdin cannot
+/// hold the hook.
+fn event_within(deadline: Duration) -> Option<serde_json::Value> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(super::read_event());
+    });
+    receiver.recv_timeout(deadline).ok().flatten()
+}
+
+/// Waits until notices come (writes them, acknowledges them: `true`), or until the wait
+/// runs out, nothing armed is left or stderr's reader went away (`false`).
+fn wait_and_tell(
+    client: &mut Client,
+    session: &str,
+    max_wait: Duration,
+) -> Result<bool, WireError> {
+    let deadline = Instant::now() + max_wait;
+    // The first look does not wait: with nothing pending and nothing armed, the hook
+    // ends at once.
+    let mut wait = None;
+    loop {
+        // The daemon claims after its wait, even a wait that timed out: a notice that
+        // arrives as the deadline passes is taken, not left behind.
+        let taken = take(client, session, wait)?;
+        if !taken.notices.is_empty() {
+            return tell(client, session, &taken);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || reader_gone() {
+            return Ok(false);
+        }
+        if !armed(client, session)? {
+            // An end records its notice with it: one more take sees any notice of the
+            // work that was armed a moment ago.
+            let taken = take(client, session, None)?;
+            return if taken.notices.is_empty() {
+                Ok(false)
+            } else {
+                tell(client, session, &taken)
+            };
+        }
+        wait = Some(left.min(RECHECK));
+    }
+}
+
+fn take(
+    client: &mut Client,
+    session: &str,
+    wait: Option<Duration>,
+) -> Result<NoticesReply, WireError> {
+    let request = Request::Notices {
+        peek: false,
+        follow: false,
+        wait_s: wait.map(|w| w.as_secs_f64()),
+        ack: true,
+        limit: super::max_notices_per_turn(),
+    };
+    client.call(&envelope(session, request))
+}
+
+/// Writes the notices on stderr; once its reader took them, acknowledges them.
+fn tell(client: &mut Client, session: &str, taken: &NoticesReply) -> Result<bool, WireError> {
+    let text = super::context(&taken.notices, taken.more);
+    let stderr = std::io::stderr();
+    let kind = OutKind::of(stderr.as_fd());
+    if show(&mut stderr.lock(), kind, &text).is_err() {
+        // Nobody read them: they stay pending (the connection's close releases them).
+        return Ok(false);
+    }
+    let ids = taken.notices.iter().map(|n| n.id.clone()).collect();
+    client.call::<Ack>(&envelope(session, Request::Ack { ids }))?;
+    Ok(true)
+}
+
+/// Whether the session has running work armed with `--notify` (a watch counts: its
+/// matches fire notices).
+fn armed(client: &mut Client, session: &str) -> Result<bool, WireError> {
+    let request = Request::List {
+        all: false,
+        all_sessions: false,
+    };
+    let list: ListReply = client.call(&envelope(session, request))?;
+    Ok(list.items.iter().any(|item| item.notify))
+}
+
+/// Whether stderr's reader went away (Claude Code ended): nobody would read a notice.
+fn reader_gone() -> bool {
+    let stderr = std::io::stderr();
+    let mut fds = [PollFd::new(stderr.as_fd(), PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0
+        && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP)))
+}
+
+fn envelope(session: &str, request: Request) -> Envelope {
+    Envelope {
+        session: session.to_string(),
+        request,
+    }
+}
+
+/// The one rewake waiter of a session: an exclusive `flock` on
+/// `rewake-HASH.lock` in the socket's folder (checked private by the client).
+struct Waiter {
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Waiter {
+    /// The lock, or `None` when another waiter of the session holds it.
+    fn lock(paths: &Paths, session: &str) -> Option<Waiter> {
+        let path = paths
+            .socket_dir()
+            .join(format!("rewake-{:016x}.lock", fnv1a(session.as_bytes())));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .open(&path)
+            .ok()?;
+        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).ok()?;
+        // The holder before us may have removed the file between our open and our lock:
+        // only a lock on the file the path names now counts.
+        let ours = lock.metadata().ok()?;
+        let named = std::fs::symlink_metadata(&path).ok()?;
+        (ours.ino() == named.ino() && ours.dev() == named.dev())
+            .then_some(Waiter { path, _lock: lock })
+    }
+}
+
+impl Drop for Waiter {
+    /// Removed while still locked, so no file is left per session; a waiter killed
+    /// leaves it, unlocked, for the next one.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// FNV-1a: a stable short name for a session of any length or characters.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

@@ -112,6 +112,7 @@ Examples:
   bgwork read bg-1
   bgwork read bg-1 --tail 50
   bgwork read bg-1 --follow               like tail -f, until it ends
+  bgwork read bg-1 --grep 'error|panic' -C 2
   bgwork read bg-2 --screen              a pane's visible screen")]
     Read(ReadCmd),
     /// Write input to a job's stdin or keystrokes to a pane
@@ -451,6 +452,16 @@ pub struct ReadCmd {
     /// Keep printing new output until the item ends, then exit with its end's code
     #[arg(long, short, conflicts_with_all = ["tail", "from", "all", "screen", "raw"])]
     pub follow: bool,
+    /// Search the whole kept log for lines matching REGEX: prints LINE:BYTE:TEXT for
+    /// each (does not move the read cursor)
+    #[arg(long, value_name = "REGEX", conflicts_with_all = ["tail", "all", "screen", "raw", "follow"])]
+    pub grep: Option<String>,
+    /// With --grep: N lines of context before and after each match (printed LINE-BYTE-TEXT)
+    #[arg(long, short = 'C', value_name = "N", requires = "grep")]
+    pub context: Option<usize>,
+    /// With --grep: at most N matches in the reply [default: 1000]
+    #[arg(long, value_name = "N", requires = "grep")]
+    pub max_matches: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -655,6 +666,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             raw: read.raw,
             max_bytes: read.max_bytes,
             screen: read.screen,
+            grep: read.grep,
+            context: read.context,
+            max_matches: read.max_matches,
         }),
         Commands::Send { id, text, keys } => Request::Send(wire::SendArgs {
             id,

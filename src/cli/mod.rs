@@ -20,6 +20,8 @@ Environment:
   BGWORK_SESSION            the session that owns the work (as --session; default `default`)
   BGWORK_ANSWER_TIMEOUT_MS  how long the CLI waits for the daemon to answer (default 30000)
   BGWORK_MAX_RUNNING        running jobs, panes and monitors per session (default 10)
+  BGWORK_MAX_RUNNING_TOTAL  running items of all sessions together (default 64; 0: no cap)
+  BGWORK_MAX_STARTS_PER_MINUTE  starts per session in any minute (default 60; 0: no guard)
   BGWORK_LOG_CAP            bytes of output kept per job (default 268435456: 256 MiB)
   BGWORK_LOG_HEAD           bytes kept from the start of a capped log (default 1048576)
   BGWORK_RETAIN_S           seconds ended records are kept before gc (default 86400)

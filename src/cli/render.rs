@@ -482,9 +482,15 @@ fn grep_text(reply: &wire::GrepReply, pattern: &str) -> String {
     let mut put = |out: &mut String, line: &wire::GrepLine, mark: char| {
         if line.line_at_least && !past_gap {
             past_gap = true;
+            let dropped = match reply.dropped_bytes {
+                0 => "the log cap dropped the middle of the output before here".to_string(),
+                n => format!(
+                    "{n} bytes dropped by the log cap (the first and newest bytes are kept)"
+                ),
+            };
             out.push_str(&format!(
-                "[... {} bytes dropped by the log cap (the first and newest bytes are kept);                  line numbers below count kept lines only, the real ones are at least that ...]\n",
-                reply.dropped_bytes
+                "[... {dropped}; line numbers below count kept lines only, the real ones are at \
+                 least that ...]\n"
             ));
         } else if last.is_some_and(|n| line.line > n + 1) {
             out.push_str("--\n");

@@ -22,7 +22,7 @@ use crate::wire::{self, GrepLine, GrepMatch, GrepReply, ReadArgs, State, WireErr
 use memchr::{memchr, memrchr};
 use nix::errno::Errno;
 use nix::unistd::{lseek, Whence};
-use regex::{Regex, RegexBuilder};
+use regex::{bytes, Regex, RegexBuilder};
 use std::borrow::Cow;
 use std::fs::File;
 use std::ops::Range;
@@ -50,7 +50,7 @@ const MAX_PATTERN: usize = 64 << 10;
 
 /// What a search looks for and how much it returns.
 pub(crate) struct Search<'a> {
-    pub regex: &'a Regex,
+    pub regex: &'a Pattern,
     pub from: u64,
     pub to: u64,
     /// The log's dropped middle, as the records know it.
@@ -68,10 +68,21 @@ pub(crate) struct Found {
     pub next_from: Option<u64>,
     /// Why it stopped early, when it did.
     pub stopped_by: Option<&'static str>,
+    /// Where the searched range ended (the log's length when the search began), and
+    /// the bytes of it that were gone (the dropped middle, and holes punched since).
+    pub to: u64,
+    pub skipped: u64,
+}
+
+/// A search pattern, compiled for text (a line as `read` shows it) and for bytes (a
+/// plain stretch of the log, searched where it lies: no copy, no UTF-8 check again).
+pub(crate) struct Pattern {
+    text: Regex,
+    bytes: bytes::Regex,
 }
 
 /// Compiles a search pattern, or says what is wrong with it.
-pub(crate) fn compile(pattern: &str) -> Result<Regex, WireError> {
+pub(crate) fn compile(pattern: &str) -> Result<Pattern, WireError> {
     if pattern.len() > MAX_PATTERN {
         return Err(WireError::bad_request(format!(
             "--grep: the regex is {} bytes long, over the limit of {MAX_PATTERN}: search for \
@@ -79,19 +90,27 @@ pub(crate) fn compile(pattern: &str) -> Result<Regex, WireError> {
             pattern.len()
         )));
     }
-    RegexBuilder::new(pattern)
+    let refused = |e: regex::Error| match e {
+        regex::Error::CompiledTooBig(limit) => WireError::bad_request(format!(
+            "--grep: the regex is too large once compiled (over {limit} bytes): make it \
+             simpler (fewer alternatives, smaller repetition counts such as {{1000}}, \
+             or ASCII classes like [0-9] or (?-u:\\w) in place of Unicode ones)"
+        )),
+        e => WireError::bad_request(format!("--grep is not a valid regular expression: {e}")),
+    };
+    let text = RegexBuilder::new(pattern)
         .multi_line(true)
         .size_limit(REGEX_SIZE)
         .dfa_size_limit(REGEX_SIZE)
         .build()
-        .map_err(|e| match e {
-            regex::Error::CompiledTooBig(limit) => WireError::bad_request(format!(
-                "--grep: the regex is too large once compiled (over {limit} bytes): make it \
-                 simpler (fewer alternatives, smaller repetition counts such as {{1000}}, \
-                 or ASCII classes like [0-9] or (?-u:\\w) in place of Unicode ones)"
-            )),
-            e => WireError::bad_request(format!("--grep is not a valid regular expression: {e}")),
-        })
+        .map_err(refused)?;
+    let bytes = bytes::RegexBuilder::new(pattern)
+        .multi_line(true)
+        .size_limit(REGEX_SIZE)
+        .dfa_size_limit(REGEX_SIZE)
+        .build()
+        .map_err(refused)?;
+    Ok(Pattern { text, bytes })
 }
 
 /// Checks the numbers of a grep request.
@@ -177,7 +196,10 @@ impl Daemon {
                 max_text,
             };
             let found = match plan.len {
-                0 => Ok(Found::default()),
+                0 => Ok(Found {
+                    to: from,
+                    ..Found::default()
+                }),
                 _ => output::open_log(&plan.path).and_then(|file| search.run(&file)),
             }
             .map_err(|e| {
@@ -190,7 +212,7 @@ impl Daemon {
             let message = found.stopped_by.map(|why| {
                 format!(
                     "more matches: {why}; narrow the regex or go on with --from {}",
-                    found.next_from.unwrap_or(plan.len)
+                    found.next_from.unwrap_or(found.to)
                 )
             });
             Ok(GrepReply {
@@ -200,8 +222,8 @@ impl Daemon {
                 truncated: found.truncated,
                 next_from: found.next_from,
                 from,
-                to: plan.len,
-                dropped_bytes: output::dropped_in(from, plan.len, head, plan.dropped),
+                to: found.to,
+                dropped_bytes: found.skipped,
                 log_path: plan.path.display().to_string(),
                 message,
             })
@@ -350,9 +372,14 @@ impl Search<'_> {
             found: Found::default(),
             text_used: 0,
         };
+        // A running job's log grows (and its middle is released) while the records are
+        // read: the search goes to the length the file has now.
+        let to = self.to.max(file.metadata()?.len());
+        scan.found.to = to;
         let mut at = self.from;
-        while at < self.to && scan.found.stopped_by.is_none() {
-            let (start, hard_end) = fill(file, at, self.to, &self.gap, &mut scan.buf)?;
+        while at < to && scan.found.stopped_by.is_none() {
+            let (start, hard_end) = fill(file, at, to, &self.gap, &mut scan.buf)?;
+            scan.found.skipped += start.min(to) - at;
             if scan.buf.is_empty() {
                 break;
             }
@@ -409,39 +436,54 @@ fn fill(
     gap: &Range<u64>,
     buf: &mut Vec<u8>,
 ) -> std::io::Result<(u64, bool)> {
-    buf.clear();
     let mut start = at;
-    if gap.contains(&start) {
-        start = gap.end;
-    }
-    match lseek(file, start as i64, Whence::SeekData) {
-        Ok(data) => start = start.max(data as u64),
-        // Nothing but a hole to the end of the file.
-        Err(Errno::ENXIO) => return Ok((to, true)),
-        // A file system without SEEK_DATA: the bytes are read as they are.
-        Err(_) => {}
-    }
-    if start >= to {
-        return Ok((to, true));
-    }
-    let mut end = to.min(start + BUF as u64);
-    if !gap.is_empty() && start < gap.start {
-        end = end.min(gap.start);
-    }
-    let hard = end == to || end == gap.start;
-    buf.resize((end - start) as usize, 0);
-    let mut filled = 0;
-    while filled < buf.len() {
-        match file.read_at(&mut buf[filled..], start + filled as u64) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+    loop {
+        buf.clear();
+        if gap.contains(&start) {
+            start = gap.end;
         }
+        match lseek(file, start as i64, Whence::SeekData) {
+            Ok(data) => start = start.max(data as u64),
+            // Nothing but a hole to the end of the file.
+            Err(Errno::ENXIO) => return Ok((to, true)),
+            // A file system without SEEK_DATA: the bytes are read as they are.
+            Err(_) => {}
+        }
+        if start >= to {
+            return Ok((to, true));
+        }
+        let mut end = to.min(start + BUF as u64);
+        if !gap.is_empty() && start < gap.start {
+            end = end.min(gap.start);
+        }
+        let hard = end == to || end == gap.start;
+        buf.resize((end - start) as usize, 0);
+        let mut filled = 0;
+        while filled < buf.len() {
+            match file.read_at(&mut buf[filled..], start + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let short = filled < buf.len();
+        buf.truncate(filled);
+        // A job writing fast may have released the start of what was just read (its
+        // zeros are not its output): that part counts as gone.
+        if let Ok(data) = lseek(file, start as i64, Whence::SeekData) {
+            let released = (data as u64).saturating_sub(start).min(buf.len() as u64) as usize;
+            if released > 0 {
+                buf.drain(..released);
+                start += released as u64;
+                if buf.is_empty() {
+                    // All of it: read on from where the data is now.
+                    continue;
+                }
+            }
+        }
+        return Ok((start, hard || short));
     }
-    let short = filled < buf.len();
-    buf.truncate(filled);
-    Ok((start, hard || short))
 }
 
 impl Scan<'_, '_> {
@@ -489,6 +531,14 @@ impl Scan<'_, '_> {
 
     /// The log offset where the line holding `buf[i]` begins.
     fn line_start_of(&self, i: usize) -> u64 {
+        if i >= self.counted {
+            // Known at `counted`: look back only that far (a line of 100 MB is not
+            // looked through again for each of its matches).
+            return match memrchr(b'\n', &self.buf[self.counted..i]) {
+                Some(k) => self.base + (self.counted + k) as u64 + 1,
+                None => self.line_start,
+            };
+        }
         match memrchr(b'\n', &self.buf[..i]) {
             Some(k) => self.base + k as u64 + 1,
             None => self.base_line_start,
@@ -543,7 +593,7 @@ impl Scan<'_, '_> {
     fn grep_line(&self, segment: Segment, line: u64, around: bool) -> GrepLine {
         let text = render(&self.buf[segment.start..segment.end]);
         let range = match around {
-            true => self.search.regex.find(&text).map(|m| m.range()),
+            true => self.search.regex.text.find(&text).map(|m| m.range()),
             false => None,
         };
         GrepLine {
@@ -558,6 +608,7 @@ impl Scan<'_, '_> {
     fn matches(&self, segment: Segment) -> bool {
         self.search
             .regex
+            .text
             .is_match(&render(&self.buf[segment.start..segment.end]))
     }
 
@@ -715,15 +766,11 @@ impl Scan<'_, '_> {
     /// Searches the plain stretch `buf[pos..end]` as one haystack; returns where the
     /// search goes on.
     fn search_plain(&mut self, pos: usize, end: usize) -> usize {
-        let Ok(haystack) = std::str::from_utf8(&self.buf[pos..end]) else {
-            // Not reached: the stretch was checked. Line by line is always right.
-            self.by_line = true;
-            return pos;
-        };
-        let Some(found) = self.search.regex.find(haystack) else {
+        // Searched where it lies, so that `^` and `\b` see the byte before `pos`.
+        let Some(found) = self.search.regex.bytes.find_at(&self.buf[..end], pos) else {
             return end;
         };
-        let (m_start, m_end) = (pos + found.start(), pos + found.end());
+        let (m_start, m_end) = (found.start(), found.end());
         let segment = self.segment_holding(m_start, pos, end);
         if m_end > segment.end {
             // The match crosses a line break: this pattern is searched line by line.
@@ -892,5 +939,30 @@ mod tests {
         assert!(compile(r"\w{1000}\w{1000}\w{1000}").is_err());
         assert!(compile("(a").is_err());
         assert!(began.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_hole_past_the_known_gap_is_passed() {
+        let mut file = tempfile::tempfile().unwrap();
+        let line = "full speed line with some words ERROR maybe\n";
+        file.write_all(line.repeat((1 << 20) / line.len()).as_bytes())
+            .unwrap();
+        let tail = line.repeat((10 << 20) / line.len());
+        file.write_all_at(tail.as_bytes(), 100 << 20).unwrap();
+        let to = (100 << 20) + tail.len() as u64;
+        let regex = compile("ERROR").unwrap();
+        let search = Search {
+            regex: &regex,
+            from: 3_000_000,
+            to,
+            gap: (1 << 20)..(2 << 20),
+            context: 0,
+            max_matches: 2,
+            max_text: 1 << 20,
+        };
+        let found = search.run(&file).unwrap();
+        assert_eq!(found.matches.len(), 2, "{found:?}");
+        assert_eq!(found.matches[0].line.offset, 100 << 20);
+        assert!(found.matches[0].line.line_at_least);
     }
 }

@@ -515,7 +515,10 @@ fn grep_text(reply: &wire::GrepReply, pattern: &str) -> String {
     }
     let id = inert(&reply.id);
     let count = reply.matches.len();
-    let pattern = inert(pattern);
+    let pattern = match pattern.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}…", inert(&pattern[..cut])),
+        None => inert(pattern).into_owned(),
+    };
     let status = match &reply.message {
         Some(message) => format!("{id}: {count} matching lines shown; {}", inert(message)),
         None if count == 0 => format!(

@@ -374,3 +374,21 @@ fn issue15_8_the_start_rate_guard_defaults_to_60_a_minute_and_0_turns_it_off() {
     }
     home.run(&["shutdown", "--stop-work"]);
 }
+
+#[test]
+fn issue15_8_a_refused_start_does_not_count_toward_the_rate() {
+    let home = Home::new()
+        .with("BGWORK_MAX_RUNNING", "1")
+        .with("BGWORK_MAX_STARTS_PER_MINUTE", "2");
+    let first = home.start("sleep 600");
+    // Refused by the session's limit: not a start.
+    let (_, code, message) = home.error(&["start", "--", "sleep 600"]);
+    assert_eq!(code, "limit");
+    assert!(message.contains("its limit"), "{message}");
+    home.json(&["stop", &first, "--grace", "0"]);
+    // So this is the second start of the minute, within the rate of 2.
+    home.start("sleep 600");
+    let (_, _, message) = home.error(&["start", "--", "true"]);
+    assert!(message.contains("2 starts a minute"), "{message}");
+    home.run(&["shutdown", "--stop-work"]);
+}

@@ -92,10 +92,10 @@ fn total_error(cap: usize, running: usize) -> WireError {
         ErrorCode::Limit,
         format!(
             "the daemon already runs {running} items across all sessions, its cap of {cap} \
-             (BGWORK_MAX_RUNNING_TOTAL): stop some (`bgwork list --all-sessions`, `bgwork stop \
-             ID`) or wait for some to end; to raise the cap, restart the daemon with \
-             BGWORK_MAX_RUNNING_TOTAL set higher in its environment (`bgwork shutdown`: work \
-             goes on and is taken back)"
+             (BGWORK_MAX_RUNNING_TOTAL): stop some (`bgwork stop ID`) or wait for some to end \
+             (a person sees every session's work with bgwork status); to raise the cap, \
+             restart the daemon with BGWORK_MAX_RUNNING_TOTAL set higher in its environment \
+             (bgwork shutdown, then any call starts it again: work goes on and is taken back)"
         ),
     )
 }

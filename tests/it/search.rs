@@ -392,3 +392,27 @@ fn issue15_8_a_refused_start_does_not_count_toward_the_rate() {
     assert!(message.contains("2 starts a minute"), "{message}");
     home.run(&["shutdown", "--stop-work"]);
 }
+
+#[test]
+fn issue15_8_the_guards_hold_for_mcp_too() {
+    let home = Home::new()
+        .with("BGWORK_MAX_STARTS_PER_MINUTE", "1")
+        .with("BGWORK_MAX_RUNNING_TOTAL", "2");
+    let mut mcp = Mcp::start(&home);
+    let (error, _) = mcp.call("start", json!({"command": "sleep 600", "window_ms": 0}));
+    assert!(!error);
+    let (error, refused) = mcp.call("start", json!({"command": "sleep 600", "window_ms": 0}));
+    assert!(error);
+    assert_eq!(refused["error"]["code"], "limit", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("1 starts a minute") && message.contains("BGWORK_MAX_STARTS_PER_MINUTE"),
+        "{message}"
+    );
+    // The cap counts the CLI's work and the MCP server's alike.
+    let other = home.run(&["--json", "--session", "cli", "start", "--", "sleep 600"]);
+    assert_eq!(other.code, 0, "{}", other.stdout);
+    let (_, _, message) = home.error(&["--session", "cli2", "start", "--", "true"]);
+    assert!(message.contains("cap of 2"), "{message}");
+    home.run(&["shutdown", "--stop-work"]);
+}

@@ -32,6 +32,8 @@ use std::sync::Arc;
 
 /// Bytes read at a time.
 const BUF: usize = 4 << 20;
+/// Lines that are not plain text are rendered and searched this many bytes at a time.
+const BLOCK: usize = 64 << 10;
 /// Lines are searched in pieces of at most this many bytes.
 pub(crate) const MAX_LINE: usize = 64 << 10;
 /// A line shown longer than this is clipped around its match.
@@ -247,8 +249,64 @@ impl Daemon {
 fn render(bytes: &[u8]) -> Cow<'_, str> {
     match first_unplain(bytes) {
         None => String::from_utf8_lossy(bytes),
-        Some(_) => Cow::Owned(output::readable(bytes)),
+        Some(_) => Cow::Owned(strip_colors(bytes).unwrap_or_else(|| output::readable(bytes))),
     }
+}
+
+/// Appends the text of a line as [`render`] makes it to `out`, without a copy of its own
+/// in the common cases (plain text, colors).
+fn render_into(out: &mut String, bytes: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        let mark = out.len();
+        if strip_into(out, text) {
+            return;
+        }
+        out.truncate(mark);
+    }
+    out.push_str(&render(bytes));
+}
+
+/// The text of a line whose only escapes are CSI sequences (colors, the common case of
+/// a terminal's output), as [`output::readable`] makes it but without its parser; none
+/// when the line holds anything else that `readable` would rewrite, or bad UTF-8.
+fn strip_colors(bytes: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut out = String::with_capacity(text.len());
+    strip_into(&mut out, text).then_some(out)
+}
+
+/// Appends `text` to `out` with its CSI sequences left out; false (and `out` partly
+/// written) when `text` holds anything else that `readable` would rewrite.
+fn strip_into(out: &mut String, text: &str) -> bool {
+    let mut rest = text;
+    while let Some(esc) = memchr(0x1b, rest.as_bytes()) {
+        let before = &rest[..esc];
+        if first_unplain(before.as_bytes()).is_some() {
+            return false;
+        }
+        out.push_str(before);
+        // ESC [, parameters, intermediates, a final byte.
+        let seq = &rest.as_bytes()[esc..];
+        if seq.get(1) != Some(&b'[') {
+            return false;
+        }
+        let mut i = 2;
+        while seq.get(i).is_some_and(|b| (0x30..=0x3f).contains(b)) {
+            i += 1;
+        }
+        while seq.get(i).is_some_and(|b| (0x20..=0x2f).contains(b)) {
+            i += 1;
+        }
+        if !seq.get(i).is_some_and(|b| (0x40..=0x7e).contains(b)) {
+            return false;
+        }
+        rest = &rest[esc + i + 1..];
+    }
+    if first_unplain(rest.as_bytes()).is_some() {
+        return false;
+    }
+    out.push_str(rest);
+    true
 }
 
 /// Whether `b` (followed by `next`) is a byte `read` rewrites: a control byte other
@@ -750,7 +808,7 @@ impl Scan<'_, '_> {
             }
             let plain_end = self.plain_until(pos, end);
             if plain_end == pos {
-                pos = self.step(pos, end);
+                pos = self.search_rendered(pos, end);
                 continue;
             }
             pos = self.search_plain(pos, plain_end);
@@ -763,6 +821,44 @@ impl Scan<'_, '_> {
         }
     }
 
+    /// Searches the lines from `buf[pos]` on (about [`BLOCK`] bytes of them) as `read`
+    /// shows them, rendered into one haystack; returns where the search goes on.
+    fn search_rendered(&mut self, pos: usize, end: usize) -> usize {
+        let mut block = String::with_capacity(BLOCK + MAX_LINE);
+        // Where each line begins in `block`, and its segment.
+        let mut lines: Vec<(usize, Segment)> = Vec::new();
+        let mut at = pos;
+        while at < end && block.len() < BLOCK {
+            let segment = self.segment_at(at, end);
+            lines.push((block.len(), segment));
+            render_into(&mut block, &self.buf[segment.start..segment.end]);
+            block.push('\n');
+            at = segment.next;
+        }
+        // (An empty match after the last line's `\n` is no line's.)
+        let Some(found) = self
+            .search
+            .regex
+            .text
+            .find(&block)
+            .filter(|m| m.start() < block.len())
+        else {
+            return at;
+        };
+        let i = lines
+            .partition_point(|(start, _)| *start <= found.start())
+            .saturating_sub(1);
+        let (_, segment) = lines[i];
+        let line_end = lines.get(i + 1).map_or(block.len(), |(start, _)| *start) - 1;
+        if found.end() > line_end {
+            // The match crosses a line break: this pattern is searched line by line.
+            self.by_line = true;
+            return segment.start;
+        }
+        self.record(segment);
+        segment.next
+    }
+
     /// Searches the plain stretch `buf[pos..end]` as one haystack; returns where the
     /// search goes on.
     fn search_plain(&mut self, pos: usize, end: usize) -> usize {
@@ -771,7 +867,14 @@ impl Scan<'_, '_> {
             return end;
         };
         let (m_start, m_end) = (found.start(), found.end());
-        let segment = self.segment_holding(m_start, pos, end);
+        // An empty match at the stretch's end belongs to the line it ends, if one does
+        // (after a `\n`, it is the next stretch's business).
+        let holder = match m_start < end {
+            true => m_start,
+            false if self.buf[end - 1] != b'\n' => end - 1,
+            false => return end,
+        };
+        let segment = self.segment_holding(holder, pos, end);
         if m_end > segment.end {
             // The match crosses a line break: this pattern is searched line by line.
             self.by_line = true;
@@ -856,6 +959,44 @@ mod tests {
                 (4, 38, "\u{fffd}\u{fffd}bin ERROR".into())
             ]
         );
+    }
+
+    #[test]
+    fn colors_are_stripped_as_read_strips_them() {
+        for line in [
+            &b"\x1b[31mERROR\x1b[0m: red"[..],
+            b"\x1b[1;38;5;208mbold\x1b[m\ttab \x1b[2K",
+            b"caf\xc3\xa9 \x1b[?25l\x1b[?25h",
+            b"\x1b[ q spaced intermediates",
+        ] {
+            assert_eq!(
+                strip_colors(line).as_deref(),
+                Some(output::readable(line).as_str()),
+                "{line:?}"
+            );
+        }
+        for other in [
+            &b"\x1b]0;title\x07x"[..],
+            b"10%\r20%",
+            b"\x1b(B",
+            b"\x1b[31",
+            b"bad \xff \x1b[0m",
+            b"\x1b[0m\x08",
+        ] {
+            assert_eq!(strip_colors(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn empty_matches_find_each_line_once() {
+        let text = b"one\n\x1b[1mtwo\x1b[0m\nthree\n\nfive";
+        for pattern in ["", "^", "$", "x*"] {
+            let found = search_in(text, pattern, 0, 0..0);
+            let offsets: Vec<u64> = found.matches.iter().map(|m| m.line.offset).collect();
+            assert_eq!(offsets, [0, 4, 16, 22, 23], "{pattern:?}");
+        }
+        let found = search_in(text, "^$", 0, 0..0);
+        assert_eq!(lines(&found), vec![(4, 22, String::new())]);
     }
 
     #[test]

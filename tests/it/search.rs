@@ -416,3 +416,31 @@ fn issue15_8_the_guards_hold_for_mcp_too() {
     assert!(message.contains("cap of 2"), "{message}");
     home.run(&["shutdown", "--stop-work"]);
 }
+
+#[test]
+fn issue15_8_a_run_past_its_deadline_is_not_promoted_past_the_daemon_cap() {
+    let home = Home::new().with("BGWORK_MAX_RUNNING_TOTAL", "1");
+    home.run(&[
+        "--session",
+        "other",
+        "start",
+        "--window",
+        "0",
+        "--",
+        "exec sleep 1000",
+    ]);
+    // A foreground run starts past the cap (as past a session's limit) …
+    let run = home.run(&["--json", "run", "--timeout", "0.3", "--", "exec sleep 1000"]);
+    let reply = run.json();
+    // … and is killed, not promoted, at its deadline, saying which limit.
+    assert_eq!(reply["outcome"], "killed", "{reply}");
+    let message = reply["message"].as_str().unwrap();
+    assert!(
+        message.contains("cap of 1 running items across all sessions"),
+        "{message}"
+    );
+    let id = reply["id"].as_str().unwrap();
+    let report = home.item(id)["report"].as_str().unwrap().to_string();
+    assert!(report.contains("BGWORK_MAX_RUNNING_TOTAL"), "{report}");
+    home.run(&["shutdown", "--stop-work"]);
+}

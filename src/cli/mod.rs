@@ -445,7 +445,8 @@ pub struct ReadCmd {
     /// The exact bytes, escapes and all
     #[arg(long)]
     pub raw: bool,
-    /// Clip the reply to about this many bytes, head and tail kept [default: 32768]
+    /// Clip the reply to about this many bytes, head and tail kept [default: 32768; with
+    /// --grep, the text of the matches: 1048576]
     #[arg(long, value_name = "N")]
     pub max_bytes: Option<usize>,
     /// A pane's visible screen, as text

@@ -445,10 +445,10 @@ impl Search<'_> {
                 scan.crossed_gap(start);
             }
             scan.begin(start);
-            let end = if hard_end {
-                scan.buf.len()
-            } else {
-                scan.boundary_before_end()
+            let end = match scan.boundary_before_end() {
+                // (Never 0 for a full buffer; whole lines or pieces always fit.)
+                end if !hard_end && end > 0 => end,
+                _ => scan.buf.len(),
             };
             scan.search_buffer(end);
             at = start + end as u64;

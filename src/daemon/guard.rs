@@ -50,6 +50,11 @@ impl Daemon {
                 return Err(total_error(cap, running));
             }
         }
+        self.check_rate(inner, root)
+    }
+
+    /// Refuses a start past the session's start rate.
+    pub(crate) fn check_rate(&self, inner: &mut Inner, root: &str) -> Result<(), WireError> {
         let rate = self.config.max_starts_per_minute;
         if rate > 0 {
             let now = Instant::now();

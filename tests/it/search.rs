@@ -444,3 +444,18 @@ fn issue15_8_a_run_past_its_deadline_is_not_promoted_past_the_daemon_cap() {
     assert!(report.contains("BGWORK_MAX_RUNNING_TOTAL"), "{report}");
     home.run(&["shutdown", "--stop-work"]);
 }
+
+#[test]
+fn issue15_8_a_restart_the_rate_refuses_leaves_the_item_running() {
+    let home = Home::new().with("BGWORK_MAX_STARTS_PER_MINUTE", "2");
+    let first = home.start("exec sleep 600");
+    let again = home.json(&["restart", &first, "--window", "0"]);
+    let second = again["id"].as_str().unwrap().to_string();
+    let (_, code, message) = home.error(&["restart", &second, "--window", "0"]);
+    assert_eq!(code, "limit");
+    assert!(message.contains("2 starts a minute"), "{message}");
+    eventually(Duration::from_secs(10), || {
+        home.item(&second)["state"] == "running"
+    });
+    home.run(&["shutdown", "--stop-work"]);
+}

@@ -560,7 +560,8 @@ impl Store {
     /// How many records of every session have not ended (the daemon-wide cap).
     pub fn count_unsettled(&self) -> Result<usize> {
         let n: i64 = self.conn.query_row(
-            "SELECT COUNT(*) FROM items WHERE state != 'ended'",
+            // (The three states: `IN` uses the index on state, `!=` would read every row.)
+            "SELECT COUNT(*) FROM items WHERE state IN ('starting', 'running')",
             [],
             |r| r.get(0),
         )?;

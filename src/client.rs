@@ -319,6 +319,9 @@ fn own_time(request: &Request) -> Duration {
                 + Duration::from_millis(args.window_ms.unwrap_or(1000).min(1 << 40))
         }
         Request::Shutdown { stop_work: true } => Duration::from_secs(10),
+        // A search reads a whole log (up to the cap), after the searches and big reads
+        // ahead of it.
+        Request::Read(args) if args.grep.is_some() => Duration::from_secs(60),
         _ => Duration::ZERO,
     }
 }

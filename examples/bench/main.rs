@@ -29,7 +29,7 @@ mod rewake;
 mod scale;
 
 use agent::agent_cost;
-use io::{capture, incremental_read};
+use io::{capture, incremental_read, search};
 use load::core_under_load;
 use rewake::exit_to_rewake;
 use scale::scale;
@@ -72,6 +72,7 @@ fn main() {
         ("scale", scale),
         ("agent cost", agent_cost),
         ("core under load", core_under_load),
+        ("search", search),
     ];
     // `--only NAME` runs one section (to look at one figure again).
     let only = flag("--only");
@@ -108,8 +109,10 @@ impl Home {
             .prefix("bgb")
             .tempdir_in("/tmp")
             .unwrap();
-        let env = env
+        // A benchmark starts work faster than the start-rate guard lets an agent.
+        let env = [("BGWORK_MAX_STARTS_PER_MINUTE", "0")]
             .iter()
+            .chain(env)
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let home = Home {

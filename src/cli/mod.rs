@@ -20,6 +20,8 @@ Environment:
   BGWORK_SESSION            the session that owns the work (as --session; default `default`)
   BGWORK_ANSWER_TIMEOUT_MS  how long the CLI waits for the daemon to answer (default 30000)
   BGWORK_MAX_RUNNING        running jobs, panes and monitors per session (default 10)
+  BGWORK_MAX_RUNNING_TOTAL  running items of all sessions together (default 64; 0: no cap)
+  BGWORK_MAX_STARTS_PER_MINUTE  starts per session in any minute (default 60; 0: no guard)
   BGWORK_LOG_CAP            bytes of output kept per job (default 268435456: 256 MiB)
   BGWORK_LOG_HEAD           bytes kept from the start of a capped log (default 1048576)
   BGWORK_RETAIN_S           seconds ended records are kept before gc (default 86400)
@@ -112,6 +114,7 @@ Examples:
   bgwork read bg-1
   bgwork read bg-1 --tail 50
   bgwork read bg-1 --follow               like tail -f, until it ends
+  bgwork read bg-1 --grep 'error|panic' -C 2
   bgwork read bg-2 --screen              a pane's visible screen")]
     Read(ReadCmd),
     /// Write input to a job's stdin or keystrokes to a pane
@@ -511,7 +514,8 @@ pub struct ReadCmd {
     /// The exact bytes, escapes and all
     #[arg(long)]
     pub raw: bool,
-    /// Clip the reply to about this many bytes, head and tail kept [default: 32768]
+    /// Clip the reply to about this many bytes, head and tail kept [default: 32768; with
+    /// --grep, the text of the matches: 1048576]
     #[arg(long, value_name = "N")]
     pub max_bytes: Option<usize>,
     /// A pane's visible screen, as text
@@ -520,6 +524,16 @@ pub struct ReadCmd {
     /// Keep printing new output until the item ends, then exit with its end's code
     #[arg(long, short, conflicts_with_all = ["tail", "from", "all", "screen", "raw"])]
     pub follow: bool,
+    /// Search the whole kept log for lines matching REGEX: prints LINE:BYTE:TEXT for
+    /// each (does not move the read cursor)
+    #[arg(long, value_name = "REGEX", conflicts_with_all = ["tail", "all", "screen", "raw", "follow"])]
+    pub grep: Option<String>,
+    /// With --grep: N lines of context before and after each match (printed LINE-BYTE-TEXT)
+    #[arg(long, short = 'C', value_name = "N", requires = "grep")]
+    pub context: Option<usize>,
+    /// With --grep: at most N matches in the reply [default: 1000]
+    #[arg(long, value_name = "N", requires = "grep")]
+    pub max_matches: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -754,6 +768,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             raw: read.raw,
             max_bytes: read.max_bytes,
             screen: read.screen,
+            grep: read.grep,
+            context: read.context,
+            max_matches: read.max_matches,
         }),
         Commands::Send { id, text, keys } => Request::Send(wire::SendArgs {
             id,

@@ -60,6 +60,11 @@ pub fn call_and_print(
             }
             Ok(ExitCode::SUCCESS)
         }
+        Request::Read(args) if args.grep.is_some() => {
+            print(client, &envelope, json, |reply: &wire::GrepReply| {
+                grep_text(reply, args.grep.as_deref().unwrap_or(""))
+            })
+        }
         Request::Read(args) => {
             let reply: ReadReply = client.call(&envelope)?;
             if json {
@@ -475,6 +480,67 @@ fn read_text(reply: &ReadReply) -> String {
     }
     text.push_str(&read_status_line(reply));
     text
+}
+
+/// `read --grep` as grep prints it: `LINE:BYTE:TEXT` for a match, `LINE-BYTE-TEXT`
+/// for context, `--` between groups that do not touch; `≥LINE` past the dropped middle.
+fn grep_text(reply: &wire::GrepReply, pattern: &str) -> String {
+    let mut out = String::new();
+    let mut last: Option<u64> = None;
+    let mut past_gap = false;
+    let mut put = |out: &mut String, line: &wire::GrepLine, mark: char| {
+        if line.line_at_least && !past_gap {
+            past_gap = true;
+            let dropped = match reply.dropped_bytes {
+                0 => "the log cap dropped the middle of the output before here".to_string(),
+                n => format!(
+                    "{n} bytes dropped by the log cap (the first and newest bytes are kept)"
+                ),
+            };
+            out.push_str(&format!(
+                "[... {dropped}; line numbers below count kept lines only, the real ones are at \
+                 least that ...]\n"
+            ));
+        } else if last.is_some_and(|n| line.line > n + 1) {
+            out.push_str("--\n");
+        }
+        last = Some(line.line);
+        let at_least = if line.line_at_least { "≥" } else { "" };
+        out.push_str(&format!(
+            "{at_least}{}{mark}{}{mark}{}\n",
+            line.line,
+            line.offset,
+            inert(&line.text)
+        ));
+    };
+    for m in &reply.matches {
+        for line in &m.before {
+            put(&mut out, line, '-');
+        }
+        put(&mut out, &m.line, ':');
+        for line in &m.after {
+            put(&mut out, line, '-');
+        }
+    }
+    let id = inert(&reply.id);
+    let count = reply.matches.len();
+    let pattern = match pattern.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}…", inert(&pattern[..cut])),
+        None => inert(pattern).into_owned(),
+    };
+    let status = match &reply.message {
+        Some(message) => format!("{id}: {count} matching lines shown; {}", inert(message)),
+        None if count == 0 => format!(
+            "{id}: no line matches /{pattern}/ in bytes {}..{}",
+            reply.from, reply.to
+        ),
+        None => format!(
+            "{id}: {count} matching line(s) of /{pattern}/ in bytes {}..{}",
+            reply.from, reply.to
+        ),
+    };
+    out.push_str(&format!("[{status}; the read position did not move]"));
+    out
 }
 
 fn stop_text(item: &Item) -> String {

@@ -9,6 +9,13 @@ use std::time::Duration;
 pub struct Config {
     /// Running jobs, panes and monitors per session.
     pub max_running: usize,
+    /// Running items of every session together (`BGWORK_MAX_RUNNING_TOTAL`; 0: no cap).
+    /// Unless set, it is at least `max_running`, so that raising the per-session limit
+    /// alone is not undone by it.
+    pub max_running_total: usize,
+    /// Starts per session (with its sub-agents) in any minute
+    /// (`BGWORK_MAX_STARTS_PER_MINUTE`; 0: no guard).
+    pub max_starts_per_minute: usize,
     /// Bytes of output kept per job: the first `log_head` and the newest rest.
     pub log_cap: u64,
     pub log_head: u64,
@@ -37,6 +44,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             max_running: 10,
+            max_running_total: 64,
+            max_starts_per_minute: 60,
             log_cap: 256 << 20,
             log_head: 1 << 20,
             linger_grace: Duration::from_secs(2),
@@ -58,6 +67,13 @@ impl Config {
         let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
         if let Some(n) = number("BGWORK_MAX_RUNNING") {
             config.max_running = n as usize;
+        }
+        match number("BGWORK_MAX_RUNNING_TOTAL") {
+            Some(n) => config.max_running_total = n as usize,
+            None => config.max_running_total = config.max_running_total.max(config.max_running),
+        }
+        if let Some(n) = number("BGWORK_MAX_STARTS_PER_MINUTE") {
+            config.max_starts_per_minute = n as usize;
         }
         if let Some(n) = number("BGWORK_LOG_CAP") {
             config.log_cap = n.max(1 << 16);

@@ -123,6 +123,7 @@ impl Daemon {
             let mut inner = self.lock();
             // Limits hold for a root session and its sub-agents together.
             let root = inner.store.root_of(session)?;
+            self.check_guards(&mut inner, &root, launch.over_limit)?;
             if launch.sub_agent {
                 let agents: Vec<Record> = Self::running_tree(&inner, session)?
                     .into_iter()
@@ -160,12 +161,14 @@ impl Daemon {
                 cols: pane.map(|p| p.cols),
                 rows: pane.map(|p| p.rows),
             };
-            if launch.sub_agent {
+            let inserted = if launch.sub_agent {
                 let (record, name) = inner.store.insert_sub_agent(&new)?;
                 (record, Some(name))
             } else {
                 (inner.store.insert(&new)?, None)
-            }
+            };
+            self.count_start(&mut inner, &root);
+            inserted
         };
         if let Some(shown) = shown {
             shown.watch(&[record.row]);

@@ -16,6 +16,8 @@
 //! still holds.
 
 mod config;
+mod grep;
+mod guard;
 mod items;
 mod jobs;
 mod monitor;
@@ -92,6 +94,8 @@ pub(crate) struct Inner {
     pub screens: pane::Screens,
     /// Session names given out by `new_session` since this daemon started.
     pub claimed: std::collections::HashSet<String>,
+    /// Recent starts of each root session (the start-rate guard).
+    pub starts: guard::Starts,
 }
 
 pub struct Daemon {
@@ -133,6 +137,7 @@ impl Daemon {
                 live: HashMap::new(),
                 screens: pane::Screens::default(),
                 claimed: Default::default(),
+                starts: Default::default(),
             }),
             changed: watch::channel(0).0,
             output_watchers: Mutex::default(),
@@ -283,6 +288,7 @@ impl Daemon {
         let line = match envelope.request {
             Request::Start(args) => reply(&self.start(&session, args, &mut shown).await),
             Request::List { all, all_sessions } => reply(&self.list(&session, all, all_sessions)),
+            Request::Read(args) if args.grep.is_some() => return self.grep(&session, args).await,
             Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id).await),
             Request::Read(args) => return self.read(&session, args).await,
             Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),

@@ -120,7 +120,7 @@ impl Daemon {
 /// Runs `work` on one of the threads that build big replies. They run at a low
 /// priority (nice 10), so building takes the CPU that the daemon's other clients
 /// leave; they are kept, so their memory is reused from one reply to the next.
-async fn in_background<T: Send + 'static>(
+pub(crate) async fn in_background<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, String> {
     type Job = Box<dyn FnOnce() + Send>;

@@ -48,6 +48,12 @@ impl Daemon {
             env.insert(name.clone(), value.clone());
         }
         if record.state != State::Ended {
+            // A start the rate guard would refuse must not cost the running item.
+            {
+                let mut inner = self.lock();
+                let root = inner.store.root_of(session)?;
+                self.check_rate(&mut inner, &root)?;
+            }
             let stop = StopArgs {
                 id: id.clone(),
                 grace_s: None,

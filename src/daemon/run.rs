@@ -218,15 +218,26 @@ impl Daemon {
         timeout: Duration,
     ) -> Result<RunReply, WireError> {
         // A deadline never wins over an end that already happened.
+        let mut full = format!(
+            "the session was at its limit of {} running items",
+            self.config.max_running
+        );
         let outcome = if self.ended_now(row) {
             RunOutcome::Ended
         } else {
             let inner = self.lock();
             let running = Self::counted(&inner, session)?.len();
-            if running <= self.config.max_running {
-                RunOutcome::Promoted
-            } else {
+            if running > self.config.max_running {
                 RunOutcome::Killed
+            } else if self.over_total_cap(&inner)? {
+                full = format!(
+                    "the daemon was at its cap of {} running items across all sessions \
+                     (BGWORK_MAX_RUNNING_TOTAL)",
+                    self.config.max_running_total
+                );
+                RunOutcome::Killed
+            } else {
+                RunOutcome::Promoted
             }
         };
         let seconds = timeout.as_secs_f64();
@@ -234,10 +245,7 @@ impl Daemon {
             self.stop_now(row, Duration::ZERO, Actor::Agent);
             if self.wait_for(KILL_WAIT, |d| d.has_ended(row)).await {
                 // Its end is a stop by the agent's own deadline; its report says so.
-                let detail = format!(
-                    "{KILLED_AT_DEADLINE} {seconds} s deadline: the session was at its limit of {} running items",
-                    self.config.max_running
-                );
+                let detail = format!("{KILLED_AT_DEADLINE} {seconds} s deadline: {full}");
                 self.lock().store.set_detail(row, &detail)?;
             }
         }
@@ -258,8 +266,9 @@ impl Daemon {
                 item.id, item.id, item.id
             ),
             RunOutcome::Killed => format!(
-                "{} ran past {seconds} s and was killed: the session is at its limit of {} running items",
-                item.id, self.config.max_running
+                "{} ran past {seconds} s and was killed: {}",
+                item.id,
+                full.replacen(" was at ", " is at ", 1)
             ),
         };
         debug_assert!(outcome != RunOutcome::Ended || record.state == State::Ended);

@@ -91,7 +91,8 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
             "Read output of an item written since your last read of it (never blocks). An \
              empty `output` with `running: true` means 'not done yet' — do not call read in a \
              loop to wait; use `wait`, or just carry on: its end will arrive as a notice. \
-             `tail` gives the last N lines, `screen` a pane's visible screen.",
+             `tail` gives the last N lines, `screen` a pane's visible screen, `grep` the \
+             matching lines of the whole output.",
             schema(
                 json!({
                     "id": id("The item to read: bg-N, mon-N or sub-N"),
@@ -100,7 +101,10 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "all": {"type": "boolean", "description": "The whole output from the start (does not move your read position); default false"},
                     "raw": {"type": "boolean", "description": "The exact bytes, base64-encoded in `output_base64`, escapes and all (default false)"},
                     "max_bytes": {"type": "integer", "minimum": 64, "description": "Clip the reply to about this many bytes, keeping head and tail (default 32768)"},
-                    "screen": {"type": "boolean", "description": "A pane's visible screen as text, instead of its output stream (default false)"}
+                    "screen": {"type": "boolean", "description": "A pane's visible screen as text, instead of its output stream (default false)"},
+                    "grep": {"type": "string", "description": "Search the whole kept log for lines matching this regex (Rust syntax) instead of reading: returns `matches` with `line` (1-based), `offset` (byte) and `text`, without moving your read position; `truncated` with `next_from` when there were more (pass it as `from`)"},
+                    "context": {"type": "integer", "minimum": 0, "maximum": 100, "description": "With grep: lines of context before and after each match (default 0)"},
+                    "max_matches": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "With grep: the most matches returned (default 100)"}
                 }),
                 &["id"],
             ),
@@ -258,6 +262,11 @@ pub fn annotations(name: &str) -> ToolAnnotations {
 }
 
 /// Item fields a model rarely needs; `verbose` keeps them.
+/// `read` with `grep` for a model: at most this many matches and bytes of text unless
+/// it asks for more.
+const MCP_GREP_MATCHES: usize = 100;
+const MCP_GREP_BYTES: usize = 32 << 10;
+
 const VERBOSE_FIELDS: [&str; 4] = ["log_path", "env_names", "cwd", "session"];
 
 /// Makes a reply short for a model: each item (a reply that is one, or the `items` of
@@ -326,8 +335,18 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             from: a.count("from")?.map(|n| n as u64),
             all: a.flag("all")?,
             raw: a.flag("raw")?,
-            max_bytes: a.count("max_bytes")?,
             screen: a.flag("screen")?,
+            // A search's reply goes into the model's context: a smaller one by default.
+            max_bytes: match a.text("grep")? {
+                Some(_) => Some(a.count("max_bytes")?.unwrap_or(MCP_GREP_BYTES)),
+                None => a.count("max_bytes")?,
+            },
+            max_matches: match a.text("grep")? {
+                Some(_) => Some(a.count("max_matches")?.unwrap_or(MCP_GREP_MATCHES)),
+                None => a.count("max_matches")?,
+            },
+            grep: a.text("grep")?,
+            context: a.count("context")?,
         }),
         "send" => Request::Send(SendArgs {
             id: a.required("id")?,

@@ -557,6 +557,17 @@ impl Store {
         Ok(self.conn.query_row(&sql, [session], |r| r.get(0))?)
     }
 
+    /// How many records of every session have not ended (the daemon-wide cap).
+    pub fn count_unsettled(&self) -> Result<usize> {
+        let n: i64 = self.conn.query_row(
+            // (The three states: `IN` uses the index on state, `!=` would read every row.)
+            "SELECT COUNT(*) FROM items WHERE state IN ('starting', 'running')",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(n as usize)
+    }
+
     /// Every record not yet ended, of every session (for reconciling after a start).
     pub fn unsettled(&self) -> Result<Vec<Record>> {
         let sql = format!("SELECT {RECORD_COLUMNS} FROM items WHERE state != 'ended' ORDER BY row");

@@ -302,6 +302,16 @@ pub struct ReadArgs {
     /// A pane's visible screen, as text.
     #[serde(default)]
     pub screen: bool,
+    /// Search the whole kept log for lines matching this regex (a [`GrepReply`]);
+    /// the read cursor does not move.
+    #[serde(default)]
+    pub grep: Option<String>,
+    /// With `grep`: lines of context shown before and after each match.
+    #[serde(default)]
+    pub context: Option<usize>,
+    /// With `grep`: the most matches one reply carries.
+    #[serde(default)]
+    pub max_matches: Option<usize>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -449,6 +459,61 @@ pub struct ReadReply {
     /// With `raw`: the exact bytes, base64-encoded (JSON strings cannot hold any byte).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_base64: Option<String>,
+}
+
+/// `read --grep`: the lines of a log that match, with their context.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct GrepReply {
+    pub id: String,
+    pub running: bool,
+    pub matches: Vec<GrepMatch>,
+    /// More matches lie past the last one returned: search on from `next_from`.
+    pub truncated: bool,
+    /// Where a search that stopped early goes on (`--from`): the start of the first
+    /// line it did not return.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_from: Option<u64>,
+    /// The byte range searched.
+    pub from: u64,
+    pub to: u64,
+    /// Bytes of that range the log cap had dropped (not searched).
+    pub dropped_bytes: u64,
+    pub log_path: String,
+    /// What to do when the reply stopped early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One line of a log as a search shows it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GrepLine {
+    /// 1-based, counted from the start of the log; past the dropped middle it counts
+    /// only the kept lines (the dropped middle as one line break), and `line_at_least`
+    /// says so: the real line number is at least this.
+    pub line: u64,
+    /// The byte offset of the line's first byte (a line longer than 64 KiB is searched
+    /// and shown in pieces of 64 KiB, each with its own offset).
+    pub offset: u64,
+    /// The line as `read` shows it (escapes stripped, bad UTF-8 replaced), clipped
+    /// around the match past 2 KiB.
+    pub text: String,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub line_at_least: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct GrepMatch {
+    #[serde(flatten)]
+    pub line: GrepLine,
+    /// Context lines not already shown with an earlier match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before: Vec<GrepLine>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<GrepLine>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

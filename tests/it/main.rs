@@ -14,6 +14,7 @@ mod output;
 mod panes;
 mod panes_hostile;
 mod restart;
+mod search;
 mod security;
 mod security_hostile;
 mod sessions;

@@ -39,7 +39,9 @@ impl Home {
             .expect("temp home");
         Home {
             dir,
-            env: Vec::new(),
+            // Tests start work faster than any agent should: the start-rate guard is off
+            // unless a test sets it (tests/it/search.rs does).
+            env: vec![("BGWORK_MAX_STARTS_PER_MINUTE".into(), "0".into())],
             session: "test".to_string(),
         }
     }

@@ -66,6 +66,8 @@ impl Daemon {
         }
         let target = self.monitor_target(session, args)?;
         let mut inner = self.lock();
+        let root = inner.store.root_of(session)?;
+        self.check_guards(&mut inner, &root, false)?;
         let running = Self::counted(&inner, session)?;
         let monitors = running.iter().filter(|r| r.kind == Kind::Monitor).count();
         if monitors >= MAX_MONITORS || running.len() >= self.config.max_running {
@@ -100,6 +102,7 @@ impl Daemon {
             cols: None,
             rows: None,
         })?;
+        self.count_start(&mut inner, &root);
         let job_dir = self.paths.job_dir(record.row);
         std::fs::create_dir_all(&job_dir).map_err(|e| {
             WireError::internal(format!("could not make {}: {e}", job_dir.display()))

@@ -1,0 +1,1109 @@
+//! `read --grep`: the lines of an item's kept log that match a regex, with their line
+//! numbers, byte offsets and context, without moving the read cursor.
+//!
+//! How it works: the log is read in buffers of [`BUF`] bytes (passing over the dropped
+//! middle and any hole, `SEEK_DATA`), each ending at a line boundary. A stretch of a
+//! buffer that is plain text (valid UTF-8, no control byte, nothing `read` would
+//! rewrite) is searched as one haystack, so the regex's literal scans skip the lines
+//! that cannot match; a match is then placed in its line. Anything else (escapes, `\r`,
+//! bad UTF-8, binary) is searched line by line as `read` shows it. A pattern whose
+//! match crosses a line break turns the whole search line by line, so it stays linear.
+//! Lines longer than [`MAX_LINE`] are searched in pieces of that size.
+//!
+//! Line numbers count from the first byte of the log. Past the dropped middle they go
+//! on as if the middle were one line break, and say so (`line_at_least`).
+//!
+//! A search runs off the daemon's lock on a reply thread, and a reply holds at most
+//! `max_matches` matches and about `max_bytes` of text.
+
+use super::{Answer, Daemon};
+use crate::output;
+use crate::wire::{self, GrepLine, GrepMatch, GrepReply, ReadArgs, State, WireError};
+use memchr::{memchr, memrchr};
+use nix::errno::Errno;
+use nix::unistd::{lseek, Whence};
+use regex::{bytes, Regex, RegexBuilder};
+use std::borrow::Cow;
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Bytes read at a time.
+const BUF: usize = 4 << 20;
+/// Lines that are not plain text are rendered and searched this many bytes at a time.
+const BLOCK: usize = 64 << 10;
+/// Lines are searched in pieces of at most this many bytes.
+pub(crate) const MAX_LINE: usize = 64 << 10;
+/// A line shown longer than this is clipped around its match.
+const SHOWN: usize = 2 << 10;
+/// Matches a reply carries unless the caller says otherwise, and at most.
+pub(crate) const DEFAULT_MATCHES: usize = 1000;
+const MAX_MATCHES: usize = 10_000;
+/// Text a reply carries unless the caller says otherwise (`max_bytes`).
+pub(crate) const DEFAULT_TEXT: usize = 1 << 20;
+/// The most context lines asked for.
+const MAX_CONTEXT: usize = 100;
+/// The most a regex may take once compiled (a huge alternation is refused, not
+/// compiled for seconds), and the longest pattern.
+const REGEX_SIZE: usize = 8 << 20;
+const MAX_PATTERN: usize = 64 << 10;
+
+/// What a search looks for and how much it returns.
+pub(crate) struct Search<'a> {
+    pub regex: &'a Pattern,
+    pub from: u64,
+    pub to: u64,
+    /// The log's dropped middle, as the records know it.
+    pub gap: Range<u64>,
+    pub context: usize,
+    pub max_matches: usize,
+    pub max_text: usize,
+}
+
+/// What a search found.
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    pub matches: Vec<GrepMatch>,
+    pub truncated: bool,
+    pub next_from: Option<u64>,
+    /// Why it stopped early, when it did.
+    pub stopped_by: Option<&'static str>,
+    /// Where the searched range ended (the log's length when the search began), and
+    /// the bytes of it that were gone (the dropped middle, and holes punched since).
+    pub to: u64,
+    pub skipped: u64,
+}
+
+/// A search pattern, compiled for text (a line as `read` shows it) and for bytes (a
+/// plain stretch of the log, searched where it lies: no copy, no UTF-8 check again).
+pub(crate) struct Pattern {
+    text: Regex,
+    bytes: bytes::Regex,
+}
+
+/// Compiles a search pattern, or says what is wrong with it.
+pub(crate) fn compile(pattern: &str) -> Result<Pattern, WireError> {
+    if pattern.len() > MAX_PATTERN {
+        return Err(WireError::bad_request(format!(
+            "--grep: the regex is {} bytes long, over the limit of {MAX_PATTERN}: search for \
+             fewer alternatives at once",
+            pattern.len()
+        )));
+    }
+    let refused = |e: regex::Error| match e {
+        regex::Error::CompiledTooBig(limit) => WireError::bad_request(format!(
+            "--grep: the regex is too large once compiled (over {limit} bytes): make it \
+             simpler (fewer alternatives, smaller repetition counts such as {{1000}}, \
+             or ASCII classes like [0-9] or (?-u:\\w) in place of Unicode ones)"
+        )),
+        e => WireError::bad_request(format!("--grep is not a valid regular expression: {e}")),
+    };
+    let text = RegexBuilder::new(pattern)
+        .multi_line(true)
+        .size_limit(REGEX_SIZE)
+        .dfa_size_limit(REGEX_SIZE)
+        .build()
+        .map_err(refused)?;
+    let bytes = bytes::RegexBuilder::new(pattern)
+        .multi_line(true)
+        .size_limit(REGEX_SIZE)
+        .dfa_size_limit(REGEX_SIZE)
+        .build()
+        .map_err(refused)?;
+    Ok(Pattern { text, bytes })
+}
+
+/// Checks the numbers of a grep request.
+fn limits(args: &ReadArgs) -> Result<(usize, usize, usize), WireError> {
+    if args.raw || args.screen || args.all || args.tail.is_some() {
+        return Err(WireError::bad_request(
+            "--grep searches the whole kept log and returns lines: it does not combine with \
+             --raw, --screen, --all or --tail (use --from to start further on)",
+        ));
+    }
+    let context = args.context.unwrap_or(0);
+    if context > MAX_CONTEXT {
+        return Err(WireError::bad_request(format!(
+            "--context {context} is over the limit of {MAX_CONTEXT} lines"
+        )));
+    }
+    let matches = args.max_matches.unwrap_or(DEFAULT_MATCHES);
+    if matches == 0 || matches > MAX_MATCHES {
+        return Err(WireError::bad_request(format!(
+            "--max-matches {matches}: give 1 to {MAX_MATCHES}"
+        )));
+    }
+    let text = args.max_bytes.unwrap_or(DEFAULT_TEXT).max(64);
+    if text > super::read::MAX_READ_BYTES {
+        return Err(WireError::bad_request(format!(
+            "--max-bytes {text} is over the cap of {} bytes per reply: narrow the regex, \
+             or go on with --from",
+            super::read::MAX_READ_BYTES
+        )));
+    }
+    Ok((context, matches, text))
+}
+
+/// What a search takes from the records, under the lock.
+struct Plan {
+    id: String,
+    path: PathBuf,
+    len: u64,
+    dropped: u64,
+    running: bool,
+}
+
+impl Daemon {
+    /// The reply to `read --grep`, encoded; the cursor does not move.
+    pub(crate) async fn grep(self: &Arc<Self>, session: &str, args: ReadArgs) -> Answer {
+        let failed = |e: WireError| -> Answer { wire::encode_result::<()>(&Err(e)).into() };
+        let (context, max_matches, max_text) = match limits(&args) {
+            Ok(limits) => limits,
+            Err(e) => return failed(e),
+        };
+        let plan = {
+            let inner = self.lock();
+            match Self::find(&inner, session, &args.id) {
+                Ok(record) => {
+                    let path = output::log_path(&record.job_dir);
+                    Plan {
+                        id: super::items::display_id(session, &record),
+                        len: output::log_len(&path),
+                        path,
+                        dropped: inner.dropped(&record),
+                        running: record.state != State::Ended,
+                    }
+                }
+                Err(e) => return failed(e),
+            }
+        };
+        // Every search may read the whole log: it waits its turn with the big reads.
+        let permit = self.big_reply_permit().await;
+        let head = self.config.log_head;
+        let pattern = args.grep.unwrap_or_default();
+        let from = args.from.unwrap_or(0);
+        let build = move || -> Result<GrepReply, WireError> {
+            let regex = compile(&pattern)?;
+            let from = from.min(plan.len);
+            let gap = head..head + plan.dropped;
+            let search = Search {
+                regex: &regex,
+                from,
+                to: plan.len,
+                gap: gap.clone(),
+                context,
+                max_matches,
+                max_text,
+            };
+            let found = match plan.len {
+                0 => Ok(Found {
+                    to: from,
+                    ..Found::default()
+                }),
+                _ => output::open_log(&plan.path).and_then(|file| search.run(&file)),
+            }
+            .map_err(|e| {
+                WireError::internal(format!(
+                    "the log of {} ({}) could not be searched: {e}",
+                    plan.id,
+                    plan.path.display()
+                ))
+            })?;
+            let message = found.stopped_by.map(|why| {
+                format!(
+                    "more matches: {why}; narrow the regex or go on with --from {}",
+                    found.next_from.unwrap_or(found.to)
+                )
+            });
+            Ok(GrepReply {
+                id: plan.id,
+                running: plan.running,
+                matches: found.matches,
+                truncated: found.truncated,
+                next_from: found.next_from,
+                from,
+                to: found.to,
+                dropped_bytes: found.skipped,
+                log_path: plan.path.display().to_string(),
+                message,
+            })
+        };
+        let line = match super::read::in_background(move || wire::encode_result(&build())).await {
+            Ok(line) => line,
+            Err(e) => wire::encode_result::<()>(&Err(WireError::internal(format!(
+                "the search failed: {e}"
+            )))),
+        };
+        Answer {
+            line,
+            deliver: Vec::new(),
+            permit,
+        }
+    }
+}
+
+/// The text of a line as `read` shows it: escapes stripped, `\r` rewrites collapsed,
+/// bad UTF-8 replaced (plain text is borrowed).
+fn render(bytes: &[u8]) -> Cow<'_, str> {
+    match first_unplain(bytes) {
+        None => String::from_utf8_lossy(bytes),
+        Some(_) => Cow::Owned(strip_colors(bytes).unwrap_or_else(|| output::readable(bytes))),
+    }
+}
+
+/// Appends the text of a line as [`render`] makes it to `out`, without a copy of its own
+/// in the common cases (plain text, colors).
+fn render_into(out: &mut String, bytes: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        let mark = out.len();
+        if strip_into(out, text) {
+            return;
+        }
+        out.truncate(mark);
+    }
+    out.push_str(&render(bytes));
+}
+
+/// The text of a line whose only escapes are CSI sequences (colors, the common case of
+/// a terminal's output), as [`output::readable`] makes it but without its parser; none
+/// when the line holds anything else that `readable` would rewrite, or bad UTF-8.
+fn strip_colors(bytes: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut out = String::with_capacity(text.len());
+    strip_into(&mut out, text).then_some(out)
+}
+
+/// Appends `text` to `out` with its CSI sequences left out; false (and `out` partly
+/// written) when `text` holds anything else that `readable` would rewrite.
+fn strip_into(out: &mut String, text: &str) -> bool {
+    let mut rest = text;
+    while let Some(esc) = memchr(0x1b, rest.as_bytes()) {
+        let before = &rest[..esc];
+        if first_unplain(before.as_bytes()).is_some() {
+            return false;
+        }
+        out.push_str(before);
+        // ESC [, parameters, intermediates, a final byte.
+        let seq = &rest.as_bytes()[esc..];
+        if seq.get(1) != Some(&b'[') {
+            return false;
+        }
+        let mut i = 2;
+        while seq.get(i).is_some_and(|b| (0x30..=0x3f).contains(b)) {
+            i += 1;
+        }
+        while seq.get(i).is_some_and(|b| (0x20..=0x2f).contains(b)) {
+            i += 1;
+        }
+        if !seq.get(i).is_some_and(|b| (0x40..=0x7e).contains(b)) {
+            return false;
+        }
+        rest = &rest[esc + i + 1..];
+    }
+    if first_unplain(rest.as_bytes()).is_some() {
+        return false;
+    }
+    out.push_str(rest);
+    true
+}
+
+/// Whether `b` (followed by `next`) is a byte `read` rewrites: a control byte other
+/// than `\n` and `\t`, DEL, or a C1 control written as UTF-8.
+fn unplain_at(bytes: &[u8], i: usize) -> bool {
+    let b = bytes[i];
+    (b < 0x20 && b != b'\n' && b != b'\t')
+        || b == 0x7f
+        || (b == 0xc2 && bytes.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
+}
+
+/// The index of the first byte `read` rewrites, if any. Looks at blocks of 256 bytes
+/// with a test the compiler vectorises, then finds the byte in a block that has one.
+fn first_unplain(bytes: &[u8]) -> Option<usize> {
+    let mut start = 0;
+    for block in bytes.chunks(256) {
+        let suspect = block.iter().fold(false, |any, &b| {
+            any | ((b < 0x20) & (b != b'\n') & (b != b'\t')) | (b == 0x7f) | (b == 0xc2)
+        });
+        if suspect {
+            if let Some(i) = (start..start + block.len()).find(|&i| unplain_at(bytes, i)) {
+                return Some(i);
+            }
+        }
+        start += block.len();
+    }
+    None
+}
+
+/// Clips a shown line to about [`SHOWN`] bytes, around `around` (the match) if given.
+fn shown(text: &str, around: Option<Range<usize>>) -> String {
+    if text.len() <= SHOWN {
+        return text.to_string();
+    }
+    let (start, end) = match around {
+        Some(m) => {
+            let pad = SHOWN.saturating_sub(m.len()) / 2;
+            let start = m.start.saturating_sub(pad);
+            (start, (start + SHOWN).max(m.end.min(m.start + SHOWN)))
+        }
+        None => (0, SHOWN),
+    };
+    let start = floor_boundary(text, start);
+    let end = floor_boundary(text, end.min(text.len()));
+    let mut out = String::new();
+    if start > 0 {
+        out.push_str(&format!("[... {start} bytes] "));
+    }
+    out.push_str(&text[start..end]);
+    if end < text.len() {
+        out.push_str(&format!(" [... {} bytes]", text.len() - end));
+    }
+    out
+}
+
+fn floor_boundary(text: &str, mut i: usize) -> usize {
+    while i > 0 && !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// A piece of a line in the buffer: `[start, end)` of the buffer, and where the next
+/// one starts (past the `\n` that ended it, if one did).
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    start: usize,
+    end: usize,
+    next: usize,
+}
+
+/// The state of a search as it goes through the log.
+struct Scan<'s, 'r> {
+    search: &'s Search<'r>,
+    buf: Vec<u8>,
+    /// The log offset of `buf[0]`, and the start of the line it lies in.
+    base: u64,
+    base_line_start: u64,
+    /// Line numbers are known up to `counted` (an index of `buf`): the line there has
+    /// number `line`, and began at log offset `line_start`.
+    counted: usize,
+    line: u64,
+    line_start: u64,
+    /// Past the dropped middle (or a hole): line numbers are lower bounds.
+    after_gap: bool,
+    /// Lines from this log offset on have not been shown.
+    unshown: u64,
+    /// The last lines before `buf` not shown, for the context of a match at its start.
+    carried: Vec<GrepLine>,
+    /// Context lines still owed to the last match.
+    owed: usize,
+    /// A match crossed a line break: search line by line from now on.
+    by_line: bool,
+    /// Where the plain stretch being searched ends: bad UTF-8 at `bad_utf8`, a byte
+    /// `read` rewrites at `unplain` (indexes of `buf`; none: not looked for yet).
+    bad_utf8: Option<usize>,
+    unplain: Option<usize>,
+    found: Found,
+    text_used: usize,
+}
+
+impl Search<'_> {
+    /// Searches `file`.
+    pub(crate) fn run(&self, file: &File) -> std::io::Result<Found> {
+        let (line, after_gap) = count_lines(file, self.from, &self.gap)?;
+        let mut scan = Scan {
+            search: self,
+            buf: Vec::with_capacity(BUF),
+            base: self.from,
+            base_line_start: self.from,
+            counted: 0,
+            line,
+            line_start: self.from,
+            after_gap,
+            unshown: self.from,
+            carried: Vec::new(),
+            owed: 0,
+            by_line: false,
+            bad_utf8: None,
+            unplain: None,
+            found: Found::default(),
+            text_used: 0,
+        };
+        // A running job's log grows (and its middle is released) while the records are
+        // read: the search goes to the length the file has now.
+        let to = self.to.max(file.metadata()?.len());
+        scan.found.to = to;
+        let mut at = self.from;
+        while at < to && scan.found.stopped_by.is_none() {
+            let (start, hard_end) = fill(file, at, to, &self.gap, &mut scan.buf)?;
+            scan.found.skipped += start.min(to) - at;
+            if scan.buf.is_empty() {
+                break;
+            }
+            if start > at {
+                scan.crossed_gap(start);
+            }
+            scan.begin(start);
+            let end = match scan.boundary_before_end() {
+                // (Never 0 for a full buffer; whole lines or pieces always fit.)
+                end if !hard_end && end > 0 => end,
+                _ => scan.buf.len(),
+            };
+            scan.search_buffer(end);
+            at = start + end as u64;
+        }
+        Ok(scan.found)
+    }
+}
+
+/// The line number at `from` (1-based) and whether it lies past a gap, counting the
+/// line breaks before it.
+fn count_lines(file: &File, from: u64, gap: &Range<u64>) -> std::io::Result<(u64, bool)> {
+    let mut line = 1;
+    let mut after_gap = false;
+    let mut at = 0;
+    let mut buf = Vec::with_capacity(BUF.min(from as usize));
+    let mut last = b'\n';
+    while at < from {
+        let (start, _) = fill(file, at, from, gap, &mut buf)?;
+        if buf.is_empty() {
+            break;
+        }
+        if start > at {
+            after_gap = true;
+            if last != b'\n' {
+                line += 1;
+            }
+        }
+        line += memchr::memchr_iter(b'\n', &buf).count() as u64;
+        last = buf[buf.len() - 1];
+        at = start + buf.len() as u64;
+    }
+    Ok((line, after_gap))
+}
+
+/// Reads into `buf` up to [`BUF`] bytes of data from `[at, to)`, never across `gap`
+/// (the dropped middle) and passing over holes. Returns where the bytes begin and
+/// whether they end where the data does (the gap, `to` or the file's end), so that
+/// the last line in `buf` is whole.
+fn fill(
+    file: &File,
+    at: u64,
+    to: u64,
+    gap: &Range<u64>,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<(u64, bool)> {
+    let mut start = at;
+    loop {
+        buf.clear();
+        if gap.contains(&start) {
+            start = gap.end;
+        }
+        match lseek(file, start as i64, Whence::SeekData) {
+            Ok(data) => start = start.max(data as u64),
+            // Nothing but a hole to the end of the file.
+            Err(Errno::ENXIO) => return Ok((to, true)),
+            // A file system without SEEK_DATA: the bytes are read as they are.
+            Err(_) => {}
+        }
+        if start >= to {
+            return Ok((to, true));
+        }
+        let mut end = to.min(start + BUF as u64);
+        if !gap.is_empty() && start < gap.start {
+            end = end.min(gap.start);
+        }
+        let hard = end == to || end == gap.start;
+        buf.resize((end - start) as usize, 0);
+        let mut filled = 0;
+        while filled < buf.len() {
+            match file.read_at(&mut buf[filled..], start + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let short = filled < buf.len();
+        buf.truncate(filled);
+        // A job writing fast may have released the start of what was just read (its
+        // zeros are not its output): that part counts as gone.
+        if let Ok(data) = lseek(file, start as i64, Whence::SeekData) {
+            let released = (data as u64).saturating_sub(start).min(buf.len() as u64) as usize;
+            if released > 0 {
+                buf.drain(..released);
+                start += released as u64;
+                if buf.is_empty() {
+                    // All of it: read on from where the data is now.
+                    continue;
+                }
+            }
+        }
+        return Ok((start, hard || short));
+    }
+}
+
+impl Scan<'_, '_> {
+    /// The next buffer begins at log offset `start` (a segment start).
+    fn begin(&mut self, start: u64) {
+        self.base = start;
+        self.base_line_start = self.line_start;
+        self.counted = 0;
+        self.bad_utf8 = None;
+        self.unplain = None;
+    }
+
+    /// The data goes on at `start`, past bytes that are gone (the dropped middle, or a
+    /// hole punched since the records were read).
+    fn crossed_gap(&mut self, start: u64) {
+        if self.line_start != self.base + self.counted as u64 {
+            // The line in progress was cut: what follows counts as a new one.
+            self.line += 1;
+        }
+        self.line_start = start;
+        self.after_gap = true;
+        self.carried.clear();
+        self.owed = 0;
+        self.unshown = start;
+    }
+
+    /// Where the last whole segment of a full buffer ends: after its last `\n`, or at
+    /// the last piece boundary of a line longer than [`MAX_LINE`].
+    fn boundary_before_end(&self) -> usize {
+        let len = self.buf.len();
+        let line_start = match memrchr(b'\n', &self.buf) {
+            Some(i) => {
+                if len - (i + 1) < MAX_LINE {
+                    return i + 1;
+                }
+                self.base + i as u64 + 1
+            }
+            None => self.base_line_start,
+        };
+        let end = self.base + len as u64;
+        let pieces = (end - line_start) / MAX_LINE as u64;
+        let boundary = line_start + pieces * MAX_LINE as u64;
+        (boundary.max(self.base) - self.base) as usize
+    }
+
+    /// The log offset where the line holding `buf[i]` begins.
+    fn line_start_of(&self, i: usize) -> u64 {
+        if i >= self.counted {
+            // Known at `counted`: look back only that far (a line of 100 MB is not
+            // looked through again for each of its matches).
+            return match memrchr(b'\n', &self.buf[self.counted..i]) {
+                Some(k) => self.base + (self.counted + k) as u64 + 1,
+                None => self.line_start,
+            };
+        }
+        match memrchr(b'\n', &self.buf[..i]) {
+            Some(k) => self.base + k as u64 + 1,
+            None => self.base_line_start,
+        }
+    }
+
+    /// The segment that begins at `start` (a segment start), within `buf[..end]`.
+    fn segment_at(&self, start: usize, end: usize) -> Segment {
+        let line_start = self.line_start_of(start);
+        let offset = self.base + start as u64;
+        let piece_end =
+            line_start + ((offset - line_start) / MAX_LINE as u64 + 1) * MAX_LINE as u64;
+        let limit = end.min((piece_end - self.base) as usize);
+        match memchr(b'\n', &self.buf[start..limit]) {
+            Some(k) => Segment {
+                start,
+                end: start + k,
+                next: start + k + 1,
+            },
+            None => Segment {
+                start,
+                end: limit,
+                next: limit,
+            },
+        }
+    }
+
+    /// The segment that holds `buf[i]`.
+    fn segment_holding(&self, i: usize, floor: usize, end: usize) -> Segment {
+        let line_start = self.line_start_of(i);
+        let offset = self.base + i as u64;
+        let piece = line_start + (offset - line_start) / MAX_LINE as u64 * MAX_LINE as u64;
+        let start = ((piece.max(self.base) - self.base) as usize).max(floor);
+        self.segment_at(start, end)
+    }
+
+    /// Moves the line count to `buf[i]` (forward only).
+    fn count_to(&mut self, i: usize) {
+        if i <= self.counted {
+            return;
+        }
+        let span = &self.buf[self.counted..i];
+        let breaks = memchr::memchr_iter(b'\n', span).count() as u64;
+        if breaks > 0 {
+            self.line += breaks;
+            let last = memrchr(b'\n', span).unwrap_or(0);
+            self.line_start = self.base + (self.counted + last + 1) as u64;
+        }
+        self.counted = i;
+    }
+
+    fn grep_line(&self, segment: Segment, line: u64, around: bool) -> GrepLine {
+        let text = render(&self.buf[segment.start..segment.end]);
+        let range = match around {
+            true => self.search.regex.text.find(&text).map(|m| m.range()),
+            false => None,
+        };
+        GrepLine {
+            line,
+            offset: self.base + segment.start as u64,
+            text: shown(&text, range),
+            line_at_least: self.after_gap,
+        }
+    }
+
+    /// Whether a segment matches, as `read` shows it.
+    fn matches(&self, segment: Segment) -> bool {
+        self.search
+            .regex
+            .text
+            .is_match(&render(&self.buf[segment.start..segment.end]))
+    }
+
+    /// The lines before `buf[i]` (a segment start whose line number is `line`) that
+    /// were not shown, at most `context` of them.
+    fn before(&self, i: usize, line: u64) -> Vec<GrepLine> {
+        let want = self.search.context;
+        if want == 0 {
+            return Vec::new();
+        }
+        let floor = match self.unshown.checked_sub(self.base) {
+            Some(k) => (k as usize).min(i),
+            None => 0,
+        };
+        // Back over `want` line breaks at most; then forward, segment by segment.
+        let mut from = i;
+        for _ in 0..want {
+            if from <= floor + 1 {
+                from = floor;
+                break;
+            }
+            from = match memrchr(b'\n', &self.buf[floor..from - 1]) {
+                Some(k) => floor + k + 1,
+                None => floor,
+            };
+        }
+        let mut number = line - memchr::memchr_iter(b'\n', &self.buf[from..i]).count() as u64;
+        let mut lines = Vec::new();
+        let mut at = from;
+        while at < i {
+            let segment = self.segment_at(at, i);
+            lines.push(self.grep_line(segment, number, false));
+            if segment.next > segment.end {
+                number += 1;
+            }
+            at = segment.next;
+        }
+        if lines.len() < want && from == 0 && self.unshown < self.base {
+            let more = want - lines.len();
+            let carried: Vec<&GrepLine> = self
+                .carried
+                .iter()
+                .filter(|l| l.offset >= self.unshown)
+                .collect();
+            let skip = carried.len().saturating_sub(more);
+            let mut all: Vec<GrepLine> = carried[skip..].iter().map(|&l| l.clone()).collect();
+            all.append(&mut lines);
+            lines = all;
+        }
+        let skip = lines.len().saturating_sub(want);
+        lines.split_off(skip)
+    }
+
+    /// Records a match at `segment`; false when the reply is full (the search stops).
+    fn record(&mut self, segment: Segment) -> bool {
+        self.count_to(segment.start);
+        let offset = self.base + segment.start as u64;
+        if self.found.matches.len() >= self.search.max_matches {
+            return self.stop(offset, "the reply holds its most matches");
+        }
+        let before = self.before(segment.start, self.line);
+        let line = self.grep_line(segment, self.line, true);
+        let size = line.text.len() + before.iter().map(|l| l.text.len()).sum::<usize>();
+        if !self.found.matches.is_empty() && self.text_used + size > self.search.max_text {
+            return self.stop(offset, "the reply holds its most text (--max-bytes)");
+        }
+        self.text_used += size;
+        self.found.matches.push(GrepMatch {
+            line,
+            before,
+            after: Vec::new(),
+        });
+        self.shown_to(segment);
+        self.owed = self.search.context;
+        true
+    }
+
+    fn stop(&mut self, offset: u64, why: &'static str) -> bool {
+        self.found.truncated = true;
+        self.found.next_from = Some(offset);
+        self.found.stopped_by = Some(why);
+        false
+    }
+
+    fn shown_to(&mut self, segment: Segment) {
+        self.unshown = self.base + segment.next as u64;
+    }
+
+    /// Looks at one segment by itself: a match, or a context line owed to the last one.
+    fn step(&mut self, start: usize, end: usize) -> usize {
+        let segment = self.segment_at(start, end);
+        if self.matches(segment) {
+            self.record(segment);
+        } else if self.owed > 0 {
+            self.count_to(segment.start);
+            let line = self.grep_line(segment, self.line, false);
+            self.text_used += line.text.len();
+            if let Some(last) = self.found.matches.last_mut() {
+                last.after.push(line);
+            }
+            self.owed -= 1;
+            self.shown_to(segment);
+        }
+        segment.next
+    }
+
+    /// The end of the plain stretch that begins at `buf[pos]`: the start of the first
+    /// line holding a byte that is not plain text (or `end`).
+    fn plain_until(&mut self, pos: usize, end: usize) -> usize {
+        let bad_utf8 = match self.bad_utf8 {
+            Some(at) if at >= pos => at,
+            _ => match std::str::from_utf8(&self.buf[pos..end]) {
+                Ok(_) => end,
+                Err(e) => pos + e.valid_up_to(),
+            },
+        };
+        let unplain = match self.unplain {
+            Some(at) if at >= pos => at,
+            _ => first_unplain(&self.buf[pos..end]).map_or(end, |k| pos + k),
+        };
+        (self.bad_utf8, self.unplain) = (Some(bad_utf8), Some(unplain));
+        let first = bad_utf8.min(unplain).min(end);
+        if first == end {
+            return end;
+        }
+        match memrchr(b'\n', &self.buf[pos..first]) {
+            Some(k) => pos + k + 1,
+            None => pos,
+        }
+    }
+
+    /// Searches `buf[..end]`, then keeps its last unshown lines for the next buffer.
+    fn search_buffer(&mut self, end: usize) {
+        let mut pos = 0;
+        while pos < end && self.found.stopped_by.is_none() {
+            if self.owed > 0 || self.by_line {
+                pos = self.step(pos, end);
+                continue;
+            }
+            let plain_end = self.plain_until(pos, end);
+            if plain_end == pos {
+                pos = self.search_rendered(pos, end);
+                continue;
+            }
+            pos = self.search_plain(pos, plain_end);
+        }
+        if self.found.stopped_by.is_none() {
+            self.count_to(end);
+            if self.search.context > 0 {
+                self.carried = self.before(end, self.line);
+            }
+        }
+    }
+
+    /// Searches the lines from `buf[pos]` on (about [`BLOCK`] bytes of them) as `read`
+    /// shows them, rendered into one haystack; returns where the search goes on.
+    fn search_rendered(&mut self, pos: usize, end: usize) -> usize {
+        let mut block = String::with_capacity(BLOCK + MAX_LINE);
+        // Where each line begins in `block`, and its segment.
+        let mut lines: Vec<(usize, Segment)> = Vec::new();
+        let mut at = pos;
+        while at < end && block.len() < BLOCK {
+            let segment = self.segment_at(at, end);
+            lines.push((block.len(), segment));
+            render_into(&mut block, &self.buf[segment.start..segment.end]);
+            block.push('\n');
+            at = segment.next;
+        }
+        // (An empty match after the last line's `\n` is no line's.)
+        let Some(found) = self
+            .search
+            .regex
+            .text
+            .find(&block)
+            .filter(|m| m.start() < block.len())
+        else {
+            return at;
+        };
+        let i = lines
+            .partition_point(|(start, _)| *start <= found.start())
+            .saturating_sub(1);
+        let (_, segment) = lines[i];
+        let line_end = lines.get(i + 1).map_or(block.len(), |(start, _)| *start) - 1;
+        if found.end() > line_end {
+            // The match crosses a line break: this pattern is searched line by line.
+            self.by_line = true;
+            return segment.start;
+        }
+        self.record(segment);
+        segment.next
+    }
+
+    /// Searches the plain stretch `buf[pos..end]` as one haystack; returns where the
+    /// search goes on.
+    fn search_plain(&mut self, pos: usize, end: usize) -> usize {
+        // Searched where it lies, so that `^` and `\b` see the byte before `pos`.
+        let Some(found) = self.search.regex.bytes.find_at(&self.buf[..end], pos) else {
+            return end;
+        };
+        let (m_start, m_end) = (found.start(), found.end());
+        // An empty match at the stretch's end belongs to the line it ends, if one does
+        // (after a `\n`, it is the next stretch's business).
+        let holder = match m_start < end {
+            true => m_start,
+            false if self.buf[end - 1] != b'\n' => end - 1,
+            false => return end,
+        };
+        let segment = self.segment_holding(holder, pos, end);
+        if m_end > segment.end {
+            // The match crosses a line break: this pattern is searched line by line.
+            self.by_line = true;
+            return segment.start;
+        }
+        self.record(segment);
+        segment.next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn search_in(bytes: &[u8], pattern: &str, context: usize, gap: Range<u64>) -> Found {
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(bytes).unwrap();
+        let regex = compile(pattern).unwrap();
+        let search = Search {
+            regex: &regex,
+            from: 0,
+            to: bytes.len() as u64,
+            gap,
+            context,
+            max_matches: 1000,
+            max_text: 1 << 20,
+        };
+        search.run(&file).unwrap()
+    }
+
+    fn lines(found: &Found) -> Vec<(u64, u64, String)> {
+        found
+            .matches
+            .iter()
+            .map(|m| (m.line.line, m.line.offset, m.line.text.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn lines_offsets_and_numbers() {
+        let found = search_in(b"alpha\nbeta\ngamma beta\n\nbeta", "beta", 0, 0..0);
+        assert_eq!(
+            lines(&found),
+            vec![
+                (2, 6, "beta".into()),
+                (3, 11, "gamma beta".into()),
+                (5, 23, "beta".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn context_lines_are_shown_once() {
+        let text: String = (1..=20).map(|n| format!("l{n}\n")).collect();
+        let found = search_in(text.as_bytes(), "^l(5|7|15)$", 2, 0..0);
+        let m = &found.matches;
+        assert_eq!(m.len(), 3);
+        let texts = |v: &Vec<GrepLine>| v.iter().map(|l| l.text.clone()).collect::<Vec<_>>();
+        assert_eq!(texts(&m[0].before), ["l3", "l4"]);
+        assert_eq!(texts(&m[0].after), ["l6"]);
+        assert!(m[1].before.is_empty());
+        assert_eq!(texts(&m[1].after), ["l8", "l9"]);
+        assert_eq!(texts(&m[2].before), ["l13", "l14"]);
+        assert_eq!(m[2].before[0].line, 13);
+        assert_eq!(texts(&m[2].after), ["l16", "l17"]);
+    }
+
+    #[test]
+    fn escapes_carriage_returns_and_binary() {
+        let found = search_in(
+            b"\x1b[31mERROR\x1b[0m: red\nok\n10%\r100% done\r\n\xff\xfe\x00bin ERROR\n",
+            "ERROR|done",
+            0,
+            0..0,
+        );
+        assert_eq!(
+            lines(&found),
+            vec![
+                (1, 0, "ERROR: red".into()),
+                (3, 23, "100% done".into()),
+                (4, 38, "\u{fffd}\u{fffd}bin ERROR".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn colors_are_stripped_as_read_strips_them() {
+        for line in [
+            &b"\x1b[31mERROR\x1b[0m: red"[..],
+            b"\x1b[1;38;5;208mbold\x1b[m\ttab \x1b[2K",
+            b"caf\xc3\xa9 \x1b[?25l\x1b[?25h",
+            b"\x1b[ q spaced intermediates",
+        ] {
+            assert_eq!(
+                strip_colors(line).as_deref(),
+                Some(output::readable(line).as_str()),
+                "{line:?}"
+            );
+        }
+        for other in [
+            &b"\x1b]0;title\x07x"[..],
+            b"10%\r20%",
+            b"\x1b(B",
+            b"\x1b[31",
+            b"bad \xff \x1b[0m",
+            b"\x1b[0m\x08",
+        ] {
+            assert_eq!(strip_colors(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn empty_matches_find_each_line_once() {
+        let text = b"one\n\x1b[1mtwo\x1b[0m\nthree\n\nfive";
+        for pattern in ["", "^", "$", "x*"] {
+            let found = search_in(text, pattern, 0, 0..0);
+            let offsets: Vec<u64> = found.matches.iter().map(|m| m.line.offset).collect();
+            assert_eq!(offsets, [0, 4, 16, 22, 23], "{pattern:?}");
+        }
+        let found = search_in(text, "^$", 0, 0..0);
+        assert_eq!(lines(&found), vec![(4, 22, String::new())]);
+    }
+
+    #[test]
+    fn a_pattern_across_lines_goes_line_by_line() {
+        let found = search_in(b"a\nb\nab\n", r"a\s*b", 0, 0..0);
+        assert_eq!(lines(&found), vec![(3, 4, "ab".into())]);
+    }
+
+    #[test]
+    fn a_long_line_is_searched_in_pieces() {
+        let mut bytes = vec![b'x'; 3 * MAX_LINE];
+        bytes[MAX_LINE + 10..MAX_LINE + 16].copy_from_slice(b"NEEDLE");
+        bytes.extend_from_slice(b"\nNEEDLE\n");
+        let found = search_in(&bytes, "NEEDLE", 0, 0..0);
+        let got = lines(&found);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].0, got[0].1), (1, MAX_LINE as u64));
+        assert!(got[0].2.contains("NEEDLE") && got[0].2.len() < 2 * SHOWN);
+        assert_eq!((got[1].0, got[1].1), (2, 3 * MAX_LINE as u64 + 1));
+    }
+
+    #[test]
+    fn buffers_join_without_losing_lines_or_context() {
+        let line = "0123456789abcdef".repeat(4) + "\n";
+        let mut text = line.repeat(BUF / line.len() - 1);
+        text.push_str("before\nmatch here\nafter\n");
+        text.push_str(&line.repeat(BUF / line.len()));
+        text.push_str("match again\n");
+        let found = search_in(text.as_bytes(), "match", 1, 0..0);
+        let m = &found.matches;
+        assert_eq!(m.len(), 2);
+        let first = BUF / line.len();
+        assert_eq!(m[0].line.line as usize, first + 1);
+        assert_eq!(m[0].before[0].text, "before");
+        assert_eq!(m[0].after[0].text, "after");
+        assert_eq!(m[1].line.line as usize, first + 3 + BUF / line.len());
+        assert_eq!(
+            m[1].line.offset as usize,
+            text.len() - "match again\n".len()
+        );
+        assert_eq!(m[1].before[0].text, line.trim_end());
+    }
+
+    #[test]
+    fn past_the_gap_numbers_are_lower_bounds() {
+        let mut bytes = b"head match\nhe".to_vec();
+        bytes.extend(vec![0u8; 100]);
+        bytes.extend_from_slice(b"ad\ntail match\n");
+        let found = search_in(&bytes, "match", 0, 13..113);
+        let m = &found.matches;
+        assert_eq!(m.len(), 2);
+        assert_eq!((m[0].line.line, m[0].line.line_at_least), (1, false));
+        assert_eq!((m[1].line.line, m[1].line.offset), (4, 116));
+        assert!(m[1].line.line_at_least);
+    }
+
+    #[test]
+    fn a_search_stops_at_its_most_matches_and_says_where_to_go_on() {
+        let text = "hit\n".repeat(10);
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        let regex = compile("hit").unwrap();
+        let search = Search {
+            regex: &regex,
+            from: 0,
+            to: text.len() as u64,
+            gap: 0..0,
+            context: 0,
+            max_matches: 3,
+            max_text: 1 << 20,
+        };
+        let found = search.run(&file).unwrap();
+        assert_eq!(found.matches.len(), 3);
+        assert!(found.truncated);
+        assert_eq!(found.next_from, Some(12));
+    }
+
+    #[test]
+    fn huge_patterns_are_refused_quickly() {
+        let began = std::time::Instant::now();
+        assert!(compile(r"\w{1000}\w{1000}\w{1000}").is_err());
+        assert!(compile("(a").is_err());
+        assert!(began.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_hole_past_the_known_gap_is_passed() {
+        let mut file = tempfile::tempfile().unwrap();
+        let line = "full speed line with some words ERROR maybe\n";
+        file.write_all(line.repeat((1 << 20) / line.len()).as_bytes())
+            .unwrap();
+        let tail = line.repeat((10 << 20) / line.len());
+        file.write_all_at(tail.as_bytes(), 100 << 20).unwrap();
+        let to = (100 << 20) + tail.len() as u64;
+        let regex = compile("ERROR").unwrap();
+        let search = Search {
+            regex: &regex,
+            from: 3_000_000,
+            to,
+            gap: (1 << 20)..(2 << 20),
+            context: 0,
+            max_matches: 2,
+            max_text: 1 << 20,
+        };
+        let found = search.run(&file).unwrap();
+        assert_eq!(found.matches.len(), 2, "{found:?}");
+        assert_eq!(found.matches[0].line.offset, 100 << 20);
+        assert!(found.matches[0].line.line_at_least);
+    }
+}

@@ -1,0 +1,119 @@
+//! Guard rails on starting work (contract §5): a cap on running items across every
+//! session of the daemon, and a start rate per session against runaway loops.
+//!
+//! Both are checked under the daemon's lock together with the session's own limits,
+//! before a record is written; a start counts toward the rate only once its record
+//! exists, so a refused start never counts. Starts of jobs, panes, monitors, sub-agents,
+//! runs and restarts all count. The rate is kept per root session (a session and its
+//! sub-agents together, as the other limits are), in memory: a restarted daemon starts
+//! counting again.
+
+use super::{Daemon, Inner};
+use crate::wire::{ErrorCode, WireError};
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+const MINUTE: Duration = Duration::from_secs(60);
+/// Sessions whose starts are remembered before the old ones are swept.
+const SWEEP_PAST: usize = 256;
+
+/// The starts of each root session in the last minute.
+#[derive(Default)]
+pub(crate) struct Starts(HashMap<String, VecDeque<Instant>>);
+
+impl Starts {
+    fn recent(&mut self, root: &str, now: Instant) -> Option<&mut VecDeque<Instant>> {
+        let starts = self.0.get_mut(root)?;
+        while starts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= MINUTE)
+        {
+            starts.pop_front();
+        }
+        Some(starts)
+    }
+}
+
+impl Daemon {
+    /// Refuses a start past the daemon-wide cap (unless `over_cap`: a `run`, checked
+    /// when it is promoted) or past the session's start rate.
+    pub(crate) fn check_guards(
+        &self,
+        inner: &mut Inner,
+        root: &str,
+        over_cap: bool,
+    ) -> Result<(), WireError> {
+        let cap = self.config.max_running_total;
+        if !over_cap && cap > 0 {
+            let running = inner.store.count_unsettled()?;
+            if running >= cap {
+                return Err(total_error(cap, running));
+            }
+        }
+        self.check_rate(inner, root)
+    }
+
+    /// Refuses a start past the session's start rate.
+    pub(crate) fn check_rate(&self, inner: &mut Inner, root: &str) -> Result<(), WireError> {
+        let rate = self.config.max_starts_per_minute;
+        if rate > 0 {
+            let now = Instant::now();
+            if let Some(starts) = inner.starts.recent(root, now) {
+                if starts.len() >= rate {
+                    let oldest = starts.front().copied().unwrap_or(now);
+                    let wait = MINUTE.saturating_sub(now.duration_since(oldest));
+                    return Err(rate_error(rate, root, wait));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts a start of `root`'s tree toward its rate (its record was written).
+    pub(crate) fn count_start(&self, inner: &mut Inner, root: &str) {
+        if self.config.max_starts_per_minute == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let starts = &mut inner.starts;
+        if starts.0.len() > SWEEP_PAST {
+            starts
+                .0
+                .retain(|_, s| s.back().is_some_and(|t| now.duration_since(*t) < MINUTE));
+        }
+        starts.0.entry(root.to_string()).or_default().push_back(now);
+    }
+
+    /// Whether the daemon runs more than its cap allows (a `run` past its deadline is
+    /// then not promoted).
+    pub(crate) fn over_total_cap(&self, inner: &Inner) -> Result<bool, WireError> {
+        let cap = self.config.max_running_total;
+        Ok(cap > 0 && inner.store.count_unsettled()? > cap)
+    }
+}
+
+fn total_error(cap: usize, running: usize) -> WireError {
+    WireError::new(
+        ErrorCode::Limit,
+        format!(
+            "the daemon already runs {running} items across all sessions, its cap of {cap} \
+             (BGWORK_MAX_RUNNING_TOTAL): stop some (`bgwork stop ID`) or wait for some to end \
+             (a person sees every session's work with bgwork status); to raise the cap, \
+             restart the daemon with BGWORK_MAX_RUNNING_TOTAL set higher in its environment \
+             (bgwork shutdown, then any call starts it again: work goes on and is taken back)"
+        ),
+    )
+}
+
+fn rate_error(rate: usize, root: &str, wait: Duration) -> WireError {
+    WireError::new(
+        ErrorCode::Limit,
+        format!(
+            "session {root} has started {rate} items in the last minute, the start-rate guard's \
+             limit of {rate} starts a minute (BGWORK_MAX_STARTS_PER_MINUTE; 0 turns it off): \
+             is a loop starting work? Wait for work to end (`bgwork wait ID`) rather than \
+             start more; the next start is allowed in {} s",
+            wait.as_secs() + 1
+        ),
+    )
+}

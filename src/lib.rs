@@ -23,6 +23,7 @@ pub mod executor;
 pub mod hook;
 pub mod keys;
 pub mod mcp;
+pub mod observe;
 pub mod output;
 pub mod paths;
 pub mod store;

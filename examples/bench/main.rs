@@ -25,11 +25,13 @@ fn note(text: &str) {
 mod agent;
 mod io;
 mod load;
+mod ports;
 mod scale;
 
 use agent::agent_cost;
 use io::{capture, incremental_read};
 use load::core_under_load;
+use ports::port_discovery;
 use scale::scale;
 
 struct Opts {
@@ -61,7 +63,7 @@ fn main() {
     std::fs::create_dir_all(&opts.data).unwrap();
     let mut report = String::new();
     header(&mut report, &opts);
-    let sections: [(&str, Section); 7] = [
+    let sections: [(&str, Section); 8] = [
         ("launch", launch),
         ("exit to notice", exit_to_notice),
         ("capture", capture),
@@ -69,6 +71,7 @@ fn main() {
         ("scale", scale),
         ("agent cost", agent_cost),
         ("core under load", core_under_load),
+        ("port discovery", port_discovery),
     ];
     // `--only NAME` runs one section (to look at one figure again).
     let only = flag("--only");

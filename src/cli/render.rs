@@ -758,13 +758,7 @@ fn status_text(status: &StatusReply) -> String {
         "daemon pid {} (bgwork {})\nhome    {}\nsocket  {}\nrunning {}",
         status.pid, status.version, status.home, status.socket, status.running
     );
-    if let (Some(cpu), Some(rss)) = (status.cpu_ms, status.rss_bytes) {
-        text.push_str(&format!(
-            " (together: cpu {}, memory {})",
-            observe::cpu_text(cpu),
-            observe::bytes_text(rss)
-        ));
-    }
+
     if !status.sessions.is_empty() {
         text.push_str(&format!(
             " in {} session(s) (`bgwork list --all-sessions` lists them):",
@@ -778,6 +772,13 @@ fn status_text(status: &StatusReply) -> String {
             let name = format!("{}{}", "  ".repeat(depth), inert(name));
             text.push_str(&format!("\n  {name:<30} {count}"));
         }
+    }
+    if let (Some(cpu), Some(rss), true) = (status.cpu_ms, status.rss_bytes, status.running > 0) {
+        text.push_str(&format!(
+            "\nusing   cpu {}, memory {} (the running items' processes together)",
+            observe::cpu_text(cpu),
+            observe::bytes_text(rss)
+        ));
     }
     text
 }

@@ -177,16 +177,24 @@ impl Daemon {
             }
             false => None,
         };
+        let twin = super::observe::Twin {
+            kind: if pane.is_some() {
+                Kind::Pane
+            } else {
+                Kind::Job
+            },
+            command: &args.command,
+            cwd: &cwd,
+        };
+        let refuse_duplicate = launch.refuse_duplicate && !launch.sub_agent;
+        let listening = match refuse_duplicate {
+            true => self.listening_twins(session, &twin).await,
+            false => Vec::new(),
+        };
         let (record, sub_session) = {
             let mut inner = self.lock();
-            if launch.refuse_duplicate && !launch.sub_agent {
-                let kind = if pane.is_some() {
-                    Kind::Pane
-                } else {
-                    Kind::Job
-                };
-                let twin = Self::running_twin(&inner, session, kind, &args.command, &cwd)?;
-                if let Some(twin) = twin {
+            if refuse_duplicate {
+                if let Some(twin) = Self::running_twin(&inner, session, &twin, &listening)? {
                     return Ok(Launched::Twin(twin.row));
                 }
             }

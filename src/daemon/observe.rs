@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 const SCAN_PAUSE: Duration = Duration::from_millis(200);
 /// The most new output one look scans for a port in use (the newest bytes).
 const SCAN_MAX: u64 = 256 << 10;
-/// How often a watcher with nothing to wait for checks that its job still runs.
-const ALIVE_CHECK: Duration = Duration::from_secs(2);
+/// How often a watcher with nothing to wait for checks that its job still runs (its
+/// end wakes it: this is only a safety net).
+const ALIVE_CHECK: Duration = Duration::from_secs(60);
 /// A quiet spell's CPU use is measured over at least this long.
 const MIN_SPELL_SAMPLE: Duration = Duration::from_secs(1);
 /// CPU use (percent of one core) from which a quiet job counts as busy.
@@ -55,21 +56,40 @@ impl Daemon {
         }
     }
 
-    /// The running item of `session` that runs `command` in `cwd` as `kind`, if any.
+    /// The running item of `session` that runs `command` in `cwd` as `kind` and counts
+    /// as its twin: one that listens on a TCP port (`listening`, rows found so by
+    /// [`Daemon::listening_twins`]) or has run for [`TWIN_AGE`] (identical starts in
+    /// quick succession are fan-out, meant as such).
     pub(crate) fn running_twin(
         inner: &super::Inner,
         session: &str,
-        kind: Kind,
-        command: &str,
-        cwd: &str,
+        twin: &Twin<'_>,
+        listening: &[i64],
     ) -> Result<Option<Record>, crate::wire::WireError> {
+        let now = crate::paths::now_ms();
         Ok(inner.store.list(session, false)?.into_iter().find(|r| {
-            r.session == session
-                && r.kind == kind
-                && r.state != State::Ended
-                && r.command == command
-                && r.cwd == cwd
+            twin.matches(session, r)
+                && (listening.contains(&r.row) || now - r.started_at >= TWIN_AGE.as_millis() as i64)
         }))
+    }
+
+    /// The rows of `session`'s running twins of a command that listen on a TCP port
+    /// (read off the lock; [`Daemon::running_twin`] decides under it).
+    pub(crate) async fn listening_twins(&self, session: &str, twin: &Twin<'_>) -> Vec<i64> {
+        let candidates: Vec<Record> = match self.lock().store.list(session, false) {
+            Ok(records) => records
+                .into_iter()
+                .filter(|r| twin.matches(session, r))
+                .collect(),
+            Err(_) => return Vec::new(),
+        };
+        let mut rows = Vec::new();
+        for record in candidates {
+            if !self.listening_of(&record).await.is_empty() {
+                rows.push(record.row);
+            }
+        }
+        rows
     }
 
     /// Starts the watcher of a running job (its quiet spells, a port in use): `fresh`
@@ -274,6 +294,27 @@ impl Daemon {
         })
     }
 }
+
+/// What makes a running item the twin of a new start.
+pub(crate) struct Twin<'a> {
+    pub kind: Kind,
+    pub command: &'a str,
+    pub cwd: &'a str,
+}
+
+impl Twin<'_> {
+    fn matches(&self, session: &str, record: &Record) -> bool {
+        record.session == session
+            && record.kind == self.kind
+            && record.state == State::Running
+            && record.command == self.command
+            && record.cwd == self.cwd
+    }
+}
+
+/// A running item with the same command that has run this long is a twin even when it
+/// listens on no port.
+pub(crate) const TWIN_AGE: Duration = Duration::from_secs(2);
 
 /// What a watcher knows of its job between wakes.
 struct JobWatch {

@@ -242,6 +242,9 @@ impl Daemon {
             Ok::<(), crate::store::StoreError>(())
         })();
         self.bump();
+        // The job's watcher (see `observe.rs`) listens to its output only: the end
+        // wakes it too, to look at the last output and go.
+        self.output_grew(row);
         match result {
             Ok(()) => true,
             Err(e) => {

@@ -131,9 +131,10 @@ struct Supervisor {
     peak_rss: u64,
 }
 
-/// The first samples of a job's memory come quickly (short jobs), then once a second.
+/// The first samples of a job's memory come quickly (short jobs), then ever more
+/// slowly, down to one every few seconds (a thousand idle jobs cost little).
 const FIRST_SAMPLE: Duration = Duration::from_millis(50);
-const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+const SAMPLE_EVERY: Duration = Duration::from_secs(4);
 
 impl Supervisor {
     fn launch(launch: UnixStream) -> std::io::Result<Supervisor> {
@@ -509,7 +510,7 @@ impl Supervisor {
     }
 
     /// Samples the resident memory of the job's tree (for its peak), quickly at first,
-    /// then once a second.
+    /// then every few seconds.
     fn sample_when_due(&mut self) {
         let now = Instant::now();
         if now < self.sample_at || self.main_status.is_some() {

@@ -1,0 +1,412 @@
+//! Issue 15, items 2 to 4: what bgwork learns from a job's processes in /proc — the
+//! ports they listen on, a start that repeats a running command, a port in use, quiet
+//! spells, a run-time limit, CPU time and memory.
+
+use crate::mcp::Mcp;
+use crate::util::{eventually, Home};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A python server on an ephemeral port of `host`.
+fn server(host: &str) -> String {
+    format!("exec python3 -m http.server 0 --bind {host}")
+}
+
+/// The addresses item `id` listens on, as `list --json` gives them.
+fn listening(home: &Home, id: &str) -> Vec<String> {
+    home.item(id)["listening"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until `id` listens somewhere, and returns where.
+fn listening_soon(home: &Home, id: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    eventually(PATIENCE, || {
+        found = listening(home, id);
+        !found.is_empty()
+    });
+    found
+}
+
+fn port_of(address: &str) -> u16 {
+    address.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// Pulls notices until one satisfies `pick`; returns it.
+fn notice_where(home: &Home, pick: impl Fn(&Value) -> bool) -> Value {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let reply = home.json(&["notices"]);
+        seen.extend(reply["notices"].as_array().unwrap().iter().cloned());
+        if let Some(found) = seen.iter().find(|n| pick(n)) {
+            return found.clone();
+        }
+        assert!(Instant::now() < deadline, "no such notice; saw {seen:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every notice that arrives within `window`.
+fn notices_for(home: &Home, window: Duration) -> Vec<Value> {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + window;
+    while Instant::now() < deadline {
+        let reply = home.json(&["notices"]);
+        seen.extend(reply["notices"].as_array().unwrap().iter().cloned());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    seen
+}
+
+fn ipv6_loopback() -> bool {
+    std::net::TcpListener::bind("[::1]:0").is_ok()
+}
+
+#[test]
+fn issue15_2_ports_of_a_python_server_show_in_list_read_and_mcp() {
+    let home = Home::new();
+    let id = home.start(&server("127.0.0.1"));
+    let found = listening_soon(&home, &id);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("127.0.0.1:"), "{found:?}");
+    let port = port_of(&found[0]);
+    assert!(port > 0);
+    // The port is the server's: it answers there.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let text = home.run(&["list"]).stdout;
+    let url = format!("listening: 127.0.0.1:{port} → http://127.0.0.1:{port}/");
+    assert!(text.contains(&url), "{text}");
+    let read = home.json(&["read", &id]);
+    assert_eq!(read["listening"][0], format!("127.0.0.1:{port}"));
+    assert!(home.run(&["read", &id]).stdout.contains(&url));
+
+    if ipv6_loopback() {
+        let six = home.start(&server("::1"));
+        let found = listening_soon(&home, &six);
+        assert!(found[0].starts_with("[::1]:"), "{found:?}");
+    }
+
+    let mut mcp = Mcp::start(&home);
+    let (error, list) = mcp.call("list", json!({}));
+    assert!(!error, "{list}");
+    let item = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == id.as_str())
+        .cloned()
+        .expect("the server in the MCP list");
+    assert_eq!(item["listening"][0], format!("127.0.0.1:{port}"));
+    assert_eq!(item["urls"][0], format!("http://127.0.0.1:{port}/"));
+    assert!(item["cpu_ms"].is_u64() && item["rss_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn issue15_2_a_duplicate_start_answers_with_the_running_item() {
+    let home = Home::new();
+    let command = server("127.0.0.1");
+    let first = home.start(&command);
+    let port = port_of(&listening_soon(&home, &first)[0]);
+
+    let again = home.json(&["start", "--", &command]);
+    assert_eq!(again["id"], first.as_str(), "{again}");
+    assert_eq!(again["already_running"], true);
+    assert_eq!(again["listening"][0], format!("127.0.0.1:{port}"));
+    let text = home.run(&["start", "--", &command]);
+    assert_eq!(text.code, 0);
+    assert!(
+        text.stdout.contains(&format!("already running as {first}")),
+        "{}",
+        text.stdout
+    );
+    assert!(text.stdout.contains(&format!("127.0.0.1:{port}")));
+    let running = home.json(&["list"])["items"].as_array().unwrap().len();
+    assert_eq!(running, 1, "no second job was started");
+
+    // --allow-duplicate starts a second one; another folder is another command.
+    let second = home.json(&["start", "--allow-duplicate", "--", &command]);
+    assert_ne!(second["id"], first.as_str());
+    assert!(second.get("already_running").is_none());
+    let elsewhere = home.json(&["start", "--cwd", "/", "--", &command]);
+    assert_ne!(elsewhere["id"], first.as_str());
+    // Another session is another agent: its start is its own.
+    let other = home.run(&["--session", "other", "--json", "start", "--", &command]);
+    assert_ne!(other.json()["id"], Value::Null);
+    assert!(other.json().get("already_running").is_none());
+
+    // Identical starts in quick succession are fan-out: two jobs. Once the first has
+    // run a while (or listens), it is the twin.
+    let fan = home.start("sleep 300");
+    let out = home.start("sleep 300");
+    assert_ne!(fan, out);
+    home.run(&["stop", &out]);
+    let mut mcp = Mcp::start(&home);
+    eventually(PATIENCE, || {
+        let started = humantime::parse_rfc3339(home.item(&fan)["started_at"].as_str().unwrap());
+        started.unwrap().elapsed().unwrap_or_default() > Duration::from_millis(2100)
+    });
+    let sleeper = Value::String(fan.clone());
+    let (error, twin) = mcp.call("start", json!({"command": "sleep 300"}));
+    assert!(!error);
+    assert_eq!(twin["id"], sleeper);
+    assert_eq!(twin["already_running"], true);
+    assert!(twin["message"]
+        .as_str()
+        .unwrap()
+        .contains("already running"));
+    let (_, allowed) = mcp.call(
+        "start",
+        json!({"command": "sleep 300", "allow_duplicate": true, "window_ms": 0}),
+    );
+    assert_ne!(allowed["id"], sleeper);
+}
+
+#[test]
+fn issue15_2_a_port_in_use_notice_names_the_holder() {
+    let home = Home::new();
+    let holder = home.start(&server("127.0.0.1"));
+    let port = port_of(&listening_soon(&home, &holder)[0]);
+
+    // Another session's copy of the server fails on the same port: its notice names
+    // the item that holds it (the error line, Python's, names no port: the command does).
+    let as_other = |args: &[&str]| {
+        let mut all = vec!["--session", "other"];
+        all.extend_from_slice(args);
+        home.run(&all)
+    };
+    let copy = format!("python3 -m http.server {port} --bind 127.0.0.1");
+    let started = as_other(&["--json", "start", "--", &copy]).json();
+    let copy_id = started["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + PATIENCE;
+    let notice = loop {
+        let reply = as_other(&["--json", "notices"]).json();
+        let found = reply["notices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["text"].as_str().unwrap_or("").contains("already in use"))
+            .cloned();
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "no port notice");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = notice["text"].as_str().unwrap();
+    assert!(text.starts_with(&copy_id), "{text}");
+    assert!(
+        text.contains(&format!("port {port}"))
+            && text.contains(&format!("{holder} of session test")),
+        "{text}"
+    );
+    assert!(notice["tail"]
+        .as_str()
+        .unwrap()
+        .contains("Address already in use"));
+
+    // A holder that is no bgwork work is named by its pid; a job that says it twice
+    // gets one notice.
+    let foreign = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let foreign_port = foreign.local_addr().unwrap().port();
+    let line = format!("Error: listen EADDRINUSE: address already in use 127.0.0.1:{foreign_port}");
+    let job = home.start(&format!("echo '{line}'; echo '{line}'; sleep 30"));
+    let notice = notice_where(&home, |n| n["item"] == job.as_str());
+    let text = notice["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    let more = notices_for(&home, Duration::from_millis(800));
+    assert!(
+        more.iter().all(|n| n["item"] != job.as_str()),
+        "one notice per job: {more:?}"
+    );
+}
+
+#[test]
+fn issue15_2_until_port_of_waits_for_the_port_an_item_opens() {
+    let home = Home::new();
+    let id = home.start(&format!("sleep 1; {}", server("127.0.0.1")));
+    let monitor = home.json(&[
+        "monitor",
+        "wait",
+        "--until-port",
+        "--of",
+        &id,
+        "--timeout",
+        "30",
+    ]);
+    let mon = monitor["id"].as_str().unwrap().to_string();
+    let ended = home.wait_end(&mon);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    let port = port_of(&listening(&home, &id)[0]);
+    let report = ended["report"].as_str().unwrap();
+    assert!(
+        report.contains(&format!("{id} listens on 127.0.0.1:{port}")),
+        "{report}"
+    );
+
+    // An item that ends without a port fails the wait; a bare --until-port is refused.
+    let quiet = home.start("sleep 1");
+    let monitor = home.json(&["monitor", "wait", "--until-port", "--of", &quiet]);
+    let ended = home.wait_end(monitor["id"].as_str().unwrap());
+    assert_eq!(ended["end"], "failed", "{ended}");
+    let (code, _, message) = home.error(&["monitor", "wait", "--until-port"]);
+    assert_eq!(code, 2);
+    assert!(message.contains("--of ID"), "{message}");
+}
+
+#[test]
+fn issue15_3_quiet_after_fires_once_per_spell_busy_or_idle() {
+    let home = Home::new();
+    let busy = "import time\nt = time.time()\nwhile time.time() - t < 4: pass";
+    let command = format!("echo one; python3 -c '{busy}'; echo two; sleep 60");
+    let id = home.start_with(&["--quiet-after", "1.5s"], &command);
+    let first = notice_where(&home, |n| n["item"] == id.as_str());
+    let text = first["text"].as_str().unwrap();
+    assert!(text.contains("has printed nothing for 1s 500ms"), "{text}");
+    assert!(text.contains("quiet and busy (cpu "), "{text}");
+    assert!(first["tail"].as_str().unwrap().contains("one"));
+    // Output resumes ("two"): a new spell, idle this time, with its own notice.
+    let second = notice_where(&home, |n| n["item"] == id.as_str());
+    let text = second["text"].as_str().unwrap();
+    assert!(text.contains("quiet and idle (cpu 0%)"), "{text}");
+    assert!(second["tail"].as_str().unwrap().contains("two"));
+    // Once per spell: nothing more while it stays quiet.
+    let more = notices_for(&home, Duration::from_secs(3));
+    assert!(more.iter().all(|n| n["item"] != id.as_str()), "{more:?}");
+}
+
+#[test]
+fn issue15_3_a_pane_waiting_at_a_prompt_is_named_as_such() {
+    let home = Home::new();
+    let id = home.start_with(
+        &["--pty", "--quiet-after", "1s"],
+        "read -p 'Overwrite the file? ' answer; echo got $answer; sleep 60",
+    );
+    let notice = notice_where(&home, |n| n["item"] == id.as_str());
+    let text = notice["text"].as_str().unwrap();
+    assert!(
+        text.contains("waiting for input at a prompt: \"Overwrite the file?\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn issue15_3_max_runtime_stops_with_ran_past_its_limit() {
+    let home = Home::new();
+    let id = home.start_with(&["--max-runtime", "1s", "--notify"], "sleep 100");
+    // The agent did not ask for this stop: it hears of it.
+    let notice = notice_where(&home, |n| n["item"] == id.as_str());
+    assert!(notice["text"]
+        .as_str()
+        .unwrap()
+        .contains("ran past its limit"));
+    let ended = home.item(&id);
+    assert_eq!(ended["end"], "stopped_by_agent", "{ended}");
+    let report = ended["report"].as_str().unwrap();
+    assert!(
+        report.contains("ran past its limit (--max-runtime 1s)"),
+        "{report}"
+    );
+    let (code, _, message) = home.error(&["start", "--max-runtime", "0", "--", "true"]);
+    assert_eq!(code, 2);
+    assert!(message.contains("--max-runtime"), "{message}");
+}
+
+#[test]
+fn issue15_3_limits_survive_a_daemon_restart() {
+    let home = Home::new();
+    let limited = home.start_with(&["--max-runtime", "3s"], "sleep 100");
+    let quiet = home.start_with(&["--quiet-after", "2s"], "echo hello; sleep 100");
+    home.kill_daemon();
+    // The next call starts a daemon, which takes both jobs back.
+    let ended = home.wait_end(&limited);
+    assert!(
+        ended["report"]
+            .as_str()
+            .unwrap()
+            .contains("ran past its limit"),
+        "{ended}"
+    );
+    let started = humantime::parse_rfc3339(ended["started_at"].as_str().unwrap()).unwrap();
+    let ended_at = humantime::parse_rfc3339(ended["ended_at"].as_str().unwrap()).unwrap();
+    let ran = ended_at.duration_since(started).unwrap();
+    assert!(
+        ran < Duration::from_secs(10),
+        "counted from its start: {ran:?}"
+    );
+    let notice = notice_where(&home, |n| n["item"] == quiet.as_str());
+    assert!(notice["text"].as_str().unwrap().contains("quiet and idle"));
+}
+
+#[test]
+fn issue15_4_cpu_and_memory_of_a_busy_job_and_its_peak_at_the_end() {
+    let home = Home::new();
+    let program = "import time\nx = bytearray(80_000_000)\nfor i in range(0, len(x), 4096): x[i] = 1\nt = time.time()\nwhile time.time() - t < 3: pass";
+    let id = home.start(&format!("python3 -c '{program}'"));
+    eventually(PATIENCE, || {
+        let item = home.item(&id);
+        item["cpu_ms"].as_u64().unwrap_or(0) > 300
+            && item["rss_bytes"].as_u64().unwrap_or(0) > 70_000_000
+    });
+    let status = home.json(&["status"]);
+    assert!(
+        status["rss_bytes"].as_u64().unwrap() > 70_000_000,
+        "{status}"
+    );
+    assert!(status["cpu_ms"].as_u64().unwrap() > 0);
+    let read = home.json(&["read", &id]);
+    assert!(read["rss_bytes"].as_u64().unwrap() > 70_000_000, "{read}");
+    let text = home.run(&["list"]).stdout;
+    assert!(text.contains("MiB"), "{text}");
+
+    let ended = home.wait_end(&id);
+    assert!(
+        ended["peak_rss_bytes"].as_u64().unwrap() > 70_000_000,
+        "{ended}"
+    );
+    assert!(ended["cpu_ms"].as_u64().unwrap() > 500, "{ended}");
+    assert!(ended.get("rss_bytes").is_none());
+    let report = ended["report"].as_str().unwrap();
+    assert!(
+        report.contains("; cpu ") && report.contains("peak memory"),
+        "{report}"
+    );
+    // A quick command's report stays as it was.
+    let quick = home.start("true");
+    let ended = home.wait_end(&quick);
+    assert_eq!(
+        ended["report"],
+        format!("{quick} finished successfully (exit 0)")
+    );
+    assert!(ended["peak_rss_bytes"].as_u64().is_some());
+}
+
+#[test]
+fn issue15_4_a_job_of_200_processes_is_counted_whole_while_they_come_and_go() {
+    let home = Home::new();
+    let many = home.start("for i in $(seq 200); do sleep 120 & done; wait");
+    let churn = home.start("while true; do /bin/true; done");
+    eventually(PATIENCE, || {
+        home.item(&many)["rss_bytes"].as_u64().unwrap_or(0) > 200 * 300_000
+    });
+    // Processes that exit while they are read never break a list.
+    for _ in 0..20 {
+        let item = home.item(&churn);
+        assert_eq!(item["state"], "running");
+        assert!(item["cpu_ms"].is_u64());
+    }
+    let started = Instant::now();
+    home.json(&["list"]);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

@@ -22,6 +22,9 @@ pub struct Usage {
     pub rss_bytes: u64,
 }
 
+/// The most listening addresses shown for one job (the lowest ports).
+pub const MAX_LISTENING: usize = 32;
+
 /// What one look at a job's processes found.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
@@ -132,8 +135,26 @@ pub struct Listener {
     pub inode: u64,
 }
 
-/// Every listening TCP socket of this network namespace (IPv4 and IPv6).
+/// Every listening TCP socket of this network namespace (IPv4 and IPv6): asked of the
+/// kernel by netlink (`sock_diag`, which filters on the LISTEN state itself, so a host
+/// with a hundred thousand connections costs no more than one with ten), else read
+/// from `/proc/net/tcp{,6}`.
 pub fn listeners() -> Vec<Listener> {
+    let (v4, v6) = (
+        diag::listeners(nix::libc::AF_INET as u8),
+        diag::listeners(nix::libc::AF_INET6 as u8),
+    );
+    match (v4, v6) {
+        (Some(mut v4), Some(v6)) => {
+            v4.extend(v6);
+            v4
+        }
+        _ => listeners_from_proc(),
+    }
+}
+
+/// [`listeners`] from the text tables of `/proc/net`.
+pub fn listeners_from_proc() -> Vec<Listener> {
     let mut found = Vec::new();
     for (path, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
         let Ok(file) = std::fs::File::open(path) else {
@@ -195,6 +216,111 @@ fn word(hex: &str) -> Option<[u8; 4]> {
         .map(u32::to_ne_bytes)
 }
 
+/// The kernel's socket-diagnostics interface (netlink `NETLINK_SOCK_DIAG`): listening
+/// TCP sockets of one address family, as the messages `ss -ltn` reads.
+mod diag {
+    use super::Listener;
+    use nix::sys::socket::{
+        recv, sendto, socket, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol,
+        SockType,
+    };
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    const TCP_LISTEN: u32 = 10;
+    const HEADER: usize = 16;
+    /// `inet_diag_msg`: family, state, timer, retrans, the 48-byte socket id, then
+    /// expires, rqueue, wqueue, uid and inode.
+    const MESSAGE: usize = 72;
+
+    /// None when the kernel does not answer (no netlink here, or a reply not understood).
+    pub fn listeners(family: u8) -> Option<Vec<Listener>> {
+        let fd = socket(
+            AddressFamily::Netlink,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            SockProtocol::NetlinkSockDiag,
+        )
+        .ok()?;
+        use std::os::fd::AsRawFd;
+        let timeout = nix::sys::time::TimeVal::new(2, 0);
+        nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &timeout)
+            .ok()?;
+        let mut request = Vec::with_capacity(HEADER + 56);
+        request.extend_from_slice(&((HEADER + 56) as u32).to_ne_bytes());
+        request.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        let flags = (nix::libc::NLM_F_REQUEST | nix::libc::NLM_F_DUMP) as u16;
+        request.extend_from_slice(&flags.to_ne_bytes());
+        request.extend_from_slice(&1u32.to_ne_bytes()); // sequence
+        request.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel
+        request.push(family);
+        request.push(nix::libc::IPPROTO_TCP as u8);
+        request.extend_from_slice(&[0, 0]); // no extensions, padding
+        request.extend_from_slice(&(1u32 << TCP_LISTEN).to_ne_bytes());
+        request.extend_from_slice(&[0u8; 48]); // any socket id
+        sendto(
+            fd.as_raw_fd(),
+            &request,
+            &NetlinkAddr::new(0, 0),
+            MsgFlags::empty(),
+        )
+        .ok()?;
+        let mut found = Vec::new();
+        let mut buffer = vec![0u8; 64 << 10];
+        loop {
+            let n = recv(fd.as_raw_fd(), &mut buffer, MsgFlags::empty()).ok()?;
+            if n == 0 {
+                return None;
+            }
+            let mut at = 0;
+            while at + HEADER <= n {
+                let len = u32::from_ne_bytes(buffer[at..at + 4].try_into().ok()?) as usize;
+                let kind = u16::from_ne_bytes(buffer[at + 4..at + 6].try_into().ok()?);
+                if len < HEADER || at + len > n {
+                    return None;
+                }
+                match kind {
+                    NLMSG_DONE => return Some(found),
+                    NLMSG_ERROR => return None,
+                    _ => {
+                        if let Some(listener) = parse(&buffer[at + HEADER..at + len], family) {
+                            found.push(listener);
+                        }
+                    }
+                }
+                at += (len + 3) & !3;
+            }
+        }
+    }
+
+    fn parse(message: &[u8], family: u8) -> Option<Listener> {
+        if message.len() < MESSAGE || message[1] as u32 != TCP_LISTEN {
+            return None;
+        }
+        let port = u16::from_be_bytes(message[4..6].try_into().ok()?);
+        let source = &message[8..24];
+        let ip = match family as i32 {
+            nix::libc::AF_INET => {
+                IpAddr::V4(Ipv4Addr::new(source[0], source[1], source[2], source[3]))
+            }
+            _ => {
+                let ip = Ipv6Addr::from(<[u8; 16]>::try_from(source).ok()?);
+                ip.to_ipv4_mapped()
+                    .map(IpAddr::V4)
+                    .unwrap_or(IpAddr::V6(ip))
+            }
+        };
+        let word = |at: usize| message[at..at + 4].try_into().ok().map(u32::from_ne_bytes);
+        Some(Listener {
+            address: SocketAddr::new(ip, port),
+            uid: word(64)?,
+            inode: word(68)? as u64,
+        })
+    }
+}
+
 /// What each job's processes use and listen on, for many jobs at once: the socket
 /// tables are read once (and only when some process holds a socket).
 pub fn observe_jobs(jobs: &[Vec<i32>], ports: bool) -> Vec<Observed> {
@@ -223,7 +349,11 @@ pub fn observe_jobs(jobs: &[Vec<i32>], ports: bool) -> Vec<Observed> {
                 .collect();
             Observed {
                 usage: usage(pids),
-                listening: addresses.into_iter().map(|(_, text)| text).collect(),
+                listening: addresses
+                    .into_iter()
+                    .take(MAX_LISTENING)
+                    .map(|(_, text)| text)
+                    .collect(),
             }
         })
         .collect()
@@ -319,6 +449,24 @@ mod tests {
             "[::]:8000"
         );
         assert!(parse_row("  sl  local_address rem_address   st tx_queue", false).is_none());
+    }
+
+    #[test]
+    fn netlink_and_proc_agree_on_a_listening_socket() {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = socket.local_addr().unwrap();
+        let from_proc: Vec<Listener> = listeners_from_proc();
+        let ours = from_proc
+            .iter()
+            .find(|l| l.address == address)
+            .expect("in /proc/net/tcp");
+        if let Some(from_kernel) = diag::listeners(nix::libc::AF_INET as u8) {
+            assert!(
+                from_kernel.contains(ours),
+                "{ours:?} not in {from_kernel:?}"
+            );
+        }
+        assert!(listeners().contains(ours));
     }
 
     #[test]

@@ -733,20 +733,22 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
     Ok(())
 }
 
-/// `--quiet-after` and `--max-runtime` in milliseconds, checked (more than 0, at most
-/// a week for quiet spells and a year for run times).
+/// `--quiet-after` and `--max-runtime` in milliseconds, checked: a quiet spell of 1 s
+/// to a week (shorter ones would make a notice of every pause), a run time of 1 ms to
+/// a year.
 fn limits_of(args: &StartArgs) -> Result<(Option<u64>, Option<u64>), WireError> {
-    let check = |flag: &str, value: Option<f64>, max: f64| match value {
+    let check = |flag: &str, value: Option<f64>, min: f64, max: f64| match value {
         None => Ok(None),
-        Some(s) if s.is_finite() && s >= 0.001 && s <= max => Ok(Some((s * 1000.0) as u64)),
+        Some(s) if s.is_finite() && s >= min && s <= max => Ok(Some((s * 1000.0) as u64)),
         Some(s) => Err(WireError::bad_request(format!(
-            "{flag} takes a duration from 1ms to {}, not {s} s: e.g. 30s, 10m, 2h",
+            "{flag} takes a duration from {} to {}, not {s} s: e.g. 30s, 10m, 2h",
+            humantime::format_duration(Duration::from_secs_f64(min)),
             humantime::format_duration(Duration::from_secs(max as u64))
         ))),
     };
     Ok((
-        check("--quiet-after", args.quiet_after_s, 7.0 * 86_400.0)?,
-        check("--max-runtime", args.max_runtime_s, 365.0 * 86_400.0)?,
+        check("--quiet-after", args.quiet_after_s, 1.0, 7.0 * 86_400.0)?,
+        check("--max-runtime", args.max_runtime_s, 0.001, 365.0 * 86_400.0)?,
     ))
 }
 

@@ -56,40 +56,50 @@ impl Daemon {
         }
     }
 
-    /// The running item of `session` that runs `command` in `cwd` as `kind` and counts
-    /// as its twin: one that listens on a TCP port (`listening`, rows found so by
-    /// [`Daemon::listening_twins`]) or has run for [`TWIN_AGE`] (identical starts in
-    /// quick succession are fan-out, meant as such).
+    /// The running item of `session` that runs `command` in `cwd` as `kind` and
+    /// listens on a TCP port (`listening`: the rows [`Daemon::listening_twins`] found so,
+    /// off the lock): a second copy of a server. Identical commands that listen on no
+    /// port are fan-out (workers, retries, a loop in a script) and each starts.
     pub(crate) fn running_twin(
         inner: &super::Inner,
         session: &str,
         twin: &Twin<'_>,
         listening: &[i64],
     ) -> Result<Option<Record>, crate::wire::WireError> {
-        let now = crate::paths::now_ms();
-        Ok(inner.store.list(session, false)?.into_iter().find(|r| {
-            twin.matches(session, r)
-                && (listening.contains(&r.row) || now - r.started_at >= TWIN_AGE.as_millis() as i64)
-        }))
+        Ok(inner
+            .store
+            .list(session, false)?
+            .into_iter()
+            .find(|r| twin.matches(session, r) && listening.contains(&r.row)))
     }
 
     /// The rows of `session`'s running twins of a command that listen on a TCP port
-    /// (read off the lock; [`Daemon::running_twin`] decides under it).
+    /// (all looked at in one pass, off the lock; [`Daemon::running_twin`] decides under
+    /// it).
     pub(crate) async fn listening_twins(&self, session: &str, twin: &Twin<'_>) -> Vec<i64> {
         let candidates: Vec<Record> = match self.lock().store.list(session, false) {
             Ok(records) => records
                 .into_iter()
-                .filter(|r| twin.matches(session, r))
+                .filter(|r| twin.matches(session, r) && observable(r))
                 .collect(),
             Err(_) => return Vec::new(),
         };
-        let mut rows = Vec::new();
-        for record in candidates {
-            if !self.listening_of(&record).await.is_empty() {
-                rows.push(record.row);
-            }
+        if candidates.is_empty() {
+            return Vec::new();
         }
-        rows
+        let dirs: Vec<PathBuf> = candidates
+            .iter()
+            .map(|r| PathBuf::from(&r.job_dir))
+            .collect();
+        let seen = tokio::task::spawn_blocking(move || observe_dirs(&dirs, true))
+            .await
+            .unwrap_or_default();
+        candidates
+            .iter()
+            .zip(seen)
+            .filter(|(_, seen)| seen.as_ref().is_some_and(|s| !s.listening.is_empty()))
+            .map(|(record, _)| record.row)
+            .collect()
     }
 
     /// Starts the watcher of a running job (its quiet spells, a port in use): `fresh`
@@ -312,10 +322,6 @@ impl Twin<'_> {
     }
 }
 
-/// A running item with the same command that has run this long is a twin even when it
-/// listens on no port.
-pub(crate) const TWIN_AGE: Duration = Duration::from_secs(2);
-
 /// What a watcher knows of its job between wakes.
 struct JobWatch {
     log: PathBuf,
@@ -522,19 +528,31 @@ fn holder_of(port: u16, own: i64, running: &[Record]) -> Option<String> {
         .collect();
     let first = listeners.first()?;
     let inodes: std::collections::HashSet<u64> = listeners.iter().map(|l| l.inode).collect();
-    for record in running.iter().filter(|r| r.row != own && observable(r)) {
+    // The job's own processes first (a second bind of its own), then other items.
+    let own_first = running
+        .iter()
+        .filter(|r| r.row == own)
+        .chain(running.iter().filter(|r| r.row != own && observable(r)));
+    for record in own_first {
         let pids = observe::job_pids(Path::new(&record.job_dir));
-        if pids.iter().any(|&pid| {
+        let holder = pids.iter().find(|&&pid| {
             observe::socket_inodes(pid)
                 .iter()
                 .any(|i| inodes.contains(i))
-        }) {
-            return Some(format!(
-                "{} of session {} (`{}`)",
-                record.id,
-                record.session,
-                short(&record.command)
-            ));
+        });
+        match holder {
+            Some(pid) if record.row == own => {
+                return Some(format!("its own process {pid} (it binds the port twice)"))
+            }
+            Some(_) => {
+                return Some(format!(
+                    "{} of session {} (`{}`)",
+                    record.id,
+                    record.session,
+                    short(&record.command)
+                ))
+            }
+            None => {}
         }
     }
     if let Some(pid) = observe::pid_holding(&inodes) {

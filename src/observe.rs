@@ -41,11 +41,23 @@ pub fn job_pids(job_dir: &Path) -> Vec<i32> {
         .unwrap_or_default()
 }
 
-/// The pid of the live supervisor of the job whose folder is `job_dir`.
+/// The pid of the live supervisor of the job whose folder is `job_dir`. The folder's
+/// `processes` record names it, but the job may have rewritten that file: the process
+/// it names counts only when it has the recorded start time and its stderr is that
+/// folder's `supervisor.log` (where every supervisor writes), which no job can arrange
+/// for a process that is not its own supervisor.
 pub fn supervisor_of(job_dir: &Path) -> Option<i32> {
     let record = crate::supervisor::tree::TreeRecord::read(job_dir);
     let (pid, start) = record.supervisor?;
-    (crate::supervisor::tree::start_time(pid) == Some(start)).then_some(pid)
+    if crate::supervisor::tree::start_time(pid) != Some(start) {
+        return None;
+    }
+    let stderr = std::fs::read_link(format!("/proc/{pid}/fd/2")).ok()?;
+    let stderr = stderr.to_string_lossy();
+    let stderr = Path::new(stderr.strip_suffix(" (deleted)").unwrap_or(&stderr));
+    let log = |dir: &Path| dir.join("supervisor.log");
+    let canonical = std::fs::canonicalize(job_dir).ok();
+    (stderr == log(job_dir) || canonical.is_some_and(|dir| stderr == log(&dir))).then_some(pid)
 }
 
 /// A process (of those this user may look into) that holds one of the sockets

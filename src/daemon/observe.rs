@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 /// A watcher looks at new output at most this often.
 const SCAN_PAUSE: Duration = Duration::from_millis(200);
 /// The most new output one look scans for a port in use (the newest bytes).
-const SCAN_MAX: u64 = 256 << 10;
+const SCAN_MAX: u64 = 64 << 10;
 /// How often a watcher with nothing to wait for checks that its job still runs (its
 /// end wakes it: this is only a safety net).
 const ALIVE_CHECK: Duration = Duration::from_secs(60);

@@ -406,3 +406,39 @@ fn issue15_4_a_job_of_200_processes_is_counted_whole_while_they_come_and_go() {
     home.json(&["list"]);
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn issue15_4_a_job_that_rewrites_its_processes_record_is_not_shown_the_machine() {
+    let home = Home::new();
+    // The job names pid 1 (with its true start time) as its supervisor: reading the
+    // tree under it would show every process of the machine as the job's.
+    let id = home.start(
+        "start=$(sed 's/.*) //' /proc/1/stat | cut -d' ' -f20); \
+         echo \"supervisor 1 $start\" > \"$BGWORK_JOB/processes\"; echo rewritten; exec sleep 300",
+    );
+    eventually(PATIENCE, || {
+        home.run(&["read", &id, "--all"])
+            .stdout
+            .contains("rewritten")
+    });
+    let item = home.item(&id);
+    assert!(item.get("rss_bytes").is_none(), "{item}");
+    assert!(item.get("cpu_ms").is_none(), "{item}");
+}
+
+#[test]
+fn issue15_3_restart_keeps_the_limits() {
+    let home = Home::new();
+    let first = home.start_with(&["--max-runtime", "1s"], "sleep 100");
+    home.wait_end(&first);
+    let again = home.json(&["restart", &first, "--window", "0"]);
+    let id = again["id"].as_str().unwrap().to_string();
+    let ended = home.wait_end(&id);
+    assert!(
+        ended["report"]
+            .as_str()
+            .unwrap()
+            .contains("ran past its limit"),
+        "{ended}"
+    );
+}

@@ -556,6 +556,9 @@ fn holder_of(port: u16, own: i64, running: &[Record]) -> Option<String> {
         }
     }
     if let Some(pid) = observe::pid_holding(&inodes) {
+        if pid == std::process::id() as i32 {
+            return Some(format!("this bgwork daemon (pid {pid})"));
+        }
         let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         return Some(format!(
             "pid {pid} ({}), which is not bgwork work",
@@ -589,7 +592,8 @@ fn looks_like_prompt(line: &str) -> bool {
 }
 
 /// Whether the processes in the foreground of `pid`'s terminal all sleep, and, where
-/// the kernel names what they wait in, one of them waits in a read of the terminal.
+/// the kernel names what they wait in, one of them waits for input (a read of the
+/// terminal, or `poll`/`select` on it as readline and REPLs do; not a timer).
 fn foreground_reads(pid: i32, tree: &[i32]) -> bool {
     let Some(group) = observe::terminal_foreground(pid) else {
         return false;
@@ -608,9 +612,11 @@ fn foreground_reads(pid: i32, tree: &[i32]) -> bool {
         .filter(|w| !w.is_empty() && w != "0")
         .collect();
     waits.is_empty()
-        || waits
-            .iter()
-            .any(|w| w.contains("tty") || w.contains("read") || w.contains("wait_woken"))
+        || waits.iter().any(|w| {
+            ["tty", "read", "wait_woken", "poll", "select"]
+                .iter()
+                .any(|k| w.contains(k))
+        })
 }
 
 #[cfg(test)]

@@ -55,6 +55,28 @@ fn notice_where(home: &Home, pick: impl Fn(&Value) -> bool) -> Value {
     }
 }
 
+/// The first notice of each of `ids`, pulled together (a pull takes every pending one).
+fn first_notices(home: &Home, ids: &[&str]) -> Vec<Value> {
+    let mut seen: Vec<Value> = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let reply = home.json(&["notices"]);
+        seen.extend(reply["notices"].as_array().unwrap().iter().cloned());
+        let firsts: Vec<Option<Value>> = ids
+            .iter()
+            .map(|id| seen.iter().find(|n| n["item"] == *id).cloned())
+            .collect();
+        if firsts.iter().all(Option::is_some) {
+            return firsts.into_iter().flatten().collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every notice came; saw {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Every notice that arrives within `window`.
 fn notices_for(home: &Home, window: Duration) -> Vec<Value> {
     let mut seen = Vec::new();
@@ -267,13 +289,19 @@ fn issue15_3_quiet_after_fires_once_per_spell_busy_or_idle() {
     let busy = "import time\nt = time.time()\nwhile time.time() - t < 4: pass";
     let command = format!("echo one; python3 -c '{busy}'; echo two; sleep 60");
     let id = home.start_with(&["--quiet-after", "1.5s"], &command);
-    let first = notice_where(&home, |n| n["item"] == id.as_str());
+    let mut spells: Vec<Value> = Vec::new();
+    eventually(PATIENCE, || {
+        let reply = home.json(&["notices"]);
+        let notices = reply["notices"].as_array().unwrap().iter();
+        spells.extend(notices.filter(|n| n["item"] == id.as_str()).cloned());
+        spells.len() >= 2
+    });
+    let (first, second) = (&spells[0], &spells[1]);
     let text = first["text"].as_str().unwrap();
     assert!(text.contains("has printed nothing for 1s 500ms"), "{text}");
     assert!(text.contains("quiet and busy (cpu "), "{text}");
     assert!(first["tail"].as_str().unwrap().contains("one"));
     // Output resumes ("two"): a new spell, idle this time, with its own notice.
-    let second = notice_where(&home, |n| n["item"] == id.as_str());
     let text = second["text"].as_str().unwrap();
     assert!(text.contains("quiet and idle (cpu 0%)"), "{text}");
     assert!(second["tail"].as_str().unwrap().contains("two"));
@@ -289,12 +317,20 @@ fn issue15_3_a_pane_waiting_at_a_prompt_is_named_as_such() {
         &["--pty", "--quiet-after", "1s"],
         "read -p 'Overwrite the file? ' answer; echo got $answer; sleep 60",
     );
-    let notice = notice_where(&home, |n| n["item"] == id.as_str());
-    let text = notice["text"].as_str().unwrap();
+    let repl = home.start_with(&["--pty", "--quiet-after", "1s"], "python3 -q");
+    let sleeper = home.start_with(&["--pty", "--quiet-after", "1s"], "echo Loading:; sleep 60");
+    let notices = first_notices(&home, &[&id, &repl, &sleeper]);
+    let text = notices[0]["text"].as_str().unwrap();
     assert!(
         text.contains("waiting for input at a prompt: \"Overwrite the file?\""),
         "{text}"
     );
+    // A REPL waits in poll on its terminal: a prompt too.
+    let text = notices[1]["text"].as_str().unwrap();
+    assert!(text.contains("at a prompt: \">>>\""), "{text}");
+    // A line that ends in a colon over a process that sleeps on a timer is no prompt.
+    let text = notices[2]["text"].as_str().unwrap();
+    assert!(text.contains("quiet and idle"), "{text}");
 }
 
 #[test]

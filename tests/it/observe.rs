@@ -478,3 +478,46 @@ fn issue15_3_restart_keeps_the_limits() {
         "{ended}"
     );
 }
+
+#[test]
+fn issue15_3_mcp_start_takes_quiet_after_and_max_runtime() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let (error, quiet) = mcp.call(
+        "start",
+        json!({"command": "echo x; sleep 60", "quiet_after_s": 1, "window_ms": 0}),
+    );
+    assert!(!error, "{quiet}");
+    let (_, limited) = mcp.call(
+        "start",
+        json!({"command": "sleep 60", "max_runtime_s": 1, "notify": true, "window_ms": 0}),
+    );
+    let mut seen: Vec<Value> = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while seen.len() < 2 {
+        assert!(Instant::now() < deadline, "notices: {seen:?}");
+        let (_, list) = mcp.call("list", json!({}));
+        seen.extend(list["notices"].as_array().unwrap().iter().cloned());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text_of = |id: &Value| {
+        seen.iter()
+            .find(|n| n["item"] == *id)
+            .map(|n| n["text"].as_str().unwrap().to_string())
+            .unwrap_or_default()
+    };
+    assert!(text_of(&quiet["id"]).contains("quiet and idle"), "{seen:?}");
+    assert!(
+        text_of(&limited["id"]).contains("ran past its limit"),
+        "{seen:?}"
+    );
+    let (error, refused) = mcp.call("start", json!({"command": "true", "quiet_after_s": 0.1}));
+    assert!(error);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("quiet_after_s"),
+        "{refused}"
+    );
+}

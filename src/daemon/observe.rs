@@ -163,7 +163,8 @@ impl Daemon {
         if sampled < MIN_SPELL_SAMPLE {
             // A spell that began before this daemon: measure its CPU for a moment.
             tokio::time::sleep(MIN_SPELL_SAMPLE - sampled).await;
-            if watch.log_grew() {
+            let ended = !matches!(self.lock().store.get(record.row), Ok(Some(r)) if r.state != State::Ended);
+            if watch.log_grew() || ended {
                 return;
             }
         }
@@ -186,7 +187,7 @@ impl Daemon {
         }
         let text = format!("{} has printed nothing for {quiet}: {how}", record.id);
         let log = output::log_path(&record.job_dir);
-        let (head, dropped) = (self.config.log_head, record.dropped);
+        let (head, dropped) = (self.config.log_head, self.lock().dropped(record));
         let tail = tokio::task::spawn_blocking(move || output::tail(&log, head, dropped))
             .await
             .unwrap_or_default();
@@ -409,7 +410,8 @@ impl JobWatch {
         if from > self.scanned {
             self.partial.clear();
         }
-        let (log, head, dropped) = (self.log.clone(), self.head, record.dropped);
+        let dropped = daemon.lock().dropped(record);
+        let (log, head) = (self.log.clone(), self.head);
         let mut partial = std::mem::take(&mut self.partial);
         let found = tokio::task::spawn_blocking(move || {
             let (bytes, _) = output::read_range(&log, from, len, head, dropped);

@@ -185,6 +185,7 @@ impl Daemon {
             },
             command: &args.command,
             cwd: &cwd,
+            env: &args.env,
         };
         let refuse_duplicate = launch.refuse_duplicate && !launch.sub_agent;
         let listening = match refuse_duplicate {
@@ -246,6 +247,7 @@ impl Daemon {
             if limits != (None, None) {
                 inner.store.set_limits(record.row, limits.0, limits.1)?;
             }
+            super::observe::remember_env(record.row, &args.env);
             (record, sub_session)
         };
         if let Some(shown) = shown {

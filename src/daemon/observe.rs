@@ -138,6 +138,9 @@ impl Daemon {
                 _ => return,
             };
             let ended = record.state == State::Ended;
+            if ended {
+                forget_env(row);
+            }
             if grew || watch.log_grew() {
                 // An ended job's last output is still looked at once.
                 watch.output_came(&self, &record).await;
@@ -311,16 +314,54 @@ pub(crate) struct Twin<'a> {
     pub kind: Kind,
     pub command: &'a str,
     pub cwd: &'a str,
+    /// The `--env` variables: another value (`PORT=3001`) is another server.
+    pub env: &'a std::collections::BTreeMap<String, String>,
 }
 
 impl Twin<'_> {
     fn matches(&self, session: &str, record: &Record) -> bool {
+        let names: Vec<&String> = self.env.keys().collect();
+        let known = env_fingerprint_of(record.row);
         record.session == session
             && record.kind == self.kind
             && record.state == State::Running
             && record.command == self.command
             && record.cwd == self.cwd
+            && record.env_names.iter().collect::<Vec<_>>() == names
+            && known.is_none_or(|known| known == fingerprint(self.env))
     }
+}
+
+/// The fingerprints of the `--env` values of jobs this daemon started (in memory only,
+/// with a key of this process: values are never recorded, not even hashed on disk). A
+/// job taken back after a restart is compared by the names of its variables alone.
+fn env_fingerprints() -> &'static std::sync::Mutex<std::collections::HashMap<i64, u64>> {
+    static PRINTS: OnceLock<std::sync::Mutex<std::collections::HashMap<i64, u64>>> =
+        OnceLock::new();
+    PRINTS.get_or_init(Default::default)
+}
+
+fn fingerprint(env: &std::collections::BTreeMap<String, String>) -> u64 {
+    use std::hash::BuildHasher;
+    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    KEY.get_or_init(Default::default).hash_one(env)
+}
+
+fn env_fingerprint_of(row: i64) -> Option<u64> {
+    let prints = env_fingerprints().lock().unwrap_or_else(|p| p.into_inner());
+    prints.get(&row).copied()
+}
+
+/// Remembers the `--env` values of a job just started (see [`Twin`]).
+pub(crate) fn remember_env(row: i64, env: &std::collections::BTreeMap<String, String>) {
+    let mut prints = env_fingerprints().lock().unwrap_or_else(|p| p.into_inner());
+    prints.insert(row, fingerprint(env));
+}
+
+/// Forgets what [`remember_env`] kept of an ended job.
+pub(crate) fn forget_env(row: i64) {
+    let mut prints = env_fingerprints().lock().unwrap_or_else(|p| p.into_inner());
+    prints.remove(&row);
 }
 
 /// What a watcher knows of its job between wakes.

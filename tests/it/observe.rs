@@ -160,6 +160,14 @@ fn issue15_2_a_duplicate_start_answers_with_the_running_item() {
     assert!(second.get("already_running").is_none());
     let elsewhere = home.json(&["start", "--cwd", "/", "--", &command]);
     assert_ne!(elsewhere["id"], first.as_str());
+    // Another value of an --env variable is another server.
+    let env = home.json(&["start", "--env", "PORT=3001", "--", &command]);
+    assert_ne!(env["id"], first.as_str());
+    let port_of_env = listening_soon(&home, env["id"].as_str().unwrap());
+    let same_env = home.json(&["start", "--env", "PORT=3001", "--", &command]);
+    assert_eq!(same_env["id"], env["id"], "{port_of_env:?}");
+    let other_value = home.json(&["start", "--env", "PORT=3002", "--", &command]);
+    assert_ne!(other_value["id"], env["id"]);
     // Another session is another agent: its start is its own.
     let other = home.run(&["--session", "other", "--json", "start", "--", &command]);
     assert_ne!(other.json()["id"], Value::Null);

@@ -43,6 +43,20 @@ pub fn unwritten_note(unwritten: u64) -> String {
     format!("; {unwritten} bytes of its output could not be written: disk full")
 }
 
+/// What an end's report adds about the job's cost: CPU time and peak memory, for a job
+/// that used at least a second of CPU or 100 MiB (a quick command's report stays short).
+pub fn cost_note(cpu_ms: Option<u64>, peak_rss: Option<u64>) -> String {
+    let (cpu, peak) = (cpu_ms.unwrap_or(0), peak_rss.unwrap_or(0));
+    if cpu < 1000 && peak < 100 << 20 {
+        return String::new();
+    }
+    format!(
+        "; cpu {}, peak memory {}",
+        crate::observe::cpu_text(cpu),
+        crate::observe::bytes_text(peak)
+    )
+}
+
 pub fn report(id: &str, end: End, exit_code: Option<i32>, signal: Option<i32>) -> String {
     let how = match (exit_code, signal) {
         (_, Some(signal)) => format!("signal {signal}{}", signal_name(signal)),

@@ -24,6 +24,7 @@ pub mod hook;
 pub mod http;
 pub mod keys;
 pub mod mcp;
+pub mod observe;
 pub mod output;
 pub mod paths;
 pub mod store;

@@ -25,12 +25,14 @@ fn note(text: &str) {
 mod agent;
 mod io;
 mod load;
+mod ports;
 mod rewake;
 mod scale;
 
 use agent::agent_cost;
 use io::{capture, incremental_read, search};
 use load::core_under_load;
+use ports::port_discovery;
 use rewake::exit_to_rewake;
 use scale::scale;
 
@@ -63,7 +65,7 @@ fn main() {
     std::fs::create_dir_all(&opts.data).unwrap();
     let mut report = String::new();
     header(&mut report, &opts);
-    let sections: [(&str, Section); 8] = [
+    let sections: [(&str, Section); 10] = [
         ("launch", launch),
         ("exit to notice", exit_to_notice),
         ("exit to rewake", exit_to_rewake),
@@ -73,6 +75,7 @@ fn main() {
         ("agent cost", agent_cost),
         ("core under load", core_under_load),
         ("search", search),
+        ("port discovery", port_discovery),
     ];
     // `--only NAME` runs one section (to look at one figure again).
     let only = flag("--only");

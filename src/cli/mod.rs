@@ -28,6 +28,7 @@ Environment:
   BGWORK_GC_TOTAL_BYTES     log bytes of ended records gc keeps (default 1073741824)
   BGWORK_LINGER_MS          grace for leftover processes of an ended job (default 2000)
   BGWORK_CGROUPS            0: no cgroup per job (default: one where the kernel allows)
+  BGWORK_PORTS              0: list and read do not look for the ports jobs listen on
   BGWORK_MCP_PROGRESS_MS    how often `bgwork mcp` reports progress of a long call (default 5000)
 The BGWORK_* limits are read by the daemon when it starts.
 Every job receives BGWORK_SESSION (its session) and BGWORK_ITEM (its id).
@@ -367,6 +368,17 @@ pub struct StartCmd {
     /// The pane's height in rows, 2 to 200 [default: 40]
     #[arg(long, requires = "pty")]
     pub rows: Option<u16>,
+    /// Start even when the same command already runs in this session and folder
+    /// (otherwise the reply is the running item)
+    #[arg(long)]
+    pub allow_duplicate: bool,
+    /// Fire a notice when the job has printed nothing for DURATION (once per quiet
+    /// spell), saying whether it is busy, idle or waiting at a prompt
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub quiet_after: Option<f64>,
+    /// Stop the job (as the agent) once it has run for DURATION
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_runtime: Option<f64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -375,15 +387,20 @@ pub enum MonitorCmd {
     #[command(after_help = "\
 Examples:
   bgwork monitor wait --until-port localhost:8080 --timeout 120
+  bgwork monitor wait --until-port --of bg-3 --timeout 60
   bgwork monitor wait --until-output bg-1 'Compiled successfully'
   bgwork monitor wait --until-file dist/app.js")]
     Wait {
         /// A line of ID's output matches REGEX
         #[arg(long, num_args = 2, value_names = ["ID", "REGEX"])]
         until_output: Option<Vec<String>>,
-        /// Something accepts connections on HOST:PORT
-        #[arg(long, value_name = "HOST:PORT")]
-        until_port: Option<String>,
+        /// Something accepts connections on HOST:PORT (or, with --of ID, ID's
+        /// processes listen on a TCP port, whatever it is)
+        #[arg(long, value_name = "HOST:PORT", num_args = 0..=1)]
+        until_port: Option<Option<String>>,
+        /// With --until-port: the item whose port is waited for
+        #[arg(long, value_name = "ID", requires = "until_port")]
+        of: Option<String>,
         /// The file exists
         #[arg(long, value_name = "PATH")]
         until_file: Option<String>,
@@ -815,6 +832,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             pty: false,
             cols: None,
             rows: None,
+            allow_duplicate: true,
+            quiet_after: None,
+            max_runtime: None,
         })?),
         Commands::Run(run) => Request::Run(wire::RunArgs {
             start: start_args(StartCmd {
@@ -823,6 +843,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 pty: false,
                 cols: None,
                 rows: None,
+                allow_duplicate: true,
+                quiet_after: None,
+                max_runtime: None,
             })?,
             timeout_s: run.timeout,
             stream: !json,
@@ -1017,6 +1040,9 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         pty: start.pty,
         cols: start.cols,
         rows: start.rows,
+        allow_duplicate: start.allow_duplicate,
+        quiet_after_s: start.quiet_after,
+        max_runtime_s: start.max_runtime,
     })
 }
 
@@ -1065,6 +1091,7 @@ fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
         MonitorCmd::Wait {
             until_output,
             until_port,
+            of,
             until_file,
             until_end,
             timeout,
@@ -1080,7 +1107,16 @@ fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, WireError> {
                     id: pair[0].clone(),
                 });
             }
-            conditions.extend(until_port.map(|address| Condition::Port { address }));
+            match (until_port, of) {
+                (Some(_), Some(id)) => conditions.push(Condition::PortOf { id }),
+                (Some(Some(address)), None) => conditions.push(Condition::Port { address }),
+                (Some(None), None) => {
+                    return Err(WireError::bad_request(
+                        "--until-port takes HOST:PORT, or --of ID for the port an item opens",
+                    ))
+                }
+                (None, _) => {}
+            }
             if let Some(path) = until_file {
                 conditions.push(Condition::File {
                     path: absolute(&path, "--until-file")?,

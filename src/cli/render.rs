@@ -7,6 +7,7 @@
 //! JSON, whose escaping is enough.
 
 use crate::client::Client;
+use crate::observe;
 use crate::wire::{
     self, Ack, End, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request,
     RestartReply, RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason,
@@ -345,6 +346,22 @@ fn label(item: &Item) -> String {
 
 fn start_text(reply: &StartReply) -> String {
     let item = &reply.item;
+    if reply.already_running == Some(true) {
+        let id = inert(&item.id);
+        let mut text = format!("already running as {id}: {}", label(item));
+        if let Some(pid) = item.pid {
+            text.push_str(&format!(" (pid {pid})"));
+        }
+        text.push('\n');
+        if let Some(line) = listening_line(item, "") {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[no new job: `bgwork read {id}` for its output; `bgwork start --allow-duplicate …` starts a second one]"
+        ));
+        return text;
+    }
     // With `--window 0` the reply comes before the process runs: no pid yet.
     let started = match (item.pid, item.state) {
         (Some(pid), _) => format!("started (pid {pid})"),
@@ -366,6 +383,10 @@ fn start_text(reply: &StartReply) -> String {
             "[{id} runs on: `bgwork read {id}` for new output, `bgwork wait {id}` to wait]"
         )),
     }
+    if let Some(line) = listening_line(item, "") {
+        text.push('\n');
+        text.push_str(&line);
+    }
     text
 }
 
@@ -375,8 +396,8 @@ fn list_text(reply: &ListReply) -> String {
     }
     let now = std::time::SystemTime::now();
     let mut lines = vec![format!(
-        "{:<8} {:<17} {:>5} {:>8}  {}",
-        "ID", "STATE", "AGE", "PID", "COMMAND"
+        "{:<8} {:<17} {:>5} {:>8} {:>7} {:>9}  {}",
+        "ID", "STATE", "AGE", "PID", "CPU", "MEM", "COMMAND"
     )];
     for item in &reply.items {
         let owner = item
@@ -385,6 +406,7 @@ fn list_text(reply: &ListReply) -> String {
             .map(|(_, agent)| format!(" (by {agent})"))
             .unwrap_or_default();
         lines.push(format!("{}{owner}", row(item, now)));
+        lines.extend(listening_line(item, "         "));
     }
     lines.join("\n")
 }
@@ -417,6 +439,7 @@ fn sessions_text(reply: &ListReply) -> String {
         }
         let pad = "  ".repeat(parts.len() - 1);
         lines.push(format!("{pad}  {}", row(item, now)));
+        lines.extend(listening_line(item, &format!("{pad}           ")));
     }
     lines.join("\n")
 }
@@ -448,7 +471,62 @@ fn row(item: &Item, now: std::time::SystemTime) -> String {
     if what.chars().count() > 100 {
         what = what.chars().take(99).collect::<String>() + "…";
     }
-    format!("{:<8} {:<17} {:>5} {:>8}  {what}", item.id, state, age, pid)
+    let (cpu, memory) = cost_cells(item);
+    format!(
+        "{:<8} {:<17} {:>5} {:>8} {cpu:>7} {memory:>9}  {what}",
+        item.id, state, age, pid
+    )
+}
+
+/// The CPU time and memory of an item as list cells: now (running) or its total and
+/// peak (ended); `-` where unknown.
+fn cost_cells(item: &Item) -> (String, String) {
+    let cpu = item
+        .cpu_ms
+        .map(observe::cpu_text)
+        .unwrap_or_else(|| "-".into());
+    let memory = item
+        .rss_bytes
+        .or(item.peak_rss_bytes)
+        .map(observe::bytes_text)
+        .unwrap_or_else(|| "-".into());
+    (cpu, memory)
+}
+
+/// `listening: 127.0.0.1:5173 → http://127.0.0.1:5173/` under an item that listens.
+fn listening_line(item: &Item, pad: &str) -> Option<String> {
+    (!item.listening.is_empty()).then(|| {
+        format!(
+            "{pad}listening: {}",
+            inert(&observe::describe_listening(&item.listening))
+        )
+    })
+}
+
+/// What an item's processes use and listen on, in words (empty when unknown).
+fn cost_words(
+    cpu_ms: Option<u64>,
+    rss: Option<u64>,
+    peak: Option<u64>,
+    listening: &[String],
+) -> String {
+    let mut words = Vec::new();
+    if let Some(cpu) = cpu_ms {
+        words.push(format!("cpu {}", observe::cpu_text(cpu)));
+    }
+    if let Some(rss) = rss {
+        words.push(format!("memory {}", observe::bytes_text(rss)));
+    }
+    if let Some(peak) = peak {
+        words.push(format!("peak memory {}", observe::bytes_text(peak)));
+    }
+    if !listening.is_empty() {
+        words.push(format!(
+            "listening: {}",
+            inert(&observe::describe_listening(listening))
+        ));
+    }
+    words.join("; ")
 }
 
 /// A duration in its largest whole unit: `45s`, `12m`, `3h`, `2d`.
@@ -464,12 +542,22 @@ fn short_duration(age: std::time::Duration) -> String {
 
 fn read_status_line(reply: &ReadReply) -> String {
     let id = inert(&reply.id);
+    let cost = cost_words(
+        reply.cpu_ms,
+        reply.rss_bytes,
+        reply.peak_rss_bytes,
+        &reply.listening,
+    );
     match (&reply.report, reply.running) {
         (Some(report), _) => format!("[{}]", inert(report)),
-        (None, true) if reply.output.is_empty() => {
+        (None, true) if reply.output.is_empty() && cost.is_empty() => {
             format!("[{id} is still running; no new output yet]")
         }
-        (None, _) => format!("[{id} is still running]"),
+        (None, true) if reply.output.is_empty() => {
+            format!("[{id} is still running; no new output yet; {cost}]")
+        }
+        (None, _) if cost.is_empty() => format!("[{id} is still running]"),
+        (None, _) => format!("[{id} is still running; {cost}]"),
     }
 }
 
@@ -745,6 +833,7 @@ fn status_text(status: &StatusReply) -> String {
         "daemon pid {} (bgwork {})\nhome    {}\nsocket  {}\nrunning {}",
         status.pid, status.version, status.home, status.socket, status.running
     );
+
     if !status.sessions.is_empty() {
         text.push_str(&format!(
             " in {} session(s) (`bgwork list --all-sessions` lists them):",
@@ -758,6 +847,13 @@ fn status_text(status: &StatusReply) -> String {
             let name = format!("{}{}", "  ".repeat(depth), inert(name));
             text.push_str(&format!("\n  {name:<30} {count}"));
         }
+    }
+    if let (Some(cpu), Some(rss), true) = (status.cpu_ms, status.rss_bytes, status.running > 0) {
+        text.push_str(&format!(
+            "\nusing   cpu {}, memory {} (the running items' processes together)",
+            observe::cpu_text(cpu),
+            observe::bytes_text(rss)
+        ));
     }
     text
 }

@@ -38,6 +38,9 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// A client that accepts no byte of a reply for this long is dropped.
     pub write_stall: Duration,
+    /// Whether `list`, `read` and MCP results look for the TCP ports jobs listen on
+    /// (`BGWORK_PORTS=0` turns it off).
+    pub ports: bool,
 }
 
 impl Default for Config {
@@ -56,6 +59,7 @@ impl Default for Config {
             max_connections: None,
             idle_timeout: Duration::from_secs(300),
             write_stall: Duration::from_secs(30),
+            ports: true,
         }
     }
 }
@@ -102,6 +106,9 @@ impl Config {
         }
         if let Some(n) = number("BGWORK_WRITE_STALL_MS") {
             config.write_stall = Duration::from_millis(n.max(1));
+        }
+        if number("BGWORK_PORTS") == Some(0) {
+            config.ports = false;
         }
         config
     }

@@ -24,6 +24,7 @@ impl Daemon {
             crate::end::report(&id, end, record.exit_code, record.signal)
                 + &crate::end::unwritten_note(record.unwritten)
         });
+        let cost = crate::end::cost_note(record.cpu_ms, record.peak_rss);
         let mut lost_reason = record.lost_reason.clone();
         let stopped = matches!(record.end, Some(End::StoppedByAgent | End::StoppedByPerson));
         let killed_at_deadline = record.end == Some(End::StoppedByAgent)
@@ -43,6 +44,9 @@ impl Daemon {
                 text.push_str(": ");
                 text.push_str(&detail);
             }
+        }
+        if let Some(text) = report.as_mut() {
+            text.push_str(&cost);
         }
         let running = record.state != State::Ended;
         Item {
@@ -70,6 +74,10 @@ impl Daemon {
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
             already_ended: None,
             lost_reason,
+            cpu_ms: record.cpu_ms,
+            rss_bytes: None,
+            peak_rss_bytes: record.peak_rss,
+            listening: Vec::new(),
         }
     }
 
@@ -86,7 +94,7 @@ impl Daemon {
             .ok_or_else(|| WireError::unknown_id(id))
     }
 
-    pub(crate) fn list(
+    pub(crate) async fn list(
         &self,
         session: &str,
         all: bool,
@@ -97,10 +105,11 @@ impl Daemon {
             false => self.lock().store.list(session, all)?,
         };
         // Every session's items are shown as their own sessions name them.
-        let items = match all_sessions {
+        let mut items: Vec<Item> = match all_sessions {
             true => records.iter().map(|r| self.item(r)).collect(),
             false => records.iter().map(|r| self.item_as(session, r)).collect(),
         };
+        self.observe_items(&mut items, &records).await;
         Ok(ListReply { items })
     }
 
@@ -218,10 +227,11 @@ impl Daemon {
         unreachable!("some number is free")
     }
 
-    pub(crate) fn status(&self) -> Result<StatusReply, WireError> {
-        let inner = self.lock();
+    pub(crate) async fn status(&self) -> Result<StatusReply, WireError> {
+        let unsettled = self.lock().store.unsettled()?;
+        let (cpu_ms, rss_bytes) = self.running_totals(&unsettled).await;
         let mut sessions = BTreeMap::new();
-        for record in inner.store.unsettled()? {
+        for record in unsettled {
             *sessions.entry(record.session).or_insert(0) += 1;
         }
         Ok(StatusReply {
@@ -231,6 +241,8 @@ impl Daemon {
             socket: self.paths.socket.display().to_string(),
             running: sessions.values().sum(),
             sessions,
+            cpu_ms: Some(cpu_ms),
+            rss_bytes: Some(rss_bytes),
         })
     }
 

@@ -39,6 +39,15 @@ pub(crate) struct Launch {
     pub over_limit: bool,
     /// A sub-agent: counted against its own limit, with its session and report file.
     pub sub_agent: bool,
+    /// Start nothing when the same command runs in the same session and folder
+    /// (`start` without `allow_duplicate`).
+    pub refuse_duplicate: bool,
+}
+
+/// What a launch did: started a job (its row), or found its twin running.
+pub(crate) enum Launched {
+    New(i64),
+    Twin(i64),
 }
 
 impl Daemon {
@@ -56,9 +65,14 @@ impl Daemon {
             .unwrap_or(self.config.default_window);
         // An end inside the window is shown by this reply: its notice waits for it.
         let watch = (!window.is_zero()).then_some(&mut *shown);
-        let row = self
-            .launch(session, &args, Launch::default(), watch)
-            .await?;
+        let launch = Launch {
+            refuse_duplicate: !args.allow_duplicate,
+            ..Launch::default()
+        };
+        let row = match self.launch_checked(session, &args, launch, watch).await? {
+            Launched::New(row) => row,
+            Launched::Twin(row) => return self.twin_reply(session, row).await,
+        };
         if window.is_zero() {
             // No window: the id at once (the job is `starting` until its process runs),
             // and nothing is shown, so nothing counts as read.
@@ -69,6 +83,7 @@ impl Daemon {
             return Ok(StartReply {
                 item,
                 output: String::new(),
+                already_running: None,
             });
         }
         self.wait_for(SPAWN_WAIT, |d| d.state_of(row) != Some(State::Starting))
@@ -85,11 +100,38 @@ impl Daemon {
             return Err(WireError::new(ErrorCode::SpawnFailed, message));
         }
         self.wait_for(window, |d| d.has_ended(row)).await;
-        let (output, item) = self.window_output(session, row)?;
+        let (output, mut item) = self.window_output(session, row)?;
         if item.state == State::Ended {
             shown.push(row);
         }
-        Ok(StartReply { item, output })
+        let record = self.lock().store.get(row)?;
+        if let Some(record) = record.filter(|r| r.state != State::Ended) {
+            self.observe_items(std::slice::from_mut(&mut item), &[record])
+                .await;
+        }
+        Ok(StartReply {
+            item,
+            output,
+            already_running: None,
+        })
+    }
+
+    /// The reply to a `start` of a command that already runs: that item, with what its
+    /// processes use and listen on.
+    async fn twin_reply(&self, session: &str, row: i64) -> Result<StartReply, WireError> {
+        let record = self
+            .lock()
+            .store
+            .get(row)?
+            .ok_or_else(|| WireError::internal("record vanished"))?;
+        let mut item = self.item_as(session, &record);
+        self.observe_items(std::slice::from_mut(&mut item), &[record])
+            .await;
+        Ok(StartReply {
+            item,
+            output: String::new(),
+            already_running: Some(true),
+        })
     }
 
     /// Checks the limit, writes the record and starts the job; returns its row.
@@ -102,7 +144,23 @@ impl Daemon {
         launch: Launch,
         shown: Option<&mut super::Shown<'_>>,
     ) -> Result<i64, WireError> {
+        match self.launch_checked(session, args, launch, shown).await? {
+            Launched::New(row) | Launched::Twin(row) => Ok(row),
+        }
+    }
+
+    /// [`Daemon::launch`], which finds a running twin instead of starting one when
+    /// `launch.refuse_duplicate` (checked under the lock that writes the record, so two
+    /// identical starts at once make one job).
+    pub(crate) async fn launch_checked(
+        &self,
+        session: &str,
+        args: &StartArgs,
+        launch: Launch,
+        shown: Option<&mut super::Shown<'_>>,
+    ) -> Result<Launched, WireError> {
         check_start(args)?;
+        let limits = limits_of(args)?;
         // A request with no folder runs in the daemon user's home, never in the daemon's
         // own folder; a relative one is refused, never interpreted.
         let cwd = args
@@ -119,8 +177,28 @@ impl Daemon {
             }
             false => None,
         };
+        let twin = super::observe::Twin {
+            kind: if pane.is_some() {
+                Kind::Pane
+            } else {
+                Kind::Job
+            },
+            command: &args.command,
+            cwd: &cwd,
+            env: &args.env,
+        };
+        let refuse_duplicate = launch.refuse_duplicate && !launch.sub_agent;
+        let listening = match refuse_duplicate {
+            true => self.listening_twins(session, &twin).await,
+            false => Vec::new(),
+        };
         let (record, sub_session) = {
             let mut inner = self.lock();
+            if refuse_duplicate {
+                if let Some(twin) = Self::running_twin(&inner, session, &twin, &listening)? {
+                    return Ok(Launched::Twin(twin.row));
+                }
+            }
             // Limits hold for a root session and its sub-agents together.
             let root = inner.store.root_of(session)?;
             self.check_guards(&mut inner, &root, launch.over_limit)?;
@@ -161,14 +239,18 @@ impl Daemon {
                 cols: pane.map(|p| p.cols),
                 rows: pane.map(|p| p.rows),
             };
-            let inserted = if launch.sub_agent {
+            let (record, sub_session) = if launch.sub_agent {
                 let (record, name) = inner.store.insert_sub_agent(&new)?;
                 (record, Some(name))
             } else {
                 (inner.store.insert(&new)?, None)
             };
             self.count_start(&mut inner, &root);
-            inserted
+            if limits != (None, None) {
+                inner.store.set_limits(record.row, limits.0, limits.1)?;
+            }
+            super::observe::remember_env(record.row, &args.env);
+            (record, sub_session)
         };
         if let Some(shown) = shown {
             shown.watch(&[record.row]);
@@ -225,6 +307,7 @@ impl Daemon {
             pane,
             owner: super::settle::owner(&record),
             no_cgroup: !self.config.cgroups,
+            max_runtime_ms: limits.1,
         };
         let handle = match self.executor.start(record.row, &spec) {
             Ok(handle) => handle,
@@ -250,7 +333,7 @@ impl Daemon {
             }
         }
         self.bump();
-        Ok(record.row)
+        Ok(Launched::New(record.row))
     }
 
     /// The output written so far (which then counts as read) and the item.
@@ -315,6 +398,8 @@ impl Daemon {
             pid: None,
             unwritten: 0,
             unwritten_at: 0,
+            cpu_ms: None,
+            peak_rss: None,
         };
         let mut inner = self.lock();
         if let Err(e) = inner.store.settle(row, &settlement) {
@@ -460,6 +545,7 @@ impl Daemon {
         Ok(StartReply {
             item,
             output: String::new(),
+            already_running: None,
         })
     }
 
@@ -676,6 +762,25 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
     }
     environ::decode_pairs(&args.inherit_env_bytes).map_err(WireError::bad_request)?;
     Ok(())
+}
+
+/// `--quiet-after` and `--max-runtime` in milliseconds, checked: a quiet spell of 1 s
+/// to a week (shorter ones would make a notice of every pause), a run time of 1 ms to
+/// a year.
+fn limits_of(args: &StartArgs) -> Result<(Option<u64>, Option<u64>), WireError> {
+    let check = |flag: &str, value: Option<f64>, min: f64, max: f64| match value {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s >= min && s <= max => Ok(Some((s * 1000.0) as u64)),
+        Some(s) => Err(WireError::bad_request(format!(
+            "{flag} takes a duration from {} to {}, not {s} s: e.g. 30s, 10m, 2h",
+            humantime::format_duration(Duration::from_secs_f64(min)),
+            humantime::format_duration(Duration::from_secs(max as u64))
+        ))),
+    };
+    Ok((
+        check("--quiet-after", args.quiet_after_s, 1.0, 7.0 * 86_400.0)?,
+        check("--max-runtime", args.max_runtime_s, 0.001, 365.0 * 86_400.0)?,
+    ))
 }
 
 /// What runs, as the root session of the tree names it.

@@ -22,6 +22,7 @@ mod items;
 mod jobs;
 mod monitor;
 mod notices;
+mod observe;
 mod pane;
 mod read;
 mod report;
@@ -287,7 +288,9 @@ impl Daemon {
         let mut shown = Shown::new(self);
         let line = match envelope.request {
             Request::Start(args) => reply(&self.start(&session, args, &mut shown).await),
-            Request::List { all, all_sessions } => reply(&self.list(&session, all, all_sessions)),
+            Request::List { all, all_sessions } => {
+                reply(&self.list(&session, all, all_sessions).await)
+            }
             Request::Read(args) if args.grep.is_some() => return self.grep(&session, args).await,
             Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id).await),
             Request::Read(args) => return self.read(&session, args).await,
@@ -333,7 +336,7 @@ impl Daemon {
             } => reply(&self.gc_with(older_than_s, all_ended)),
             Request::Restart(args) => reply(&self.restart(&session, args, &mut shown).await),
             Request::NewSession { base } => reply(&self.new_session(&base)),
-            Request::Status => reply(&self.status()),
+            Request::Status => reply(&self.status().await),
             Request::Close { id } => reply(&self.close(&session, &id)),
             Request::Ui { port } => reply(&crate::http::ensure(self, port).await),
             Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),

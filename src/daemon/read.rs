@@ -39,6 +39,12 @@ struct Plan {
     report: Option<String>,
     /// Output a full disk kept out of the log, and the offset where it was lost.
     unwritten: (u64, u64),
+    /// The job folder whose processes are looked at (a running job), and whether
+    /// their ports are looked for.
+    observe: Option<(PathBuf, bool)>,
+    /// What an ended job cost.
+    cpu_ms: Option<u64>,
+    peak_rss: Option<u64>,
 }
 
 impl Daemon {
@@ -113,6 +119,12 @@ impl Daemon {
             running: record.state != State::Ended,
             report: self.item_as(session, &record).report,
             unwritten: inner.unwritten(&record),
+            observe: (record.state != State::Ended
+                && record.kind != crate::wire::Kind::Monitor
+                && !record.job_dir.is_empty())
+            .then(|| (PathBuf::from(&record.job_dir), self.config.ports)),
+            cpu_ms: record.cpu_ms,
+            peak_rss: record.peak_rss,
         })
     }
 }
@@ -234,7 +246,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
         false => text,
     };
     let skipped = skipped + if lost_here { unwritten } else { 0 };
-    ReadReply {
+    let mut reply = ReadReply {
         id: plan.id,
         running: plan.running,
         output: text,
@@ -245,5 +257,13 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
         log_path: path.display().to_string(),
         report: plan.report,
         output_base64: base64,
+        cpu_ms: plan.cpu_ms,
+        rss_bytes: None,
+        peak_rss_bytes: plan.peak_rss,
+        listening: Vec::new(),
+    };
+    if let Some((job_dir, ports)) = &plan.observe {
+        super::observe::observe_read(&mut reply, job_dir, *ports);
     }
+    reply
 }

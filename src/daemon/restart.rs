@@ -79,6 +79,9 @@ impl Daemon {
             pty: record.kind == Kind::Pane,
             cols: record.cols,
             rows: record.rows,
+            allow_duplicate: true,
+            quiet_after_s: record.quiet_after_ms.map(|ms| ms as f64 / 1000.0),
+            max_runtime_s: record.max_runtime_ms.map(|ms| ms as f64 / 1000.0),
         };
         let reply = match record.kind {
             Kind::SubAgent => self.agent_start(session, start).await?,

@@ -82,6 +82,7 @@ impl Daemon {
                     });
                 }
                 self.bump();
+                self.watch_job(row, true);
             }
             ExecEvent::SpawnFailed { row, message } => {
                 let status = ExitStatus {
@@ -189,7 +190,11 @@ impl Daemon {
                 unwritten_at: status.unwritten_at,
                 notice: self
                     .armed_notice(record, end, code, signal, path, dropped)
-                    .map(|notice| notice.with_unwritten(status.unwritten)),
+                    .or_else(|| self.limit_notice(record, status, path))
+                    .map(|notice| notice.with_unwritten(status.unwritten))
+                    .map(|notice| notice.with_cost(status.cpu_ms, status.peak_rss_bytes)),
+                cpu_ms: status.cpu_ms,
+                peak_rss: status.peak_rss_bytes,
             }
         })
     }
@@ -211,6 +216,8 @@ impl Daemon {
             notice: self
                 .armed_notice(record, End::Lost, None, None, path, record.dropped)
                 .map(|notice| notice.with_unwritten(record.unwritten)),
+            cpu_ms: None,
+            peak_rss: None,
         })
     }
 
@@ -235,6 +242,9 @@ impl Daemon {
             Ok::<(), crate::store::StoreError>(())
         })();
         self.bump();
+        // The job's watcher (see `observe.rs`) listens to its output only: the end
+        // wakes it too, to look at the last output and go.
+        self.output_grew(row);
         match result {
             Ok(()) => true,
             Err(e) => {
@@ -288,6 +298,20 @@ impl Daemon {
         Some(NewNotice {
             text: end::report(&record.id, end, exit_code, signal),
             tail,
+        })
+    }
+
+    /// The notice of a job stopped for running past `--max-runtime` (when armed): the
+    /// agent did not ask for that stop, so, unlike its own stops, it is told.
+    fn limit_notice(&self, record: &Record, status: &ExitStatus, log: &Path) -> Option<NewNotice> {
+        let limit = status.past_limit_ms?;
+        if !record.notify {
+            return None;
+        }
+        let detail = stop_detail(status).unwrap_or_else(|| format!("{PAST_LIMIT} ({limit} ms)"));
+        Some(NewNotice {
+            text: format!("{} was stopped by the agent: {detail}", record.id),
+            tail: output::tail(log, self.config.log_head, status.dropped),
         })
     }
 
@@ -403,6 +427,8 @@ impl Daemon {
                         crate::note!("bgwork daemon: {e}");
                     }
                     inner.live.insert(record.row, live(running));
+                    drop(inner);
+                    self.watch_job(record.row, false);
                     attached += 1;
                 }
                 Reattach::Ended(status) => {
@@ -430,6 +456,22 @@ impl Daemon {
 
 /// What a stop had to do beyond TERM, in the words of the end's report.
 fn stop_detail(status: &ExitStatus) -> Option<String> {
+    let killed = killed_detail(status);
+    let Some(limit) = status.past_limit_ms else {
+        return killed;
+    };
+    let limit = humantime::format_duration(Duration::from_millis(limit));
+    let limit = format!("{PAST_LIMIT} (--max-runtime {limit})");
+    Some(match killed {
+        Some(killed) => format!("{limit}; {killed}"),
+        None => limit,
+    })
+}
+
+/// The detail of a job stopped for running past `--max-runtime`.
+pub(crate) const PAST_LIMIT: &str = "ran past its limit";
+
+fn killed_detail(status: &ExitStatus) -> Option<String> {
     let ms = status.killed_after_ms?;
     if ms == 0 {
         return Some("killed at once (a grace of 0 s)".to_string());

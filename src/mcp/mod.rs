@@ -296,6 +296,7 @@ impl ServerHandler for McpServer {
             Err(e) => Err(e),
         };
         let outcome = outcome.map(|mut reply| {
+            tools::annotate(&mut reply);
             if !verbose {
                 tools::slim(&mut reply);
             }

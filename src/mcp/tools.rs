@@ -50,6 +50,9 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "pty": {"type": "boolean", "description": "Run on a terminal (a pane): takes keystrokes with `send`, has a screen for `read` with `screen` (default false)"},
                     "cols": {"type": "integer", "minimum": 2, "description": "A pane's width in columns (default 120)"},
                     "rows": {"type": "integer", "minimum": 2, "description": "A pane's height in rows (default 40)"},
+                    "allow_duplicate": {"type": "boolean", "description": "Start even when the same command already runs in this session and folder (default false: the result is the running item, with `already_running`)"},
+                    "quiet_after_s": {"type": "number", "exclusiveMinimum": 0, "description": "Fire a notice when it has printed nothing for this many seconds (once per quiet spell), saying whether it is busy, idle or waiting at a prompt"},
+                    "max_runtime_s": {"type": "number", "exclusiveMinimum": 0, "description": "Stop it once it has run this many seconds (its end says \"ran past its limit\")"},
                     "verbose": verbose
                 }),
                 &["command"],
@@ -159,6 +162,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
             "monitor",
             "Create a monitor (mon-N). mode `wait`: one notice when a condition holds — \
              `until_output` (an id, with `regex`), `until_port` (HOST:PORT accepts connections), \
+             `until_port_of` (an id listens on a port), \
              `until_file` (exists), `until_end` (an id ended); fails after `timeout_s`. mode \
              `watch`: every line of `output` (an id) or `file` matching `regex` goes to its log \
              (read it with `read`), with notices in batches.",
@@ -167,6 +171,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "mode": {"type": "string", "enum": ["wait", "watch"], "description": "`wait`: once, when a condition holds; `watch`: every matching line"},
                     "until_output": id("wait: the item whose output a line must match `regex`"),
                     "until_port": {"type": "string", "description": "wait: HOST:PORT that must accept connections"},
+                    "until_port_of": id("wait: the item whose processes must listen on a TCP port (whichever it opens)"),
                     "until_file": {"type": "string", "description": "wait: a path that must exist; a relative one is taken from the server's working directory"},
                     "until_end": id("wait: the item that must end"),
                     "output": id("watch: the item whose output lines are watched"),
@@ -268,6 +273,38 @@ const MCP_GREP_MATCHES: usize = 100;
 const MCP_GREP_BYTES: usize = 32 << 10;
 
 const VERBOSE_FIELDS: [&str; 4] = ["log_path", "env_names", "cwd", "session"];
+
+/// Adds what a model needs spelled out: the URL of each address an item listens on,
+/// and, for a `start` answered with the running item, what happened.
+pub fn annotate(reply: &mut Value) {
+    fn annotate_item(item: &mut Value) {
+        let Value::Object(fields) = item else {
+            return;
+        };
+        let urls: Vec<Value> = match fields.get("listening") {
+            Some(Value::Array(addresses)) => addresses
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|a| Value::String(crate::observe::url_of(a)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !urls.is_empty() {
+            fields.insert("urls".into(), Value::Array(urls));
+        }
+        if fields.get("already_running") == Some(&Value::Bool(true)) {
+            let id = fields.get("id").and_then(Value::as_str).unwrap_or("?");
+            let message = format!(
+                "already running as {id}: no new job was started (`allow_duplicate: true` starts another)"
+            );
+            fields.insert("message".into(), Value::String(message));
+        }
+    }
+    annotate_item(reply);
+    if let Some(Value::Array(items)) = reply.get_mut("items") {
+        items.iter_mut().for_each(annotate_item);
+    }
+}
 
 /// Makes a reply short for a model: each item (a reply that is one, or the `items` of
 /// one) loses [`VERBOSE_FIELDS`] and its empty fields.
@@ -425,6 +462,9 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
         pty: a.flag("pty")?,
         cols: a.count("cols")?.map(|n| n.min(u16::MAX as usize) as u16),
         rows: a.count("rows")?.map(|n| n.min(u16::MAX as usize) as u16),
+        allow_duplicate: a.flag("allow_duplicate")?,
+        quiet_after_s: a.number("quiet_after_s")?,
+        max_runtime_s: a.number("max_runtime_s")?,
     })
 }
 
@@ -461,6 +501,7 @@ fn monitor_args(a: &Args) -> Result<MonitorArgs, WireError> {
         a.text("until_port")?
             .map(|address| Condition::Port { address }),
     );
+    conditions.extend(a.text("until_port_of")?.map(|id| Condition::PortOf { id }));
     for name in ["until_file", "file"] {
         if let Some(path) = a.text(name)? {
             let path = absolute(name, &path)?;
@@ -471,7 +512,7 @@ fn monitor_args(a: &Args) -> Result<MonitorArgs, WireError> {
     conditions.extend(a.text("output")?.map(|id| Condition::Output { id }));
     if conditions.len() != 1 {
         return Err(WireError::bad_request(
-            "give exactly one of until_output, until_port, until_file, until_end (wait) or output, file (watch)",
+            "give exactly one of until_output, until_port, until_port_of, until_file, until_end (wait) or output, file (watch)",
         ));
     }
     Ok(MonitorArgs {
@@ -663,6 +704,8 @@ fn option_name(option: &str) -> String {
         "timeout" => "timeout_s".into(),
         "window" => "window_ms".into(),
         "wait" => "wait_s".into(),
+        "quiet-after" => "quiet_after_s".into(),
+        "max-runtime" => "max_runtime_s".into(),
         other => other.replace('-', "_"),
     }
 }

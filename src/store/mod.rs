@@ -60,6 +60,13 @@ pub struct Record {
     /// offset where the first of them was lost.
     pub unwritten: u64,
     pub unwritten_at: u64,
+    /// What the job cost, once it has ended: CPU time (ms) and peak resident memory.
+    pub cpu_ms: Option<u64>,
+    pub peak_rss: Option<u64>,
+    /// The limits it was started with: a notice after this long without output, and a
+    /// stop after this long running.
+    pub quiet_after_ms: Option<u64>,
+    pub max_runtime_ms: Option<u64>,
 }
 
 /// What a new record holds before it runs.
@@ -93,6 +100,9 @@ pub struct Settlement {
     /// Output bytes that could not be written to the log (a full disk).
     pub unwritten: u64,
     pub unwritten_at: u64,
+    /// What the job cost (CPU time in ms, peak resident memory), when known.
+    pub cpu_ms: Option<u64>,
+    pub peak_rss: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -105,6 +115,12 @@ impl NewNotice {
     /// The notice, saying how much output a full disk kept out of the log.
     pub fn with_unwritten(mut self, unwritten: u64) -> NewNotice {
         self.text.push_str(&crate::end::unwritten_note(unwritten));
+        self
+    }
+
+    /// The notice, saying what the job cost when that was worth saying.
+    pub fn with_cost(mut self, cpu_ms: Option<u64>, peak_rss: Option<u64>) -> NewNotice {
+        self.text.push_str(&crate::end::cost_note(cpu_ms, peak_rss));
         self
     }
 }
@@ -149,7 +165,11 @@ const RESERVE_STEP: i64 = 4096;
 
 const RECORD_COLUMNS: &str = "row, session, id, kind, state, end_kind, exit_code, signal, name, \
     command, cwd, pid, started_at, ended_at, notify, env_names, job_dir, stop_actor, dropped, \
-    log_len, lost_reason, cols, rows, unwritten, unwritten_at";
+    log_len, lost_reason, cols, rows, unwritten, unwritten_at, cpu_ms, peak_rss, quiet_after_ms, \
+    max_runtime_ms";
+
+/// `end_kind` of a notice about a running job (quiet, a port in use), not an end.
+pub(crate) const EVENT_NOTICE: &str = "event";
 
 /// `end_kind` of a notice that reports matches of a watch, not an end.
 const MATCH_NOTICE: &str = "match";
@@ -453,6 +473,43 @@ impl Store {
         Ok(())
     }
 
+    /// Records the limits a job was started with (`start --quiet-after/--max-runtime`).
+    pub fn set_limits(
+        &mut self,
+        row: i64,
+        quiet_after_ms: Option<u64>,
+        max_runtime_ms: Option<u64>,
+    ) -> Result<()> {
+        self.conn.execute(
+            "UPDATE items SET quiet_after_ms = ?2, max_runtime_ms = ?3 WHERE row = ?1",
+            params![
+                row,
+                quiet_after_ms.map(|n| n as i64),
+                max_runtime_ms.map(|n| n as i64)
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Writes a notice about a running item (not its end) unless one with `key` was
+    /// written before: a key names the event, so it is reported once.
+    pub fn add_event_notice(
+        &mut self,
+        row: i64,
+        key: &str,
+        text: &str,
+        tail: &str,
+    ) -> Result<bool> {
+        let added = self.conn.execute(
+            "INSERT OR IGNORE INTO notices(key, row, session, item, end_kind, text, tail,
+                                           created_at)
+             SELECT ?2, row, session, id, ?3, ?4, ?5, ?6 FROM items WHERE row = ?1",
+            params![row, key, EVENT_NOTICE, text, tail, crate::paths::now_ms()],
+        )?;
+        self.keep_reserve()?;
+        Ok(added == 1)
+    }
+
     /// Says why an ended record ended where its end alone does not (a `run` killed at
     /// its deadline, say); shown in its report.
     pub fn set_detail(&mut self, row: i64, detail: &str) -> Result<()> {
@@ -470,7 +527,8 @@ impl Store {
         let changed = tx.execute(
             "UPDATE items SET state = 'ended', end_kind = ?2, exit_code = ?3, signal = ?4,
                     ended_at = ?5, log_len = ?6, dropped = ?7, lost_reason = ?8,
-                    pid = COALESCE(pid, ?9), unwritten = ?10, unwritten_at = ?11
+                    pid = COALESCE(pid, ?9), unwritten = ?10, unwritten_at = ?11,
+                    cpu_ms = ?12, peak_rss = ?13
              WHERE row = ?1 AND state != 'ended'",
             params![
                 row,
@@ -484,6 +542,8 @@ impl Store {
                 settlement.pid,
                 settlement.unwritten as i64,
                 settlement.unwritten_at as i64,
+                settlement.cpu_ms.map(|n| n.min(i64::MAX as u64) as i64),
+                settlement.peak_rss.map(|n| n.min(i64::MAX as u64) as i64),
             ],
         )?;
         if changed == 1 {
@@ -672,6 +732,10 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
         rows: r.get(22)?,
         unwritten: r.get::<_, i64>(23)? as u64,
         unwritten_at: r.get::<_, i64>(24)? as u64,
+        cpu_ms: r.get::<_, Option<i64>>(25)?.map(|n| n.max(0) as u64),
+        peak_rss: r.get::<_, Option<i64>>(26)?.map(|n| n.max(0) as u64),
+        quiet_after_ms: r.get::<_, Option<i64>>(27)?.map(|n| n.max(0) as u64),
+        max_runtime_ms: r.get::<_, Option<i64>>(28)?.map(|n| n.max(0) as u64),
     })
 }
 

@@ -8,7 +8,7 @@
 //! closed) and the notice is pending again, with the same id. Claims are cleared when a
 //! daemon opens the store: they belong to connections of a daemon that is gone.
 
-use super::{parse_end, sessions, NoticeRow, Result, Store, MATCH_NOTICE};
+use super::{parse_end, sessions, NoticeRow, Result, Store, EVENT_NOTICE, MATCH_NOTICE};
 use rusqlite::{params, OptionalExtension, Row};
 
 /// The columns of a notice as session `?1` sees it: the item of a notice that comes
@@ -215,7 +215,7 @@ fn notice_row(r: &Row) -> rusqlite::Result<NoticeRow> {
         session: r.get(1)?,
         item: r.get(2)?,
         end: Some(r.get::<_, String>(3)?)
-            .filter(|e| e != MATCH_NOTICE)
+            .filter(|e| e != MATCH_NOTICE && e != EVENT_NOTICE)
             .map(|e| parse_end(3, &e))
             .transpose()?,
         exit_code: r.get(4)?,

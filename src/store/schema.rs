@@ -152,6 +152,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX sessions_by_parent ON sessions(parent);
     INSERT OR IGNORE INTO sessions(name, parent, agent_row)
         SELECT session || '/' || id, session, row FROM items WHERE kind = 'sub_agent';",
+    // 8: what a job cost (CPU time, peak memory) and the limits it was started with
+    // (quiet-after, max-runtime), kept with the record so a restarted daemon keeps them.
+    "ALTER TABLE items ADD COLUMN cpu_ms INTEGER;
+    ALTER TABLE items ADD COLUMN peak_rss INTEGER;
+    ALTER TABLE items ADD COLUMN quiet_after_ms INTEGER;
+    ALTER TABLE items ADD COLUMN max_runtime_ms INTEGER;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

@@ -122,7 +122,19 @@ struct Supervisor {
     /// Set when a stop had to KILL the job: the grace its TERM got.
     killed_after_ms: Option<u64>,
     drain_until: Option<Instant>,
+    /// When the job has run past its `max_runtime_ms` and is stopped (none: no limit).
+    limit_at: Option<Instant>,
+    past_limit: bool,
+    /// When the job's tree is next sampled for its memory, and the most it held.
+    sample_at: Instant,
+    sample_every: Duration,
+    peak_rss: u64,
 }
+
+/// The first samples of a job's memory come quickly (short jobs), then ever more
+/// slowly, down to one every few seconds (a thousand idle jobs cost little).
+const FIRST_SAMPLE: Duration = Duration::from_millis(50);
+const SAMPLE_EVERY: Duration = Duration::from_secs(4);
 
 impl Supervisor {
     fn launch(launch: UnixStream) -> std::io::Result<Supervisor> {
@@ -203,7 +215,6 @@ impl Supervisor {
         }
         first.send(&FromSupervisor::Spawned { pid: spawned.pid });
         Ok(Supervisor {
-            spec,
             final_status: None,
             me,
             cgroup,
@@ -226,6 +237,14 @@ impl Supervisor {
             escalation: None,
             killed_after_ms: None,
             drain_until: None,
+            limit_at: spec
+                .max_runtime_ms
+                .map(|ms| Instant::now() + Duration::from_millis(ms)),
+            past_limit: false,
+            sample_at: Instant::now() + FIRST_SAMPLE,
+            sample_every: FIRST_SAMPLE,
+            peak_rss: 0,
+            spec,
         })
     }
 
@@ -238,6 +257,8 @@ impl Supervisor {
             self.poll_once();
             self.report_progress(false);
             self.escalate_when_due();
+            self.limit_when_due();
+            self.sample_when_due();
         }
         self.finish();
     }
@@ -332,10 +353,19 @@ impl Supervisor {
         let after_exit = self
             .main_status
             .map(|_| Instant::now() + Duration::from_millis(200));
-        [kill_at, self.drain_until, progress_at, after_exit]
-            .into_iter()
-            .flatten()
-            .min()
+        let limit_at = self.limit_at.filter(|_| self.main_status.is_none());
+        let sample_at = Some(self.sample_at).filter(|_| self.main_status.is_none());
+        [
+            kill_at,
+            self.drain_until,
+            progress_at,
+            after_exit,
+            limit_at,
+            sample_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn read_output(&mut self) {
@@ -464,6 +494,32 @@ impl Supervisor {
         if self.main_status.is_some() && self.escalation.is_none() && self.drain_until.is_none() {
             self.drain_until = Some(now + DRAIN_GRACE);
         }
+    }
+
+    /// Stops the job as the agent once it has run past its `max_runtime_ms`.
+    fn limit_when_due(&mut self) {
+        let due = self.limit_at.is_some_and(|at| Instant::now() >= at);
+        if !due || self.main_status.is_some() {
+            return;
+        }
+        self.limit_at = None;
+        if self.stop_actor.is_none() {
+            self.past_limit = true;
+        }
+        self.begin_stop(Some(Actor::Agent), LIMIT_GRACE);
+    }
+
+    /// Samples the resident memory of the job's tree (for its peak), quickly at first,
+    /// then every few seconds.
+    fn sample_when_due(&mut self) {
+        let now = Instant::now();
+        if now < self.sample_at || self.main_status.is_some() {
+            return;
+        }
+        let rss = crate::observe::usage(&tree::descendants(self.me)).rss_bytes;
+        self.peak_rss = self.peak_rss.max(rss);
+        self.sample_every = (self.sample_every * 2).min(SAMPLE_EVERY);
+        self.sample_at = now + self.sample_every;
     }
 
     fn begin_stop(&mut self, actor: Option<Actor>, grace: Duration) {
@@ -629,6 +685,13 @@ impl Supervisor {
             ended_at_ms: now_ms(),
             pid: Some(self.pid),
             killed_after_ms: self.killed_after_ms,
+            past_limit_ms: self
+                .past_limit
+                .then_some(self.spec.max_runtime_ms)
+                .flatten(),
+            cpu_ms: Some(children_cpu_ms()),
+            // The largest single process reaped is a floor for a tree never sampled.
+            peak_rss_bytes: Some(self.peak_rss.max(children_max_rss())),
         };
         let job_dir = PathBuf::from(&self.spec.job_dir);
         self.final_status = Some(status.clone());
@@ -670,6 +733,30 @@ impl Supervisor {
             cgroup::leave(dir);
         }
     }
+}
+
+/// The grace a job stopped for running past its limit gets between TERM and KILL.
+const LIMIT_GRACE: Duration = Duration::from_secs(5);
+
+/// CPU time (ms) of every process this supervisor reaped, with everything they reaped
+/// (as a subreaper, that is every process of the job).
+fn children_cpu_ms() -> u64 {
+    match nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN) {
+        Ok(usage) => {
+            let ms = |t: nix::sys::time::TimeVal| {
+                (t.tv_sec().max(0) as u64) * 1000 + (t.tv_usec().max(0) as u64) / 1000
+            };
+            ms(usage.user_time()) + ms(usage.system_time())
+        }
+        Err(_) => 0,
+    }
+}
+
+/// The most resident memory any one reaped process held (bytes).
+fn children_max_rss() -> u64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .map(|usage| (usage.max_rss().max(0) as u64) * 1024)
+        .unwrap_or(0)
 }
 
 /// Whether the peer of a control connection runs as this process's uid.

@@ -39,6 +39,9 @@ pub struct JobSpec {
     /// Run the job without a cgroup of its own even where one could be made.
     #[serde(default)]
     pub no_cgroup: bool,
+    /// Stop the job (as the agent) once it has run this long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runtime_ms: Option<u64>,
 }
 
 /// A job's description, written into its folder when it starts (`job.json`): what a
@@ -179,6 +182,15 @@ pub struct ExitStatus {
     /// Set when a stop had to KILL the job: the grace (ms) its TERM had.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub killed_after_ms: Option<u64>,
+    /// Set when the job was stopped for running past its `max_runtime_ms`: that limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub past_limit_ms: Option<u64>,
+    /// CPU time (ms) of every process of the job, reaped by the supervisor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    /// The most resident memory the job's process tree was seen to hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
 }
 
 impl ExitStatus {

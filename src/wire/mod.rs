@@ -143,6 +143,17 @@ pub struct StartArgs {
     pub cols: Option<u16>,
     #[serde(default)]
     pub rows: Option<u16>,
+    /// Start even when the same command already runs in the same session and folder
+    /// (otherwise the reply is the running item, with `already_running`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_duplicate: bool,
+    /// Fire a notice when the job has printed nothing for this many seconds (once per
+    /// quiet spell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_after_s: Option<f64>,
+    /// Stop the job (as the agent) once it has run this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runtime_s: Option<f64>,
 }
 
 /// `restart`: the item to start again, with the values of its `--env` variables
@@ -206,6 +217,8 @@ pub enum Condition {
     Output { id: String },
     /// Something accepts connections on `address` (HOST:PORT).
     Port { address: String },
+    /// The processes of item `id` listen on a TCP port, whatever it is.
+    PortOf { id: String },
     /// The file exists (wait), or lines appended to it (watch).
     File { path: String },
     /// The item ended.
@@ -417,6 +430,19 @@ pub struct Item {
     /// Why an item was settled as `lost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_reason: Option<String>,
+    /// CPU time (user + system, ms) of every process of the job: so far while it runs,
+    /// in total once it has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    /// Resident memory of the job's whole process tree now (running items).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
+    /// The most resident memory the job's tree held (ended items).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+    /// TCP addresses the job's processes listen on, e.g. `127.0.0.1:5173`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listening: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -424,6 +450,10 @@ pub struct StartReply {
     #[serde(flatten)]
     pub item: Item,
     pub output: String,
+    /// Set when no job was started: the same command already runs in the same session
+    /// and folder, and `item` is that running one (`allow_duplicate` starts another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub already_running: Option<bool>,
 }
 
 /// The reply of `ui`: where the work strip is served.
@@ -459,6 +489,15 @@ pub struct ReadReply {
     /// With `raw`: the exact bytes, base64-encoded (JSON strings cannot hold any byte).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_base64: Option<String>,
+    /// What the item's processes use and listen on (as in [`Item`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listening: Vec<String>,
 }
 
 /// `read --grep`: the lines of a log that match, with their context.
@@ -577,6 +616,11 @@ pub struct StatusReply {
     pub socket: String,
     pub running: u64,
     pub sessions: BTreeMap<String, u64>,
+    /// CPU time (ms) and resident memory of every running item's processes together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
 }
 
 /// `status` when no daemon runs for the home (`status` never starts one).

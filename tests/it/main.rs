@@ -10,6 +10,7 @@ mod mcp;
 mod mcp_hostile;
 mod monitors;
 mod monitors_hostile;
+mod observe;
 mod output;
 mod panes;
 mod panes_hostile;

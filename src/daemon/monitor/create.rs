@@ -150,6 +150,15 @@ impl Daemon {
                 let record = Self::find(&self.lock(), session, id)?;
                 ("end", id.clone(), Some(record.row))
             }
+            (Condition::PortOf { id }, MonitorMode::Wait) => {
+                let record = Self::find(&self.lock(), session, id)?;
+                if record.kind == crate::wire::Kind::Monitor {
+                    return Err(WireError::bad_request(format!(
+                        "{id} is a monitor, which has no processes: --of takes a job or a pane"
+                    )));
+                }
+                ("port_of", id.clone(), Some(record.row))
+            }
             (Condition::Port { address }, MonitorMode::Wait) => {
                 if address
                     .rsplit_once(':')

@@ -57,6 +57,8 @@ enum Task {
     FileExists(PathBuf),
     /// A wait until something accepts connections on HOST:PORT.
     Port(String),
+    /// A wait until an item's processes listen on a TCP port.
+    PortOf { row: i64, id: String },
     /// A wait until an item ends.
     End { row: i64, id: String },
 }
@@ -245,6 +247,12 @@ impl Daemon {
             )),
             ("wait", "file") => return Ok(Task::FileExists(path)),
             ("wait", "port") => return Ok(Task::Port(monitor.target.clone())),
+            ("wait", "port_of") => {
+                return Ok(Task::PortOf {
+                    row: monitor.target_row.unwrap_or(0),
+                    id: monitor.target.clone(),
+                })
+            }
             ("wait", "end") => {
                 return Ok(Task::End {
                     row: monitor.target_row.unwrap_or(0),
@@ -327,6 +335,24 @@ impl Daemon {
                     _ => pending,
                 }
             }
+            Task::PortOf { row, id } => {
+                let record = self.lock().store.get(*row).ok().flatten();
+                let Some(record) = record else {
+                    return Outcome::Done(End::Failed, format!("{id} no longer exists"));
+                };
+                let listening = self.listening_of(&record).await;
+                if !listening.is_empty() {
+                    let described = crate::observe::describe_listening(&listening);
+                    return Outcome::Done(End::Succeeded, format!("{id} listens on {described}"));
+                }
+                match record.state {
+                    State::Ended => Outcome::Done(
+                        End::Failed,
+                        format!("{id} ended without listening on a TCP port"),
+                    ),
+                    _ => pending,
+                }
+            }
             Task::End { row, id } => {
                 let record = self.lock().store.get(*row).ok().flatten();
                 match record {
@@ -379,6 +405,8 @@ impl Daemon {
             pid: None,
             unwritten: 0,
             unwritten_at: 0,
+            cpu_ms: None,
+            peak_rss: None,
         };
         if let Err(e) = self.lock().store.settle(row, &settlement) {
             crate::note!("bgwork daemon: could not end {}: {e}", record.id);

@@ -25,6 +25,7 @@ pub mod keys;
 pub mod mcp;
 pub mod output;
 pub mod paths;
+pub mod redact;
 pub mod store;
 pub mod supervisor;
 pub mod wire;

@@ -175,6 +175,16 @@ impl Excerpt {
     /// Readable text of the excerpt, with an elision line naming the log; and whether
     /// anything was left out.
     pub fn render(&self, max: usize, log_path: &Path) -> (String, bool) {
+        self.render_as(max, log_path, readable)
+    }
+
+    /// [`Excerpt::render`] with `readable` turning bytes into text.
+    pub fn render_as(
+        &self,
+        max: usize,
+        log_path: &Path,
+        readable: fn(&[u8]) -> String,
+    ) -> (String, bool) {
         match &self.tail {
             None => clip(readable(&self.head), max, log_path),
             Some((elided, tail)) => {
@@ -198,8 +208,15 @@ pub fn dropped_in(from: u64, to: u64, head: u64, dropped: u64) -> u64 {
 }
 
 /// Text for a model: escape sequences stripped, progress-bar rewrites (`\r`) collapsed
-/// to each line's final state, invalid UTF-8 replaced.
+/// to each line's final state, invalid UTF-8 replaced, token shapes masked
+/// ([`crate::redact::mask_shapes`]).
 pub fn readable(bytes: &[u8]) -> String {
+    crate::redact::mask_shapes(plain_text(bytes))
+}
+
+/// [`readable`] text with token shapes left as they are (for matching, or for the
+/// person who asked with `--no-redact`).
+pub fn plain_text(bytes: &[u8]) -> String {
     let c1 = bytes.windows(2).any(is_c1);
     let plain_already = !c1
         && !bytes

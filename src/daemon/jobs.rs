@@ -5,6 +5,7 @@ use crate::environ::{self, CallerEnv};
 use crate::executor::WriteRefused;
 use crate::output;
 use crate::paths::now_ms;
+use crate::redact;
 use crate::store::{sub_session_name, NewRecord, Record, Settlement};
 use crate::wire::control::{
     self, JobRecord, JobSpec, PaneSize, ToSupervisor, JOB_RECORD, PROTOCOL,
@@ -222,6 +223,8 @@ impl Daemon {
             pane,
             owner: super::settle::owner(&record),
             no_cgroup: !self.config.cgroups,
+            secrets: secret_pairs(args),
+            keep_raw_log: args.keep_raw_log,
         };
         let handle = match self.executor.start(record.row, &spec) {
             Ok(handle) => handle,
@@ -645,7 +648,52 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
         ));
     }
     environ::decode_pairs(&args.inherit_env_bytes).map_err(WireError::bad_request)?;
+    check_secrets(args)?;
     Ok(())
+}
+
+/// The most values one job's log is masked for.
+const MAX_SECRETS: usize = 10_000;
+
+fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
+    if args.secrets.len() > MAX_SECRETS {
+        return Err(WireError::bad_request(format!(
+            "{} secrets given: at most {MAX_SECRETS} can be masked for one job",
+            args.secrets.len()
+        )));
+    }
+    for name in &args.secrets {
+        let value = args.env.get(name).ok_or_else(|| {
+            WireError::bad_request(format!(
+                "secret {name} has no value: give it with --env {name}=VALUE or set it in \
+                 the caller's environment"
+            ))
+        })?;
+        if value.len() < redact::MIN_SECRET_LEN {
+            return Err(WireError::bad_request(format!(
+                "secret {name} is {} bytes long: values shorter than {} bytes are refused, \
+                 since masking them would mask ordinary text; pass it with --env instead \
+                 (short --env values are not masked)",
+                value.len(),
+                redact::MIN_SECRET_LEN
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `[name, value]` of each value the job's log is masked for: the `--secret` ones and
+/// every `--env` value long enough to be one.
+fn secret_pairs(args: &StartArgs) -> Vec<[String; 2]> {
+    let named: std::collections::BTreeSet<&String> = args.secrets.iter().collect();
+    args.env
+        .iter()
+        .filter(|(name, value)| {
+            value.len() >= redact::MIN_ENV_SECRET_LEN
+                || (named.contains(name) && value.len() >= redact::MIN_SECRET_LEN)
+        })
+        .map(|(name, value)| [name.clone(), value.clone()])
+        .collect()
 }
 
 /// What runs, as the root session of the tree names it.

@@ -208,13 +208,23 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
         // consecutive bytes and the next read goes on from `to`.
         let to = len.min(from + max as u64);
         let (bytes, _) = output::read_range(&path, from, to, head, dropped);
+        // Known values were masked in the log itself; token shapes are masked here,
+        // raw or not, unless the person asked to see them.
+        let bytes = match args.no_redact {
+            true => bytes,
+            false => crate::redact::mask_shapes_bytes(&bytes).into_owned(),
+        };
         let skipped = output::dropped_in(from, to, head, dropped);
         let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
         let text = String::from_utf8_lossy(&bytes).into_owned();
         (to, text, to < len, skipped, Some(encoded))
     } else {
         let excerpt = output::excerpt(&path, from, len, head, dropped, max);
-        let (mut text, clipped) = excerpt.render(max, &path);
+        let readable = match args.no_redact {
+            true => output::plain_text,
+            false => output::readable,
+        };
+        let (mut text, clipped) = excerpt.render_as(max, &path, readable);
         if let Some(n) = args.tail {
             text = output::last_lines(&text, n);
         }

@@ -73,6 +73,9 @@ impl Daemon {
             pty: record.kind == Kind::Pane,
             cols: record.cols,
             rows: record.rows,
+            // Its --env values (and so its --secret ones) are masked again.
+            secrets: Vec::new(),
+            keep_raw_log: false,
         };
         let reply = match record.kind {
             Kind::SubAgent => self.agent_start(session, start).await?,

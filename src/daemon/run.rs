@@ -315,7 +315,8 @@ impl Daemon {
             let end = to.min(at + PIECE);
             let (path, piece_at) = (path.clone(), at);
             let bytes = tokio::task::spawn_blocking(move || {
-                output::read_range(&path, piece_at, end, head, dropped).0
+                let bytes = output::read_range(&path, piece_at, end, head, dropped).0;
+                crate::redact::mask_shapes_bytes(&bytes).into_owned()
             })
             .await
             .unwrap_or_default();

@@ -39,6 +39,12 @@ pub struct JobSpec {
     /// Run the job without a cgroup of its own even where one could be made.
     #[serde(default)]
     pub no_cgroup: bool,
+    /// `[name, value]` of each secret the log is masked for (in memory only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<[String; 2]>,
+    /// Keep the unmasked output too, in `output.raw.log`.
+    #[serde(default)]
+    pub keep_raw_log: bool,
 }
 
 /// A job's description, written into its folder when it starts (`job.json`): what a

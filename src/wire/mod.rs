@@ -128,6 +128,14 @@ pub struct StartArgs {
     pub cols: Option<u16>,
     #[serde(default)]
     pub rows: Option<u16>,
+    /// Names among `env` whose values are secrets (`--secret NAME`): refused when
+    /// shorter than 4 bytes. Every `env` value of 8 bytes or more is masked too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Keep the unmasked output on disk as well (`output.raw.log`); readers still
+    /// read the masked log.
+    #[serde(default)]
+    pub keep_raw_log: bool,
 }
 
 /// `restart`: the item to start again, with the values of its `--env` variables
@@ -287,6 +295,9 @@ pub struct ReadArgs {
     /// A pane's visible screen, as text.
     #[serde(default)]
     pub screen: bool,
+    /// Show token shapes (`ghp_…`, `sk-…`) instead of masking them (for the person).
+    #[serde(default)]
+    pub no_redact: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]

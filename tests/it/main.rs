@@ -13,6 +13,7 @@ mod output;
 mod panes;
 mod panes_hostile;
 mod restart;
+mod secrets;
 mod security;
 mod security_hostile;
 mod sessions;

@@ -1,0 +1,349 @@
+//! Issue 15 item 1: secrets never reach a reader or the disk in clear. A job's `--env`
+//! and `--secret` values are masked in its log by its supervisor (also when a value is
+//! split across two writes), so every reader (read, notices, wait, run, MCP, the hook)
+//! sees `[secret NAME]`; token shapes are masked at every read unless `--no-redact`.
+
+use crate::mcp::Mcp;
+use crate::util::{eventually, Home};
+use base64::Engine;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// A secret with characters that URL-encoding and base64 change.
+const SECRET: &str = "hunter2/very secret+42";
+const FIRST_HALF: &str = "hunter2/very";
+
+fn forms() -> Vec<String> {
+    vec![
+        SECRET.to_string(),
+        FIRST_HALF.to_string(),
+        base64::engine::general_purpose::STANDARD.encode(SECRET),
+        "hunter2%2Fvery%20secret%2B42".to_string(),
+    ]
+}
+
+/// Asserts that no form of the secret (nor its first half) is in `text`.
+fn assert_clean(what: &str, text: &str) {
+    for form in forms() {
+        assert!(!text.contains(&form), "{what} shows {form:?}:\n{text}");
+    }
+}
+
+fn log_of(home: &Home, id: &str, file: &str) -> Vec<u8> {
+    let jobs = home.path().join("jobs");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&jobs).unwrap().flatten() {
+        let record = std::fs::read_to_string(entry.path().join("job.json")).unwrap_or_default();
+        let record: Value = serde_json::from_str(&record).unwrap_or(Value::Null);
+        if record["id"] == id {
+            found = std::fs::read(entry.path().join(file)).unwrap_or_default();
+        }
+    }
+    found
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// Feeds one hook event to `bgwork hook claude-code` for `session`; returns its output.
+fn hook(home: &Home, session: &str) -> String {
+    let mut child = home
+        .command(&["hook", "claude-code"])
+        .env_remove("BGWORK_SESSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let event =
+        json!({"session_id": session, "hook_event_name": "UserPromptSubmit", "prompt": "next?"});
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(event.to_string().as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The job prints the secret's first half in the same write as `before`, waits for the
+/// test's go, then prints its second half and the secret's encoded forms.
+fn split_job(go: &std::path::Path) -> String {
+    format!(
+        "printf 'before\\nleak: {FIRST_HALF}'; while [ ! -e {go} ]; do sleep 0.01; done; \
+         printf ' secret+42 after\\n'; echo \"whole: $TOKEN\"; \
+         printf '%s' \"$TOKEN\" | base64; jq -rn --arg v \"$TOKEN\" '$v|@uri'; echo done",
+        go = go.display()
+    )
+}
+
+#[test]
+fn issue15_1_an_env_secret_split_across_two_writes_reaches_no_reader_and_no_disk() {
+    let session = "secret-session";
+    let mut home = Home::new();
+    home.session = session.to_string();
+    let go = home.path().join("go");
+    let env = format!("TOKEN={SECRET}");
+    let id = home.start_with(&["--notify", "--env", &env], &split_job(&go));
+    // `before` was in the same write as the first half: once a reader sees it, the
+    // supervisor has taken that write in, and the half must not be shown.
+    let mut seen = String::new();
+    eventually(Duration::from_secs(20), || {
+        seen.push_str(home.json(&["read", &id])["output"].as_str().unwrap());
+        seen.contains("before")
+    });
+    assert_clean("a read while the half waits", &seen);
+    std::fs::write(&go, "").unwrap();
+    // The end's notice (not taken by a wait) carries the tail.
+    let mut notices = Value::Null;
+    eventually(Duration::from_secs(20), || {
+        notices = home.json(&["notices", "--peek"]);
+        notices["notices"].as_array().is_some_and(|n| !n.is_empty())
+    });
+    let tail = notices["notices"][0]["tail"].as_str().unwrap().to_string();
+    assert!(tail.contains("done"), "{notices}");
+    assert_clean("the notice's tail", &notices.to_string());
+    assert!(tail.contains("whole: [secret TOKEN]"), "{tail}");
+    // The hook delivers the same notice as context.
+    let context = hook(&home, session);
+    assert!(context.contains("[secret TOKEN]"), "{context}");
+    assert_clean("the hook's context", &context);
+
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(
+        text.contains("leak: [secret TOKEN] after\nwhole: [secret TOKEN]\n[secret TOKEN]\n[secret TOKEN]\ndone"),
+        "{text}"
+    );
+    let json = home.json(&["read", &id, "--all"]);
+    assert_clean("read --json", &json.to_string());
+    let raw = home.json(&["read", &id, "--raw", "--from", "0"]);
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(raw["output_base64"].as_str().unwrap())
+        .unwrap();
+    assert_clean("read --raw", &String::from_utf8_lossy(&bytes));
+    assert_clean("read --raw --json", &raw.to_string());
+    // A wait on the ended job repeats its end and last lines.
+    let wait = home.run(&["wait", &id]);
+    assert!(wait.stdout.contains("done"), "{}", wait.stdout);
+    assert_clean("wait", &wait.stdout);
+    // The log on disk holds the masked text only, and no raw copy is kept.
+    let log = log_of(&home, &id, "output.log");
+    assert!(contains(&log, "[secret TOKEN]"));
+    assert_clean("the log on disk", &String::from_utf8_lossy(&log));
+    assert!(log_of(&home, &id, "output.raw.log").is_empty());
+    // Its offsets are those of the masked text.
+    assert_eq!(json["to"].as_u64().unwrap(), log.len() as u64);
+    // Nor is the value recorded anywhere in the home.
+    let mut files = vec![home.path().join("work.db")];
+    for entry in std::fs::read_dir(home.path().join("jobs"))
+        .unwrap()
+        .flatten()
+    {
+        for file in std::fs::read_dir(entry.path()).unwrap().flatten() {
+            files.push(file.path());
+        }
+    }
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap_or_default();
+        assert!(
+            !contains(&bytes, SECRET),
+            "{} holds the secret",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn issue15_1_wait_until_and_run_and_mcp_show_the_secret_masked() {
+    let home = Home::new();
+    let env = format!("TOKEN={SECRET}");
+    let go = home.path().join("go");
+    let command = format!(
+        "echo \"login with $TOKEN\"; while [ ! -e {} ]; do sleep 0.01; done",
+        go.display()
+    );
+    let id = home.start_with(&["--env", &env], &command);
+    let wait = home.json(&["wait", &id, "--until", "login", "--timeout", "20"]);
+    assert_eq!(wait["reason"], "matched", "{wait}");
+    assert_eq!(wait["match"], "login with [secret TOKEN]", "{wait}");
+    std::fs::write(&go, "").unwrap();
+    home.wait_end(&id);
+
+    let run = home.run(&["run", "--env", &env, "--", "echo \"run: $TOKEN\""]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("run: [secret TOKEN]"), "{}", run.stdout);
+    assert_clean("run's stream", &run.stdout);
+
+    let mut mcp = Mcp::start(&home);
+    let (error, read) = mcp.call("read", json!({"id": id, "all": true}));
+    assert!(!error, "{read}");
+    assert!(
+        read["output"].as_str().unwrap().contains("[secret TOKEN]"),
+        "{read}"
+    );
+    assert_clean("MCP read", &read.to_string());
+    // A model cannot ask to see token shapes.
+    let (error, _) = mcp.call("read", json!({"id": id, "no_redact": true}));
+    assert!(error, "no_redact is the person's, not the model's");
+}
+
+#[test]
+fn issue15_1_a_secret_from_the_callers_environment_is_masked_and_short_ones_refused() {
+    let home = Home::new().with("DEPLOY_KEY", SECRET).with("PIN", "ab");
+    let id = home.start_with(&["--secret", "DEPLOY_KEY"], "echo \"key=$DEPLOY_KEY\"");
+    home.wait_end(&id);
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(text.contains("key=[secret DEPLOY_KEY]"), "{text}");
+    assert_clean("read", &text);
+    // The name is recorded, the value never.
+    assert_eq!(home.item(&id)["env_names"], json!(["DEPLOY_KEY"]));
+
+    let (code, kind, message) = home.error(&["start", "--secret", "PIN", "--", "true"]);
+    assert_eq!((code, kind.as_str()), (2, "bad_request"));
+    assert!(message.contains("shorter than 4 bytes"), "{message}");
+    let (_, _, message) = home.error(&["start", "--secret", "NOT_SET_ANYWHERE", "--", "true"]);
+    assert!(message.contains("--secret NOT_SET_ANYWHERE"), "{message}");
+    // Short --env values (a port, a flag) are not secrets: left as they are.
+    let id = home.start_with(&["--env", "PORT=3000"], "echo \"port $PORT\"");
+    home.wait_end(&id);
+    assert!(home
+        .run(&["read", &id, "--all"])
+        .stdout
+        .contains("port 3000"));
+}
+
+#[test]
+fn issue15_1_pages_of_a_read_never_cut_a_secret_and_keep_raw_log_keeps_it_on_disk() {
+    let home = Home::new();
+    let env = format!("TOKEN={SECRET}");
+    // The secret straddles byte 64, where the first 64-byte page ends.
+    let command = format!("printf '%s' {}; echo \"$TOKEN\"; echo end", "x".repeat(55));
+    let id = home.start_with(&["--env", &env, "--keep-raw-log"], &command);
+    home.wait_end(&id);
+    let mut from = 0u64;
+    let mut all = Vec::new();
+    loop {
+        let page = home.json(&[
+            "read",
+            &id,
+            "--raw",
+            "--from",
+            &from.to_string(),
+            "--max-bytes",
+            "64",
+        ]);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(page["output_base64"].as_str().unwrap())
+            .unwrap();
+        assert_clean("a page", &String::from_utf8_lossy(&bytes));
+        all.extend_from_slice(&bytes);
+        let to = page["to"].as_u64().unwrap();
+        if to == from {
+            break;
+        }
+        from = to;
+    }
+    let all = String::from_utf8(all).unwrap();
+    assert_eq!(all, format!("{}[secret TOKEN]\nend\n", "x".repeat(55)));
+    for max in ["64", "80"] {
+        let text = home.run(&["read", &id, "--all", "--max-bytes", max]).stdout;
+        assert_clean("a clipped read", &text);
+    }
+    // --keep-raw-log: the unmasked bytes are on disk beside the masked log.
+    let raw = log_of(&home, &id, "output.raw.log");
+    assert!(contains(&raw, SECRET), "{}", String::from_utf8_lossy(&raw));
+    assert_clean(
+        "the log",
+        &String::from_utf8_lossy(&log_of(&home, &id, "output.log")),
+    );
+}
+
+#[test]
+fn issue15_1_token_shapes_are_masked_by_default_and_shown_with_no_redact() {
+    let home = Home::new();
+    let token = format!("ghp_{}", "a1B2".repeat(9));
+    let command = format!("echo 'token: {token}'; echo AKIAABCDEFGHIJKLMNOP");
+    let id = home.start_with(&["--notify"], &command);
+    let mut notices = Value::Null;
+    eventually(Duration::from_secs(20), || {
+        notices = home.json(&["notices"]);
+        notices["notices"].as_array().is_some_and(|n| !n.is_empty())
+    });
+    assert!(!notices.to_string().contains(&token), "{notices}");
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(text.contains("token: [secret github token]"), "{text}");
+    assert!(text.contains("[secret AKIA…]"), "{text}");
+    assert!(!text.contains(&token));
+    let shown = home.run(&["read", &id, "--all", "--no-redact"]).stdout;
+    assert!(shown.contains(&token), "{shown}");
+    assert!(shown.contains("AKIAABCDEFGHIJKLMNOP"), "{shown}");
+    let raw = home.json(&["read", &id, "--raw", "--from", "0"]);
+    assert!(!raw.to_string().contains(&token), "{raw}");
+    // The disk keeps what the job wrote: shapes are masked at reading.
+    assert!(contains(&log_of(&home, &id, "output.log"), &token));
+}
+
+#[test]
+fn issue15_1_a_job_without_secrets_is_byte_exact() {
+    let home = Home::new();
+    let data = home.path().join("data.bin");
+    let bytes: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&data, &bytes).unwrap();
+    let id = home.start_with(&[], &format!("cat {}", data.display()));
+    home.wait_end(&id);
+    let raw = home.json(&["read", &id, "--raw", "--from", "0"]);
+    let read = base64::engine::general_purpose::STANDARD
+        .decode(raw["output_base64"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(read, bytes);
+    assert_eq!(log_of(&home, &id, "output.log"), bytes);
+}
+
+#[test]
+fn issue15_1_a_pane_with_a_secret_shows_it_masked() {
+    let home = Home::new();
+    let env = format!("TOKEN={SECRET}");
+    let id = home.start_with(&["--pty", "--env", &env], "echo \"pane: $TOKEN\"; echo fin");
+    home.wait_end(&id);
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(text.contains("pane: [secret TOKEN]"), "{text}");
+    assert_clean("a pane's read", &text);
+    let screen = home.run(&["read", &id, "--screen"]).stdout;
+    assert_clean("a pane's screen", &screen);
+    assert_clean(
+        "a pane's log",
+        &String::from_utf8_lossy(&log_of(&home, &id, "output.log")),
+    );
+}
+
+#[test]
+fn issue15_1_after_a_daemon_restart_the_log_stays_masked() {
+    let home = Home::new();
+    let env = format!("TOKEN={SECRET}");
+    let go = home.path().join("go");
+    let command = format!(
+        "echo \"a: $TOKEN\"; while [ ! -e {} ]; do sleep 0.01; done; printf 'b: %s\\n' \"$TOKEN\"",
+        go.display()
+    );
+    let id = home.start_with(&["--env", &env], &command);
+    eventually(Duration::from_secs(20), || {
+        home.run(&["read", &id, "--all"]).stdout.contains("a: ")
+    });
+    home.kill_daemon();
+    home.start_daemon();
+    std::fs::write(&go, "").unwrap();
+    home.wait_end(&id);
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(
+        text.contains("a: [secret TOKEN]\nb: [secret TOKEN]"),
+        "{text}"
+    );
+    assert_clean("a read after a restart", &text);
+}

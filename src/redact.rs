@@ -22,9 +22,11 @@ use regex::bytes::{Captures, Regex};
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-/// A `--secret` value shorter than this is refused: masking it would mask common text.
+/// A `--secret` value shorter than this (leaving out surrounding blanks) is refused:
+/// masking it would mask common text.
 pub const MIN_SECRET_LEN: usize = 4;
-/// An `--env` value shorter than this is not masked (`1`, `true`, `3000`, `debug`).
+/// An `--env` value shorter than this (leaving out surrounding blanks) is not masked
+/// (`1`, `true`, `3000`, `debug`).
 pub const MIN_ENV_SECRET_LEN: usize = 8;
 
 /// The known secret values of one job and every form of them that is masked.

@@ -28,7 +28,7 @@ mod load;
 mod scale;
 
 use agent::agent_cost;
-use io::{capture, incremental_read};
+use io::{capture, incremental_read, masked_capture};
 use load::core_under_load;
 use scale::scale;
 
@@ -61,10 +61,11 @@ fn main() {
     std::fs::create_dir_all(&opts.data).unwrap();
     let mut report = String::new();
     header(&mut report, &opts);
-    let sections: [(&str, Section); 7] = [
+    let sections: [(&str, Section); 8] = [
         ("launch", launch),
         ("exit to notice", exit_to_notice),
         ("capture", capture),
+        ("masked capture", masked_capture),
         ("incremental read", incremental_read),
         ("scale", scale),
         ("agent cost", agent_cost),

@@ -656,10 +656,12 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
 const MAX_SECRETS: usize = 10_000;
 
 fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
-    if args.secrets.len() > MAX_SECRETS {
+    let masked = secret_pairs(args).len();
+    if masked > MAX_SECRETS {
         return Err(WireError::bad_request(format!(
-            "{} secrets given: at most {MAX_SECRETS} can be masked for one job",
-            args.secrets.len()
+            "{masked} values to mask (--secret, and --env values of {} bytes or more): at \
+             most {MAX_SECRETS} can be masked for one job",
+            redact::MIN_ENV_SECRET_LEN
         )));
     }
     for name in &args.secrets {
@@ -669,12 +671,13 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
                  the caller's environment"
             ))
         })?;
-        if value.len() < redact::MIN_SECRET_LEN {
+        if value.trim().len() < redact::MIN_SECRET_LEN {
             return Err(WireError::bad_request(format!(
-                "secret {name} is {} bytes long: values shorter than {} bytes are refused, \
+                "secret {name} is {} bytes long (without surrounding blanks): values shorter \
+                 than {} bytes are refused, \
                  since masking them would mask ordinary text; pass it with --env instead \
                  (short --env values are not masked)",
-                value.len(),
+                value.trim().len(),
                 redact::MIN_SECRET_LEN
             )));
         }
@@ -689,8 +692,9 @@ fn secret_pairs(args: &StartArgs) -> Vec<[String; 2]> {
     args.env
         .iter()
         .filter(|(name, value)| {
-            value.len() >= redact::MIN_ENV_SECRET_LEN
-                || (named.contains(name) && value.len() >= redact::MIN_SECRET_LEN)
+            let len = value.trim().len();
+            len >= redact::MIN_ENV_SECRET_LEN
+                || (named.contains(name) && len >= redact::MIN_SECRET_LEN)
         })
         .map(|(name, value)| [name.clone(), value.clone()])
         .collect()

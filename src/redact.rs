@@ -278,6 +278,28 @@ pub fn mask_shapes_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(masked)
 }
 
+/// The marker of a token that a read's start cut (its first bytes were before it).
+pub const CUT_TOKEN: &str = "[secret token]";
+
+/// The token shape that `window` holds across its index `at` (starting before it and
+/// ending after it), as its start and end in `window`.
+pub fn token_across(window: &[u8], at: usize) -> Option<(usize, usize)> {
+    shapes()
+        .find_iter(window)
+        .map(|found| (found.start(), found.end()))
+        .take_while(|&(start, _)| start < at)
+        .find(|&(_, end)| at < end)
+}
+
+/// Where a token shape that more output could complete begins at the end of `bytes`.
+pub fn unfinished_token(bytes: &[u8]) -> Option<usize> {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let unfinished = r"\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*\z";
+    compiled(&RE, unfinished)
+        .find(bytes)
+        .map(|found| found.start())
+}
+
 fn token_marker(caps: &Captures) -> Vec<u8> {
     let whole = &caps[0];
     let marker: &[u8] = if caps.name("pem").is_some() {

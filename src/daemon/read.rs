@@ -7,6 +7,7 @@
 
 use super::{Answer, Daemon, BIG_REPLY};
 use crate::output;
+use crate::redact;
 use crate::wire::{self, ReadArgs, ReadReply, State, WireError};
 use base64::Engine;
 use std::path::PathBuf;
@@ -203,28 +204,52 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
     } else {
         len
     };
+    let log = LogView {
+        path: &path,
+        len: plan.len,
+        head,
+        dropped,
+    };
     let (to, text, clipped, skipped, base64) = if args.raw {
         // Raw bytes are never clipped in the middle: a read returns up to `max`
         // consecutive bytes and the next read goes on from `to`.
         let to = len.min(from + max as u64);
-        let (bytes, _) = output::read_range(&path, from, to, head, dropped);
         // Known values were masked in the log itself; token shapes are masked here,
-        // raw or not, unless the person asked to see them.
+        // raw or not, unless the person asked to see them, and no page cuts one.
+        let (cut, to) = match args.no_redact {
+            true => (0, to),
+            false => log.token_edges(from, to, plan.running),
+        };
+        let (bytes, _) = output::read_range(&path, from + cut, to, head, dropped);
         let bytes = match args.no_redact {
             true => bytes,
-            false => crate::redact::mask_shapes_bytes(&bytes).into_owned(),
+            false => {
+                let mut shown = match cut {
+                    0 => Vec::new(),
+                    _ => redact::CUT_TOKEN.as_bytes().to_vec(),
+                };
+                shown.extend_from_slice(&redact::mask_shapes_bytes(&bytes));
+                shown
+            }
         };
         let skipped = output::dropped_in(from, to, head, dropped);
         let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
         let text = String::from_utf8_lossy(&bytes).into_owned();
         (to, text, to < len, skipped, Some(encoded))
     } else {
-        let excerpt = output::excerpt(&path, from, len, head, dropped, max);
+        let (cut, len) = match args.no_redact {
+            true => (0, len),
+            false => log.token_edges(from, len, plan.running),
+        };
+        let excerpt = output::excerpt(&path, from + cut, len, head, dropped, max);
         let readable = match args.no_redact {
             true => output::plain_text,
             false => output::readable,
         };
         let (mut text, clipped) = excerpt.render_as(max, &path, readable);
+        if cut > 0 {
+            text = format!("{}{text}", redact::CUT_TOKEN);
+        }
         if let Some(n) = args.tail {
             text = output::last_lines(&text, n);
         }
@@ -255,5 +280,60 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
         log_path: path.display().to_string(),
         report: plan.report,
         output_base64: base64,
+    }
+}
+
+/// How far around a read's edges token shapes are looked for.
+const TOKEN_CONTEXT: u64 = 256;
+
+/// A log as a read sees it, to look around the edges of its range.
+struct LogView<'a> {
+    path: &'a std::path::Path,
+    len: u64,
+    head: u64,
+    dropped: u64,
+}
+
+impl LogView<'_> {
+    /// `[from, to)` of the log, or `None` where the log does not hold all of it (the
+    /// dropped middle, a short file).
+    fn bytes(&self, from: u64, to: u64) -> Option<Vec<u8>> {
+        let (bytes, skipped) = output::read_range(self.path, from, to, self.head, self.dropped);
+        (skipped == 0 && bytes.len() as u64 == to - from).then_some(bytes)
+    }
+
+    /// A read of `[from, to)` moved so that no token shape is cut at its edges: how
+    /// many bytes at `from` end a token begun before it (shown as one marker), and the
+    /// end moved back before a token that runs past it (or past the token, when the
+    /// whole range lies inside one) and, while the item runs, before a token at the
+    /// log's end that more output may finish.
+    fn token_edges(&self, from: u64, to: u64, running: bool) -> (u64, u64) {
+        let mut cut = 0;
+        let around = from.saturating_sub(TOKEN_CONTEXT);
+        if let Some(bytes) = self.bytes(around, (from + TOKEN_CONTEXT).min(self.len)) {
+            if let Some((_, end)) = redact::token_across(&bytes, (from - around) as usize) {
+                cut = around + end as u64 - from;
+            }
+        }
+        if from + cut >= to {
+            return (cut, from + cut);
+        }
+        let start = to.saturating_sub(TOKEN_CONTEXT).max(from + cut);
+        let Some(bytes) = self.bytes(start, (to + TOKEN_CONTEXT).min(self.len)) else {
+            return (cut, to);
+        };
+        let at = (to - start) as usize;
+        if let Some((token_start, token_end)) = redact::token_across(&bytes, at) {
+            let token_start = start + token_start as u64;
+            return match token_start > from + cut {
+                true => (cut, token_start),
+                false => (cut, start + token_end as u64),
+            };
+        }
+        let more_may_come = running && to >= self.len;
+        match redact::unfinished_token(&bytes[..at]).map(|at| start + at as u64) {
+            Some(token_start) if more_may_come && token_start > from + cut => (cut, token_start),
+            _ => (cut, to),
+        }
     }
 }

@@ -347,3 +347,62 @@ fn issue15_1_after_a_daemon_restart_the_log_stays_masked() {
     );
     assert_clean("a read after a restart", &text);
 }
+
+#[test]
+fn issue15_1_a_token_cut_by_a_page_or_a_write_is_not_shown_in_pieces() {
+    let home = Home::new();
+    let body = "a1B2".repeat(9);
+    let token = format!("ghp_{body}");
+    // Pages of 64 bytes: the token straddles the first page's end.
+    let command = format!("printf '%s ' {}; echo {token}; echo end", "x".repeat(49));
+    let id = home.start_with(&[], &command);
+    home.wait_end(&id);
+    let mut from = 0u64;
+    let mut pages = Vec::new();
+    loop {
+        let page = home.json(&[
+            "read",
+            &id,
+            "--raw",
+            "--from",
+            &from.to_string(),
+            "--max-bytes",
+            "64",
+        ]);
+        pages.push(page["output"].as_str().unwrap().to_string());
+        let to = page["to"].as_u64().unwrap();
+        if to == from {
+            break;
+        }
+        from = to;
+    }
+    for page in &pages {
+        assert!(!page.contains("a1B2a1B2"), "{pages:?}");
+    }
+    assert_eq!(
+        pages.concat(),
+        format!("{} [secret github token]\nend\n", "x".repeat(49))
+    );
+    // A read that starts inside the token shows its rest as one marker.
+    let inside = home.json(&["read", &id, "--from", "60"]);
+    assert_eq!(inside["output"], "[secret token]\nend\n", "{inside}");
+
+    // A running job wrote half a token: reads by cursor show neither half.
+    let go = home.path().join("go");
+    let command = format!(
+        "printf 'key: ghp_{}'; while [ ! -e {} ]; do sleep 0.01; done; printf '{}\\n'",
+        &body[..12],
+        go.display(),
+        &body[12..]
+    );
+    let id = home.start_with(&[], &command);
+    let mut seen = String::new();
+    eventually(Duration::from_secs(20), || {
+        seen.push_str(home.json(&["read", &id])["output"].as_str().unwrap());
+        seen.contains("key: ")
+    });
+    std::fs::write(&go, "").unwrap();
+    home.wait_end(&id);
+    seen.push_str(home.json(&["read", &id])["output"].as_str().unwrap());
+    assert_eq!(seen, "key: [secret github token]\n");
+}

@@ -228,7 +228,7 @@ fn url_encoded(bytes: &[u8], upper: bool) -> Vec<u8> {
 }
 
 /// What a token shape becomes in text shown to a reader.
-const SHAPES: &str = r"(?x)
+const SHAPES: &str = r"(?x-u)
     (?P<pem>-----BEGIN[A-Z0-9\ ]*PRIVATE\ KEY-----(?s:.*?)-----END[A-Z0-9\ ]*PRIVATE\ KEY-----)
   | \b(?P<sk>sk-[A-Za-z0-9_-]{20,})
   | \b(?P<gh>(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})
@@ -238,8 +238,8 @@ const SHAPES: &str = r"(?x)
 
 /// A private key cut off by the end of the text, or by its start (a read that begins
 /// inside one): masked to that end.
-const PEM_OPEN: &str = r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.*)\z";
-const PEM_CLOSE: &str = r"\A(?s:.*?)-----END[A-Z0-9 ]*PRIVATE KEY-----";
+const PEM_OPEN: &str = r"(?-u)-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.*)\z";
+const PEM_CLOSE: &str = r"(?-u)\A(?s:.*?)-----END[A-Z0-9 ]*PRIVATE KEY-----";
 
 fn compiled(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
     cell.get_or_init(|| Regex::new(pattern).unwrap_or_else(|e| panic!("{pattern}: {e}")))
@@ -294,7 +294,8 @@ pub fn token_across(window: &[u8], at: usize) -> Option<(usize, usize)> {
 /// Where a token shape that more output could complete begins at the end of `bytes`.
 pub fn unfinished_token(bytes: &[u8]) -> Option<usize> {
     static RE: OnceLock<Regex> = OnceLock::new();
-    let unfinished = r"\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*\z";
+    let unfinished =
+        r"(?-u)\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*\z";
     compiled(&RE, unfinished)
         .find(bytes)
         .map(|found| found.start())

@@ -456,7 +456,7 @@ pub struct ReadCmd {
     /// A pane's visible screen, as text
     #[arg(long)]
     pub screen: bool,
-    /// Show token shapes (sk-…, ghp_…, AKIA…, xoxb-…, private keys) instead of masking
+    /// Show token shapes (sk-..., ghp_..., AKIA..., xoxb-..., private keys) instead of masking
     /// them; values given with --env/--secret are masked in the log itself
     #[arg(long)]
     pub no_redact: bool,

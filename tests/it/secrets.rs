@@ -193,6 +193,44 @@ fn issue15_1_wait_until_and_run_and_mcp_show_the_secret_masked() {
 }
 
 #[test]
+fn issue15_1_mcp_secrets_come_from_the_servers_environment() {
+    let home = Home::new().with("MCP_TOKEN", SECRET);
+    let mut mcp = Mcp::start(&home);
+    let (error, started) = mcp.call(
+        "start",
+        json!({"command": "echo \"mcp: $MCP_TOKEN\"", "secrets": ["MCP_TOKEN"], "window_ms": 5000}),
+    );
+    assert!(!error, "{started}");
+    assert!(
+        started["output"]
+            .as_str()
+            .unwrap()
+            .contains("mcp: [secret MCP_TOKEN]"),
+        "{started}"
+    );
+    assert_clean("MCP start", &started.to_string());
+    let (error, ran) = mcp.call(
+        "run",
+        json!({"command": "echo \"again: $MCP_TOKEN\"", "secrets": ["MCP_TOKEN"]}),
+    );
+    assert!(!error, "{ran}");
+    assert!(
+        ran.to_string().contains("again: [secret MCP_TOKEN]"),
+        "{ran}"
+    );
+    assert_clean("MCP run", &ran.to_string());
+    let (error, refused) = mcp.call(
+        "start",
+        json!({"command": "true", "secrets": ["NOT_IN_THE_SERVERS_ENV"]}),
+    );
+    assert!(error, "{refused}");
+    assert!(
+        refused.to_string().contains("NOT_IN_THE_SERVERS_ENV"),
+        "{refused}"
+    );
+}
+
+#[test]
 fn issue15_1_a_secret_from_the_callers_environment_is_masked_and_short_ones_refused() {
     let home = Home::new().with("DEPLOY_KEY", SECRET).with("PIN", "ab");
     let id = home.start_with(&["--secret", "DEPLOY_KEY"], "echo \"key=$DEPLOY_KEY\"");

@@ -150,11 +150,19 @@ impl StreamMask {
         }
     }
 
-    /// Masks the next chunk of output into `out` (cleared first): what may be written
-    /// now. At most the longest form's length − 1 bytes are kept back.
-    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+    /// Masks the next chunk of output: returns what may be written now (`chunk` itself,
+    /// or part of it, when it holds no secret; else `out`, cleared first). At most the
+    /// longest form's length − 1 bytes are kept back.
+    pub fn push<'a>(&mut self, chunk: &'a [u8], out: &'a mut Vec<u8>) -> &'a [u8] {
         out.clear();
         if self.held.is_empty() {
+            if self.secrets.automaton.find(chunk).is_none() {
+                // Nothing to replace: no copy, only the start of a form kept back.
+                let held = self.secrets.unfinished_starts(chunk).first().copied();
+                let held = held.unwrap_or(chunk.len());
+                self.held.extend_from_slice(&chunk[held..]);
+                return &chunk[..held];
+            }
             let held = self.secrets.mask_into(chunk, out, false);
             self.held.extend_from_slice(&chunk[held..]);
         } else {
@@ -164,6 +172,7 @@ impl StreamMask {
             bytes.drain(..held);
             self.held = bytes;
         }
+        out
     }
 
     /// The output ended: whatever was held, masked, into `out` (cleared first).
@@ -337,8 +346,7 @@ mod tests {
         let mut mask = StreamMask::new(secrets);
         let (mut all, mut out) = (Vec::new(), Vec::new());
         for chunk in chunks {
-            mask.push(chunk, &mut out);
-            all.extend_from_slice(&out);
+            all.extend_from_slice(mask.push(chunk, &mut out));
         }
         mask.finish(&mut out);
         all.extend_from_slice(&out);
@@ -395,10 +403,8 @@ mod tests {
     fn nothing_is_held_that_cannot_begin_a_secret() {
         let mut mask = StreamMask::new(secrets(&[("S", "zebra-crossing")]));
         let mut out = Vec::new();
-        mask.push(b"hello world", &mut out);
-        assert_eq!(out, b"hello world");
-        mask.push(b"a zebra", &mut out);
-        assert_eq!(out, b"a ");
+        assert_eq!(mask.push(b"hello world", &mut out), b"hello world");
+        assert_eq!(mask.push(b"a zebra", &mut out), b"a ");
         assert_eq!(mask.held(), 5);
     }
 

@@ -318,7 +318,8 @@ pub struct JobCmd {
     /// every reply (repeatable; --env values of 8 bytes or more are masked too)
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
-    /// Also keep the unmasked output on disk, in output.raw.log beside the log
+    /// Also keep the unmasked output on disk, in output.raw.log beside the log (a job
+    /// with nothing to mask has only its log, unmasked)
     #[arg(long)]
     pub keep_raw_log: bool,
     /// The command: one argument is a shell line (bash -c), several an exact argv

@@ -373,8 +373,7 @@ impl Supervisor {
                     match self.mask.as_mut() {
                         None => self.log.append(bytes),
                         Some(mask) => {
-                            mask.push(bytes, &mut self.masked);
-                            self.log.append(&self.masked);
+                            self.log.append(mask.push(bytes, &mut self.masked));
                             if let Some(raw) = self.raw_log.as_mut() {
                                 raw.append(bytes);
                             }

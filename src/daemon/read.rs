@@ -204,7 +204,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
     } else {
         len
     };
-    let log = LogView {
+    let log = output::LogView {
         path: &path,
         len: plan.len,
         head,
@@ -280,60 +280,5 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
         log_path: path.display().to_string(),
         report: plan.report,
         output_base64: base64,
-    }
-}
-
-/// How far around a read's edges token shapes are looked for.
-const TOKEN_CONTEXT: u64 = 256;
-
-/// A log as a read sees it, to look around the edges of its range.
-struct LogView<'a> {
-    path: &'a std::path::Path,
-    len: u64,
-    head: u64,
-    dropped: u64,
-}
-
-impl LogView<'_> {
-    /// `[from, to)` of the log, or `None` where the log does not hold all of it (the
-    /// dropped middle, a short file).
-    fn bytes(&self, from: u64, to: u64) -> Option<Vec<u8>> {
-        let (bytes, skipped) = output::read_range(self.path, from, to, self.head, self.dropped);
-        (skipped == 0 && bytes.len() as u64 == to - from).then_some(bytes)
-    }
-
-    /// A read of `[from, to)` moved so that no token shape is cut at its edges: how
-    /// many bytes at `from` end a token begun before it (shown as one marker), and the
-    /// end moved back before a token that runs past it (or past the token, when the
-    /// whole range lies inside one) and, while the item runs, before a token at the
-    /// log's end that more output may finish.
-    fn token_edges(&self, from: u64, to: u64, running: bool) -> (u64, u64) {
-        let mut cut = 0;
-        let around = from.saturating_sub(TOKEN_CONTEXT);
-        if let Some(bytes) = self.bytes(around, (from + TOKEN_CONTEXT).min(self.len)) {
-            if let Some((_, end)) = redact::token_across(&bytes, (from - around) as usize) {
-                cut = around + end as u64 - from;
-            }
-        }
-        if from + cut >= to {
-            return (cut, from + cut);
-        }
-        let start = to.saturating_sub(TOKEN_CONTEXT).max(from + cut);
-        let Some(bytes) = self.bytes(start, (to + TOKEN_CONTEXT).min(self.len)) else {
-            return (cut, to);
-        };
-        let at = (to - start) as usize;
-        if let Some((token_start, token_end)) = redact::token_across(&bytes, at) {
-            let token_start = start + token_start as u64;
-            return match token_start > from + cut {
-                true => (cut, token_start),
-                false => (cut, start + token_end as u64),
-            };
-        }
-        let more_may_come = running && to >= self.len;
-        match redact::unfinished_token(&bytes[..at]).map(|at| start + at as u64) {
-            Some(token_start) if more_may_come && token_start > from + cut => (cut, token_start),
-            _ => (cut, to),
-        }
     }
 }

@@ -444,3 +444,49 @@ fn issue15_1_a_token_cut_by_a_page_or_a_write_is_not_shown_in_pieces() {
     seen.push_str(home.json(&["read", &id])["output"].as_str().unwrap());
     assert_eq!(seen, "key: [secret github token]\n");
 }
+
+#[test]
+fn issue15_1_run_streams_no_half_of_a_token_written_in_two_parts() {
+    use std::io::Read;
+    let home = Home::new();
+    let body = "a1B2".repeat(9);
+    let go = home.path().join("go");
+    let command = format!(
+        "printf 'k: ghp_{}'; while [ ! -e {} ]; do sleep 0.01; done; printf '{}\\n'",
+        &body[..12],
+        go.display(),
+        &body[12..]
+    );
+    let mut child = home
+        .command(&["run", "--timeout", "30", "--", &command])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (sender, received) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        let mut all = Vec::new();
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            let _ = sender.send(String::from_utf8_lossy(&all).into_owned());
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    // Once `k: ` was streamed, the half token had been written with it.
+    let mut so_far = String::new();
+    while !so_far.contains("k: ") {
+        so_far = received
+            .recv_timeout(Duration::from_secs(20))
+            .expect("run streams its first output");
+    }
+    std::fs::write(&go, "").unwrap();
+    assert!(child.wait().unwrap().success());
+    let all = reader.join().unwrap();
+    assert!(!so_far.contains("ghp_"), "{so_far}");
+    assert!(all.contains("k: [secret github token]\n"), "{all}");
+    assert!(!all.contains(&body[..8]), "{all}");
+}

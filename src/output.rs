@@ -161,9 +161,28 @@ pub fn excerpt(path: &Path, from: u64, to: u64, head: u64, dropped: u64, max: us
             skipped,
         };
     }
-    let (first, skipped_first) = read_range(path, from, from + max / 2, head, dropped);
-    let (last, skipped_last) = read_range(path, to - max / 2, to, head, dropped);
-    let elided = (to - max / 2) - (from + max / 2);
+    // Neither edge of the elided middle cuts a token shape: the head ends before one,
+    // the tail starts after one (its bytes are elided with the middle).
+    let view = LogView {
+        path,
+        len: to,
+        head,
+        dropped,
+    };
+    let (_, head_end) = view.token_edges(from, from + max / 2, false);
+    let (skip, _) = view.token_edges(to - max / 2, to, false);
+    let tail_start = to - max / 2 + skip;
+    if head_end >= tail_start {
+        let (bytes, skipped) = read_range(path, from, to, head, dropped);
+        return Excerpt {
+            head: bytes,
+            tail: None,
+            skipped,
+        };
+    }
+    let (first, skipped_first) = read_range(path, from, head_end, head, dropped);
+    let (last, skipped_last) = read_range(path, tail_start, to, head, dropped);
+    let elided = tail_start - head_end;
     Excerpt {
         head: first,
         tail: Some((elided, last)),

@@ -425,6 +425,27 @@ fn issue15_1_a_token_cut_by_a_page_or_a_write_is_not_shown_in_pieces() {
     let inside = home.json(&["read", &id, "--from", "60"]);
     assert_eq!(inside["output"], "[secret token]\nend\n", "{inside}");
 
+    // The elided middle of a clipped read cuts no token either.
+    for command in [
+        format!(
+            "printf '%s ' {}; echo {token} {}",
+            "x".repeat(20),
+            "y".repeat(100)
+        ),
+        format!("printf '%s ' {}; echo {token}", "x".repeat(100)),
+    ] {
+        let id = home.start_with(&[], &command);
+        home.wait_end(&id);
+        let text = home
+            .run(&["read", &id, "--all", "--max-bytes", "64"])
+            .stdout;
+        assert!(text.contains("bytes not shown"), "{text}");
+        assert!(
+            !text.contains("a1B2a1B2") && !text.contains("ghp_"),
+            "{text}"
+        );
+    }
+
     // A running job wrote half a token: reads by cursor show neither half.
     let go = home.path().join("go");
     let command = format!(

@@ -383,6 +383,9 @@ pub fn tail(path: &Path, head: u64, dropped: u64) -> String {
 
 /// How far around a read's edges token shapes are looked for.
 const TOKEN_CONTEXT: u64 = 256;
+/// How far back a read looks for the start of a private key it may begin inside (an
+/// RSA 4096 key takes about 3.3 KB).
+const KEY_CONTEXT: u64 = 8 << 10;
 
 /// A log as a read sees it, to look around the edges of its range.
 pub struct LogView<'a> {
@@ -401,6 +404,24 @@ impl LogView<'_> {
         (skipped == 0 && bytes.len() as u64 == to - from).then_some(bytes)
     }
 
+    /// When `from` lies inside a private key (its BEGIN line before, within
+    /// [`KEY_CONTEXT`]): how many bytes from `from` on are the rest of it, to its END line
+    /// or, with none in sight, to `to`. Else 0.
+    fn rest_of_private_key(&self, from: u64, to: u64) -> u64 {
+        let around = from.saturating_sub(KEY_CONTEXT);
+        let inside = self
+            .bytes(around, from)
+            .is_some_and(|before| crate::redact::private_key_open(&before));
+        if !inside {
+            return 0;
+        }
+        let after = self.bytes(from, (from + KEY_CONTEXT).min(self.len));
+        match after.and_then(|after| crate::redact::private_key_end(&after)) {
+            Some(end) => end as u64,
+            None => to - from,
+        }
+    }
+
     /// A read of `[from, to)` moved so that no token shape is cut at its edges: how
     /// many bytes at `from` end a token begun before it (shown as one marker), and the
     /// end moved back before a token that runs past it (or past the token, when the
@@ -413,6 +434,9 @@ impl LogView<'_> {
             if let Some((_, end)) = crate::redact::token_across(&bytes, (from - around) as usize) {
                 cut = around + end as u64 - from;
             }
+        }
+        if cut == 0 {
+            cut = self.rest_of_private_key(from, to);
         }
         if from + cut >= to {
             return (cut, from + cut);

@@ -300,6 +300,27 @@ pub fn token_across(window: &[u8], at: usize) -> Option<(usize, usize)> {
         .find(|&(_, end)| at < end)
 }
 
+fn key_lines() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    compiled(&RE, r"(?-u)-----(?:BEGIN|END)[A-Z0-9 ]*PRIVATE KEY-----")
+}
+
+/// Whether `bytes` end inside a private key: its last key line is a BEGIN line.
+pub fn private_key_open(bytes: &[u8]) -> bool {
+    key_lines()
+        .find_iter(bytes)
+        .last()
+        .is_some_and(|line| line.as_bytes().starts_with(b"-----BEGIN"))
+}
+
+/// Where the first END line of a private key in `bytes` ends.
+pub fn private_key_end(bytes: &[u8]) -> Option<usize> {
+    key_lines()
+        .find_iter(bytes)
+        .find(|line| line.as_bytes().starts_with(b"-----END"))
+        .map(|line| line.end())
+}
+
 /// Where a token shape that more output could complete begins at the end of `bytes`.
 pub fn unfinished_token(bytes: &[u8]) -> Option<usize> {
     static RE: OnceLock<Regex> = OnceLock::new();

@@ -511,3 +511,58 @@ fn issue15_1_run_streams_no_half_of_a_token_written_in_two_parts() {
     assert!(all.contains("k: [secret github token]\n"), "{all}");
     assert!(!all.contains(&body[..8]), "{all}");
 }
+
+#[test]
+fn issue15_1_a_private_key_read_in_small_pages_shows_no_line_of_it() {
+    let home = Home::new();
+    let key_file = home.path().join("key.pem");
+    let mut key = String::from("before\n-----BEGIN PRIVATE KEY-----\n");
+    for line in 0..40 {
+        key.push_str(&format!("KEYBODY{line:02}{}\n", "Qx7".repeat(18)));
+    }
+    key.push_str("-----END PRIVATE KEY-----\nafter\n");
+    std::fs::write(&key_file, &key).unwrap();
+    let id = home.start_with(&[], &format!("cat {}", key_file.display()));
+    home.wait_end(&id);
+    for raw in [true, false] {
+        let mut from = 0u64;
+        let mut shown = String::new();
+        loop {
+            let from_text = from.to_string();
+            let mut args = vec!["read", &id, "--from", &from_text, "--max-bytes", "64"];
+            if raw {
+                args.push("--raw");
+            }
+            let page = home.json(&args);
+            let output = page["output"].as_str().unwrap();
+            assert!(
+                !output.contains("KEYBODY"),
+                "raw {raw}, from {from}: {output}"
+            );
+            shown.push_str(output);
+            let to = page["to"].as_u64().unwrap();
+            if to == from || !raw {
+                // A text read goes to the end at once (clipped): one is enough.
+                break;
+            }
+            from = to;
+        }
+        assert!(
+            shown.contains("before") && shown.contains("after"),
+            "{shown}"
+        );
+    }
+    // Text reads starting anywhere inside the key show none of it.
+    for from in [100u64, 700, 1500, 2000] {
+        let page = home.json(&[
+            "read",
+            &id,
+            "--from",
+            &from.to_string(),
+            "--max-bytes",
+            "64",
+        ]);
+        let output = page["output"].as_str().unwrap();
+        assert!(!output.contains("KEYBODY"), "from {from}: {output}");
+    }
+}

@@ -188,8 +188,28 @@ impl StreamMask {
     }
 }
 
-/// The forms of one value that are masked, each once.
+/// The forms of one value that are masked, each once: its encodings, those of the
+/// value without surrounding blanks (as `echo $VAR` prints it), and each line of a
+/// value of several lines (of 8 bytes or more).
 fn forms_of(value: &str) -> Vec<Vec<u8>> {
+    let mut forms = encodings_of(value);
+    let trimmed = value.trim();
+    if trimmed != value && !trimmed.is_empty() {
+        forms.extend(encodings_of(trimmed));
+    }
+    if trimmed.contains('\n') {
+        let lines = trimmed.lines().map(str::trim);
+        let lines = lines.filter(|line| line.len() >= MIN_ENV_SECRET_LEN);
+        forms.extend(lines.map(|line| line.as_bytes().to_vec()));
+    }
+    forms.sort();
+    forms.dedup();
+    forms
+}
+
+/// A value as it is, base64, URL-encoded and JSON-escaped (and with `\r\n` line ends,
+/// as a terminal prints it).
+fn encodings_of(value: &str) -> Vec<Vec<u8>> {
     let bytes = value.as_bytes();
     let padded = base64::engine::general_purpose::STANDARD.encode(bytes);
     let mut forms = vec![
@@ -410,6 +430,16 @@ mod tests {
             &*s.mask(text.as_bytes()),
             b"[secret T] [secret T] [secret T]"
         );
+    }
+
+    #[test]
+    fn a_value_with_blanks_or_lines_is_masked_as_a_shell_prints_it() {
+        let s = secrets(&[("K", "  line-one-abc\nline-two-def\n")]);
+        assert_eq!(
+            &*s.mask(b"[line-one-abc line-two-def]"),
+            b"[[secret K] [secret K]]"
+        );
+        assert_eq!(&*s.mask(b"line-one-abc\nline-two-def"), b"[secret K]");
     }
 
     #[test]

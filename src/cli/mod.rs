@@ -658,7 +658,14 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Start(start) => Request::Start(start_args(start)?),
         Commands::List { all, all_sessions } => Request::List { all, all_sessions },
         Commands::Read(read) if read.follow => {
-            return render::follow_output(&paths, &session, &read.id, read.max_bytes, json)
+            return render::follow_output(
+                &paths,
+                &session,
+                &read.id,
+                read.max_bytes,
+                read.no_redact,
+                json,
+            )
         }
         Commands::Read(read) => Request::Read(wire::ReadArgs {
             id: read.id,

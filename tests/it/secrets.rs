@@ -566,3 +566,47 @@ fn issue15_1_a_private_key_read_in_small_pages_shows_no_line_of_it() {
         assert!(!output.contains("KEYBODY"), "from {from}: {output}");
     }
 }
+
+#[test]
+fn issue15_1_a_secret_in_every_line_at_full_speed_is_masked_every_time() {
+    let home = Home::new();
+    let env = format!("TOKEN={SECRET}");
+    // 60,000 lines as fast as awk writes them: the secret crosses many pipe reads.
+    let command = "awk -v t=\"$TOKEN\" 'BEGIN { for (i = 0; i < 60000; i++) \
+                   printf \"%d %s %s\\n\", i, t, substr(\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\", 1, i % 31) }'";
+    let id = home.start_with(&["--env", &env], command);
+    home.wait_end(&id);
+    let log = String::from_utf8(log_of(&home, &id, "output.log")).unwrap();
+    assert_eq!(log.lines().count(), 60_000);
+    assert_eq!(log.matches("[secret TOKEN]").count(), 60_000);
+    assert_clean("the log", &log);
+}
+
+#[test]
+fn issue15_1_thousands_of_secrets_are_masked_and_too_many_refused() {
+    let home = Home::new();
+    let values: Vec<String> = (0..3000).map(|i| format!("value-{i:05}-of-many")).collect();
+    let mut args: Vec<String> = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        args.push("--env".into());
+        args.push(format!("S{i}={value}"));
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let id = home.start_with(&refs, "echo \"$S0 $S1234 $S2999\"; echo value-00042-of-many");
+    home.wait_end(&id);
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(
+        text.contains("[secret S0] [secret S1234] [secret S2999]\n[secret S42]"),
+        "{text}"
+    );
+    let mut args = vec!["start".to_string()];
+    for i in 0..10_001 {
+        args.push("--env".into());
+        args.push(format!("V{i}=value-{i:06}"));
+    }
+    args.extend(["--".into(), "true".into()]);
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_, kind, message) = home.error(&refs);
+    assert_eq!(kind, "bad_request");
+    assert!(message.contains("at most 10000"), "{message}");
+}

@@ -175,7 +175,7 @@ impl Daemon {
         // A folder of its own, never one that exists already (rows are never reused, so
         // one that exists was put there by something else, maybe a symlink).
         let prepared = make_job_dir(&self.paths.jobs, &job_dir)
-            .and_then(|()| write_job_record(&job_dir, &record))
+            .and_then(|()| write_job_record(&job_dir, &record, args))
             .and_then(|()| {
                 let dir = job_dir.display().to_string();
                 self.lock()
@@ -588,7 +588,7 @@ pub(crate) fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
 
 /// Writes the job's own description into its folder, so that a daemon whose database
 /// was lost can take the job back (`JOB_RECORD`).
-fn write_job_record(job_dir: &Path, record: &Record) -> Result<(), String> {
+fn write_job_record(job_dir: &Path, record: &Record, args: &StartArgs) -> Result<(), String> {
     let description = JobRecord {
         session: record.session.clone(),
         id: record.id.clone(),
@@ -601,6 +601,8 @@ fn write_job_record(job_dir: &Path, record: &Record) -> Result<(), String> {
         started_at: record.started_at,
         cols: record.cols,
         rows: record.rows,
+        secret_names: args.secrets.clone(),
+        keep_raw_log: args.keep_raw_log,
     };
     std::fs::write(job_dir.join(JOB_RECORD), control::encode(&description))
         .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))

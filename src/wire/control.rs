@@ -63,6 +63,12 @@ pub struct JobRecord {
     pub started_at: i64,
     pub cols: Option<u16>,
     pub rows: Option<u16>,
+    /// Names among `env_names` given with `--secret` (masked however short), so that
+    /// `restart` masks them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_names: Vec<String>,
+    #[serde(default)]
+    pub keep_raw_log: bool,
 }
 
 /// The name of a job's description in its folder.

@@ -592,7 +592,10 @@ fn issue15_1_thousands_of_secrets_are_masked_and_too_many_refused() {
         args.push(format!("S{i}={value}"));
     }
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let id = home.start_with(&refs, "echo \"$S0 $S1234 $S2999\"; echo value-00042-of-many");
+    let id = home.start_with(
+        &refs,
+        "echo \"$S0 $S1234 $S2999\"; echo value-00042-of-many",
+    );
     home.wait_end(&id);
     let text = home.run(&["read", &id, "--all"]).stdout;
     assert!(
@@ -609,4 +612,21 @@ fn issue15_1_thousands_of_secrets_are_masked_and_too_many_refused() {
     let (_, kind, message) = home.error(&refs);
     assert_eq!(kind, "bad_request");
     assert!(message.contains("at most 10000"), "{message}");
+}
+
+#[test]
+fn issue15_1_restart_masks_a_short_secret_again() {
+    let home = Home::new().with("PIN6", "4x9q2z");
+    let id = home.start_with(&["--secret", "PIN6"], "echo \"pin $PIN6\"");
+    home.wait_end(&id);
+    assert!(home
+        .run(&["read", &id, "--all"])
+        .stdout
+        .contains("pin [secret PIN6]"));
+    let again = home.json(&["restart", &id, "--window", "0"]);
+    let again = again["id"].as_str().unwrap().to_string();
+    home.wait_end(&again);
+    let text = home.run(&["read", &again, "--all"]).stdout;
+    assert!(text.contains("pin [secret PIN6]"), "{text}");
+    assert!(!text.contains("4x9q2z"), "{text}");
 }

@@ -256,19 +256,14 @@ fn url_encoded(bytes: &[u8], upper: bool) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// What a token shape becomes in text shown to a reader.
+/// Token shapes (private keys are found apart, by their BEGIN and END lines, in one
+/// pass: a gap of any length in a pattern would make some texts cost quadratic time).
 const SHAPES: &str = r"(?x-u)
-    (?P<pem>-----BEGIN[A-Z0-9\ ]*PRIVATE\ KEY-----(?s:.*?)-----END[A-Z0-9\ ]*PRIVATE\ KEY-----)
-  | \b(?P<sk>sk-[A-Za-z0-9_-]{20,})
+    \b(?P<sk>sk-[A-Za-z0-9_-]{20,})
   | \b(?P<gh>(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})
   | \b(?P<aws>(?:AKIA|ASIA)[0-9A-Z]{16})\b
   | \b(?P<slack>xox[bpaors]-[A-Za-z0-9-]{10,})
 ";
-
-/// A private key cut off by the end of the text, or by its start (a read that begins
-/// inside one): masked to that end.
-const PEM_OPEN: &str = r"(?-u)-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----(?s:.*)\z";
-const PEM_CLOSE: &str = r"(?-u)\A(?s:.*?)-----END[A-Z0-9 ]*PRIVATE KEY-----";
 
 fn compiled(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
     cell.get_or_init(|| Regex::new(pattern).unwrap_or_else(|e| panic!("{pattern}: {e}")))
@@ -292,19 +287,43 @@ pub fn mask_shapes(text: String) -> String {
 /// Bytes with every token shape replaced.
 pub fn mask_shapes_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
     let masked = shapes().replace_all(bytes, token_marker);
-    if !masked.windows(16).any(|w| w == b"PRIVATE KEY-----") {
+    let keys = private_keys(&masked);
+    if keys.is_empty() {
         return masked;
     }
-    static OPEN: OnceLock<Regex> = OnceLock::new();
-    static CLOSE: OnceLock<Regex> = OnceLock::new();
-    let marker: &[u8] = b"[secret private key]";
-    let masked = compiled(&OPEN, PEM_OPEN)
-        .replace(&masked, marker)
-        .into_owned();
-    let masked = compiled(&CLOSE, PEM_CLOSE)
-        .replace(&masked, marker)
-        .into_owned();
-    Cow::Owned(masked)
+    let mut out = Vec::with_capacity(masked.len());
+    let mut at = 0;
+    for (start, end) in keys {
+        out.extend_from_slice(&masked[at..start]);
+        out.extend_from_slice(b"[secret private key]");
+        at = end;
+    }
+    out.extend_from_slice(&masked[at..]);
+    Cow::Owned(out)
+}
+
+/// Where private keys lie in `bytes`: from a BEGIN line to its END line; one that the
+/// end of `bytes` cuts off runs to it, and an END line before any other key line
+/// closes one that began before `bytes`.
+fn private_keys(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut open = None;
+    for (index, line) in key_lines().find_iter(bytes).enumerate() {
+        let begins = line.as_bytes().starts_with(b"-----BEGIN");
+        match (begins, open) {
+            (true, None) => open = Some(line.start()),
+            (false, Some(start)) => {
+                spans.push((start, line.end()));
+                open = None;
+            }
+            (false, None) if index == 0 => spans.push((0, line.end())),
+            _ => {}
+        }
+    }
+    if let Some(start) = open {
+        spans.push((start, bytes.len()));
+    }
+    spans
 }
 
 /// The marker of a token that a read's start cut (its first bytes were before it).
@@ -353,9 +372,7 @@ pub fn unfinished_token(bytes: &[u8]) -> Option<usize> {
 
 fn token_marker(caps: &Captures) -> Vec<u8> {
     let whole = &caps[0];
-    let marker: &[u8] = if caps.name("pem").is_some() {
-        b"[secret private key]"
-    } else if caps.name("sk").is_some() {
+    let marker: &[u8] = if caps.name("sk").is_some() {
         // `sk-` words without a digit are names (`sk-learn-...`), not keys.
         if !whole.iter().any(u8::is_ascii_digit) {
             return whole.to_vec();
@@ -457,6 +474,19 @@ mod tests {
         assert_eq!(mask.push(b"hello world", &mut out), b"hello world");
         assert_eq!(mask.push(b"a zebra", &mut out), b"a ");
         assert_eq!(mask.held(), 5);
+    }
+
+    #[test]
+    fn many_unclosed_keys_cost_linear_time() {
+        let text = "-----BEGIN PRIVATE KEY----- sk-abc123abc123abc123abc123 ".repeat(20_000);
+        let began = std::time::Instant::now();
+        assert_eq!(mask_shapes(text), "[secret private key]");
+        assert!(began.elapsed() < std::time::Duration::from_secs(5));
+        let text = "x sk-abc123abc123abc123abc123 -----END PRIVATE KEY----- y ".repeat(2);
+        assert_eq!(
+            mask_shapes(text),
+            "[secret private key] y x [secret sk-…] -----END PRIVATE KEY----- y "
+        );
     }
 
     #[test]

@@ -630,3 +630,21 @@ fn issue15_1_restart_masks_a_short_secret_again() {
     assert!(text.contains("pin [secret PIN6]"), "{text}");
     assert!(!text.contains("4x9q2z"), "{text}");
 }
+
+#[test]
+fn issue15_1_a_log_of_many_unclosed_private_keys_reads_in_linear_time() {
+    let home = Home::new();
+    let file = home.path().join("keys.txt");
+    let line = "-----BEGIN PRIVATE KEY----- sk-abc123abc123abc123abc123\n";
+    std::fs::write(&file, line.repeat(20_000)).unwrap();
+    let id = home.start_with(&[], &format!("cat {}", file.display()));
+    home.wait_end(&id);
+    let began = std::time::Instant::now();
+    let read = home.json(&["read", &id, "--all", "--max-bytes", "4000000"]);
+    assert_eq!(read["output"], "[secret private key]");
+    assert!(
+        began.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        began.elapsed()
+    );
+}

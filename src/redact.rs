@@ -16,7 +16,7 @@
 //! `xoxb-…`, PEM private-key blocks) in text on its way to a reader; this is done at
 //! every read, since those tokens are not known in advance.
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use base64::Engine;
 use regex::bytes::{Captures, Regex};
 use std::borrow::Cow;
@@ -25,6 +25,10 @@ use std::sync::OnceLock;
 /// A `--secret` value shorter than this (leaving out surrounding blanks) is refused:
 /// masking it would mask common text.
 pub const MIN_SECRET_LEN: usize = 4;
+/// A value longer than this is masked line by line only (a `--secret` one is refused):
+/// holding back the start of a form costs up to its length squared on output that
+/// repeats it.
+pub const MAX_SECRET_LEN: usize = 8 << 10;
 /// An `--env` value shorter than this (leaving out surrounding blanks) is not masked
 /// (`1`, `true`, `3000`, `debug`).
 pub const MIN_ENV_SECRET_LEN: usize = 8;
@@ -59,8 +63,12 @@ impl Secrets {
         if forms.is_empty() {
             return None;
         }
+        // A contiguous NFA: a DFA of a long repetitive secret takes minutes to build,
+        // and the NFA scanned ordinary output faster (in a debug build; its prefilter
+        // does most of the work).
         let automaton = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
+            .kind(Some(AhoCorasickKind::ContiguousNFA))
             .build(forms.iter().map(|(form, _)| form))
             .ok()?;
         let markers = forms
@@ -90,39 +98,39 @@ impl Secrets {
     /// Appends the masked `bytes` to `out` up to where what follows could still begin
     /// a form (unless `whole`); returns that position: the bytes from it on are held.
     fn mask_into(&self, bytes: &[u8], out: &mut Vec<u8>, whole: bool) -> usize {
-        let starts = if whole {
-            Vec::new()
-        } else {
-            self.unfinished_starts(bytes)
-        };
-        let hold_after = |cursor: usize| {
-            starts
-                .iter()
-                .copied()
-                .find(|&at| at >= cursor)
-                .unwrap_or(bytes.len())
-        };
+        // `held`: the first position at or after `cursor` from which the rest may begin
+        // a form, found afresh only when a match moved the cursor past it.
         let mut cursor = 0;
+        let mut held = self.first_unfinished(bytes, 0, whole);
         for found in self.automaton.find_iter(bytes) {
-            if found.start() >= hold_after(cursor) {
+            if held < cursor {
+                held = self.first_unfinished(bytes, cursor, whole);
+            }
+            if found.start() >= held {
                 break;
             }
             out.extend_from_slice(&bytes[cursor..found.start()]);
             out.extend_from_slice(&self.markers[found.pattern().as_usize()]);
             cursor = found.end();
         }
-        let held = hold_after(cursor);
+        if held < cursor {
+            held = self.first_unfinished(bytes, cursor, whole);
+        }
         out.extend_from_slice(&bytes[cursor..held]);
         held
     }
 
-    /// The positions near the end of `bytes` from which the rest is the beginning of a
-    /// longer form (a form that more output could complete), in increasing order.
-    fn unfinished_starts(&self, bytes: &[u8]) -> Vec<usize> {
-        let first = bytes.len().saturating_sub(self.longest.saturating_sub(1));
-        (first..bytes.len())
-            .filter(|&at| self.begins_longer_form(&bytes[at..]))
-            .collect()
+    /// The first position at or after `from`, near the end of `bytes`, from which the
+    /// rest is the beginning of a longer form (one that more output could complete);
+    /// the end of `bytes` when there is none or `bytes` are `whole`.
+    fn first_unfinished(&self, bytes: &[u8], from: usize, whole: bool) -> usize {
+        if whole {
+            return bytes.len();
+        }
+        let near_end = bytes.len().saturating_sub(self.longest.saturating_sub(1));
+        (from.max(near_end)..bytes.len())
+            .find(|&at| self.begins_longer_form(&bytes[at..]))
+            .unwrap_or(bytes.len())
     }
 
     fn begins_longer_form(&self, piece: &[u8]) -> bool {
@@ -158,8 +166,7 @@ impl StreamMask {
         if self.held.is_empty() {
             if self.secrets.automaton.find(chunk).is_none() {
                 // Nothing to replace: no copy, only the start of a form kept back.
-                let held = self.secrets.unfinished_starts(chunk).first().copied();
-                let held = held.unwrap_or(chunk.len());
+                let held = self.secrets.first_unfinished(chunk, 0, false);
                 self.held.extend_from_slice(&chunk[held..]);
                 return &chunk[..held];
             }
@@ -192,14 +199,18 @@ impl StreamMask {
 /// value without surrounding blanks (as `echo $VAR` prints it), and each line of a
 /// value of several lines (of 8 bytes or more).
 fn forms_of(value: &str) -> Vec<Vec<u8>> {
-    let mut forms = encodings_of(value);
+    let mut forms = Vec::new();
     let trimmed = value.trim();
-    if trimmed != value && !trimmed.is_empty() {
-        forms.extend(encodings_of(trimmed));
+    if value.len() <= MAX_SECRET_LEN {
+        forms.extend(encodings_of(value));
+        if trimmed != value && !trimmed.is_empty() {
+            forms.extend(encodings_of(trimmed));
+        }
     }
     if trimmed.contains('\n') {
         let lines = trimmed.lines().map(str::trim);
-        let lines = lines.filter(|line| line.len() >= MIN_ENV_SECRET_LEN);
+        let lines =
+            lines.filter(|line| (MIN_ENV_SECRET_LEN..=MAX_SECRET_LEN).contains(&line.len()));
         forms.extend(lines.map(|line| line.as_bytes().to_vec()));
     }
     forms.sort();

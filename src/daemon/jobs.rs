@@ -673,6 +673,14 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
                  the caller's environment"
             ))
         })?;
+        if value.len() > redact::MAX_SECRET_LEN {
+            return Err(WireError::bad_request(format!(
+                "secret {name} is {} bytes long: bgwork masks values of up to {} bytes \
+                 (pass a long one with --env: it is masked line by line)",
+                value.len(),
+                redact::MAX_SECRET_LEN
+            )));
+        }
         if value.trim().len() < redact::MIN_SECRET_LEN {
             return Err(WireError::bad_request(format!(
                 "secret {name} is {} bytes long (without surrounding blanks): values shorter \

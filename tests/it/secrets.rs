@@ -648,3 +648,39 @@ fn issue15_1_a_log_of_many_unclosed_private_keys_reads_in_linear_time() {
         began.elapsed()
     );
 }
+
+#[test]
+fn issue15_1_a_long_repetitive_secret_does_not_hold_up_its_job() {
+    let home = Home::new().with("LONG_SECRET", &"ab".repeat(4096));
+    let began = std::time::Instant::now();
+    let id = home.start_with(
+        &["--secret", "LONG_SECRET"],
+        "yes abababab | tr -d '\\n' | head -c 1000000; echo; echo \"$LONG_SECRET\"",
+    );
+    home.wait_end(&id);
+    assert!(
+        began.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        began.elapsed()
+    );
+    let text = home
+        .run(&["read", &id, "--all", "--max-bytes", "100000"])
+        .stdout;
+    assert!(text.contains("[secret LONG_SECRET]"), "{}", &text[..200]);
+    assert!(!text.contains(&"ab".repeat(4096)), "{}", &text[..200]);
+    assert!(
+        text.contains("\n[secret LONG_SECRET]\n"),
+        "{}",
+        &text[text.len() - 200..]
+    );
+    let (_, _, message) = home.error(&[
+        "start",
+        "--env",
+        &format!("HUGE={}", "x".repeat(9000)),
+        "--secret",
+        "HUGE",
+        "--",
+        "true",
+    ]);
+    assert!(message.contains("up to 8192 bytes"), "{message}");
+}

@@ -3,9 +3,10 @@
 //! is shown.
 //!
 //! How it works. [`Secrets`] holds every form of every known value (the value, its
-//! base64 with and without padding, its URL-encoded and JSON-escaped forms, and for
-//! values with a newline the `\r\n` a terminal makes of it) in one Aho-Corasick
-//! automaton (leftmost-longest, so a secret that contains another wins). The
+//! base64 with and without padding, its URL-encoded and JSON-escaped forms, the value
+//! without surrounding blanks, and for values of several lines each line and the
+//! `\r\n` a terminal makes of them) in one Aho-Corasick automaton (leftmost-longest,
+//! so a secret that contains another wins). The
 //! supervisor feeds it the job's output as it comes ([`StreamMask`]): a value split
 //! across two writes is still found, because the bytes at the end of a chunk that could
 //! begin a form (at most the longest form's length − 1) are held back until more output

@@ -75,7 +75,8 @@ arguments of a program (each quoted for the shell, so the job gets them as given
 Examples:
   bgwork start -- 'npm run dev'                  a shell line (pipes, globs, $VARS)
   bgwork start --notify --name tests -- cargo test --workspace
-  bgwork start --pty --cols 100 -- python3       a pane: keystrokes and a screen")]
+  bgwork start --pty --cols 100 -- python3       a pane: keystrokes and a screen
+  bgwork start --secret API_TOKEN -- ./deploy.sh its output shows [secret API_TOKEN]")]
     Start(StartCmd),
     /// Run COMMAND in the foreground with a deadline; past it, it moves to the background
     #[command(after_help = "\
@@ -310,7 +311,8 @@ pub struct JobCmd {
     /// Working directory [default: the current one]
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
-    /// Set a variable for the job; its name is recorded, its value never (repeatable)
+    /// Set a variable for the job; its name is recorded, its value never, and a value of
+    /// 8 bytes or more is masked in its output as [secret K] (repeatable)
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<std::ffi::OsString>,
     /// A variable of your environment that holds a secret: the job gets it, and its

@@ -135,12 +135,17 @@ impl Secrets {
     }
 
     fn begins_longer_form(&self, piece: &[u8]) -> bool {
+        self.longer_form_begun_by(piece).is_some()
+    }
+
+    /// The index of a form longer than `piece` that begins with it.
+    fn longer_form_begun_by(&self, piece: &[u8]) -> Option<usize> {
         let at = self.sorted.partition_point(|form| form.as_slice() < piece);
         // Forms that start with `piece` follow it in order; the first may equal it.
-        self.sorted[at..]
-            .iter()
-            .take(2)
-            .any(|form| form.len() > piece.len() && form.starts_with(piece))
+        (at..self.sorted.len().min(at + 2)).find(|&index| {
+            let form = &self.sorted[index];
+            form.len() > piece.len() && form.starts_with(piece)
+        })
     }
 }
 
@@ -184,10 +189,28 @@ impl StreamMask {
     }
 
     /// The output ended: whatever was held, masked, into `out` (cleared first).
+    /// The start of a secret that the output ended in is masked too, once it is
+    /// [`MIN_SECRET_LEN`] bytes long (a job killed in the middle of printing one).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         out.clear();
         let bytes = std::mem::take(&mut self.held);
-        self.secrets.mask_into(&bytes, out, true);
+        let secrets = &self.secrets;
+        let mut cursor = 0;
+        for found in secrets.automaton.find_iter(&bytes) {
+            out.extend_from_slice(&bytes[cursor..found.start()]);
+            out.extend_from_slice(&secrets.markers[found.pattern().as_usize()]);
+            cursor = found.end();
+        }
+        let rest = &bytes[cursor..];
+        let begun = (0..rest.len().saturating_sub(MIN_SECRET_LEN - 1))
+            .find_map(|at| Some(at).zip(secrets.longer_form_begun_by(&rest[at..])));
+        match begun {
+            Some((at, index)) => {
+                out.extend_from_slice(&rest[..at]);
+                out.extend_from_slice(&secrets.markers[index]);
+            }
+            None => out.extend_from_slice(rest),
+        }
     }
 
     /// How many bytes are held back now.
@@ -477,6 +500,13 @@ mod tests {
         assert_eq!(&*s.mask(b"aaa .*(a|b)+\n[x] bbb"), b"aaa [secret R] bbb");
         assert_eq!(&*s.mask(b".*(a|b)+\r\n[x]"), b"[secret R]");
         assert_eq!(&*s.mask(b"aab\nx"), b"aab\nx");
+    }
+
+    #[test]
+    fn output_that_ends_in_the_start_of_a_secret_masks_that_start() {
+        let s = || secrets(&[("S", "zebra-crossing")]);
+        assert_eq!(stream(s(), &[b"a zebra-cr"]), b"a [secret S]");
+        assert_eq!(stream(s(), &[b"a zeb"]), b"a zeb");
     }
 
     #[test]

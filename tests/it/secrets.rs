@@ -684,3 +684,26 @@ fn issue15_1_a_long_repetitive_secret_does_not_hold_up_its_job() {
     ]);
     assert!(message.contains("up to 8192 bytes"), "{message}");
 }
+
+#[test]
+fn issue15_1_a_job_that_ends_in_the_middle_of_its_secret_shows_no_part_of_it() {
+    let home = Home::new();
+    let env = format!("TOKEN={SECRET}");
+    let id = home.start_with(&["--env", &env], &format!("printf 'cut: {FIRST_HALF}'"));
+    home.wait_end(&id);
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(text.starts_with("cut: [secret TOKEN]"), "{text}");
+    assert_clean("a read", &text);
+    // Stopped while the start of the secret was held back: the same.
+    let id = home.start_with(
+        &["--env", &env],
+        &format!("printf 'stopped: {FIRST_HALF}'; exec sleep 100"),
+    );
+    eventually(Duration::from_secs(20), || {
+        log_of(&home, &id, "output.log").starts_with(b"stopped: ")
+    });
+    home.json(&["stop", &id]);
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(text.starts_with("stopped: [secret TOKEN]"), "{text}");
+    assert_clean("a read", &text);
+}

@@ -213,6 +213,11 @@ impl StreamMask {
         }
     }
 
+    /// The values masked.
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
+    }
+
     /// How many bytes are held back now.
     pub fn held(&self) -> usize {
         self.held.len()

@@ -43,6 +43,8 @@ pub const LAUNCH_FD: i32 = 0;
 
 /// Names of the files in a job's folder.
 pub const LOG_FILE: &str = "output.log";
+/// The largest sub-agent report that is masked (a bigger one is left as it is).
+const REPORT_MASK_MAX: u64 = 16 << 20;
 /// The unmasked output of a job with secrets started with `--keep-raw-log`.
 pub const RAW_LOG_FILE: &str = "output.raw.log";
 pub const STATUS_FILE: &str = "status";
@@ -407,6 +409,52 @@ impl Supervisor {
         self.report_progress(false);
     }
 
+    /// A sub-agent's report (the file its `BGWORK_REPORT` names) becomes the notice of
+    /// its end: it is masked like the output, in place, before the end is told. Outside
+    /// input: a link, a FIFO or a file over [`REPORT_MASK_MAX`] is left alone.
+    fn mask_report(&self) {
+        use std::io::{Read, Write};
+        use std::os::unix::fs::OpenOptionsExt;
+        let (Some(mask), Some(path)) = (&self.mask, self.spec.env.get("BGWORK_REPORT")) else {
+            return;
+        };
+        let path = Path::new(path);
+        let Ok(file) = crate::paths::open_untrusted(path) else {
+            return;
+        };
+        let mut text = Vec::new();
+        let read = file.take(REPORT_MASK_MAX + 1).read_to_end(&mut text);
+        if read.is_err() || text.len() as u64 > REPORT_MASK_MAX {
+            crate::note!("bgwork supervise: the report was not masked (unreadable or too big)");
+            return;
+        }
+        let std::borrow::Cow::Owned(masked) = mask.secrets().mask(&text) else {
+            return;
+        };
+        let temp = path.with_extension("masking");
+        let _ = std::fs::remove_file(&temp);
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&temp)
+            .and_then(|mut file| file.write_all(&masked))
+            .and_then(|()| std::fs::rename(&temp, path));
+        if let Err(e) = written {
+            crate::note!("bgwork supervise: could not mask the report: {e}");
+            let _ = std::fs::remove_file(&temp);
+            // A report that cannot be masked is not left in clear for the notice.
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                .open(path)
+                .and_then(|mut file| {
+                    file.write_all(b"[bgwork: the report held a secret and could not be masked]\n")
+                });
+        }
+    }
+
     /// The output ended (or will no longer be read): what the mask held back, to the log.
     fn flush_mask(&mut self) {
         if let Some(mask) = self.mask.as_mut() {
@@ -657,6 +705,7 @@ impl Supervisor {
         }
         // Output a leftover process still holds open is not read any more.
         self.flush_mask();
+        self.mask_report();
         let (exit_code, signal) = self.main_status.unwrap_or((None, None));
         let status = ExitStatus {
             protocol: PROTOCOL,

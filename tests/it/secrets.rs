@@ -707,3 +707,29 @@ fn issue15_1_a_job_that_ends_in_the_middle_of_its_secret_shows_no_part_of_it() {
     assert!(text.starts_with("stopped: [secret TOKEN]"), "{text}");
     assert_clean("a read", &text);
 }
+
+#[test]
+fn issue15_1_a_sub_agents_report_reaches_its_parent_masked() {
+    let home = Home::new();
+    let env = format!("TOKEN={SECRET}");
+    let agent = home.json(&[
+        "agent",
+        "start",
+        "--env",
+        &env,
+        "--",
+        "printf 'report: %s\\n' \"$TOKEN\" > \"$BGWORK_REPORT\"",
+    ]);
+    let id = agent["id"].as_str().unwrap().to_string();
+    let mut notices = Value::Null;
+    eventually(Duration::from_secs(20), || {
+        notices = home.json(&["notices"]);
+        notices["notices"].as_array().is_some_and(|n| !n.is_empty())
+    });
+    let tail = notices["notices"][0]["tail"].as_str().unwrap();
+    assert_eq!(notices["notices"][0]["item"], id.as_str(), "{notices}");
+    assert!(tail.contains("report: [secret TOKEN]"), "{notices}");
+    assert_clean("the report's notice", &notices.to_string());
+    let item = home.item(&id);
+    assert_clean("the sub-agent's item", &item.to_string());
+}

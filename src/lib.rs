@@ -27,6 +27,7 @@ pub mod mcp;
 pub mod observe;
 pub mod output;
 pub mod paths;
+pub mod redact;
 pub mod store;
 pub mod supervisor;
 pub mod wire;

@@ -161,9 +161,28 @@ pub fn excerpt(path: &Path, from: u64, to: u64, head: u64, dropped: u64, max: us
             skipped,
         };
     }
-    let (first, skipped_first) = read_range(path, from, from + max / 2, head, dropped);
-    let (last, skipped_last) = read_range(path, to - max / 2, to, head, dropped);
-    let elided = (to - max / 2) - (from + max / 2);
+    // Neither edge of the elided middle cuts a token shape: the head ends before one,
+    // the tail starts after one (its bytes are elided with the middle).
+    let view = LogView {
+        path,
+        len: to,
+        head,
+        dropped,
+    };
+    let (_, head_end) = view.token_edges(from, from + max / 2, false);
+    let (skip, _) = view.token_edges(to - max / 2, to, false);
+    let tail_start = to - max / 2 + skip;
+    if head_end >= tail_start {
+        let (bytes, skipped) = read_range(path, from, to, head, dropped);
+        return Excerpt {
+            head: bytes,
+            tail: None,
+            skipped,
+        };
+    }
+    let (first, skipped_first) = read_range(path, from, head_end, head, dropped);
+    let (last, skipped_last) = read_range(path, tail_start, to, head, dropped);
+    let elided = tail_start - head_end;
     Excerpt {
         head: first,
         tail: Some((elided, last)),
@@ -175,6 +194,16 @@ impl Excerpt {
     /// Readable text of the excerpt, with an elision line naming the log; and whether
     /// anything was left out.
     pub fn render(&self, max: usize, log_path: &Path) -> (String, bool) {
+        self.render_as(max, log_path, readable)
+    }
+
+    /// [`Excerpt::render`] with `readable` turning bytes into text.
+    pub fn render_as(
+        &self,
+        max: usize,
+        log_path: &Path,
+        readable: fn(&[u8]) -> String,
+    ) -> (String, bool) {
         match &self.tail {
             None => clip(readable(&self.head), max, log_path),
             Some((elided, tail)) => {
@@ -198,8 +227,15 @@ pub fn dropped_in(from: u64, to: u64, head: u64, dropped: u64) -> u64 {
 }
 
 /// Text for a model: escape sequences stripped, progress-bar rewrites (`\r`) collapsed
-/// to each line's final state, invalid UTF-8 replaced.
+/// to each line's final state, invalid UTF-8 replaced, token shapes masked
+/// ([`crate::redact::mask_shapes`]).
 pub fn readable(bytes: &[u8]) -> String {
+    crate::redact::mask_shapes(plain_text(bytes))
+}
+
+/// [`readable`] text with token shapes left as they are (for matching, or for the
+/// person who asked with `--no-redact`).
+pub fn plain_text(bytes: &[u8]) -> String {
     let c1 = bytes.windows(2).any(is_c1);
     let plain_already = !c1
         && !bytes
@@ -342,6 +378,88 @@ pub fn tail(path: &Path, head: u64, dropped: u64) -> String {
     match text.find('\n') {
         Some(i) if i + 1 < text.len() => text[i + 1..].to_string(),
         _ => text,
+    }
+}
+
+/// How far around a read's edges token shapes are looked for.
+const TOKEN_CONTEXT: u64 = 256;
+/// How far back a read looks for the start of a private key it may begin inside (an
+/// RSA 4096 key takes about 3.3 KB).
+const KEY_CONTEXT: u64 = 8 << 10;
+
+/// A log as a read sees it, to look around the edges of its range.
+pub struct LogView<'a> {
+    pub path: &'a Path,
+    /// The log's length (how far there is something to look at).
+    pub len: u64,
+    pub head: u64,
+    pub dropped: u64,
+}
+
+impl LogView<'_> {
+    /// `[from, to)` of the log, or `None` where the log does not hold all of it (the
+    /// dropped middle, a short file).
+    fn bytes(&self, from: u64, to: u64) -> Option<Vec<u8>> {
+        let (bytes, skipped) = read_range(self.path, from, to, self.head, self.dropped);
+        (skipped == 0 && bytes.len() as u64 == to - from).then_some(bytes)
+    }
+
+    /// When `from` lies inside a private key (its BEGIN line before, within
+    /// [`KEY_CONTEXT`]): how many bytes from `from` on are the rest of it, to its END line
+    /// or, with none in sight, to `to`. Else 0.
+    fn rest_of_private_key(&self, from: u64, to: u64) -> u64 {
+        let around = from.saturating_sub(KEY_CONTEXT);
+        let inside = self
+            .bytes(around, from)
+            .is_some_and(|before| crate::redact::private_key_open(&before));
+        if !inside {
+            return 0;
+        }
+        let after = self.bytes(from, (from + KEY_CONTEXT).min(self.len));
+        match after.and_then(|after| crate::redact::private_key_end(&after)) {
+            Some(end) => end as u64,
+            None => to - from,
+        }
+    }
+
+    /// A read of `[from, to)` moved so that no token shape is cut at its edges: how
+    /// many bytes at `from` end a token begun before it (shown as one marker), and the
+    /// end moved back before a token that runs past it (or past the token, when the
+    /// whole range lies inside one) and, while the item runs, before a token at the
+    /// log's end that more output may finish.
+    pub fn token_edges(&self, from: u64, to: u64, running: bool) -> (u64, u64) {
+        let mut cut = 0;
+        let around = from.saturating_sub(TOKEN_CONTEXT);
+        if let Some(bytes) = self.bytes(around, (from + TOKEN_CONTEXT).min(self.len)) {
+            if let Some((_, end)) = crate::redact::token_across(&bytes, (from - around) as usize) {
+                cut = around + end as u64 - from;
+            }
+        }
+        if cut == 0 {
+            cut = self.rest_of_private_key(from, to);
+        }
+        if from + cut >= to {
+            return (cut, from + cut);
+        }
+        let start = to.saturating_sub(TOKEN_CONTEXT).max(from + cut);
+        let Some(bytes) = self.bytes(start, (to + TOKEN_CONTEXT).min(self.len)) else {
+            return (cut, to);
+        };
+        let at = (to - start) as usize;
+        if let Some((token_start, token_end)) = crate::redact::token_across(&bytes, at) {
+            let token_start = start + token_start as u64;
+            return match token_start > from + cut {
+                true => (cut, token_start),
+                false => (cut, start + token_end as u64),
+            };
+        }
+        let more_may_come = running && to >= self.len;
+        // A token that more output may finish is held back whole (even when that
+        // leaves nothing to show now).
+        match crate::redact::unfinished_token(&bytes[..at]).map(|at| start + at as u64) {
+            Some(token_start) if more_may_come && token_start >= from + cut => (cut, token_start),
+            _ => (cut, to),
+        }
     }
 }
 

@@ -30,7 +30,7 @@ mod rewake;
 mod scale;
 
 use agent::agent_cost;
-use io::{capture, incremental_read, search};
+use io::{capture, incremental_read, masked_capture, search};
 use load::core_under_load;
 use ports::port_discovery;
 use rewake::exit_to_rewake;
@@ -65,11 +65,12 @@ fn main() {
     std::fs::create_dir_all(&opts.data).unwrap();
     let mut report = String::new();
     header(&mut report, &opts);
-    let sections: [(&str, Section); 10] = [
+    let sections: [(&str, Section); 11] = [
         ("launch", launch),
         ("exit to notice", exit_to_notice),
         ("exit to rewake", exit_to_rewake),
         ("capture", capture),
+        ("masked capture", masked_capture),
         ("incremental read", incremental_read),
         ("scale", scale),
         ("agent cost", agent_cost),

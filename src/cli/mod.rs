@@ -78,7 +78,8 @@ arguments of a program (each quoted for the shell, so the job gets them as given
 Examples:
   bgwork start -- 'npm run dev'                  a shell line (pipes, globs, $VARS)
   bgwork start --notify --name tests -- cargo test --workspace
-  bgwork start --pty --cols 100 -- python3       a pane: keystrokes and a screen")]
+  bgwork start --pty --cols 100 -- python3       a pane: keystrokes and a screen
+  bgwork start --secret API_TOKEN -- ./deploy.sh its output shows [secret API_TOKEN]")]
     Start(StartCmd),
     /// Run COMMAND in the foreground with a deadline; past it, it moves to the background
     #[command(after_help = "\
@@ -344,9 +345,19 @@ pub struct JobCmd {
     /// Working directory [default: the current one]
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
-    /// Set a variable for the job; its name is recorded, its value never (repeatable)
+    /// Set a variable for the job; its name is recorded, its value never, and a value of
+    /// 8 bytes or more is masked in its output as [secret K] (repeatable)
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<std::ffi::OsString>,
+    /// A variable of your environment that holds a secret: the job gets it, and its
+    /// value (and base64 / URL-encoded forms) is written as [secret NAME] in the log and
+    /// every reply (repeatable; --env values of 8 bytes or more are masked too)
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+    /// Also keep the unmasked output on disk, in output.raw.log beside the log (a job
+    /// with nothing to mask has only its log, unmasked)
+    #[arg(long)]
+    pub keep_raw_log: bool,
     /// The command: one argument is a shell line (bash -c), several an exact argv
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -538,6 +549,10 @@ pub struct ReadCmd {
     /// A pane's visible screen, as text
     #[arg(long)]
     pub screen: bool,
+    /// Show token shapes (sk-..., ghp_..., AKIA..., xoxb-..., private keys) instead of masking
+    /// them; values given with --env/--secret are masked in the log itself
+    #[arg(long)]
+    pub no_redact: bool,
     /// Keep printing new output until the item ends, then exit with its end's code
     #[arg(long, short, conflicts_with_all = ["tail", "from", "all", "screen", "raw"])]
     pub follow: bool,
@@ -775,7 +790,14 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Start(start) => Request::Start(start_args(start)?),
         Commands::List { all, all_sessions } => Request::List { all, all_sessions },
         Commands::Read(read) if read.follow => {
-            return render::follow_output(&paths, &session, &read.id, read.max_bytes, json)
+            return render::follow_output(
+                &paths,
+                &session,
+                &read.id,
+                read.max_bytes,
+                read.no_redact,
+                json,
+            )
         }
         Commands::Read(read) => Request::Read(wire::ReadArgs {
             id: read.id,
@@ -788,6 +810,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             grep: read.grep,
             context: read.context,
             max_matches: read.max_matches,
+            no_redact: read.no_redact,
         }),
         Commands::Send { id, text, keys } => Request::Send(wire::SendArgs {
             id,
@@ -1020,9 +1043,37 @@ fn env_pairs(pairs: &[std::ffi::OsString]) -> Result<BTreeMap<String, String>, W
     Ok(env)
 }
 
+/// Adds the value of each `--secret NAME` from this process's environment to `env`
+/// (a value given with `--env NAME=…` is taken as it is).
+fn secret_values(names: &[String], env: &mut BTreeMap<String, String>) -> Result<(), WireError> {
+    for name in names {
+        if env.contains_key(name) {
+            continue;
+        }
+        let value = match std::env::var(name) {
+            Ok(value) => value,
+            Err(std::env::VarError::NotPresent) => {
+                return Err(WireError::bad_request(format!(
+                    "--secret {name}: no such variable in your environment; export it first \
+                     (or give its value with --env {name}=VALUE)"
+                )))
+            }
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(WireError::bad_request(format!(
+                    "--secret {name}: its value is not UTF-8, which bgwork cannot mask; \
+                     the job still inherits it, unmasked, if you leave out --secret"
+                )))
+            }
+        };
+        env.insert(name.clone(), value);
+    }
+    Ok(())
+}
+
 fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     let job = start.job;
-    let env = env_pairs(&job.env)?;
+    let mut env = env_pairs(&job.env)?;
+    secret_values(&job.secrets, &mut env)?;
     let cwd = Some(crate::paths::resolve(
         job.cwd.as_deref().unwrap_or("."),
         "--cwd",
@@ -1043,6 +1094,8 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         allow_duplicate: start.allow_duplicate,
         quiet_after_s: start.quiet_after,
         max_runtime_s: start.max_runtime,
+        secrets: job.secrets,
+        keep_raw_log: job.keep_raw_log,
     })
 }
 

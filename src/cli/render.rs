@@ -687,6 +687,7 @@ pub fn follow_output(
     session: &str,
     id: &str,
     max_bytes: Option<usize>,
+    no_redact: bool,
     json: bool,
 ) -> Result<ExitCode, WireError> {
     let call = |request: Request| -> Result<Vec<u8>, WireError> {
@@ -708,6 +709,7 @@ pub fn follow_output(
         let read: ReadReply = wire::decode_reply(&call(Request::Read(wire::ReadArgs {
             id: id.to_string(),
             max_bytes,
+            no_redact,
             ..wire::ReadArgs::default()
         }))?)?;
         if json {

@@ -5,6 +5,7 @@ use crate::environ::{self, CallerEnv};
 use crate::executor::WriteRefused;
 use crate::output;
 use crate::paths::now_ms;
+use crate::redact;
 use crate::store::{sub_session_name, NewRecord, Record, Settlement};
 use crate::wire::control::{
     self, JobRecord, JobSpec, PaneSize, ToSupervisor, JOB_RECORD, PROTOCOL,
@@ -259,7 +260,7 @@ impl Daemon {
         // A folder of its own, never one that exists already (rows are never reused, so
         // one that exists was put there by something else, maybe a symlink).
         let prepared = make_job_dir(&self.paths.jobs, &job_dir)
-            .and_then(|()| write_job_record(&job_dir, &record))
+            .and_then(|()| write_job_record(&job_dir, &record, args))
             .and_then(|()| {
                 let dir = job_dir.display().to_string();
                 self.lock()
@@ -308,6 +309,8 @@ impl Daemon {
             owner: super::settle::owner(&record),
             no_cgroup: !self.config.cgroups,
             max_runtime_ms: limits.1,
+            secrets: secret_pairs(args),
+            keep_raw_log: args.keep_raw_log,
         };
         let handle = match self.executor.start(record.row, &spec) {
             Ok(handle) => handle,
@@ -701,7 +704,7 @@ pub(crate) fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
 
 /// Writes the job's own description into its folder, so that a daemon whose database
 /// was lost can take the job back (`JOB_RECORD`).
-fn write_job_record(job_dir: &Path, record: &Record) -> Result<(), String> {
+fn write_job_record(job_dir: &Path, record: &Record, args: &StartArgs) -> Result<(), String> {
     let description = JobRecord {
         session: record.session.clone(),
         id: record.id.clone(),
@@ -714,6 +717,8 @@ fn write_job_record(job_dir: &Path, record: &Record) -> Result<(), String> {
         started_at: record.started_at,
         cols: record.cols,
         rows: record.rows,
+        secret_names: args.secrets.clone(),
+        keep_raw_log: args.keep_raw_log,
     };
     std::fs::write(job_dir.join(JOB_RECORD), control::encode(&description))
         .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
@@ -761,6 +766,7 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
         ));
     }
     environ::decode_pairs(&args.inherit_env_bytes).map_err(WireError::bad_request)?;
+    check_secrets(args)?;
     Ok(())
 }
 
@@ -781,6 +787,62 @@ fn limits_of(args: &StartArgs) -> Result<(Option<u64>, Option<u64>), WireError> 
         check("--quiet-after", args.quiet_after_s, 1.0, 7.0 * 86_400.0)?,
         check("--max-runtime", args.max_runtime_s, 0.001, 365.0 * 86_400.0)?,
     ))
+}
+
+/// The most values one job's log is masked for.
+const MAX_SECRETS: usize = 10_000;
+
+fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
+    let masked = secret_pairs(args).len();
+    if masked > MAX_SECRETS {
+        return Err(WireError::bad_request(format!(
+            "{masked} values to mask (--secret, and --env values of {} bytes or more): at \
+             most {MAX_SECRETS} can be masked for one job",
+            redact::MIN_ENV_SECRET_LEN
+        )));
+    }
+    for name in &args.secrets {
+        let value = args.env.get(name).ok_or_else(|| {
+            WireError::bad_request(format!(
+                "secret {name} has no value: give it with --env {name}=VALUE or set it in \
+                 the caller's environment"
+            ))
+        })?;
+        if value.len() > redact::MAX_SECRET_LEN {
+            return Err(WireError::bad_request(format!(
+                "secret {name} is {} bytes long: bgwork masks values of up to {} bytes \
+                 (pass a long one with --env: it is masked line by line)",
+                value.len(),
+                redact::MAX_SECRET_LEN
+            )));
+        }
+        if value.trim().len() < redact::MIN_SECRET_LEN {
+            return Err(WireError::bad_request(format!(
+                "secret {name} is {} bytes long (without surrounding blanks): values shorter \
+                 than {} bytes are refused, \
+                 since masking them would mask ordinary text; pass it with --env instead \
+                 (short --env values are not masked)",
+                value.trim().len(),
+                redact::MIN_SECRET_LEN
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `[name, value]` of each value the job's log is masked for: the `--secret` ones and
+/// every `--env` value long enough to be one.
+fn secret_pairs(args: &StartArgs) -> Vec<[String; 2]> {
+    let named: std::collections::BTreeSet<&String> = args.secrets.iter().collect();
+    args.env
+        .iter()
+        .filter(|(name, value)| {
+            let len = value.trim().len();
+            len >= redact::MIN_ENV_SECRET_LEN
+                || (named.contains(name) && len >= redact::MIN_SECRET_LEN)
+        })
+        .map(|(name, value)| [name.clone(), value.clone()])
+        .collect()
 }
 
 /// What runs, as the root session of the tree names it.

@@ -365,7 +365,7 @@ impl Daemon {
                 screen.parser = None;
                 screen
             });
-            (screen.catch_up(&source), len)
+            (crate::redact::mask_shapes(screen.catch_up(&source)), len)
         })
         .await
         .map_err(|e| WireError::internal(format!("the screen of {id} could not be built: {e}")))?;

@@ -7,6 +7,7 @@
 
 use super::{Answer, Daemon, BIG_REPLY};
 use crate::output;
+use crate::redact;
 use crate::wire::{self, ReadArgs, ReadReply, State, WireError};
 use base64::Engine;
 use std::path::PathBuf;
@@ -215,18 +216,52 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
     } else {
         len
     };
+    let log = output::LogView {
+        path: &path,
+        len: plan.len,
+        head,
+        dropped,
+    };
     let (to, text, clipped, skipped, base64) = if args.raw {
         // Raw bytes are never clipped in the middle: a read returns up to `max`
         // consecutive bytes and the next read goes on from `to`.
         let to = len.min(from + max as u64);
-        let (bytes, _) = output::read_range(&path, from, to, head, dropped);
+        // Known values were masked in the log itself; token shapes are masked here,
+        // raw or not, unless the person asked to see them, and no page cuts one.
+        let (cut, to) = match args.no_redact {
+            true => (0, to),
+            false => log.token_edges(from, to, plan.running),
+        };
+        let (bytes, _) = output::read_range(&path, from + cut, to, head, dropped);
+        let bytes = match args.no_redact {
+            true => bytes,
+            false => {
+                let mut shown = match cut {
+                    0 => Vec::new(),
+                    _ => redact::CUT_TOKEN.as_bytes().to_vec(),
+                };
+                shown.extend_from_slice(&redact::mask_shapes_bytes(&bytes));
+                shown
+            }
+        };
         let skipped = output::dropped_in(from, to, head, dropped);
         let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
         let text = String::from_utf8_lossy(&bytes).into_owned();
         (to, text, to < len, skipped, Some(encoded))
     } else {
-        let excerpt = output::excerpt(&path, from, len, head, dropped, max);
-        let (mut text, clipped) = excerpt.render(max, &path);
+        let (cut, len) = match args.no_redact {
+            true => (0, len),
+            false => log.token_edges(from, len, plan.running),
+        };
+        let excerpt = output::excerpt(&path, from + cut, len, head, dropped, max);
+        let readable = match args.no_redact {
+            true => output::plain_text,
+            false => output::readable,
+        };
+        let (mut text, clipped) = excerpt.render_as(max, &path, readable);
+        if cut > 0 {
+            text = format!("{}{text}", redact::CUT_TOKEN);
+        }
         if let Some(n) = args.tail {
             text = output::last_lines(&text, n);
         }

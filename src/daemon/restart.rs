@@ -2,6 +2,7 @@
 //! an earlier one. The old record keeps its end; a running one is stopped first.
 
 use super::Daemon;
+use crate::wire::control::{self, JobRecord, JOB_RECORD};
 use crate::wire::{
     Actor, ErrorCode, Kind, RestartArgs, RestartReply, StartArgs, State, StopArgs, WireError,
 };
@@ -47,6 +48,8 @@ impl Daemon {
         for (name, value) in &args.env {
             env.insert(name.clone(), value.clone());
         }
+        let (mut secrets, keep_raw_log) = described_options(&record.job_dir);
+        secrets.retain(|name| env.contains_key(name));
         if record.state != State::Ended {
             // A start the rate guard would refuse must not cost the running item.
             {
@@ -82,6 +85,9 @@ impl Daemon {
             allow_duplicate: true,
             quiet_after_s: record.quiet_after_ms.map(|ms| ms as f64 / 1000.0),
             max_runtime_s: record.max_runtime_ms.map(|ms| ms as f64 / 1000.0),
+            // Its --env values are masked again, and its --secret ones however short.
+            secrets,
+            keep_raw_log,
         };
         let reply = match record.kind {
             Kind::SubAgent => self.agent_start(session, start).await?,
@@ -91,5 +97,23 @@ impl Daemon {
             start: reply,
             restarted: id.clone(),
         })
+    }
+}
+
+/// The options of a job that only its description (`job.json`) keeps: which variables
+/// were secrets, and whether its unmasked output was kept. Outside input (the job may
+/// have rewritten it): what cannot be read means none.
+fn described_options(job_dir: &str) -> (Vec<String>, bool) {
+    use std::io::Read;
+    let path = std::path::Path::new(job_dir).join(JOB_RECORD);
+    let mut text = Vec::new();
+    let read = crate::paths::open_untrusted(&path)
+        .and_then(|file| file.take(1 << 20).read_to_end(&mut text));
+    match read
+        .ok()
+        .and_then(|_| control::decode::<JobRecord>(&text).ok())
+    {
+        Some(described) => (described.secret_names, described.keep_raw_log),
+        None => (Vec::new(), false),
     }
 }

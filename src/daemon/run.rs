@@ -311,23 +311,42 @@ impl Daemon {
         writer: &mut OwnedWriteHalf,
     ) -> Option<u64> {
         const PIECE: u64 = 1 << 20;
-        let (path, dropped) = {
+        let (path, dropped, running) = {
             let inner = self.lock();
             let Ok(Some(record)) = inner.store.get(row) else {
                 return Some(from);
             };
-            (output::log_path(&record.job_dir), inner.dropped(&record))
+            let running = record.state != State::Ended;
+            (
+                output::log_path(&record.job_dir),
+                inner.dropped(&record),
+                running,
+            )
         };
         let head = self.config.log_head;
         let mut at = from;
         while at < to {
-            let end = to.min(at + PIECE);
             let (path, piece_at) = (path.clone(), at);
-            let bytes = tokio::task::spawn_blocking(move || {
-                output::read_range(&path, piece_at, end, head, dropped).0
+            // Token shapes are masked, and no piece ends inside one (nor before the end
+            // of one that more output may finish while the job runs).
+            let piece = tokio::task::spawn_blocking(move || {
+                let log = output::LogView {
+                    path: &path,
+                    len: to,
+                    head,
+                    dropped,
+                };
+                let (_, end) = log.token_edges(piece_at, to.min(piece_at + PIECE), running);
+                let bytes = output::read_range(&path, piece_at, end, head, dropped).0;
+                (crate::redact::mask_shapes_bytes(&bytes).into_owned(), end)
             })
-            .await
-            .unwrap_or_default();
+            .await;
+            let Ok((bytes, end)) = piece else {
+                return Some(at);
+            };
+            if end <= at {
+                break;
+            }
             let chunk = Chunk {
                 chunk: String::new(),
                 bytes: Some(base64::engine::general_purpose::STANDARD.encode(&bytes)),

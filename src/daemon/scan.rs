@@ -193,7 +193,7 @@ fn text(bytes: &[u8]) -> Cow<'_, str> {
     if plain {
         String::from_utf8_lossy(bytes)
     } else {
-        Cow::Owned(crate::output::readable(bytes))
+        Cow::Owned(crate::output::plain_text(bytes))
     }
 }
 

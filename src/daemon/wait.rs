@@ -218,7 +218,7 @@ fn advance(scan: &mut Scan, path: &Path, len: u64, gap: Range<u64>, regex: &Rege
     let mut each = |_: Seen, line: &str| {
         let hit = regex.is_match(line);
         if hit {
-            matched = Some(line.to_string());
+            matched = Some(crate::redact::mask_shapes(line.to_string()));
         }
         hit
     };

@@ -30,7 +30,9 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
     let name = json!({"type": "string", "description": "A short name shown in lists and notices (default: the command)"});
     let cwd = json!({"type": "string", "description": "Working directory (default: the server's; a relative path is taken from the server's, ~ is the home folder)"});
     let env = json!({"type": "object", "additionalProperties": {"type": "string"},
-                     "description": "Extra environment variables, NAME: value; values are never recorded"});
+                     "description": "Extra environment variables, NAME: value; values are never recorded, and values of 8 bytes or more are masked in output as [secret NAME]"});
+    let secrets = json!({"type": "array", "items": {"type": "string"},
+                         "description": "Names of variables of this server's environment that hold secrets: the job gets them, and their values (also base64 / URL-encoded) never appear in its output, log or results, only [secret NAME]"});
     vec![
         (
             "start",
@@ -46,6 +48,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "name": name,
                     "cwd": cwd,
                     "env": env,
+                    "secrets": secrets,
                     "window_ms": {"type": "integer", "minimum": 0, "description": "Milliseconds to wait for first output before returning (default 1000; 0 returns at once)"},
                     "pty": {"type": "boolean", "description": "Run on a terminal (a pane): takes keystrokes with `send`, has a screen for `read` with `screen` (default false)"},
                     "cols": {"type": "integer", "minimum": 2, "description": "A pane's width in columns (default 120)"},
@@ -72,6 +75,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "name": name,
                     "cwd": cwd,
                     "env": env,
+                    "secrets": secrets,
                     "verbose": verbose
                 }),
                 &["command"],
@@ -384,6 +388,8 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             },
             grep: a.text("grep")?,
             context: a.count("context")?,
+            // Token shapes stay masked for a model: `--no-redact` is the person's.
+            no_redact: false,
         }),
         "send" => Request::Send(SendArgs {
             id: a.required("id")?,
@@ -448,7 +454,20 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
 
 fn start_args(a: &Args) -> Result<StartArgs, WireError> {
     let cwd = absolute("cwd", a.text("cwd")?.as_deref().unwrap_or("."))?;
-    let env = env_arg(a)?;
+    let mut env = env_arg(a)?;
+    let secrets = a.texts("secrets")?;
+    for name in &secrets {
+        if env.contains_key(name) {
+            continue;
+        }
+        let value = std::env::var(name).map_err(|_| {
+            WireError::bad_request(format!(
+                "secrets: {name} is not set (as UTF-8) in the MCP server's environment; \
+                 set it where the server is configured, or pass it in `env`"
+            ))
+        })?;
+        env.insert(name.clone(), value);
+    }
     let caller = CallerEnv::of_this_process();
     Ok(StartArgs {
         command: a.required("command")?,
@@ -465,6 +484,8 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
         allow_duplicate: a.flag("allow_duplicate")?,
         quiet_after_s: a.number("quiet_after_s")?,
         max_runtime_s: a.number("max_runtime_s")?,
+        secrets,
+        keep_raw_log: false,
     })
 }
 

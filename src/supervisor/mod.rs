@@ -20,6 +20,7 @@ mod spawn;
 pub mod tree;
 
 use crate::paths::{now_ms, SocketPath};
+use crate::redact::{Secrets, StreamMask};
 use crate::wire::control::{self, ExitStatus, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::Actor;
 use conn::Conn;
@@ -42,6 +43,10 @@ pub const LAUNCH_FD: i32 = 0;
 
 /// Names of the files in a job's folder.
 pub const LOG_FILE: &str = "output.log";
+/// The largest sub-agent report that is masked (a bigger one is left as it is).
+const REPORT_MASK_MAX: u64 = 16 << 20;
+/// The unmasked output of a job with secrets started with `--keep-raw-log`.
+pub const RAW_LOG_FILE: &str = "output.raw.log";
 pub const STATUS_FILE: &str = "status";
 pub const CONTROL_SOCKET: &str = "control.sock";
 
@@ -113,8 +118,14 @@ struct Supervisor {
     main_status: Option<(Option<i32>, Option<i32>)>,
     /// Output read into here when it cannot be spliced (one buffer for life).
     buffer: Vec<u8>,
-    /// Whether output goes pipe → log by `splice`.
+    /// Whether output goes pipe → log by `splice` (never when it is masked).
     splicing: bool,
+    /// The masking of the job's secrets, for a job that has any.
+    mask: Option<StreamMask>,
+    /// Masked output on its way to the log (one buffer for life).
+    masked: Vec<u8>,
+    /// The unmasked output (`--keep-raw-log` of a job with secrets).
+    raw_log: Option<OutputLog>,
     progress_due: bool,
     last_progress: Instant,
     stop_actor: Option<Actor>,
@@ -142,7 +153,7 @@ impl Supervisor {
         let mut line = Vec::new();
         reader.read_until(b'\n', &mut line)?;
         let already_read = reader.buffer().to_vec();
-        let spec: JobSpec = control::decode(&line).map_err(std::io::Error::other)?;
+        let mut spec: JobSpec = control::decode(&line).map_err(std::io::Error::other)?;
         let mut first = Conn::new(launch, already_read)?;
         if spec.protocol != PROTOCOL {
             let message = format!(
@@ -172,6 +183,15 @@ impl Supervisor {
         reserve_status(&job_dir);
         let log_file = File::create(job_dir.join(LOG_FILE))?;
         let log = OutputLog::new(log_file, spec.log_cap, spec.log_head);
+        // The values stay in this process's memory only, in the automaton.
+        let mask = Secrets::new(&std::mem::take(&mut spec.secrets)).map(StreamMask::new);
+        let raw_log = match mask.is_some() && spec.keep_raw_log {
+            true => {
+                let file = File::create(job_dir.join(RAW_LOG_FILE))?;
+                Some(OutputLog::new(file, spec.log_cap, spec.log_head))
+            }
+            false => None,
+        };
         let socket_path = job_dir.join(CONTROL_SOCKET);
         let _ = std::fs::remove_file(&socket_path);
         let short = SocketPath::new(&socket_path)?;
@@ -230,7 +250,10 @@ impl Supervisor {
             signals,
             main_status: None,
             buffer: vec![0u8; READ_CHUNK],
-            splicing: true,
+            splicing: mask.is_none(),
+            mask,
+            masked: Vec::new(),
+            raw_log,
             progress_due: false,
             last_progress: Instant::now(),
             stop_actor: None,
@@ -377,9 +400,18 @@ impl Supervisor {
             let moved = if self.splicing {
                 self.log.splice_from(output, READ_CHUNK)
             } else {
-                output
-                    .read(&mut self.buffer)
-                    .inspect(|&n| self.log.append(&self.buffer[..n]))
+                output.read(&mut self.buffer).inspect(|&n| {
+                    let bytes = &self.buffer[..n];
+                    match self.mask.as_mut() {
+                        None => self.log.append(bytes),
+                        Some(mask) => {
+                            self.log.append(mask.push(bytes, &mut self.masked));
+                            if let Some(raw) = self.raw_log.as_mut() {
+                                raw.append(bytes);
+                            }
+                        }
+                    }
+                })
             };
             match moved {
                 Ok(0) => {
@@ -398,10 +430,67 @@ impl Supervisor {
                 }
             }
         }
+        if self.output.is_none() {
+            self.flush_mask();
+        }
         if appended {
             self.progress_due = true;
         }
         self.report_progress(false);
+    }
+
+    /// A sub-agent's report (the file its `BGWORK_REPORT` names) becomes the notice of
+    /// its end: it is masked like the output, in place, before the end is told. Outside
+    /// input: a link, a FIFO or a file over [`REPORT_MASK_MAX`] is left alone.
+    fn mask_report(&self) {
+        use std::io::{Read, Write};
+        use std::os::unix::fs::OpenOptionsExt;
+        let (Some(mask), Some(path)) = (&self.mask, self.spec.env.get("BGWORK_REPORT")) else {
+            return;
+        };
+        let path = Path::new(path);
+        let Ok(file) = crate::paths::open_untrusted(path) else {
+            return;
+        };
+        let mut text = Vec::new();
+        let read = file.take(REPORT_MASK_MAX + 1).read_to_end(&mut text);
+        if read.is_err() || text.len() as u64 > REPORT_MASK_MAX {
+            crate::note!("bgwork supervise: the report was not masked (unreadable or too big)");
+            return;
+        }
+        let std::borrow::Cow::Owned(masked) = mask.secrets().mask(&text) else {
+            return;
+        };
+        let temp = path.with_extension("masking");
+        let _ = std::fs::remove_file(&temp);
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&temp)
+            .and_then(|mut file| file.write_all(&masked))
+            .and_then(|()| std::fs::rename(&temp, path));
+        if let Err(e) = written {
+            crate::note!("bgwork supervise: could not mask the report: {e}");
+            let _ = std::fs::remove_file(&temp);
+            // A report that cannot be masked is not left in clear for the notice.
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                .open(path)
+                .and_then(|mut file| {
+                    file.write_all(b"[bgwork: the report held a secret and could not be masked]\n")
+                });
+        }
+    }
+
+    /// The output ended (or will no longer be read): what the mask held back, to the log.
+    fn flush_mask(&mut self) {
+        if let Some(mask) = self.mask.as_mut() {
+            mask.finish(&mut self.masked);
+            self.log.append(&self.masked);
+        }
     }
 
     /// Tells the daemon how far the log has grown: at most once per
@@ -670,6 +759,9 @@ impl Supervisor {
         if self.output.is_some() {
             self.read_output();
         }
+        // Output a leftover process still holds open is not read any more.
+        self.flush_mask();
+        self.mask_report();
         let (exit_code, signal) = self.main_status.unwrap_or((None, None));
         let status = ExitStatus {
             protocol: PROTOCOL,

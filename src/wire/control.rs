@@ -42,6 +42,12 @@ pub struct JobSpec {
     /// Stop the job (as the agent) once it has run this long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_runtime_ms: Option<u64>,
+    /// `[name, value]` of each secret the log is masked for (in memory only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<[String; 2]>,
+    /// Keep the unmasked output too, in `output.raw.log`.
+    #[serde(default)]
+    pub keep_raw_log: bool,
 }
 
 /// A job's description, written into its folder when it starts (`job.json`): what a
@@ -60,6 +66,12 @@ pub struct JobRecord {
     pub started_at: i64,
     pub cols: Option<u16>,
     pub rows: Option<u16>,
+    /// Names among `env_names` given with `--secret` (masked however short), so that
+    /// `restart` masks them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_names: Vec<String>,
+    #[serde(default)]
+    pub keep_raw_log: bool,
 }
 
 /// The name of a job's description in its folder.

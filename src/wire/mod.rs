@@ -154,6 +154,14 @@ pub struct StartArgs {
     /// Stop the job (as the agent) once it has run this many seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_runtime_s: Option<f64>,
+    /// Names among `env` whose values are secrets (`--secret NAME`): refused when
+    /// shorter than 4 bytes. Every `env` value of 8 bytes or more is masked too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    /// Keep the unmasked output on disk as well (`output.raw.log`); readers still
+    /// read the masked log.
+    #[serde(default)]
+    pub keep_raw_log: bool,
 }
 
 /// `restart`: the item to start again, with the values of its `--env` variables
@@ -325,6 +333,9 @@ pub struct ReadArgs {
     /// With `grep`: the most matches one reply carries.
     #[serde(default)]
     pub max_matches: Option<usize>,
+    /// Show token shapes (`ghp_…`, `sk-…`) instead of masking them (for the person).
+    #[serde(default)]
+    pub no_redact: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]

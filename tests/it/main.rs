@@ -16,6 +16,7 @@ mod panes;
 mod panes_hostile;
 mod restart;
 mod search;
+mod secrets;
 mod security;
 mod security_hostile;
 mod sessions;

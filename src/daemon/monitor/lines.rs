@@ -122,12 +122,13 @@ impl LineMonitor {
             if !regex.is_none_or(|r| r.is_match(line)) {
                 return false;
             }
+            let line = crate::redact::mask_shapes(line.to_string());
             if waits {
-                found = Some(matched(line));
+                found = Some(matched(&line));
                 return true;
             }
             if seen == Seen::Line {
-                batch.push_str(line);
+                batch.push_str(&line);
                 batch.push('\n');
                 count += 1;
             }

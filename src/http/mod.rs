@@ -187,13 +187,19 @@ impl axum::serve::Listener for Capped {
         loop {
             match self.listener.accept().await {
                 Ok((stream, addr)) => {
+                    // Every user of this machine reaches loopback: like the daemon's
+                    // socket, the strip serves only its own user, and another's
+                    // connection is closed at once, before it can hold a slot.
+                    if !peer_is_ours(&stream) {
+                        continue;
+                    }
                     return (
                         Held {
                             stream,
                             _slot: slot,
                         },
                         addr,
-                    )
+                    );
                 }
                 // Out of descriptors, say: the connection stays queued; retrying at
                 // once would spin.
@@ -205,6 +211,34 @@ impl axum::serve::Listener for Capped {
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }
+}
+
+/// Whether the process at the other end of a loopback connection runs as this user: the
+/// kernel's table of TCP sockets names the owner of the peer's end (as `SO_PEERCRED` does
+/// for the Unix socket). Without that table (no `/proc`) the token alone guards.
+fn peer_is_ours(stream: &tokio::net::TcpStream) -> bool {
+    let (Ok(SocketAddr::V4(ours)), Ok(SocketAddr::V4(theirs))) =
+        (stream.local_addr(), stream.peer_addr())
+    else {
+        return false;
+    };
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return true;
+    };
+    // The table writes an address as the hex of its bytes read as a native integer.
+    let hex = |a: SocketAddrV4| {
+        format!(
+            "{:08X}:{:04X}",
+            u32::from_ne_bytes(a.ip().octets()),
+            a.port()
+        )
+    };
+    let (ours, theirs) = (hex(ours), hex(theirs));
+    let me = nix::unistd::geteuid().as_raw().to_string();
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() > 7 && fields[1] == theirs && fields[2] == ours && fields[7] == me
+    })
 }
 
 /// A connection with its slot.

@@ -43,7 +43,7 @@ def start(*args):
 
 def opened(playwright, url, size=(1400, 800)):
     browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    page = browser.new_context(viewport={"width": size[0], "height": size[1]}).new_page()
     dialogs = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(url)
@@ -120,6 +120,49 @@ def escapes(page, url):
     red = page.locator("#output span", has_text="red").first.evaluate("e => getComputedStyle(e).color")
     scripts = page.locator("#output script, #output img").count()
     return {"id": id_, "text": text, "red": red, "elements": scripts}
+
+
+def hide(page, hidden):
+    """Puts a tab in the background (or back): what the browser tells a page then."""
+    page.evaluate(
+        """hidden => {
+            Object.defineProperty(document, 'hidden', { configurable: true, get: () => hidden });
+            Object.defineProperty(document, 'visibilityState',
+                { configurable: true, get: () => (hidden ? 'hidden' : 'visible') });
+            document.dispatchEvent(new Event('visibilitychange'));
+        }""",
+        hidden,
+    )
+
+
+def tabs(page, url):
+    """Tabs left open in the background do not take the browser's six connections to
+    the strip: a fourth and a fifth tab load and follow, and a tab brought back goes on
+    where it stopped."""
+    gate = os.path.join(os.environ["BGWORK_HOME"], "gate")
+    ids = [
+        start("--window", "0", "--", f"echo tab {n}; while [ ! -e {gate} ]; do sleep 0.05; done; echo after the gate; sleep 600")
+        for n in range(5)
+    ]
+    pages = [page] + [page.context.new_page() for _ in range(4)]
+    for n, tab in enumerate(pages):
+        if n > 0:
+            tab.goto(url, timeout=10_000)
+            tab.wait_for_selector("#conn.live", timeout=10_000)
+        row(tab, ids[n]).click()
+        tab.locator("#output", has_text=f"tab {n}").wait_for(timeout=10_000)
+        if n < 3:
+            hide(tab, True)
+    open(gate, "w").close()
+    for n in (3, 4):
+        pages[n].locator("#output", has_text="after the gate").wait_for(timeout=10_000)
+    hide(pages[0], False)
+    pages[0].wait_for_selector("#conn.live", timeout=10_000)
+    pages[0].locator("#output", has_text="after the gate").wait_for(timeout=10_000)
+    first = pages[0].locator("#output").inner_text()
+    for id_ in ids:
+        cli("stop", id_)
+    return {"ids": ids, "first": first}
 
 
 def screenshot(page, url, out):

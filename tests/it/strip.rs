@@ -512,3 +512,15 @@ fn another_users_connections_to_the_strip_are_closed_and_hold_none_of_its_slots(
         "another user was served"
     );
 }
+
+#[test]
+fn tabs_left_open_in_the_background_leave_the_browsers_connections_to_a_new_tab() {
+    // Chromium opens at most six connections to one address and each tab following an
+    // item holds two: a fourth tab never loaded while three others were open.
+    let home = Home::new();
+    let seen = browser(&home, "tabs", &[]);
+    let first = seen["first"].as_str().unwrap();
+    // The tab brought back went on where it stopped: nothing twice, nothing lost.
+    assert_eq!(first.matches("tab 0").count(), 1, "{first}");
+    assert_eq!(first.matches("after the gate").count(), 1, "{first}");
+}

@@ -524,3 +524,53 @@ fn tabs_left_open_in_the_background_leave_the_browsers_connections_to_a_new_tab(
     assert_eq!(first.matches("tab 0").count(), 1, "{first}");
     assert_eq!(first.matches("after the gate").count(), 1, "{first}");
 }
+
+#[test]
+fn a_restart_whose_page_goes_away_midway_still_starts_the_new_item() {
+    let home = Home::new();
+    let served = ui(&home);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = token(served["url"].as_str().unwrap());
+    // An item that takes its grace (5 s) to stop, so the restart is still stopping it
+    // when the page goes.
+    let told = home.path().join("told-to-stop");
+    let id = home.start(&format!(
+        "trap 'touch {}' TERM; while true; do sleep 0.1; done",
+        told.display()
+    ));
+    let body = format!(r#"{{"session":"test","id":"{id}"}}"#);
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(
+            format!(
+                "POST /api/restart HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+                 X-Bgwork-Token: {token}\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    eventually(Duration::from_secs(10), || told.exists());
+    drop(stream);
+    // The old item ends and the new one starts all the same.
+    home.wait_end(&id);
+    let mut items = Vec::new();
+    eventually(Duration::from_secs(15), || {
+        items = home.json(&["list", "--all", "--json"])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        items.len() == 2
+    });
+    assert_eq!(items.len(), 2, "no new item: {items:?}");
+    let new = items.iter().find(|i| i["id"] != id.as_str()).unwrap();
+    let new = new["id"].as_str().unwrap();
+    let mut state = Value::Null;
+    eventually(Duration::from_secs(10), || {
+        state = home.item(new)["state"].clone();
+        state == "running"
+    });
+    assert_eq!(state, "running", "{new}");
+    home.run(&["stop", "--grace", "0", new]);
+}

@@ -165,6 +165,31 @@ def tabs(page, url):
     return {"ids": ids, "first": first}
 
 
+def sessions(page, url):
+    """A sub-agent's work is shown right under its parent's session, even when another
+    session's name sorts between them ("app-2" before "app/sub-1" byte by byte)."""
+    env = dict(os.environ)
+
+    def as_session(name, *args):
+        done = subprocess.run([BIN, "--json", *args], capture_output=True, text=True,
+                              timeout=60, env={**env, "BGWORK_SESSION": name})
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr)
+        return json.loads(done.stdout)["id"]
+
+    ids = [
+        as_session("app", "start", "--", "sleep 600"),
+        as_session("app-2", "start", "--", "sleep 600"),
+        # The sub-agent starts work of its own, filed under app/sub-1.
+        as_session("app", "agent", "start", "--", f"'{BIN}' start -- sleep 600; sleep 600"),
+    ]
+    page.locator("#groups h3").nth(2).wait_for(timeout=5000)
+    heads = page.locator("#groups h3").all_inner_texts()
+    for name, id_ in [("app/sub-1", "bg-1"), ("app", ids[0]), ("app-2", ids[1]), ("app", ids[2])]:
+        as_session(name, "stop", id_)
+    return {"heads": heads}
+
+
 def screenshot(page, url, out):
     """The page with a few real jobs, for the README."""
     web = start("--name", "dev server", "--", "python3 -m http.server 0 --bind 127.0.0.1")

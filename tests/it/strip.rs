@@ -574,3 +574,14 @@ fn a_restart_whose_page_goes_away_midway_still_starts_the_new_item() {
     assert_eq!(state, "running", "{new}");
     home.run(&["stop", "--grace", "0", new]);
 }
+
+#[test]
+fn a_sub_agents_work_is_shown_under_its_parent_session() {
+    let home = Home::new();
+    let seen = browser(&home, "sessions", &[]);
+    assert_eq!(
+        seen["heads"],
+        serde_json::json!(["session app", "sub-agent app/sub-1", "session app-2"]),
+        "{seen}"
+    );
+}

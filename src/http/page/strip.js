@@ -89,9 +89,13 @@ async function refresh() {
 function shown() {
   const items = view.items.filter((item) => view.filter === 'all'
     || (view.filter === 'running') === running(item));
-  // Sessions in name order (a sub-agent's `S/sub-N` right under `S`), newest first within.
-  items.sort((a, b) => (a.session < b.session ? -1 : a.session > b.session ? 1
-    : Date.parse(b.started_at) - Date.parse(a.started_at)));
+  // Sessions in name order, a sub-agent's `S/sub-N` right under `S` (before `S-2`, which
+  // sorts between them byte by byte), newest first within.
+  const order = (session) => session.replace(/\/sub-(?=\d+(\/|$))/g, '\u0000');
+  items.sort((a, b) => {
+    const [x, y] = [order(a.session), order(b.session)];
+    return x < y ? -1 : x > y ? 1 : Date.parse(b.started_at) - Date.parse(a.started_at);
+  });
   return items;
 }
 

@@ -122,6 +122,18 @@ def escapes(page, url):
     return {"id": id_, "text": text, "red": red, "elements": scripts}
 
 
+def stray(page, url):
+    """Text after an ESC that starts no escape shows while the job waits; an escape cut
+    at the end of what was printed so far is not shown."""
+    id_ = start("--window", "0", "--",
+                "printf 'stray \\033 then the text\\n\\033]0;a title never ended\\nthe line after\\ncut \\033[3'; sleep 600")
+    row(page, id_).click()
+    page.locator("#output", has_text="the line after").wait_for(timeout=5000)
+    text = page.locator("#output").inner_text()
+    cli("stop", id_)
+    return {"id": id_, "text": text}
+
+
 def hide(page, hidden):
     """Puts a tab in the background (or back): what the browser tells a page then."""
     page.evaluate(

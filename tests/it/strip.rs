@@ -585,3 +585,21 @@ fn a_sub_agents_work_is_shown_under_its_parent_session() {
         "{seen}"
     );
 }
+
+#[test]
+fn text_after_a_stray_escape_shows_while_the_job_waits() {
+    // The page held back up to 255 characters after an ESC that started no escape,
+    // until more output came (never, for a job waiting on its input).
+    let home = Home::new();
+    let seen = browser(&home, "stray", &[]);
+    let text = seen["text"].as_str().unwrap();
+    assert!(text.contains("stray  then the text"), "{text}");
+    assert!(
+        text.contains("]0;a title never ended\nthe line after"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("cut "),
+        "the cut escape is not shown: {text:?}"
+    );
+}

@@ -433,9 +433,12 @@ function colour256(n) {
 }
 
 const CSI = /\x1b\[([0-?]*)([ -/]*)([@-~])/y;
-const OSC = /\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)/y;
+const OSC = /\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)/y;
 const ESC2 = /\x1b[@-Z\\^_]/y;
 const CHARSET = /\x1b[()*+][0-9A-Za-z]/y;
+// The start of an escape cut by the end of a chunk: kept for the next one. Anything else
+// after an ESC is text (an OSC does not run past a line).
+const PARTIAL = /\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b\n]*\x1b?|[()*+])?$/y;
 
 // A terminal-ish renderer for logs: SGR colours, `\r` rewrites the line (progress bars
 // collapse to their last state), other escapes are dropped.
@@ -491,8 +494,9 @@ class Term {
           }
         }
         if (match) continue;
-        if (text.length - i < 256) { this.carry = text.slice(i); break; }
-        i += 1; // an escape that never ends: dropped
+        PARTIAL.lastIndex = i;
+        if (text.length - i < 256 && PARTIAL.test(text)) { this.carry = text.slice(i); break; }
+        i += 1; // an escape that never ends: the ESC is dropped, the rest is text
         continue;
       }
       if (c === '\n') { flush(); this.cr = false; this.newLine(); i += 1; continue; }

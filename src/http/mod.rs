@@ -214,31 +214,44 @@ impl axum::serve::Listener for Capped {
 }
 
 /// Whether the process at the other end of a loopback connection runs as this user: the
-/// kernel's table of TCP sockets names the owner of the peer's end (as `SO_PEERCRED` does
-/// for the Unix socket). Without that table (no `/proc`) the token alone guards.
+/// kernel's tables of TCP sockets name the owner of the peer's end (as `SO_PEERCRED` does
+/// for the Unix socket); a client on an IPv6 socket is listed in `tcp6` under the mapped
+/// addresses (`::ffff:127.0.0.1`). Without the tables (no `/proc`) the token alone guards.
 fn peer_is_ours(stream: &tokio::net::TcpStream) -> bool {
     let (Ok(SocketAddr::V4(ours)), Ok(SocketAddr::V4(theirs))) =
         (stream.local_addr(), stream.peer_addr())
     else {
         return false;
     };
-    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
-        return true;
+    // A table writes an address as the hex of its bytes read as native integers.
+    let hex = |octets: &[u8], port: u16| {
+        let words: String = octets
+            .chunks(4)
+            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+            .collect();
+        format!("{words}:{port:04X}")
     };
-    // The table writes an address as the hex of its bytes read as a native integer.
-    let hex = |a: SocketAddrV4| {
-        format!(
-            "{:08X}:{:04X}",
-            u32::from_ne_bytes(a.ip().octets()),
-            a.port()
-        )
-    };
-    let (ours, theirs) = (hex(ours), hex(theirs));
+    let v4 = |a: SocketAddrV4| hex(&a.ip().octets(), a.port());
+    let v6 = |a: SocketAddrV4| hex(&a.ip().to_ipv6_mapped().octets(), a.port());
     let me = nix::unistd::geteuid().as_raw().to_string();
-    table.lines().skip(1).any(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        fields.len() > 7 && fields[1] == theirs && fields[2] == ours && fields[7] == me
-    })
+    let mut readable = false;
+    for (table, theirs, ours) in [
+        ("/proc/net/tcp", v4(theirs), v4(ours)),
+        ("/proc/net/tcp6", v6(theirs), v6(ours)),
+    ] {
+        let Ok(table) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        readable = true;
+        let found = table.lines().skip(1).find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.len() > 7 && fields[1] == theirs && fields[2] == ours).then(|| fields[7] == me)
+        });
+        if let Some(ours) = found {
+            return ours;
+        }
+    }
+    !readable
 }
 
 /// A connection with its slot.

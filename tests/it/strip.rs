@@ -603,3 +603,35 @@ fn text_after_a_stray_escape_shows_while_the_job_waits() {
         "the cut escape is not shown: {text:?}"
     );
 }
+
+#[test]
+fn a_client_on_an_ipv6_socket_is_told_apart_by_its_user_too() {
+    // Java and other dual-stack clients reach 127.0.0.1 from an IPv6 socket
+    // (::ffff:127.0.0.1): the kernel lists them in tcp6, not tcp.
+    let home = Home::new();
+    let served = ui(&home);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = token(served["url"].as_str().unwrap());
+    let mapped: std::net::SocketAddr = format!("[::ffff:127.0.0.1]:{port}").parse().unwrap();
+    let request = format!(
+        "GET /api/items HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Bgwork-Token: {token}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let ask = |mut stream: TcpStream| {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let _ = stream.write_all(request.as_bytes());
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let mine = ask(TcpStream::connect(mapped).expect("an IPv6 socket reaches 127.0.0.1"));
+    assert!(mine.starts_with("HTTP/1.1 200"), "{mine}");
+    let theirs = crate::security_hostile::as_nobody(|| TcpStream::connect(mapped).unwrap());
+    let theirs = ask(theirs);
+    assert!(
+        !theirs.contains("200 OK"),
+        "another user was served: {theirs}"
+    );
+}

@@ -14,8 +14,12 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
-/// The cookie that carries the token.
-const COOKIE: &str = "bgwork_token";
+/// The cookie that carries the token, named after the port: a browser sends the cookies
+/// of 127.0.0.1 to all its ports, so the strips of two homes must not overwrite each
+/// other's.
+fn cookie_name(port: u16) -> String {
+    format!("bgwork_token_{port}")
+}
 /// The header that carries the token (for scripts).
 const TOKEN_HEADER: &str = "x-bgwork-token";
 
@@ -38,7 +42,11 @@ pub(super) async fn check(State(web): State<Arc<Web>>, request: Request, next: N
                     "this token is not the daemon's: run `bgwork ui` for the page's address",
                 );
             }
-            let cookie = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict", web.token);
+            let cookie = format!(
+                "{}={}; Path=/; HttpOnly; SameSite=Strict",
+                cookie_name(web.port),
+                web.token
+            );
             return Response::builder()
                 .status(StatusCode::SEE_OTHER)
                 .header(header::LOCATION, "/")
@@ -49,7 +57,7 @@ pub(super) async fn check(State(web): State<Arc<Web>>, request: Request, next: N
         }
     }
     let by_header = header_token(headers);
-    let token = by_header.or_else(|| cookie_token(headers));
+    let token = by_header.or_else(|| cookie_token(headers, &cookie_name(web.port)));
     if !token.is_some_and(|t| same(t, &web.token)) {
         return refuse(
             StatusCode::UNAUTHORIZED,
@@ -128,13 +136,13 @@ fn header_token(headers: &HeaderMap) -> Option<&str> {
         .and_then(|v| v.strip_prefix("Bearer "))
 }
 
-fn cookie_token(headers: &HeaderMap) -> Option<&str> {
+fn cookie_token<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
 /// Compares in time that does not depend on where the texts differ.

@@ -187,13 +187,19 @@ impl axum::serve::Listener for Capped {
         loop {
             match self.listener.accept().await {
                 Ok((stream, addr)) => {
+                    // Every user of this machine reaches loopback: like the daemon's
+                    // socket, the strip serves only its own user, and another's
+                    // connection is closed at once, before it can hold a slot.
+                    if !peer_is_ours(&stream) {
+                        continue;
+                    }
                     return (
                         Held {
                             stream,
                             _slot: slot,
                         },
                         addr,
-                    )
+                    );
                 }
                 // Out of descriptors, say: the connection stays queued; retrying at
                 // once would spin.
@@ -205,6 +211,47 @@ impl axum::serve::Listener for Capped {
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }
+}
+
+/// Whether the process at the other end of a loopback connection runs as this user: the
+/// kernel's tables of TCP sockets name the owner of the peer's end (as `SO_PEERCRED` does
+/// for the Unix socket); a client on an IPv6 socket is listed in `tcp6` under the mapped
+/// addresses (`::ffff:127.0.0.1`). Without the tables (no `/proc`) the token alone guards.
+fn peer_is_ours(stream: &tokio::net::TcpStream) -> bool {
+    let (Ok(SocketAddr::V4(ours)), Ok(SocketAddr::V4(theirs))) =
+        (stream.local_addr(), stream.peer_addr())
+    else {
+        return false;
+    };
+    // A table writes an address as the hex of its bytes read as native integers.
+    let hex = |octets: &[u8], port: u16| {
+        let words: String = octets
+            .chunks(4)
+            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+            .collect();
+        format!("{words}:{port:04X}")
+    };
+    let v4 = |a: SocketAddrV4| hex(&a.ip().octets(), a.port());
+    let v6 = |a: SocketAddrV4| hex(&a.ip().to_ipv6_mapped().octets(), a.port());
+    let me = nix::unistd::geteuid().as_raw().to_string();
+    let mut readable = false;
+    for (table, theirs, ours) in [
+        ("/proc/net/tcp", v4(theirs), v4(ours)),
+        ("/proc/net/tcp6", v6(theirs), v6(ours)),
+    ] {
+        let Ok(table) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        readable = true;
+        let found = table.lines().skip(1).find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.len() > 7 && fields[1] == theirs && fields[2] == ours).then(|| fields[7] == me)
+        });
+        if let Some(ours) = found {
+            return ours;
+        }
+    }
+    !readable
 }
 
 /// A connection with its slot.

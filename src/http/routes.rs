@@ -68,12 +68,22 @@ impl Web {
             session: session.to_string(),
             request,
         };
-        let token = self.daemon.new_token();
-        let answer = self.daemon.dispatch(envelope, token).await;
-        // The strip shows no end as a reply of its own: nothing it asks claims a notice,
-        // but whatever a reply claims is delivered as the socket's replies are.
-        self.daemon.delivered(token, &answer.deliver);
-        answer.line
+        let daemon = self.daemon.clone();
+        // A request runs to its end even when its page goes first (a tab closed while a
+        // restart stops the old item): axum drops a handler whose connection closed.
+        let served = tokio::spawn(async move {
+            let token = daemon.new_token();
+            let answer = daemon.dispatch(envelope, token).await;
+            // The strip shows no end as a reply of its own: nothing it asks claims a
+            // notice, but whatever a reply claims is delivered as the socket's are.
+            daemon.delivered(token, &answer.deliver);
+            answer.line
+        });
+        served.await.unwrap_or_else(|e| {
+            crate::wire::encode_result::<()>(&Err(crate::wire::WireError::internal(format!(
+                "the daemon failed to serve this request: {e}"
+            ))))
+        })
     }
 }
 

@@ -43,7 +43,7 @@ def start(*args):
 
 def opened(playwright, url, size=(1400, 800)):
     browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    page = browser.new_context(viewport={"width": size[0], "height": size[1]}).new_page()
     dialogs = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(url)
@@ -120,6 +120,86 @@ def escapes(page, url):
     red = page.locator("#output span", has_text="red").first.evaluate("e => getComputedStyle(e).color")
     scripts = page.locator("#output script, #output img").count()
     return {"id": id_, "text": text, "red": red, "elements": scripts}
+
+
+def stray(page, url):
+    """Text after an ESC that starts no escape shows while the job waits; an escape cut
+    at the end of what was printed so far is not shown."""
+    id_ = start("--window", "0", "--",
+                "printf 'stray \\033 then the text\\n\\033]0;a title never ended\\nthe line after\\ncut \\033[3'; sleep 600")
+    row(page, id_).click()
+    page.locator("#output", has_text="the line after").wait_for(timeout=5000)
+    text = page.locator("#output").inner_text()
+    cli("stop", id_)
+    return {"id": id_, "text": text}
+
+
+def hide(page, hidden):
+    """Puts a tab in the background (or back): what the browser tells a page then."""
+    page.evaluate(
+        """hidden => {
+            Object.defineProperty(document, 'hidden', { configurable: true, get: () => hidden });
+            Object.defineProperty(document, 'visibilityState',
+                { configurable: true, get: () => (hidden ? 'hidden' : 'visible') });
+            document.dispatchEvent(new Event('visibilitychange'));
+        }""",
+        hidden,
+    )
+
+
+def tabs(page, url):
+    """Tabs left open in the background do not take the browser's six connections to
+    the strip: a fourth and a fifth tab load and follow, and a tab brought back goes on
+    where it stopped."""
+    gate = os.path.join(os.environ["BGWORK_HOME"], "gate")
+    ids = [
+        start("--window", "0", "--", f"echo tab {n}; while [ ! -e {gate} ]; do sleep 0.05; done; echo after the gate; sleep 600")
+        for n in range(5)
+    ]
+    pages = [page] + [page.context.new_page() for _ in range(4)]
+    for n, tab in enumerate(pages):
+        if n > 0:
+            tab.goto(url, timeout=10_000)
+            tab.wait_for_selector("#conn.live", timeout=10_000)
+        row(tab, ids[n]).click()
+        tab.locator("#output", has_text=f"tab {n}").wait_for(timeout=10_000)
+        if n < 3:
+            hide(tab, True)
+    open(gate, "w").close()
+    for n in (3, 4):
+        pages[n].locator("#output", has_text="after the gate").wait_for(timeout=10_000)
+    hide(pages[0], False)
+    pages[0].wait_for_selector("#conn.live", timeout=10_000)
+    pages[0].locator("#output", has_text="after the gate").wait_for(timeout=10_000)
+    first = pages[0].locator("#output").inner_text()
+    for id_ in ids:
+        cli("stop", id_)
+    return {"ids": ids, "first": first}
+
+
+def sessions(page, url):
+    """A sub-agent's work is shown right under its parent's session, even when another
+    session's name sorts between them ("app-2" before "app/sub-1" byte by byte)."""
+    env = dict(os.environ)
+
+    def as_session(name, *args):
+        done = subprocess.run([BIN, "--json", *args], capture_output=True, text=True,
+                              timeout=60, env={**env, "BGWORK_SESSION": name})
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr)
+        return json.loads(done.stdout)["id"]
+
+    ids = [
+        as_session("app", "start", "--", "sleep 600"),
+        as_session("app-2", "start", "--", "sleep 600"),
+        # The sub-agent starts work of its own, filed under app/sub-1.
+        as_session("app", "agent", "start", "--", f"'{BIN}' start -- sleep 600; sleep 600"),
+    ]
+    page.locator("#groups h3").nth(2).wait_for(timeout=5000)
+    heads = page.locator("#groups h3").all_inner_texts()
+    for name, id_ in [("app/sub-1", "bg-1"), ("app", ids[0]), ("app-2", ids[1]), ("app", ids[2])]:
+        as_session(name, "stop", id_)
+    return {"heads": heads}
 
 
 def screenshot(page, url, out):

@@ -99,14 +99,14 @@ fn the_strip_is_served_on_loopback_and_answers_only_with_its_token() {
     let lower = head.to_ascii_lowercase();
     assert!(lower.contains("location: /\r\n"), "{head}");
     assert!(
-        lower.contains(&format!("set-cookie: bgwork_token={token}")),
+        lower.contains(&format!("set-cookie: bgwork_token_{port}={token}")),
         "{head}"
     );
     assert!(
         lower.contains("httponly") && lower.contains("samesite=strict"),
         "{head}"
     );
-    let cookie = format!("Cookie: bgwork_token={token}\r\n");
+    let cookie = format!("Cookie: bgwork_token_{port}={token}\r\n");
     let (status, head, body) = get(port, "/", &host, &cookie);
     assert_eq!(status, 200);
     assert!(body.contains("<title>bgwork"), "{body}");
@@ -427,4 +427,212 @@ fn with_a_thousand_items_the_page_shows_them_in_pages_and_a_new_one_within_a_sec
         "{seen}"
     );
     assert!(seen["appear_ms"].as_f64().unwrap() < 1000.0, "{seen}");
+}
+
+/// The cookie the first load of a home's strip sets: `(name, value)`.
+fn first_load_cookie(home: &Home) -> (String, String) {
+    let served = ui(home);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = token(served["url"].as_str().unwrap());
+    let (status, head, _) = get(
+        port,
+        &format!("/?token={token}"),
+        &format!("127.0.0.1:{port}"),
+        "",
+    );
+    assert_eq!(status, 303, "{head}");
+    let set = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("set-cookie: ")
+                .map(str::to_string)
+        })
+        .expect("a cookie");
+    let pair = set.split(';').next().unwrap();
+    let (name, value) = pair.split_once('=').unwrap();
+    (name.to_string(), value.to_string())
+}
+
+#[test]
+fn the_strips_of_two_homes_keep_their_cookies_apart_in_one_browser() {
+    // A browser sends the cookies of 127.0.0.1 to every port: the second strip's cookie
+    // must not overwrite the first's (whose open page would be refused from then on).
+    let (one, two) = (Home::new(), Home::new());
+    let (name_one, token_one) = first_load_cookie(&one);
+    let (name_two, token_two) = first_load_cookie(&two);
+    assert_ne!(name_one, name_two, "one cookie name for two strips");
+    assert_ne!(token_one, token_two, "each home has its own token");
+    // The browser sends both; each strip finds its own.
+    let both = format!("Cookie: {name_two}={token_two}; {name_one}={token_one}\r\n");
+    for home in [&one, &two] {
+        let port = ui(home)["port"].as_u64().unwrap() as u16;
+        let (status, _, body) = get(port, "/api/items", &format!("127.0.0.1:{port}"), &both);
+        assert_eq!(status, 200, "{body}");
+    }
+}
+
+#[test]
+fn another_users_connections_to_the_strip_are_closed_and_hold_none_of_its_slots() {
+    let home = Home::new();
+    let served = ui(&home);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = token(served["url"].as_str().unwrap());
+    let host = format!("127.0.0.1:{port}");
+    // Another user of the machine opens more connections than the strip serves at once
+    // and sends nothing (fewer than the kernel queues, so none blocks).
+    let held: Vec<TcpStream> = crate::security_hostile::as_nobody(|| {
+        (0..100)
+            .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+            .collect()
+    });
+    assert!(held.len() > 64, "connected {}", held.len());
+    // The person is served at once, not after the other user lets go.
+    let auth = format!("X-Bgwork-Token: {token}\r\n");
+    let began = std::time::Instant::now();
+    let (status, _, body) = get(port, "/api/items", &host, &auth);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+    // Even with the token, the other user gets no answer: its connection is closed.
+    let mut theirs = &held[0];
+    theirs
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let _ = theirs.write_all(
+        format!("GET /api/items HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    let mut answer = Vec::new();
+    let _ = theirs.read_to_end(&mut answer);
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("200 OK"),
+        "another user was served"
+    );
+}
+
+#[test]
+fn tabs_left_open_in_the_background_leave_the_browsers_connections_to_a_new_tab() {
+    // Chromium opens at most six connections to one address and each tab following an
+    // item holds two: a fourth tab never loaded while three others were open.
+    let home = Home::new();
+    let seen = browser(&home, "tabs", &[]);
+    let first = seen["first"].as_str().unwrap();
+    // The tab brought back went on where it stopped: nothing twice, nothing lost.
+    assert_eq!(first.matches("tab 0").count(), 1, "{first}");
+    assert_eq!(first.matches("after the gate").count(), 1, "{first}");
+}
+
+#[test]
+fn a_restart_whose_page_goes_away_midway_still_starts_the_new_item() {
+    let home = Home::new();
+    let served = ui(&home);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = token(served["url"].as_str().unwrap());
+    // An item that takes its grace (5 s) to stop, so the restart is still stopping it
+    // when the page goes.
+    let told = home.path().join("told-to-stop");
+    let id = home.start(&format!(
+        "trap 'touch {}' TERM; while true; do sleep 0.1; done",
+        told.display()
+    ));
+    let body = format!(r#"{{"session":"test","id":"{id}"}}"#);
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(
+            format!(
+                "POST /api/restart HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+                 X-Bgwork-Token: {token}\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    eventually(Duration::from_secs(10), || told.exists());
+    drop(stream);
+    // The old item ends and the new one starts all the same.
+    home.wait_end(&id);
+    let mut items = Vec::new();
+    eventually(Duration::from_secs(15), || {
+        items = home.json(&["list", "--all", "--json"])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        items.len() == 2
+    });
+    assert_eq!(items.len(), 2, "no new item: {items:?}");
+    let new = items.iter().find(|i| i["id"] != id.as_str()).unwrap();
+    let new = new["id"].as_str().unwrap();
+    let mut state = Value::Null;
+    eventually(Duration::from_secs(10), || {
+        state = home.item(new)["state"].clone();
+        state == "running"
+    });
+    assert_eq!(state, "running", "{new}");
+    home.run(&["stop", "--grace", "0", new]);
+}
+
+#[test]
+fn a_sub_agents_work_is_shown_under_its_parent_session() {
+    let home = Home::new();
+    let seen = browser(&home, "sessions", &[]);
+    assert_eq!(
+        seen["heads"],
+        serde_json::json!(["session app", "sub-agent app/sub-1", "session app-2"]),
+        "{seen}"
+    );
+}
+
+#[test]
+fn text_after_a_stray_escape_shows_while_the_job_waits() {
+    // The page held back up to 255 characters after an ESC that started no escape,
+    // until more output came (never, for a job waiting on its input).
+    let home = Home::new();
+    let seen = browser(&home, "stray", &[]);
+    let text = seen["text"].as_str().unwrap();
+    assert!(text.contains("stray  then the text"), "{text}");
+    assert!(
+        text.contains("]0;a title never ended\nthe line after"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("cut "),
+        "the cut escape is not shown: {text:?}"
+    );
+}
+
+#[test]
+fn a_client_on_an_ipv6_socket_is_told_apart_by_its_user_too() {
+    // Java and other dual-stack clients reach 127.0.0.1 from an IPv6 socket
+    // (::ffff:127.0.0.1): the kernel lists them in tcp6, not tcp.
+    let home = Home::new();
+    let served = ui(&home);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = token(served["url"].as_str().unwrap());
+    let mapped: std::net::SocketAddr = format!("[::ffff:127.0.0.1]:{port}").parse().unwrap();
+    let request = format!(
+        "GET /api/items HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Bgwork-Token: {token}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let ask = |mut stream: TcpStream| {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let _ = stream.write_all(request.as_bytes());
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let mine = ask(TcpStream::connect(mapped).expect("an IPv6 socket reaches 127.0.0.1"));
+    assert!(mine.starts_with("HTTP/1.1 200"), "{mine}");
+    let theirs = crate::security_hostile::as_nobody(|| TcpStream::connect(mapped).unwrap());
+    let theirs = ask(theirs);
+    assert!(
+        !theirs.contains("200 OK"),
+        "another user was served: {theirs}"
+    );
 }

@@ -89,9 +89,13 @@ async function refresh() {
 function shown() {
   const items = view.items.filter((item) => view.filter === 'all'
     || (view.filter === 'running') === running(item));
-  // Sessions in name order (a sub-agent's `S/sub-N` right under `S`), newest first within.
-  items.sort((a, b) => (a.session < b.session ? -1 : a.session > b.session ? 1
-    : Date.parse(b.started_at) - Date.parse(a.started_at)));
+  // Sessions in name order, a sub-agent's `S/sub-N` right under `S` (before `S-2`, which
+  // sorts between them byte by byte), newest first within.
+  const order = (session) => session.replace(/\/sub-(?=\d+(\/|$))/g, '\u0000');
+  items.sort((a, b) => {
+    const [x, y] = [order(a.session), order(b.session)];
+    return x < y ? -1 : x > y ? 1 : Date.parse(b.started_at) - Date.parse(a.started_at);
+  });
   return items;
 }
 
@@ -302,18 +306,40 @@ function decodeBase64(text) {
   return out;
 }
 
-// An item's output, streamed from the log by offset; reconnects where it stopped.
+// An event stream that opens again a second after it fails (a daemon restarting), and
+// that pauses while the tab is hidden: a browser opens at most six connections to one
+// address, so tabs left open in the background must not hold theirs.
+function stream(url, handlers) {
+  let source = null;
+  let closed = false;
+  let paused = false;
+  const open = () => {
+    source = new EventSource(url());
+    for (const [name, handler] of Object.entries(handlers)) source.addEventListener(name, handler);
+    source.onerror = () => {
+      source.close();
+      // (Unless it was paused and resumed meanwhile, and is open again.)
+      setTimeout(() => {
+        if (!closed && !paused && source.readyState === EventSource.CLOSED) open();
+      }, 1000);
+    };
+  };
+  open();
+  return {
+    close: () => { closed = true; source.close(); },
+    pause: () => { paused = true; source.close(); },
+    resume: () => { if (paused && !closed) { paused = false; open(); } },
+  };
+}
+
+// An item's output, streamed from the log by offset; goes on where it stopped.
 function followOutput(item, pre, earlier) {
   const term = new Term(pre);
   const decoder = new TextDecoder('utf-8');
   let first = null; // the first offset shown
   let next = null; // where the stream goes on
-  let source = null;
-  let closed = false;
-  const open = () => {
-    const extra = next === null ? {} : { from: next };
-    source = new EventSource(`/api/output?${query(item, extra)}`);
-    source.addEventListener('output', (event) => {
+  const follow = stream(() => `/api/output?${query(item, next === null ? {} : { from: next })}`, {
+    output: (event) => {
       const chunk = JSON.parse(event.data);
       if (first === null) {
         first = chunk.from;
@@ -324,25 +350,19 @@ function followOutput(item, pre, earlier) {
       }
       term.write(decoder.decode(decodeBase64(chunk.bytes), { stream: true }));
       next = chunk.to;
-    });
-    source.addEventListener('end', (event) => {
+    },
+    end: (event) => {
       const end = JSON.parse(event.data);
       if (first === null) { first = end.to; earlier.hidden = first === 0; }
       term.write(decoder.decode());
       if (end.report) term.marker(end.report);
-      source.close();
-      closed = true;
-    });
-    source.addEventListener('failed', (event) => {
+      follow.close();
+    },
+    failed: (event) => {
       term.marker(`cannot read: ${event.data}`);
-      source.close();
-      closed = true;
-    });
-    source.onerror = () => {
-      source.close();
-      if (!closed) setTimeout(() => { if (!closed) open(); }, 1000);
-    };
-  };
+      follow.close();
+    },
+  });
   earlier.addEventListener('click', async () => {
     if (first === null || first === 0) return;
     const from = Math.max(0, first - EARLIER_BYTES);
@@ -356,28 +376,19 @@ function followOutput(item, pre, earlier) {
       alertLine(`load earlier: ${e.message}`);
     }
   });
-  open();
-  return { close: () => { closed = true; if (source) source.close(); } };
+  return follow;
 }
 
 function followScreen(item, pre) {
-  let closed = false;
-  let source = null;
-  const open = () => {
-    source = new EventSource(`/api/screen?${query(item)}`);
-    source.addEventListener('screen', (event) => { pre.textContent = JSON.parse(event.data).text; });
-    source.addEventListener('end', () => { closed = true; source.close(); });
-    source.addEventListener('failed', (event) => {
-      closed = true; source.close();
+  const follow = stream(() => `/api/screen?${query(item)}`, {
+    screen: (event) => { pre.textContent = JSON.parse(event.data).text; },
+    end: () => follow.close(),
+    failed: (event) => {
+      follow.close();
       pre.append(el('span', { class: 'marker' }, `\ncannot read the screen: ${event.data}`));
-    });
-    source.onerror = () => {
-      source.close();
-      if (!closed) setTimeout(() => { if (!closed) open(); }, 1000);
-    };
-  };
-  open();
-  return { close: () => { closed = true; source.close(); } };
+    },
+  });
+  return follow;
 }
 
 function keysForm(item) {
@@ -422,9 +433,12 @@ function colour256(n) {
 }
 
 const CSI = /\x1b\[([0-?]*)([ -/]*)([@-~])/y;
-const OSC = /\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)/y;
+const OSC = /\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)/y;
 const ESC2 = /\x1b[@-Z\\^_]/y;
 const CHARSET = /\x1b[()*+][0-9A-Za-z]/y;
+// The start of an escape cut by the end of a chunk: kept for the next one. Anything else
+// after an ESC is text (an OSC does not run past a line).
+const PARTIAL = /\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b\n]*\x1b?|[()*+])?$/y;
 
 // A terminal-ish renderer for logs: SGR colours, `\r` rewrites the line (progress bars
 // collapse to their last state), other escapes are dropped.
@@ -480,8 +494,9 @@ class Term {
           }
         }
         if (match) continue;
-        if (text.length - i < 256) { this.carry = text.slice(i); break; }
-        i += 1; // an escape that never ends: dropped
+        PARTIAL.lastIndex = i;
+        if (text.length - i < 256 && PARTIAL.test(text)) { this.carry = text.slice(i); break; }
+        i += 1; // an escape that never ends: the ESC is dropped, the rest is text
         continue;
       }
       if (c === '\n') { flush(); this.cr = false; this.newLine(); i += 1; continue; }
@@ -571,8 +586,21 @@ function listen() {
     $('conn').textContent = 'daemon not answering: retrying (if it restarted, run `bgwork ui`)';
     $('conn').className = 'conn down';
   };
+  return events;
 }
 
-listen();
+let events = listen();
+document.addEventListener('visibilitychange', () => {
+  if (document.hidden) {
+    events.close();
+    if (view.follow) view.follow.pause();
+    $('conn').textContent = 'paused while hidden';
+    $('conn').className = 'conn';
+  } else {
+    events = listen();
+    refresh();
+    if (view.follow) view.follow.resume();
+  }
+});
 refresh();
 setInterval(render, 5000);

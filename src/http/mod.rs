@@ -159,12 +159,11 @@ fn bind(port: u16) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::from_std(listener)
 }
 
+/// The port an earlier daemon served on (read as outside input: no link followed, no
+/// FIFO waited on).
 fn served_port(home: &Path) -> Option<u16> {
-    std::fs::read_to_string(home.join(SERVED_FILE))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    let text = crate::paths::read_untrusted(&home.join(SERVED_FILE), 16).ok()?;
+    String::from_utf8_lossy(&text).trim().parse().ok()
 }
 
 /// A listener that accepts a connection only when one of [`MAX_CONNECTIONS`] slots is

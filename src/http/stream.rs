@@ -23,9 +23,9 @@ pub(super) const VIEWER: &str = "person";
 const FIRST_BYTES: u64 = 64 << 10;
 /// The most of a log one output event carries.
 const EVENT_BYTES: usize = 256 << 10;
-/// The least time between two list updates (a burst of changes is one update) and
-/// between two screens of a pane.
-const COALESCE: Duration = Duration::from_millis(100);
+/// The least time between two list updates (a burst of changes is one update; every
+/// open page lists everything again on each) and between two screens of a pane.
+const COALESCE: Duration = Duration::from_millis(250);
 /// How often a quiet stream checks that its page is still there.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 

@@ -636,3 +636,15 @@ fn a_client_on_an_ipv6_socket_is_told_apart_by_its_user_too() {
         "another user was served: {theirs}"
     );
 }
+
+#[test]
+fn a_fifo_in_place_of_the_strips_port_file_does_not_hold_up_the_daemon() {
+    let home = Home::new();
+    nix::unistd::mkfifo(
+        &home.path().join("http.port"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let id = home.start("echo served");
+    assert_eq!(home.wait_end(&id)["end"], "succeeded");
+}

@@ -170,9 +170,11 @@ function row(item) {
   el('span', { class: 'meta' }, ...meta));
 }
 
+// A listening address as a link (a wildcard address is reached on loopback).
 function ports(item) {
+  const link = (address) => address.replace(/^0\.0\.0\.0:/, '127.0.0.1:').replace(/^\[::\]:/, '[::1]:');
   return (item.listening || []).map((address) => el('span', { class: 'ports' },
-    'listening ', el('a', { href: `http://${address}/`, target: '_blank', rel: 'noopener noreferrer' }, address)));
+    'listening ', el('a', { href: `http://${link(address)}/`, target: '_blank', rel: 'noopener noreferrer' }, address)));
 }
 
 function actions(item) {

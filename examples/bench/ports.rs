@@ -42,7 +42,7 @@ pub fn port_discovery(opts: &Opts, report: &mut String) {
         }
     }
     drop(home);
-    let _ = writeln!(report, "## 8. Port discovery\n\n`bgwork list --json` with {jobs} running jobs, each a process listening on a TCP port ({found} of them found listening), with the daemon looking for ports (the default) and without (`BGWORK_PORTS=0`); CPU time and memory are read either way. {rounds} alternating rounds of {lists} lists.\n");
+    let _ = writeln!(report, "## 9. Port discovery\n\n`bgwork list --json` with {jobs} running jobs, each a process listening on a TCP port ({found} of them found listening), with the daemon looking for ports (the default) and without (`BGWORK_PORTS=0`); CPU time and memory are read either way. {rounds} alternating rounds of {lists} lists.\n");
     let _ = writeln!(report, "| what | median | p95 |");
     let _ = writeln!(report, "| --- | ---: | ---: |");
     let _ = writeln!(

@@ -68,7 +68,7 @@ pub fn exit_to_rewake(opts: &Opts, report: &mut String) {
             floor.push(floor_woke.saturating_sub(floor_end) as f64 / 1e6);
         }
     }
-    let _ = writeln!(report, "## Exit → rewake\n\nFrom the job's last instruction (a timestamp written just before it exits) to the exit (code 2, the notice on stderr) of `bgwork hook claude-code --rewake`, the Stop hook with `asyncRewake` that wakes an idle Claude Code session. Baseline: a parent's `waitpid` on a child doing the same. Target ≤ 50 ms.\n");
+    let _ = writeln!(report, "## 2b. Exit → rewake\n\nFrom the job's last instruction (a timestamp written just before it exits) to the exit (code 2, the notice on stderr) of `bgwork hook claude-code --rewake`, the Stop hook with `asyncRewake` that wakes an idle Claude Code session. Baseline: a parent's `waitpid` on a child doing the same. Target ≤ 50 ms.\n");
     table_head(report);
     row(report, "floor: parent wakes from waitpid", &floor, None);
     row(

@@ -264,6 +264,7 @@ fn browser(home: &Home, scenario: &str, extra: &[&str]) -> Value {
 fn a_job_started_from_the_cli_appears_in_the_page_and_its_output_streams_in() {
     let home = Home::new();
     let seen = browser(&home, "appears", &[]);
+    eprintln!("strip timing: {seen}");
     // The script waited at most 1 s for the row.
     assert!(seen["appear_ms"].as_f64().unwrap() < 1000.0, "{seen}");
     assert_eq!(seen["dialogs"], serde_json::json!([]));
@@ -421,6 +422,7 @@ fn with_a_thousand_items_the_page_shows_them_in_pages_and_a_new_one_within_a_sec
         home.json(&["status"])["running"] == 0
     });
     let seen = browser(&home, "thousand", &[]);
+    eprintln!("strip timing: {seen}");
     assert_eq!(seen["rows"], 200, "one page of rows: {seen}");
     assert!(
         seen["more"].as_str().unwrap().contains("800 not shown"),

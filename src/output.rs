@@ -45,16 +45,7 @@ pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (
         return (Vec::new(), skipped);
     }
     let mut bytes = vec![0u8; (to - start) as usize];
-    let read = open_log(path).and_then(|file| {
-        let mut filled = 0;
-        while filled < bytes.len() {
-            match file.read_at(&mut bytes[filled..], start + filled as u64)? {
-                0 => break,
-                n => filled += n,
-            }
-        }
-        Ok(filled)
-    });
+    let read = open_log(path).and_then(|file| read_full_at(&file, &mut bytes, start));
     bytes.truncate(read.unwrap_or(0));
     if dropped > 0 && start < gap.start && to > gap.end {
         // The range spans the dropped middle: cut out the hole's zeros.
@@ -475,6 +466,21 @@ fn ceil_char_boundary(text: &str, mut index: usize) -> usize {
         index += 1;
     }
     index
+}
+
+/// Reads into all of `buf` from `offset`, or as much as the file has there: the bytes
+/// read (fewer only at the file's end).
+pub fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 #[cfg(test)]

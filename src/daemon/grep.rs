@@ -26,7 +26,6 @@ use regex::{bytes, Regex, RegexBuilder};
 use std::borrow::Cow;
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -516,15 +515,7 @@ fn fill(
         }
         let hard = end == to || end == gap.start;
         buf.resize((end - start) as usize, 0);
-        let mut filled = 0;
-        while filled < buf.len() {
-            match file.read_at(&mut buf[filled..], start + filled as u64) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        let filled = crate::output::read_full_at(file, buf, start)?;
         let short = filled < buf.len();
         buf.truncate(filled);
         // A job writing fast may have released the start of what was just read (its
@@ -1089,7 +1080,7 @@ mod tests {
         file.write_all(line.repeat((1 << 20) / line.len()).as_bytes())
             .unwrap();
         let tail = line.repeat((10 << 20) / line.len());
-        file.write_all_at(tail.as_bytes(), 100 << 20).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, tail.as_bytes(), 100 << 20).unwrap();
         let to = (100 << 20) + tail.len() as u64;
         let regex = compile("ERROR").unwrap();
         let search = Search {

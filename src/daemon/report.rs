@@ -10,7 +10,7 @@
 use crate::output;
 use std::fs::File;
 use std::io::ErrorKind;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// The most of a sub-agent's report a notice carries: its end.
@@ -80,15 +80,10 @@ fn text(file: &File, path: &Path) -> Report {
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let from = len.saturating_sub(REPORT_MAX);
     let mut bytes = vec![0u8; (len - from) as usize];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        match file.read_at(&mut bytes[filled..], from + filled as u64) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Report::Refused(format!("[bgwork: report could not be read: {e}]")),
-        }
-    }
+    let filled = match crate::output::read_full_at(file, &mut bytes, from) {
+        Ok(filled) => filled,
+        Err(e) => return Report::Refused(format!("[bgwork: report could not be read: {e}]")),
+    };
     bytes.truncate(filled);
     if from > 0 {
         // Start at a character, not inside one.

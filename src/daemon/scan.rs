@@ -14,7 +14,6 @@ use nix::unistd::{lseek, Whence};
 use std::borrow::Cow;
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 
 /// The most one read takes in.
 pub(crate) const CHUNK: u64 = 256 << 10;
@@ -230,15 +229,7 @@ pub(crate) fn read_data(
         end = end.min(gap.start);
     }
     buf.resize((end - start) as usize, 0);
-    let mut filled = 0;
-    while filled < buf.len() {
-        match file.read_at(&mut buf[filled..], start + filled as u64) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+    let filled = crate::output::read_full_at(file, buf, start)?;
     buf.truncate(filled);
     if filled == 0 {
         // The file is shorter than it was: nothing more to read in this range.
@@ -312,7 +303,7 @@ mod tests {
         let path = dir.path().join("sparse");
         let file = File::create(&path).unwrap();
         file.set_len(10 << 30).unwrap();
-        file.write_all_at(b"end\n", 10 << 30).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, b"end\n", 10 << 30).unwrap();
         let file = File::open(&path).unwrap();
         let mut buf = Vec::new();
         let at = read_data(&file, 0, (10 << 30) + 4, 0..0, &mut buf).unwrap();

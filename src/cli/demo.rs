@@ -66,7 +66,10 @@ pub fn run() -> Result<ExitCode, WireError> {
         let _ = execute(cli);
         println!();
     }
-    println!("That was bgwork. `bgwork --help` lists every command.");
+    println!(
+        "That was bgwork. `bgwork ui` shows every session's work in a browser; `bgwork --help` \
+         lists every command."
+    );
     Ok(ExitCode::SUCCESS)
 }
 

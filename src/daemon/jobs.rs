@@ -74,8 +74,8 @@ impl Daemon {
             Launched::New(row) => row,
             Launched::Twin(row) => return self.twin_reply(session, row).await,
         };
-        if window.is_zero() {
-            // No window: the id at once (the job is `starting` until its process runs),
+        if window.is_zero() || args.slurm.is_some() {
+            // No window (or a job handed to Slurm, which starts it when it will): the id at once (the job is `starting` until its process runs),
             // and nothing is shown, so nothing counts as read.
             let record = self.lock().store.get(row)?;
             let item = record
@@ -307,12 +307,17 @@ impl Daemon {
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
             pane,
             owner: super::settle::owner(&record),
-            no_cgroup: !self.config.cgroups,
+            // Under Slurm the allocation has its own cgroup, the scheduler's.
+            no_cgroup: !self.config.cgroups || args.slurm.is_some(),
             max_runtime_ms: limits.1,
             secrets: secret_pairs(args),
             keep_raw_log: args.keep_raw_log,
         };
-        let handle = match self.executor.start(record.row, &spec) {
+        let started = match &args.slurm {
+            Some(slurm) => self.slurm.start(record.row, &spec, slurm).await,
+            None => self.executor.start(record.row, &spec),
+        };
+        let handle = match started {
             Ok(handle) => handle,
             Err(reason) => return Err(self.spawn_failed(record.row, &record.id, reason)),
         };

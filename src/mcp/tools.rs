@@ -486,6 +486,7 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
         max_runtime_s: a.number("max_runtime_s")?,
         secrets,
         keep_raw_log: false,
+        slurm: None,
     })
 }
 

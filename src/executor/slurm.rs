@@ -476,7 +476,9 @@ impl Tracker {
         };
         let now = tokio::time::Instant::now();
         let first = self.ended_seen.get_or_insert((now, info.clone())).0;
-        if now < first + STATUS_PATIENCE {
+        // A job taken off the queue before it started leaves no status to wait for.
+        let never_ran = !self.spawned && self.stop.as_ref().is_some_and(|s| s.cancelled);
+        if now < first + STATUS_PATIENCE && !never_ran {
             return None;
         }
         // One last look: the status file may have come with this very tick.

@@ -45,11 +45,15 @@ impl Daemon {
                 text.push_str(&detail);
             }
         }
+        let slurm = self.slurm.view(record.row, &record.job_dir);
+        if let (Some(_), Some(End::Lost), Some(detail)) = (&slurm, record.end, &lost_reason) {
+            // A job on Slurm is lost for the reason Slurm gave, not a daemon restart.
+            report = Some(format!("{id} was lost: {detail}"));
+        }
         if let Some(text) = report.as_mut() {
             text.push_str(&cost);
         }
         let running = record.state != State::Ended;
-        let slurm = self.slurm.view(record.row, &record.job_dir);
         let state = match (&slurm, record.state) {
             (Some(_), State::Starting) => State::Queued,
             (_, state) => state,

@@ -97,6 +97,10 @@ pub fn run(spec_file: Option<&Path>) -> ! {
     let code = match Supervisor::launch(launch) {
         Ok(mut supervisor) => {
             supervisor.watch_commands = watch_commands;
+            if watch_commands {
+                // No input can reach a job under Slurm: it reads end-of-file at once.
+                supervisor.stdin = None;
+            }
             supervisor.serve();
             0
         }

@@ -886,7 +886,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             allow_duplicate: true,
             quiet_after: None,
             max_runtime: None,
-            on: OnCmd::default(),
+            on: OnCmd::local(),
         })?),
         Commands::Run(run) => Request::Run(wire::RunArgs {
             start: start_args(StartCmd {
@@ -898,7 +898,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 allow_duplicate: true,
                 quiet_after: None,
                 max_runtime: None,
-                on: OnCmd::default(),
+                on: OnCmd::local(),
             })?,
             timeout_s: run.timeout,
             stream: !json,
@@ -1131,53 +1131,25 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     })
 }
 
+impl OnCmd {
+    /// This machine, whatever `BGWORK_EXECUTOR` says (`run` and sub-agents).
+    fn local() -> OnCmd {
+        OnCmd {
+            on: Some("local".into()),
+            ..OnCmd::default()
+        }
+    }
+}
+
 /// Where a `start` runs: `--on`, else `BGWORK_EXECUTOR`, else this machine.
 fn slurm_args(on: OnCmd, pty: bool) -> Result<Option<wire::SlurmArgs>, WireError> {
-    let executor = on
-        .on
-        .clone()
-        .or_else(|| {
-            std::env::var("BGWORK_EXECUTOR")
-                .ok()
-                .filter(|v| !v.is_empty())
-        })
-        .unwrap_or_else(|| "local".into());
-    let asked =
-        on.partition.is_some() || on.time.is_some() || on.cpus.is_some() || on.mem.is_some();
-    match executor.as_str() {
-        "local" if asked && on.on.is_some() => Err(WireError::bad_request(
-            "--partition, --time, --cpus and --mem are for a job on Slurm: add --on slurm",
-        )),
-        // A default of slurm from the environment does not make a pane go there.
-        "local" => Ok(None),
-        "slurm" if pty => Err(WireError::bad_request(
-            "a pane (--pty) cannot run on Slurm: start it with --on local",
-        )),
-        "slurm" => {
-            let plain = |flag: &str, value: &Option<String>| match value {
-                Some(v)
-                    if v.is_empty() || v.starts_with('-') || v.chars().any(char::is_whitespace) =>
-                {
-                    Err(WireError::bad_request(format!(
-                        "{flag} {v:?} is no Slurm value: e.g. --time 1:00:00, --mem 4G"
-                    )))
-                }
-                _ => Ok(()),
-            };
-            plain("--partition", &on.partition)?;
-            plain("--time", &on.time)?;
-            plain("--mem", &on.mem)?;
-            Ok(Some(wire::SlurmArgs {
-                partition: on.partition,
-                time: on.time,
-                cpus: on.cpus,
-                mem: on.mem,
-            }))
-        }
-        other => Err(WireError::bad_request(format!(
-            "--on {other:?}: bgwork runs work on `local` (this machine) or `slurm`"
-        ))),
-    }
+    let asked = wire::SlurmArgs {
+        partition: on.partition,
+        time: on.time,
+        cpus: on.cpus,
+        mem: on.mem,
+    };
+    crate::executor::slurm::choose(on.on.as_deref(), asked, pty, "--")
 }
 
 /// A path as the caller means it: a relative one is resolved against the caller's

@@ -213,15 +213,27 @@ impl Daemon {
                     return Err(limit_error(MAX_SUB_AGENTS, session, &root, &running));
                 }
             } else {
-                let running = Self::counted(&inner, session)?;
-                if !launch.over_limit && running.len() >= self.config.max_running {
+                // Jobs on Slurm count against a limit of their own: the cluster runs
+                // them, not this machine.
+                let on_slurm = args.slurm.is_some();
+                let max = match on_slurm {
+                    true => self.config.max_slurm,
+                    false => self.config.max_running,
+                };
+                let running: Vec<Record> = Self::counted(&inner, session)?
+                    .into_iter()
+                    .filter(|r| self.slurm.view(r.row, &r.job_dir).is_some() == on_slurm)
+                    .collect();
+                if !launch.over_limit && running.len() >= max {
                     let running = running_items(self, &root, &running);
-                    return Err(limit_error(
-                        self.config.max_running,
-                        session,
-                        &root,
-                        &running,
-                    ));
+                    let mut error = limit_error(max, session, &root, &running);
+                    if on_slurm {
+                        error.message =
+                            error
+                                .message
+                                .replacen("items", "jobs on Slurm (BGWORK_MAX_SLURM)", 1);
+                    }
+                    return Err(error);
                 }
             }
             let new = NewRecord {
@@ -533,6 +545,11 @@ impl Daemon {
     ) -> Result<StartReply, WireError> {
         args.pty = false;
         args.notify = true;
+        if args.slurm.is_some() {
+            return Err(WireError::bad_request(
+                "a sub-agent runs on this machine: start it without slurm",
+            ));
+        }
         // Its own session is `SESSION/sub-N`, which must itself be a valid name.
         if session.len() + "/sub-".len() + 20 > super::MAX_SESSION {
             return Err(WireError::bad_request(format!(

@@ -185,13 +185,15 @@ impl SlurmExecutor {
     /// Finds a job on Slurm again after a daemon restart: by its status file, else by
     /// its Slurm job id (or, when the daemon died before it was written, its name).
     pub async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+        let job = read_slurm_file(job_dir);
         if let Some(found) = supervisor::read_status(job_dir, owner) {
-            return match found {
-                Ok(status) => Reattach::Ended(status),
-                Err(reason) => Reattach::Lost(reason),
+            return match (found, job.and_then(|j| j.job_id)) {
+                (Ok(status), Some(id)) => Reattach::Ended(scheduler_word(&id, status, None).await),
+                (Ok(status), None) => Reattach::Ended(status),
+                (Err(reason), _) => Reattach::Lost(reason),
             };
         }
-        let Some(mut job) = read_slurm_file(job_dir) else {
+        let Some(mut job) = job else {
             return Reattach::Lost(format!("its {SLURM_FILE} is unreadable"));
         };
         if job.job_id.is_none() {
@@ -358,20 +360,8 @@ impl Tracker {
 
     /// A status the supervisor wrote, with what Slurm adds: a time limit, or a
     /// cancellation by someone outside bgwork (the supervisor saw only a TERM).
-    async fn with_scheduler_word(&self, mut status: ExitStatus) -> ExitStatus {
-        let Ok(Some(info)) = job_info(&self.job_id).await else {
-            return status;
-        };
-        match info.state.as_str() {
-            "TIMEOUT" => status.detail = Some("time limit".into()),
-            "OUT_OF_MEMORY" => status.detail = Some("out of memory".into()),
-            "CANCELLED" if status.stop_actor.is_none() => {
-                status.stop_actor = Some(self.stop.as_ref().map_or(Actor::Person, |s| s.actor));
-                status.detail = Some("cancelled in Slurm (scancel)".into());
-            }
-            _ => {}
-        }
-        status
+    async fn with_scheduler_word(&self, status: ExitStatus) -> ExitStatus {
+        scheduler_word(&self.job_id, status, self.stop.as_ref().map(|s| s.actor)).await
     }
 
     async fn command(&mut self, command: Command) {
@@ -551,6 +541,25 @@ impl Tracker {
     }
 }
 
+/// A status the supervisor wrote, with what Slurm adds: a time limit, or a
+/// cancellation by someone outside bgwork (the supervisor saw only a TERM), which is
+/// the person's stop unless bgwork asked for it (`asked`).
+async fn scheduler_word(job_id: &str, mut status: ExitStatus, asked: Option<Actor>) -> ExitStatus {
+    let Ok(Some(info)) = job_info(job_id).await else {
+        return status;
+    };
+    match info.state.as_str() {
+        "TIMEOUT" => status.detail = Some("time limit".into()),
+        "OUT_OF_MEMORY" => status.detail = Some("out of memory".into()),
+        "CANCELLED" if status.stop_actor.is_none() => {
+            status.stop_actor = Some(asked.unwrap_or(Actor::Person));
+            status.detail = Some("cancelled in Slurm (scancel)".into());
+        }
+        _ => {}
+    }
+    status
+}
+
 /// How Slurm sees a job (`scontrol show job`).
 #[derive(Debug, Clone, Default)]
 struct JobInfo {
@@ -665,6 +674,67 @@ fn set_view(views: &Mutex<HashMap<i64, Option<SlurmView>>>, row: i64, view: Slur
 /// Whether a job's folder says it runs on Slurm.
 pub fn is_slurm_job(job_dir: &Path) -> bool {
     job_dir.join(SLURM_FILE).exists()
+}
+
+/// Where a `start` runs: `on` (`local` or `slurm`), else `BGWORK_EXECUTOR` of this
+/// process, else this machine; with Slurm, what it asks of the cluster, checked.
+/// `prefix`: how options are named to the caller (`--` on the command line, none in
+/// MCP).
+pub fn choose(
+    on: Option<&str>,
+    asked: SlurmArgs,
+    pty: bool,
+    prefix: &str,
+) -> Result<Option<SlurmArgs>, crate::wire::WireError> {
+    use crate::wire::WireError;
+    let from_env = std::env::var("BGWORK_EXECUTOR")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let executor = on
+        .map(str::to_string)
+        .or(from_env)
+        .unwrap_or_else(|| "local".into());
+    let any = asked != SlurmArgs::default();
+    match executor.as_str() {
+        "local" if any && on.is_some() => Err(WireError::bad_request(format!(
+            "{prefix}partition, {prefix}time, {prefix}cpus and {prefix}mem are for a job on \
+             Slurm: add {prefix}on slurm"
+        ))),
+        // A default of slurm from the environment does not send a pane there.
+        "local" => Ok(None),
+        "slurm" if pty && on.is_some() => Err(WireError::bad_request(format!(
+            "a pane cannot run on Slurm: start it with {prefix}on local"
+        ))),
+        "slurm" if pty => Ok(None),
+        "slurm" => {
+            for (flag, value) in [
+                ("partition", &asked.partition),
+                ("time", &asked.time),
+                ("mem", &asked.mem),
+            ] {
+                if let Some(v) = value {
+                    let bad = v.is_empty()
+                        || v.starts_with('-')
+                        || v.chars().any(|c| c.is_whitespace() || c.is_control());
+                    if bad {
+                        return Err(WireError::bad_request(format!(
+                            "{prefix}{flag} {v:?} is no Slurm value: e.g. {prefix}time 1:00:00, \
+                             {prefix}mem 4G, {prefix}partition gpu"
+                        )));
+                    }
+                }
+            }
+            if asked.cpus == Some(0) {
+                return Err(WireError::bad_request(format!(
+                    "{prefix}cpus takes 1 or more"
+                )));
+            }
+            Ok(Some(asked))
+        }
+        other => Err(WireError::bad_request(format!(
+            "{prefix}on {other:?}: bgwork runs work on `local` (this machine) or `slurm`"
+        ))),
+    }
 }
 
 /// What a job that ran on Slurm asked of it (none for a job of this machine).

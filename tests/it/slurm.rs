@@ -357,4 +357,60 @@ fn issue14_slurm_options_are_checked() {
     assert!(message.contains("--on slurm"), "{message}");
     let (_, _, message) = home.error(&["start", "--on", "slurm", "--time", "1 h", "--", "true"]);
     assert!(message.contains("--time"), "{message}");
+    // `run` stays on this machine whatever BGWORK_EXECUTOR says: no cluster is asked.
+    let home = home.with("BGWORK_EXECUTOR", "slurm");
+    let ran = home.json(&["run", "--", "echo here"]);
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+}
+
+#[test]
+fn issue14_slurm_jobs_count_against_their_own_limit() {
+    let Some(conf) = cluster("issue14_slurm_jobs_count_against_their_own_limit") else {
+        return;
+    };
+    let home = home(&conf)
+        .with("BGWORK_MAX_SLURM", "2")
+        .with("BGWORK_MAX_RUNNING", "1");
+    // Queued ones count: the cluster holds them for this session.
+    start(&home, &["--partition", "held"], "echo one");
+    start(&home, &["--partition", "held"], "echo two");
+    let (_, code, message) = home.error(&[
+        "start",
+        "--window",
+        "0",
+        "--on",
+        "slurm",
+        "--partition",
+        "held",
+        "--",
+        "echo three",
+    ]);
+    assert_eq!(code, "limit", "{message}");
+    assert!(message.contains("Slurm"), "{message}");
+    // This machine's limit is its own: a local job still starts.
+    let local = home.json(&["start", "--window", "0", "--", "sleep 30"]);
+    assert!(local["executor"].is_null(), "{local}");
+}
+
+#[test]
+fn issue14_slurm_is_the_default_with_bgwork_executor_and_in_mcp() {
+    let Some(conf) = cluster("issue14_slurm_is_the_default_with_bgwork_executor_and_in_mcp") else {
+        return;
+    };
+    let home = home(&conf).with("BGWORK_EXECUTOR", "slurm");
+    let item = home.json(&["start", "--window", "0", "--", "echo by default"]);
+    assert_eq!(item["executor"], "slurm", "{item}");
+    // `run` is a foreground command of this machine whatever the default.
+    let ran = home.json(&["run", "--", "echo here"]);
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+    let mut mcp = crate::mcp::Mcp::start(&home);
+    let (error, started) = mcp.call(
+        "start",
+        serde_json::json!({"command": "echo from mcp", "on": "slurm", "window_ms": 0}),
+    );
+    assert!(!error, "{started}");
+    assert_eq!(started["executor"], "slurm", "{started}");
+    let id = started["id"].as_str().unwrap().to_string();
+    let ended = wait_end(&home, &id, 60);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
 }

@@ -230,11 +230,12 @@ impl SlurmExecutor {
             owner.to_string(),
             spawned.is_some(),
         );
+        let (dropped, unwritten, unwritten_at) = figures(job_dir);
         Reattach::Running(Running {
             pid: spawned.map_or(0, |(pid, _)| pid),
-            dropped: 0,
-            unwritten: 0,
-            unwritten_at: 0,
+            dropped,
+            unwritten,
+            unwritten_at,
             handle,
         })
     }
@@ -260,6 +261,7 @@ impl SlurmExecutor {
             spawned: false,
             reattached,
             log_len: 0,
+            figures: (0, 0, 0),
             stop: None,
             ended_seen: None,
             said_unreachable: false,
@@ -287,6 +289,8 @@ struct Tracker {
     /// Taken back by a restarted daemon, which already knows whether it runs.
     reattached: bool,
     log_len: u64,
+    /// The log's dropped, unwritten and unwritten-at figures last told.
+    figures: (u64, u64, u64),
     stop: Option<Stop>,
     /// When Slurm was first seen to say the job ended, and what it said.
     ended_seen: Option<(tokio::time::Instant, JobInfo)>,
@@ -342,14 +346,18 @@ impl Tracker {
             }
         }
         let len = std::fs::metadata(self.job_dir.join(LOG_FILE)).map_or(0, |m| m.len());
-        if len > self.log_len {
+        // The figures may be written after the log's last growth was seen.
+        let figures = figures(&self.job_dir);
+        if len > self.log_len || figures != self.figures {
             self.log_len = len;
+            self.figures = figures;
+            let (dropped, unwritten, unwritten_at) = figures;
             let _ = self.events.send(ExecEvent::Output {
                 row: self.row,
                 log_len: len,
-                dropped: 0,
-                unwritten: 0,
-                unwritten_at: 0,
+                dropped,
+                unwritten,
+                unwritten_at,
             });
         }
         match supervisor::read_status(&self.job_dir, &self.owner) {
@@ -669,6 +677,23 @@ fn set_view(views: &Mutex<HashMap<i64, Option<SlurmView>>>, row: i64, view: Slur
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(row, Some(view));
+}
+
+/// The log's dropped middle and unwritten bytes as the supervisor last wrote them
+/// (none written: nothing dropped, nothing lost).
+fn figures(job_dir: &Path) -> (u64, u64, u64) {
+    let read = crate::paths::read_untrusted(&job_dir.join(supervisor::FIGURES_FILE), 4096)
+        .ok()
+        .and_then(|bytes| control::decode::<control::FromSupervisor>(&bytes).ok());
+    match read {
+        Some(control::FromSupervisor::Output {
+            dropped,
+            unwritten,
+            unwritten_at,
+            ..
+        }) => (dropped, unwritten, unwritten_at),
+        _ => (0, 0, 0),
+    }
 }
 
 /// Whether a job's folder says it runs on Slurm.

@@ -67,6 +67,8 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// The folder in a job's folder where a daemon that cannot reach the control socket (a
 /// job on another machine, under Slurm) leaves commands, one file each, as JSON lines.
 pub const COMMANDS_DIR: &str = "commands";
+/// The log's figures (an `output` message) of a supervisor started from a spec file.
+pub const FIGURES_FILE: &str = "figures.json";
 /// How often a supervisor started from a spec file looks for commands.
 const COMMANDS_EVERY: Duration = Duration::from_millis(100);
 
@@ -184,6 +186,8 @@ struct Supervisor {
     /// Whether commands are taken from [`COMMANDS_DIR`] (a supervisor under Slurm).
     watch_commands: bool,
     commands_at: Instant,
+    /// The figures last written to [`FIGURES_FILE`]: dropped, unwritten, unwritten at.
+    figures_written: (u64, u64, u64),
 }
 
 /// The first samples of a job's memory come quickly (short jobs), then ever more
@@ -313,6 +317,7 @@ impl Supervisor {
             peak_rss: 0,
             watch_commands: false,
             commands_at: Instant::now(),
+            figures_written: (0, 0, 0),
             spec,
         })
     }
@@ -590,9 +595,34 @@ impl Supervisor {
         }
         self.progress_due = false;
         self.last_progress = Instant::now();
+        if self.watch_commands {
+            self.write_figures();
+        }
         for index in 0..self.conns.len() {
             let figures = self.figures();
             self.conns[index].progress(figures);
+        }
+    }
+
+    /// Under Slurm, no daemon is connected: the log's dropped middle and unwritten
+    /// bytes, which the file's length does not tell, go to [`FIGURES_FILE`] each time
+    /// they change (rarely: a punch of the cap, a full disk).
+    fn write_figures(&mut self) {
+        let now = (
+            self.log.dropped(),
+            self.log.unwritten(),
+            self.log.unwritten_at(),
+        );
+        if now == self.figures_written {
+            return;
+        }
+        let dir = Path::new(&self.spec.job_dir);
+        let temp = dir.join("figures.tmp");
+        let written = std::fs::write(&temp, control::encode(&self.figures()))
+            .and_then(|()| std::fs::rename(&temp, dir.join(FIGURES_FILE)));
+        match written {
+            Ok(()) => self.figures_written = now,
+            Err(e) => crate::note!("bgwork supervise: could not write {FIGURES_FILE}: {e}"),
         }
     }
 

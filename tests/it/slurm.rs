@@ -414,3 +414,40 @@ fn issue14_slurm_is_the_default_with_bgwork_executor_and_in_mcp() {
     let ended = wait_end(&home, &id, 60);
     assert_eq!(ended["end"], "succeeded", "{ended}");
 }
+
+#[test]
+fn issue14_slurm_read_of_a_running_job_past_its_cap_skips_the_dropped_middle() {
+    let Some(conf) =
+        cluster("issue14_slurm_read_of_a_running_job_past_its_cap_skips_the_dropped_middle")
+    else {
+        return;
+    };
+    let home = home(&conf)
+        .with("BGWORK_LOG_CAP", "65536")
+        .with("BGWORK_LOG_HEAD", "1000");
+    let id = start(
+        &home,
+        &[],
+        "yes abcdefgh | head -c 3000000; echo; echo MARK; sleep 120",
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut last = Value::Null;
+    eventually(Duration::from_secs(60), || {
+        last = home.json(&["read", &id, "--all"]);
+        last["output"].as_str().is_some_and(|t| t.contains("MARK"))
+    });
+    assert_eq!(last["running"], true);
+    // The figures come with the log's growth or the next look at the folder.
+    eventually(Duration::from_secs(10), || {
+        last = home.json(&["read", &id, "--all"]);
+        last["dropped_bytes"].as_u64().unwrap_or(0) > 0
+    });
+    let output = last["output"].as_str().unwrap();
+    assert!(
+        !output.contains('\0'),
+        "the dropped middle was read as zeros"
+    );
+    home.json(&["stop", &id]);
+}

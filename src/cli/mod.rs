@@ -418,6 +418,17 @@ pub struct OnCmd {
     /// With --on slurm: memory, in Slurm's words (500M, 4G)
     #[arg(long, value_name = "M")]
     pub mem: Option<String>,
+    /// With --on slurm: GPUs for the job
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u32>,
+    /// With --on slurm: nodes for the job (the command runs on the first; srun reaches
+    /// the others)
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// With --on slurm: one more sbatch option, as one argument, e.g.
+    /// --sbatch-arg=--constraint=a100 (repeatable)
+    #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub sbatch_args: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -1148,6 +1159,9 @@ fn slurm_args(on: OnCmd, pty: bool) -> Result<Option<wire::SlurmArgs>, WireError
         time: on.time,
         cpus: on.cpus,
         mem: on.mem,
+        gpus: on.gpus,
+        nodes: on.nodes,
+        sbatch_args: on.sbatch_args,
     };
     crate::executor::slurm::choose(on.on.as_deref(), asked, pty, "--")
 }

@@ -154,6 +154,13 @@ impl SlurmExecutor {
         if let Some(mem) = &args.mem {
             command.arg(format!("--mem={mem}"));
         }
+        if let Some(gpus) = args.gpus {
+            command.arg(format!("--gpus={gpus}"));
+        }
+        if let Some(nodes) = args.nodes {
+            command.arg(format!("--nodes={nodes}"));
+        }
+        command.args(&args.sbatch_args);
         command.arg(job_dir.join(SCRIPT_FILE));
         let output = slurm_call(command).await.map_err(|e| {
             let _ = std::fs::remove_file(job_dir.join(SPEC_FILE));
@@ -749,10 +756,21 @@ pub fn choose(
                     }
                 }
             }
-            if asked.cpus == Some(0) {
-                return Err(WireError::bad_request(format!(
-                    "{prefix}cpus takes 1 or more"
-                )));
+            for (flag, value) in [
+                ("cpus", asked.cpus),
+                ("gpus", asked.gpus),
+                ("nodes", asked.nodes),
+            ] {
+                if value == Some(0) {
+                    return Err(WireError::bad_request(format!(
+                        "{prefix}{flag} takes 1 or more"
+                    )));
+                }
+            }
+            for arg in &asked.sbatch_args {
+                check_sbatch_arg(arg).map_err(|why| {
+                    WireError::bad_request(format!("{prefix}sbatch-arg {arg:?}: {why}"))
+                })?;
             }
             Ok(Some(asked))
         }
@@ -760,6 +778,43 @@ pub fn choose(
             "{prefix}on {other:?}: bgwork runs work on `local` (this machine) or `slurm`"
         ))),
     }
+}
+
+/// The `sbatch` options bgwork sets itself, which `--sbatch-arg` may not change: the
+/// job's name (how a restarted daemon finds it), its output, folder and requeueing (a
+/// requeued job would run its spec, already taken, again), and the output format.
+const OWN_OPTIONS: [&str; 13] = [
+    "--job-name",
+    "-J",
+    "--output",
+    "-o",
+    "--error",
+    "-e",
+    "--chdir",
+    "-D",
+    "--parsable",
+    "--requeue",
+    "--no-requeue",
+    "--wrap",
+    "--array",
+];
+
+/// Why an extra `sbatch` option is refused, if it is.
+fn check_sbatch_arg(arg: &str) -> Result<(), String> {
+    if !arg.starts_with('-') || arg.chars().any(char::is_control) {
+        return Err("give one sbatch option as one argument, e.g. --constraint=a100".into());
+    }
+    let name = arg.split('=').next().unwrap_or(arg);
+    let short = OWN_OPTIONS
+        .iter()
+        .any(|own| own.len() == 2 && arg.starts_with(own) && !arg.starts_with("--"));
+    if OWN_OPTIONS.contains(&name) || short {
+        return Err(format!(
+            "bgwork sets {name} itself (the job's name, output, folder and requeueing are \
+             how it finds and reads the job)"
+        ));
+    }
+    Ok(())
 }
 
 /// What a job that ran on Slurm asked of it (none for a job of this machine).
@@ -823,5 +878,21 @@ mod tests {
         assert_eq!(info.state, "TIMEOUT");
         assert_eq!(info.signal, Some(15));
         assert!(info.ended());
+    }
+
+    #[test]
+    fn sbatch_args_may_not_change_what_bgwork_relies_on() {
+        assert!(check_sbatch_arg("--constraint=a100").is_ok());
+        assert!(check_sbatch_arg("--qos=high").is_ok());
+        for bad in [
+            "--job-name=x",
+            "-Jx",
+            "--output=/tmp/x",
+            "--requeue",
+            "constraint",
+            "-D/",
+        ] {
+            assert!(check_sbatch_arg(bad).is_err(), "{bad}");
+        }
     }
 }

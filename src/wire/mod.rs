@@ -181,6 +181,13 @@ pub struct SlurmArgs {
     /// Memory in Slurm's words (`500M`, `4G`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+    /// More `sbatch` options, each one argument (`--constraint=a100`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sbatch_args: Vec<String>,
 }
 
 /// `restart`: the item to start again, with the values of its `--env` variables

@@ -85,7 +85,17 @@ fn issue14_slurm_job_is_queued_with_its_reason_then_runs_and_is_read() {
     };
     let home = home(&conf);
     // The `held` partition is down: Slurm keeps the job queued until it is moved.
-    let item = start(&home, &["--partition", "held"], "echo first; echo second");
+    let item = start(
+        &home,
+        &[
+            "--partition",
+            "held",
+            "--nodes",
+            "1",
+            "--sbatch-arg=--comment=from-bgwork",
+        ],
+        "echo first; echo second",
+    );
     let id = item["id"].as_str().unwrap().to_string();
     assert_eq!(item["state"], "queued", "{item}");
     assert_eq!(item["executor"], "slurm");
@@ -97,6 +107,8 @@ fn issue14_slurm_job_is_queued_with_its_reason_then_runs_and_is_read() {
         home.item(&id)["queue_reason"] == "PartitionDown"
     });
     assert_eq!(state(&home, &id), "queued");
+    let shown = slurm(&conf, &["scontrol", "show", "job", "-o", &job]);
+    assert!(shown.contains("Comment=from-bgwork"), "{shown}");
     slurm(
         &conf,
         &[
@@ -357,6 +369,17 @@ fn issue14_slurm_options_are_checked() {
     assert!(message.contains("--on slurm"), "{message}");
     let (_, _, message) = home.error(&["start", "--on", "slurm", "--time", "1 h", "--", "true"]);
     assert!(message.contains("--time"), "{message}");
+    let (_, _, message) = home.error(&[
+        "start",
+        "--on",
+        "slurm",
+        "--sbatch-arg=--job-name=mine",
+        "--",
+        "true",
+    ]);
+    assert!(message.contains("sets --job-name itself"), "{message}");
+    let (_, _, message) = home.error(&["start", "--on", "slurm", "--gpus", "0", "--", "true"]);
+    assert!(message.contains("--gpus takes 1 or more"), "{message}");
     // `run` stays on this machine whatever BGWORK_EXECUTOR says: no cluster is asked.
     let home = home.with("BGWORK_EXECUTOR", "slurm");
     let ran = home.json(&["run", "--", "echo here"]);

@@ -52,6 +52,18 @@ pub struct SlurmJob {
     pub job_id: Option<String>,
     #[serde(default)]
     pub args: SlurmArgs,
+    /// What the Slurm commands of this job run with: the caller's `SLURM_CONF` and
+    /// `PATH` (the daemon may have been started with other ones).
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+}
+
+/// The variables of a job's environment that its Slurm commands take.
+fn slurm_env(env: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+    ["SLURM_CONF", "PATH"]
+        .iter()
+        .filter_map(|name| env.get(*name).map(|v| (name.to_string(), v.clone())))
+        .collect()
 }
 
 /// What `list` shows of a job on Slurm.
@@ -124,6 +136,7 @@ impl SlurmExecutor {
             name: name.clone(),
             job_id: None,
             args: args.clone(),
+            env: slurm_env(&spec.env),
         };
         // The spec holds the job's environment: readable by this user alone.
         write_private(&job_dir.join(SPEC_FILE), &control::encode(spec))?;
@@ -162,7 +175,7 @@ impl SlurmExecutor {
         }
         command.args(&args.sbatch_args);
         command.arg(job_dir.join(SCRIPT_FILE));
-        let output = slurm_call(command).await.map_err(|e| {
+        let output = slurm_call(command, &job.env).await.map_err(|e| {
             let _ = std::fs::remove_file(job_dir.join(SPEC_FILE));
             format!("sbatch could not submit it: {e}")
         })?;
@@ -186,7 +199,7 @@ impl SlurmExecutor {
                 reason: None,
             },
         );
-        Ok(self.track(row, job_dir, job_id, spec.owner.clone(), false))
+        Ok(self.track(row, job_dir, job_id, spec.owner.clone(), false, job.env))
     }
 
     /// Finds a job on Slurm again after a daemon restart: by its status file, else by
@@ -194,8 +207,11 @@ impl SlurmExecutor {
     pub async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
         let job = read_slurm_file(job_dir);
         if let Some(found) = supervisor::read_status(job_dir, owner) {
+            let env = job.as_ref().map(|j| j.env.clone()).unwrap_or_default();
             return match (found, job.and_then(|j| j.job_id)) {
-                (Ok(status), Some(id)) => Reattach::Ended(scheduler_word(&id, status, None).await),
+                (Ok(status), Some(id)) => {
+                    Reattach::Ended(scheduler_word(&id, status, None, &env).await)
+                }
                 (Ok(status), None) => Reattach::Ended(status),
                 (Err(reason), _) => Reattach::Lost(reason),
             };
@@ -204,7 +220,7 @@ impl SlurmExecutor {
             return Reattach::Lost(format!("its {SLURM_FILE} is unreadable"));
         };
         if job.job_id.is_none() {
-            match find_by_name(&job.name).await {
+            match find_by_name(&job.name, &job.env).await {
                 Ok(Some(id)) => {
                     job.job_id = Some(id);
                     let _ = write_slurm_file(job_dir, &job);
@@ -236,6 +252,7 @@ impl SlurmExecutor {
             job_id,
             owner.to_string(),
             spawned.is_some(),
+            job.env,
         );
         let (dropped, unwritten, unwritten_at) = figures(job_dir);
         Reattach::Running(Running {
@@ -255,6 +272,7 @@ impl SlurmExecutor {
         job_id: String,
         owner: String,
         reattached: bool,
+        env: Vec<(String, String)>,
     ) -> JobHandle {
         let (commands, incoming) = mpsc::unbounded_channel();
         let handle = JobHandle::new(commands, Arc::default());
@@ -272,6 +290,7 @@ impl SlurmExecutor {
             stop: None,
             ended_seen: None,
             said_unreachable: false,
+            env,
         };
         tokio::spawn(tracker.run(incoming));
         handle
@@ -302,6 +321,7 @@ struct Tracker {
     /// When Slurm was first seen to say the job ended, and what it said.
     ended_seen: Option<(tokio::time::Instant, JobInfo)>,
     said_unreachable: bool,
+    env: Vec<(String, String)>,
 }
 
 impl Tracker {
@@ -320,18 +340,28 @@ impl Tracker {
                 _ = files.tick() => {
                     if let Some(status) = self.look_at_files() {
                         let status = self.with_scheduler_word(status).await;
-                        let _ = self.events.send(ExecEvent::Ended { row: self.row, status });
+                        self.end(status);
                         return;
                     }
                 }
                 _ = scheduler.tick() => {
                     if let Some(status) = self.ask_scheduler().await {
-                        let _ = self.events.send(ExecEvent::Ended { row: self.row, status });
+                        self.end(status);
                         return;
                     }
                 }
             }
         }
+    }
+
+    /// Tells the end. The spec (with the job's environment) goes if it is still there:
+    /// a job taken off the queue before it started never read it.
+    fn end(&self, status: ExitStatus) {
+        let _ = std::fs::remove_file(self.job_dir.join(SPEC_FILE));
+        let _ = self.events.send(ExecEvent::Ended {
+            row: self.row,
+            status,
+        });
     }
 
     /// Spawned and output from the folder; the status once the supervisor wrote it.
@@ -376,7 +406,8 @@ impl Tracker {
     /// A status the supervisor wrote, with what Slurm adds: a time limit, or a
     /// cancellation by someone outside bgwork (the supervisor saw only a TERM).
     async fn with_scheduler_word(&self, status: ExitStatus) -> ExitStatus {
-        scheduler_word(&self.job_id, status, self.stop.as_ref().map(|s| s.actor)).await
+        let asked = self.stop.as_ref().map(|s| s.actor);
+        scheduler_word(&self.job_id, status, asked, &self.env).await
     }
 
     async fn command(&mut self, command: Command) {
@@ -430,7 +461,7 @@ impl Tracker {
         }
         let mut command = tokio::process::Command::new("scancel");
         command.arg(&self.job_id);
-        if let Err(e) = slurm_call(command).await {
+        if let Err(e) = slurm_call(command, &self.env).await {
             crate::note!("bgwork daemon: scancel {} failed: {e}", self.job_id);
         }
     }
@@ -449,7 +480,7 @@ impl Tracker {
             );
             self.cancel().await;
         }
-        let info = match job_info(&self.job_id).await {
+        let info = match job_info(&self.job_id, &self.env).await {
             Ok(info) => info,
             Err(e) => {
                 if !self.said_unreachable {
@@ -559,8 +590,13 @@ impl Tracker {
 /// A status the supervisor wrote, with what Slurm adds: a time limit, or a
 /// cancellation by someone outside bgwork (the supervisor saw only a TERM), which is
 /// the person's stop unless bgwork asked for it (`asked`).
-async fn scheduler_word(job_id: &str, mut status: ExitStatus, asked: Option<Actor>) -> ExitStatus {
-    let Ok(Some(info)) = job_info(job_id).await else {
+async fn scheduler_word(
+    job_id: &str,
+    mut status: ExitStatus,
+    asked: Option<Actor>,
+    env: &[(String, String)],
+) -> ExitStatus {
+    let Ok(Some(info)) = job_info(job_id, env).await else {
         return status;
     };
     match info.state.as_str() {
@@ -607,10 +643,10 @@ impl JobInfo {
 }
 
 /// `scontrol show job -o ID`: `Ok(None)` when Slurm no longer knows the job.
-async fn job_info(job_id: &str) -> Result<Option<JobInfo>, String> {
+async fn job_info(job_id: &str, env: &[(String, String)]) -> Result<Option<JobInfo>, String> {
     let mut command = tokio::process::Command::new("scontrol");
     command.args(["show", "job", "-o", job_id]);
-    let text = match slurm_call(command).await {
+    let text = match slurm_call(command, env).await {
         Ok(text) => text,
         Err(e) if e.contains("Invalid job id") => return Ok(None),
         Err(e) => return Err(e),
@@ -650,16 +686,20 @@ pub fn parse_exit_code(text: &str) -> (Option<i32>, Option<i32>) {
 }
 
 /// The Slurm job id of a job by its name, among the jobs Slurm knows.
-async fn find_by_name(name: &str) -> Result<Option<String>, String> {
+async fn find_by_name(name: &str, env: &[(String, String)]) -> Result<Option<String>, String> {
     let mut command = tokio::process::Command::new("squeue");
     command.args(["-h", "-t", "all", "-o", "%i", "-n", name]);
-    let text = slurm_call(command).await?;
+    let text = slurm_call(command, env).await?;
     Ok(text.split_whitespace().next().map(str::to_string))
 }
 
 /// Runs a Slurm command with a deadline; its stdout, or what went wrong.
-async fn slurm_call(mut command: tokio::process::Command) -> Result<String, String> {
+async fn slurm_call(
+    mut command: tokio::process::Command,
+    env: &[(String, String)],
+) -> Result<String, String> {
     command
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     let program = command.as_std().get_program().to_string_lossy().to_string();

@@ -474,3 +474,33 @@ fn issue14_slurm_read_of_a_running_job_past_its_cap_skips_the_dropped_middle() {
     );
     home.json(&["stop", &id]);
 }
+
+#[test]
+fn issue14_slurm_commands_use_the_callers_slurm_conf_not_the_daemons() {
+    let Some(conf) = cluster("issue14_slurm_commands_use_the_callers_slurm_conf_not_the_daemons")
+    else {
+        return;
+    };
+    let home = home(&conf);
+    // The daemon starts with no SLURM_CONF: only the caller of `start` has it.
+    let started = home
+        .command(&["list"])
+        .env_remove("SLURM_CONF")
+        .output()
+        .expect("bgwork list");
+    assert!(started.status.success());
+    let item = start(&home, &["--partition", "held"], "echo x");
+    let id = item["id"].as_str().unwrap().to_string();
+    // scontrol works for the daemon too: the queue's reason comes from it.
+    eventually(Duration::from_secs(20), || {
+        home.item(&id)["queue_reason"] == "PartitionDown"
+    });
+    let stopped = home.json(&["stop", &id]);
+    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+    let folder = std::path::PathBuf::from(stopped["log_path"].as_str().unwrap());
+    let spec = folder.parent().unwrap().join("spec.json");
+    assert!(
+        !spec.exists(),
+        "the spec of a job that never ran is removed"
+    );
+}

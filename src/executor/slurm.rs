@@ -602,6 +602,7 @@ async fn scheduler_word(
     match info.state.as_str() {
         "TIMEOUT" => status.detail = Some("time limit".into()),
         "OUT_OF_MEMORY" => status.detail = Some("out of memory".into()),
+        "NODE_FAIL" | "BOOT_FAIL" => status.detail = Some("node failed".into()),
         "CANCELLED" if status.stop_actor.is_none() => {
             status.stop_actor = Some(asked.unwrap_or(Actor::Person));
             status.detail = Some("cancelled in Slurm (scancel)".into());

@@ -504,3 +504,74 @@ fn issue14_slurm_commands_use_the_callers_slurm_conf_not_the_daemons() {
         "the spec of a job that never ran is removed"
     );
 }
+
+#[test]
+fn issue14_slurm_node_that_fails_under_a_job_ends_it_lost_node_failed() {
+    let Some(conf) = cluster("issue14_slurm_node_that_fails_under_a_job_ends_it_lost_node_failed")
+    else {
+        return;
+    };
+    let cluster_dir = std::path::Path::new(&conf).parent().unwrap().to_path_buf();
+    let home = home(&conf);
+    // n3 is the `fragile` partition's alone: no other test's job runs there.
+    let item = start(&home, &["--partition", "fragile"], "echo up; sleep 300");
+    let id = item["id"].as_str().unwrap().to_string();
+    eventually(Duration::from_secs(30), || state(&home, &id) == "running");
+    let folder = std::path::PathBuf::from(home.item(&id)["log_path"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    // The node dies: its slurmd is killed and Slurm is told at once (rather than after
+    // SlurmdTimeout).
+    let slurmd = std::fs::read_to_string(cluster_dir.join("slurmd-n3.pid")).unwrap();
+    let slurmd = slurmd.trim().to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &slurmd])
+        .status()
+        .unwrap()
+        .success());
+    slurm(
+        &conf,
+        &[
+            "scontrol",
+            "update",
+            "NodeName=n3",
+            "State=DOWN",
+            "Reason=bgwork-test",
+        ],
+    );
+    let ended = wait_end(&home, &id, 60);
+    // The supervisor still runs on this loopback "node": end it, and bring n3 back.
+    let record = std::fs::read_to_string(folder.join("processes")).unwrap_or_default();
+    for line in record.lines() {
+        let mut words = line.split_whitespace();
+        if let (Some("supervisor" | "job"), Some(pid)) = (words.next(), words.next()) {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
+    }
+    let restarted = Command::new("/usr/sbin/slurmd")
+        .args(["-f", &conf, "-N", "n3"])
+        .status()
+        .expect("slurmd restarts");
+    assert!(restarted.success());
+    // ReturnToService=2 may have taken it back already when slurmd registered.
+    let _ = Command::new("scontrol")
+        .args(["update", "NodeName=n3", "State=RESUME"])
+        .env("SLURM_CONF", &conf)
+        .output();
+    eventually(Duration::from_secs(30), || {
+        slurm(&conf, &["sinfo", "-h", "-n", "n3", "-o", "%t"]).trim() == "idle"
+    });
+    assert_eq!(ended["end"], "lost", "{ended}");
+    assert!(
+        ended["report"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("node failed"),
+        "{ended}"
+    );
+    assert!(
+        ended["exit_code"].is_null() && ended["signal"].is_null(),
+        "{ended}"
+    );
+}

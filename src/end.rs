@@ -20,6 +20,9 @@ pub fn classify(status: &ExitStatus, pane: bool) -> End {
         Some(Actor::Person) => return End::StoppedByPerson,
         None => {}
     }
+    if let (None, None, Some(end)) = (status.exit_code, status.signal, status.scheduler_end) {
+        return end;
+    }
     let hung_up =
         status.signal == Some(1) || (status.signal.is_none() && status.exit_code == Some(129));
     if pane && hung_up {

@@ -330,7 +330,11 @@ Example:
     Demo,
     /// The per-job supervisor (started by the daemon)
     #[command(hide = true)]
-    Supervise,
+    Supervise {
+        /// The job's spec in a file (a job started by Slurm) instead of on stdin
+        #[arg(long, value_name = "PATH")]
+        spec_file: Option<std::path::PathBuf>,
+    },
 }
 
 /// What every command that starts work takes: the command and where it runs.
@@ -390,6 +394,41 @@ pub struct StartCmd {
     /// Stop the job (as the agent) once it has run for DURATION
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_runtime: Option<f64>,
+    #[command(flatten)]
+    pub on: OnCmd,
+}
+
+/// Where a job runs: this machine, or a Slurm cluster.
+#[derive(Args, Debug, Default)]
+pub struct OnCmd {
+    /// Where it runs: `local` (this machine) or `slurm` (submitted with sbatch; its
+    /// folder must be on a filesystem the nodes share) [default: $BGWORK_EXECUTOR, else
+    /// local]
+    #[arg(long, value_name = "EXECUTOR")]
+    pub on: Option<String>,
+    /// With --on slurm: the partition
+    #[arg(long, value_name = "P")]
+    pub partition: Option<String>,
+    /// With --on slurm: the time limit, in Slurm's words (30, 0:05, 1:00:00, 2-0)
+    #[arg(long, value_name = "T")]
+    pub time: Option<String>,
+    /// With --on slurm: CPUs for the job
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<u32>,
+    /// With --on slurm: memory, in Slurm's words (500M, 4G)
+    #[arg(long, value_name = "M")]
+    pub mem: Option<String>,
+    /// With --on slurm: GPUs for the job
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<u32>,
+    /// With --on slurm: nodes for the job (the command runs on the first; srun reaches
+    /// the others)
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// With --on slurm: one more sbatch option, as one argument, e.g.
+    /// --sbatch-arg=--constraint=a100 (repeatable)
+    #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub sbatch_args: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -751,7 +790,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Daemon { http, .. } => return Ok(run_daemon(http)),
         Commands::Ui { port, no_open } => return ui(&paths, &session, port, no_open, json),
         Commands::Close { id } => Request::Close { id },
-        Commands::Supervise => crate::supervisor::run(),
+        Commands::Supervise { spec_file } => crate::supervisor::run(spec_file.as_deref()),
         Commands::Demo => return demo::run(),
         Commands::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
@@ -858,6 +897,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             allow_duplicate: true,
             quiet_after: None,
             max_runtime: None,
+            on: OnCmd::local(),
         })?),
         Commands::Run(run) => Request::Run(wire::RunArgs {
             start: start_args(StartCmd {
@@ -869,6 +909,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 allow_duplicate: true,
                 quiet_after: None,
                 max_runtime: None,
+                on: OnCmd::local(),
             })?,
             timeout_s: run.timeout,
             stream: !json,
@@ -1079,6 +1120,7 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         "--cwd",
     )?);
     let caller = crate::environ::CallerEnv::of_this_process();
+    let slurm = slurm_args(start.on, start.pty)?;
     Ok(wire::StartArgs {
         command: shell::command_line(&job.command),
         cwd,
@@ -1096,7 +1138,32 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         max_runtime_s: start.max_runtime,
         secrets: job.secrets,
         keep_raw_log: job.keep_raw_log,
+        slurm,
     })
+}
+
+impl OnCmd {
+    /// This machine, whatever `BGWORK_EXECUTOR` says (`run` and sub-agents).
+    fn local() -> OnCmd {
+        OnCmd {
+            on: Some("local".into()),
+            ..OnCmd::default()
+        }
+    }
+}
+
+/// Where a `start` runs: `--on`, else `BGWORK_EXECUTOR`, else this machine.
+fn slurm_args(on: OnCmd, pty: bool) -> Result<Option<wire::SlurmArgs>, WireError> {
+    let asked = wire::SlurmArgs {
+        partition: on.partition,
+        time: on.time,
+        cpus: on.cpus,
+        mem: on.mem,
+        gpus: on.gpus,
+        nodes: on.nodes,
+        sbatch_args: on.sbatch_args,
+    };
+    crate::executor::slurm::choose(on.on.as_deref(), asked, pty, "--")
 }
 
 /// A path as the caller means it: a relative one is resolved against the caller's

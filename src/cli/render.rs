@@ -366,6 +366,10 @@ fn start_text(reply: &StartReply) -> String {
     let started = match (item.pid, item.state) {
         (Some(pid), _) => format!("started (pid {pid})"),
         (None, State::Starting) => "starting (its pid shows in `bgwork list`)".to_string(),
+        (None, State::Queued) => match &item.slurm_job_id {
+            Some(job) => format!("queued on Slurm (job {job})"),
+            None => "queued on Slurm".to_string(),
+        },
         (None, _) => "started".to_string(),
     };
     let mut text = format!("{} {started}: {}\n", inert(&item.id), label(item));

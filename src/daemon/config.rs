@@ -9,6 +9,9 @@ use std::time::Duration;
 pub struct Config {
     /// Running jobs, panes and monitors per session.
     pub max_running: usize,
+    /// Jobs on Slurm (queued or running) per session (`BGWORK_MAX_SLURM`), counted
+    /// apart from `max_running`: the cluster runs them.
+    pub max_slurm: usize,
     /// Running items of every session together (`BGWORK_MAX_RUNNING_TOTAL`; 0: no cap).
     /// Unless set, it is at least `max_running`, so that raising the per-session limit
     /// alone is not undone by it.
@@ -47,6 +50,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             max_running: 10,
+            max_slurm: 50,
             max_running_total: 64,
             max_starts_per_minute: 60,
             log_cap: 256 << 20,
@@ -71,6 +75,9 @@ impl Config {
         let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
         if let Some(n) = number("BGWORK_MAX_RUNNING") {
             config.max_running = n as usize;
+        }
+        if let Some(n) = number("BGWORK_MAX_SLURM") {
+            config.max_slurm = n as usize;
         }
         match number("BGWORK_MAX_RUNNING_TOTAL") {
             Some(n) => config.max_running_total = n as usize,

@@ -37,7 +37,7 @@ impl Daemon {
             if let Some(detail) = lost_reason.take() {
                 report = Some(format!("{id} was {detail}"));
             }
-        } else if record.kind == Kind::Monitor || stopped {
+        } else if record.kind == Kind::Monitor || stopped || record.end == Some(End::Signaled) {
             // A monitor's detail says what happened ("matched: …", "timed out …"); a
             // stop's, what it had to do ("did not stop on TERM; killed after 5 s").
             if let (Some(text), Some(detail)) = (report.as_mut(), lost_reason.take()) {
@@ -45,14 +45,23 @@ impl Daemon {
                 text.push_str(&detail);
             }
         }
+        let slurm = self.slurm.view(record.row, &record.job_dir);
+        if let (Some(_), Some(End::Lost), Some(detail)) = (&slurm, record.end, &lost_reason) {
+            // A job on Slurm is lost for the reason Slurm gave, not a daemon restart.
+            report = Some(format!("{id} was lost: {detail}"));
+        }
         if let Some(text) = report.as_mut() {
             text.push_str(&cost);
         }
         let running = record.state != State::Ended;
+        let state = match (&slurm, record.state) {
+            (Some(_), State::Starting) => State::Queued,
+            (_, state) => state,
+        };
         Item {
             id,
             kind: record.kind,
-            state: record.state,
+            state,
             end: record.end,
             exit_code: record.exit_code,
             signal: record.signal,
@@ -78,6 +87,12 @@ impl Daemon {
             rss_bytes: None,
             peak_rss_bytes: record.peak_rss,
             listening: Vec::new(),
+            executor: slurm.as_ref().map(|_| "slurm".to_string()),
+            queue_reason: slurm
+                .as_ref()
+                .and_then(|s| s.reason.clone())
+                .filter(|_| state == State::Queued),
+            slurm_job_id: slurm.and_then(|s| s.job_id),
         }
     }
 

@@ -74,8 +74,8 @@ impl Daemon {
             Launched::New(row) => row,
             Launched::Twin(row) => return self.twin_reply(session, row).await,
         };
-        if window.is_zero() {
-            // No window: the id at once (the job is `starting` until its process runs),
+        if window.is_zero() || args.slurm.is_some() {
+            // No window (or a job handed to Slurm, which starts it when it will): the id at once (the job is `starting` until its process runs),
             // and nothing is shown, so nothing counts as read.
             let record = self.lock().store.get(row)?;
             let item = record
@@ -213,15 +213,27 @@ impl Daemon {
                     return Err(limit_error(MAX_SUB_AGENTS, session, &root, &running));
                 }
             } else {
-                let running = Self::counted(&inner, session)?;
-                if !launch.over_limit && running.len() >= self.config.max_running {
+                // Jobs on Slurm count against a limit of their own: the cluster runs
+                // them, not this machine.
+                let on_slurm = args.slurm.is_some();
+                let max = match on_slurm {
+                    true => self.config.max_slurm,
+                    false => self.config.max_running,
+                };
+                let running: Vec<Record> = Self::counted(&inner, session)?
+                    .into_iter()
+                    .filter(|r| self.slurm.view(r.row, &r.job_dir).is_some() == on_slurm)
+                    .collect();
+                if !launch.over_limit && running.len() >= max {
                     let running = running_items(self, &root, &running);
-                    return Err(limit_error(
-                        self.config.max_running,
-                        session,
-                        &root,
-                        &running,
-                    ));
+                    let mut error = limit_error(max, session, &root, &running);
+                    if on_slurm {
+                        error.message =
+                            error
+                                .message
+                                .replacen("items", "jobs on Slurm (BGWORK_MAX_SLURM)", 1);
+                    }
+                    return Err(error);
                 }
             }
             let new = NewRecord {
@@ -307,12 +319,17 @@ impl Daemon {
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
             pane,
             owner: super::settle::owner(&record),
-            no_cgroup: !self.config.cgroups,
+            // Under Slurm the allocation has its own cgroup, the scheduler's.
+            no_cgroup: !self.config.cgroups || args.slurm.is_some(),
             max_runtime_ms: limits.1,
             secrets: secret_pairs(args),
             keep_raw_log: args.keep_raw_log,
         };
-        let handle = match self.executor.start(record.row, &spec) {
+        let started = match &args.slurm {
+            Some(slurm) => self.slurm.start(record.row, &spec, slurm).await,
+            None => self.executor.start(record.row, &spec),
+        };
+        let handle = match started {
             Ok(handle) => handle,
             Err(reason) => return Err(self.spawn_failed(record.row, &record.id, reason)),
         };
@@ -528,6 +545,11 @@ impl Daemon {
     ) -> Result<StartReply, WireError> {
         args.pty = false;
         args.notify = true;
+        if args.slurm.is_some() {
+            return Err(WireError::bad_request(
+                "a sub-agent runs on this machine: start it without slurm",
+            ));
+        }
         // Its own session is `SESSION/sub-N`, which must itself be a valid name.
         if session.len() + "/sub-".len() + 20 > super::MAX_SESSION {
             return Err(WireError::bad_request(format!(

@@ -112,6 +112,8 @@ pub struct Daemon {
     /// replies, not taken by a puller or a follower meanwhile.
     showing: Mutex<HashMap<i64, usize>>,
     pub(crate) executor: LocalExecutor,
+    /// Jobs run by a Slurm cluster (`start --on slurm`).
+    pub(crate) slurm: crate::executor::slurm::SlurmExecutor,
     shutdown: watch::Sender<bool>,
     /// The claim token of the next client connection.
     next_token: AtomicI64,
@@ -130,6 +132,7 @@ impl Daemon {
         store: Store,
     ) -> (Arc<Daemon>, mpsc::UnboundedReceiver<ExecEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
+        let slurm = crate::executor::slurm::SlurmExecutor::new(events.clone(), &paths.home);
         let daemon = Daemon {
             paths,
             config,
@@ -143,6 +146,7 @@ impl Daemon {
             changed: watch::channel(0).0,
             output_watchers: Mutex::default(),
             showing: Mutex::default(),
+            slurm,
             executor: LocalExecutor::new(events),
             shutdown: watch::channel(false).0,
             next_token: AtomicI64::new(1),

@@ -88,6 +88,8 @@ impl Daemon {
             // Its --env values are masked again, and its --secret ones however short.
             secrets,
             keep_raw_log,
+            // A job that ran on Slurm goes there again, with the same resources.
+            slurm: crate::executor::slurm::args_of(std::path::Path::new(&record.job_dir)),
         };
         let reply = match record.kind {
             Kind::SubAgent => self.agent_start(session, start).await?,

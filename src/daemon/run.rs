@@ -60,6 +60,12 @@ impl Daemon {
             Some(s) => crate::wire::seconds("--timeout", s)?,
             None => DEFAULT_TIMEOUT,
         };
+        if args.start.slurm.is_some() {
+            return Err(WireError::bad_request(
+                "`run` runs in the foreground on this machine: `start --on slurm` sends work \
+                 to Slurm",
+            ));
+        }
         let launch = Launch {
             over_limit: true,
             ..Launch::default()

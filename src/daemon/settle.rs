@@ -134,11 +134,13 @@ impl Daemon {
                 _ => return,
             };
             let job_dir = Path::new(&record.job_dir).to_path_buf();
-            match self.executor.reattach(row, &job_dir, &owner(&record)).await {
+            match self.reattach(row, &job_dir, &owner(&record)).await {
                 Reattach::Running(running) => {
                     let mut inner = self.lock();
-                    if let Err(e) = inner.store.set_running(row, running.pid) {
-                        crate::note!("bgwork daemon: {e}");
+                    if running.pid > 0 {
+                        if let Err(e) = inner.store.set_running(row, running.pid) {
+                            crate::note!("bgwork daemon: {e}");
+                        }
                     }
                     inner.live.insert(row, live(running));
                     drop(inner);
@@ -171,6 +173,15 @@ impl Daemon {
         }
     }
 
+    /// Finds a job again: through Slurm for one whose folder says it runs there, else
+    /// on this machine.
+    async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+        match crate::executor::slurm::is_slurm_job(job_dir) {
+            true => self.slurm.reattach(row, job_dir, owner).await,
+            false => self.executor.reattach(row, job_dir, owner).await,
+        }
+    }
+
     /// Records the end a supervisor reported, with its notice if one was armed. False
     /// when the store could not take it.
     pub(crate) fn settle_status(&self, row: i64, status: &ExitStatus) -> bool {
@@ -184,7 +195,11 @@ impl Daemon {
                 ended_at: status.ended_at_ms,
                 log_len: status.log_len,
                 dropped,
-                lost_reason: status.spawn_error.clone().or_else(|| stop_detail(status)),
+                lost_reason: status
+                    .spawn_error
+                    .clone()
+                    .or_else(|| stop_detail(status))
+                    .or_else(|| status.detail.clone()),
                 pid: status.pid,
                 unwritten: status.unwritten,
                 unwritten_at: status.unwritten_at,
@@ -409,10 +424,7 @@ impl Daemon {
             let daemon = self.clone();
             pending.spawn(async move {
                 let job_dir = Path::new(&record.job_dir).to_path_buf();
-                let found = daemon
-                    .executor
-                    .reattach(record.row, &job_dir, &owner(&record))
-                    .await;
+                let found = daemon.reattach(record.row, &job_dir, &owner(&record)).await;
                 (record, found)
             });
         }
@@ -423,8 +435,11 @@ impl Daemon {
             match found {
                 Reattach::Running(running) => {
                     let mut inner = self.lock();
-                    if let Err(e) = inner.store.set_running(record.row, running.pid) {
-                        crate::note!("bgwork daemon: {e}");
+                    // A job still in a cluster's queue has no process yet (pid 0).
+                    if running.pid > 0 {
+                        if let Err(e) = inner.store.set_running(record.row, running.pid) {
+                            crate::note!("bgwork daemon: {e}");
+                        }
                     }
                     inner.live.insert(record.row, live(running));
                     drop(inner);

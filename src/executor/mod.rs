@@ -8,6 +8,7 @@
 //! executor is a second implementation of the same calls and events.
 
 pub mod local;
+pub mod slurm;
 
 use crate::wire::control::{ExitStatus, ToSupervisor};
 use tokio::sync::{mpsc, oneshot};

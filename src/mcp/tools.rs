@@ -56,6 +56,14 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "allow_duplicate": {"type": "boolean", "description": "Start even when the same command already runs in this session and folder (default false: the result is the running item, with `already_running`)"},
                     "quiet_after_s": {"type": "number", "exclusiveMinimum": 0, "description": "Fire a notice when it has printed nothing for this many seconds (once per quiet spell), saying whether it is busy, idle or waiting at a prompt"},
                     "max_runtime_s": {"type": "number", "exclusiveMinimum": 0, "description": "Stop it once it has run this many seconds (its end says \"ran past its limit\")"},
+                    "on": {"type": "string", "enum": ["local", "slurm"], "description": "Where it runs: this machine, or a Slurm cluster through sbatch (default: BGWORK_EXECUTOR of the server, else local); a job on Slurm is `queued` until the cluster starts it"},
+                    "partition": {"type": "string", "description": "With on=slurm: the Slurm partition"},
+                    "time": {"type": "string", "description": "With on=slurm: the time limit in Slurm's words (30, 0:05, 1:00:00, 2-0)"},
+                    "cpus": {"type": "integer", "minimum": 1, "description": "With on=slurm: CPUs for the job"},
+                    "mem": {"type": "string", "description": "With on=slurm: memory in Slurm's words (500M, 4G)"},
+                    "gpus": {"type": "integer", "minimum": 1, "description": "With on=slurm: GPUs for the job"},
+                    "nodes": {"type": "integer", "minimum": 1, "description": "With on=slurm: nodes for the job (the command runs on the first)"},
+                    "sbatch_args": {"type": "array", "items": {"type": "string"}, "description": "With on=slurm: more sbatch options, each one argument, e.g. [\"--constraint=a100\"]"},
                     "verbose": verbose
                 }),
                 &["command"],
@@ -360,7 +368,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
     let request = match name {
         "start" => Request::Start(start_args(&a)?),
         "run" => Request::Run(RunArgs {
-            start: start_args(&a)?,
+            start: local(start_args(&a)?),
             timeout_s: a.number("timeout_s")?,
             stream: false,
             // The model has no stdin to give: the command reads end-of-input.
@@ -446,10 +454,17 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
                 window_ms: a.count("window_ms")?.map(|n| n as u64),
             })
         }
-        "agent_start" => Request::AgentStart(start_args(&a)?),
+        "agent_start" => Request::AgentStart(local(start_args(&a)?)),
         _ => unreachable!("checked against the definitions"),
     };
     Ok(request)
+}
+
+/// A start on this machine whatever `BGWORK_EXECUTOR` says: a foreground `run`, a
+/// sub-agent.
+fn local(mut args: StartArgs) -> StartArgs {
+    args.slurm = None;
+    args
 }
 
 fn start_args(a: &Args) -> Result<StartArgs, WireError> {
@@ -486,6 +501,20 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
         max_runtime_s: a.number("max_runtime_s")?,
         secrets,
         keep_raw_log: false,
+        slurm: crate::executor::slurm::choose(
+            a.text("on")?.as_deref(),
+            crate::wire::SlurmArgs {
+                partition: a.text("partition")?,
+                time: a.text("time")?,
+                cpus: a.count("cpus")?.map(|n| n.min(u32::MAX as usize) as u32),
+                mem: a.text("mem")?,
+                gpus: a.count("gpus")?.map(|n| n.min(u32::MAX as usize) as u32),
+                nodes: a.count("nodes")?.map(|n| n.min(u32::MAX as usize) as u32),
+                sbatch_args: a.texts("sbatch_args")?,
+            },
+            a.flag("pty")?,
+            "",
+        )?,
     })
 }
 

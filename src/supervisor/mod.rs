@@ -64,11 +64,31 @@ const INPUT_QUEUE_MAX: usize = 8 << 20;
 /// After the job's processes are gone, output still buffered is drained for this long.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
+/// The folder in a job's folder where a daemon that cannot reach the control socket (a
+/// job on another machine, under Slurm) leaves commands, one file each, as JSON lines.
+pub const COMMANDS_DIR: &str = "commands";
+/// The log's figures (an `output` message) of a supervisor started from a spec file.
+pub const FIGURES_FILE: &str = "figures.json";
+/// How often a supervisor started from a spec file looks for commands.
+const COMMANDS_EVERY: Duration = Duration::from_millis(100);
+
 /// Runs one job to its end. Called by `bgwork supervise`; never returns to a caller.
-pub fn run() -> ! {
-    // SAFETY: the daemon starts every supervisor with its launch socket on LAUNCH_FD and
-    // nothing else in this process owns that descriptor.
-    let launch = unsafe { UnixStream::from_raw_fd(LAUNCH_FD) };
+/// `spec_file`: the job's spec lies in that file (a job started by a cluster's
+/// scheduler, which hands over no socket) instead of coming on the launch socket.
+pub fn run(spec_file: Option<&Path>) -> ! {
+    let launch = match spec_file {
+        // SAFETY: the daemon starts every supervisor with its launch socket on LAUNCH_FD
+        // and nothing else in this process owns that descriptor.
+        None => unsafe { UnixStream::from_raw_fd(LAUNCH_FD) },
+        Some(path) => match launch_from_file(path) {
+            Ok(launch) => launch,
+            Err(e) => {
+                crate::note!("bgwork supervise: {}: {e}", path.display());
+                std::process::exit(1);
+            }
+        },
+    };
+    let watch_commands = spec_file.is_some();
     // First of all, leave the daemon's session: nothing that happens to it reaches us.
     let _ = nix::unistd::setsid();
     // The job must not inherit the daemon's connection.
@@ -78,6 +98,11 @@ pub fn run() -> ! {
     );
     let code = match Supervisor::launch(launch) {
         Ok(mut supervisor) => {
+            supervisor.watch_commands = watch_commands;
+            if watch_commands {
+                // No input can reach a job under Slurm: it reads end-of-file at once.
+                supervisor.stdin = None;
+            }
             supervisor.serve();
             0
         }
@@ -87,6 +112,24 @@ pub fn run() -> ! {
         }
     };
     std::process::exit(code)
+}
+
+/// A launch socket fed from a spec file: the spec is read (and the file removed, since
+/// it holds the job's environment), and written on one end of a socket pair by a
+/// thread, whose other end becomes the launch socket; nobody answers on it.
+fn launch_from_file(path: &Path) -> std::io::Result<UnixStream> {
+    let mut spec = crate::paths::read_untrusted(path, 64 << 20)?;
+    let _ = std::fs::remove_file(path);
+    if spec.last() != Some(&b'\n') {
+        spec.push(b'\n');
+    }
+    let (ours, mut theirs) = UnixStream::pair()?;
+    std::thread::spawn(move || {
+        let _ = theirs.write_all(&spec);
+        // Held open until the job is read: dropped with this thread afterwards.
+        let _ = theirs.shutdown(std::net::Shutdown::Write);
+    });
+    Ok(ours)
 }
 
 /// A pending escalation: when to send SIGKILL to whatever is left of the job.
@@ -140,6 +183,11 @@ struct Supervisor {
     sample_at: Instant,
     sample_every: Duration,
     peak_rss: u64,
+    /// Whether commands are taken from [`COMMANDS_DIR`] (a supervisor under Slurm).
+    watch_commands: bool,
+    commands_at: Instant,
+    /// The figures last written to [`FIGURES_FILE`]: dropped, unwritten, unwritten at.
+    figures_written: (u64, u64, u64),
 }
 
 /// The first samples of a job's memory come quickly (short jobs), then ever more
@@ -267,6 +315,9 @@ impl Supervisor {
             sample_at: Instant::now() + FIRST_SAMPLE,
             sample_every: FIRST_SAMPLE,
             peak_rss: 0,
+            watch_commands: false,
+            commands_at: Instant::now(),
+            figures_written: (0, 0, 0),
             spec,
         })
     }
@@ -282,8 +333,47 @@ impl Supervisor {
             self.escalate_when_due();
             self.limit_when_due();
             self.sample_when_due();
+            self.commands_when_due();
         }
         self.finish();
+    }
+
+    /// Carries out the commands left in [`COMMANDS_DIR`] (stop and signal; each file
+    /// removed once read), every [`COMMANDS_EVERY`].
+    fn commands_when_due(&mut self) {
+        if !self.watch_commands || Instant::now() < self.commands_at {
+            return;
+        }
+        self.commands_at = Instant::now() + COMMANDS_EVERY;
+        let dir = Path::new(&self.spec.job_dir).join(COMMANDS_DIR);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let mut names: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        names.sort();
+        for path in names {
+            let bytes = crate::paths::read_untrusted(&path, 1 << 20);
+            let _ = std::fs::remove_file(&path);
+            let Ok(bytes) = bytes else { continue };
+            for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                match control::decode::<ToSupervisor>(line) {
+                    Ok(ToSupervisor::Stop { grace_ms, actor }) => {
+                        self.begin_stop(Some(actor), Duration::from_millis(grace_ms));
+                    }
+                    Ok(ToSupervisor::Signal { signal }) => {
+                        if let (Ok(signal), None) = (Signal::try_from(signal), self.main_status) {
+                            let _ = nix::sys::signal::killpg(Pid::from_raw(self.pid), signal);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => crate::note!("bgwork supervise: a command file: {e}"),
+                }
+            }
+        }
     }
 
     fn finished(&self) -> bool {
@@ -378,7 +468,9 @@ impl Supervisor {
             .map(|_| Instant::now() + Duration::from_millis(200));
         let limit_at = self.limit_at.filter(|_| self.main_status.is_none());
         let sample_at = Some(self.sample_at).filter(|_| self.main_status.is_none());
+        let commands_at = Some(self.commands_at).filter(|_| self.watch_commands);
         [
+            commands_at,
             kill_at,
             self.drain_until,
             progress_at,
@@ -503,9 +595,34 @@ impl Supervisor {
         }
         self.progress_due = false;
         self.last_progress = Instant::now();
+        if self.watch_commands {
+            self.write_figures();
+        }
         for index in 0..self.conns.len() {
             let figures = self.figures();
             self.conns[index].progress(figures);
+        }
+    }
+
+    /// Under Slurm, no daemon is connected: the log's dropped middle and unwritten
+    /// bytes, which the file's length does not tell, go to [`FIGURES_FILE`] each time
+    /// they change (rarely: a punch of the cap, a full disk).
+    fn write_figures(&mut self) {
+        let now = (
+            self.log.dropped(),
+            self.log.unwritten(),
+            self.log.unwritten_at(),
+        );
+        if now == self.figures_written {
+            return;
+        }
+        let dir = Path::new(&self.spec.job_dir);
+        let temp = dir.join("figures.tmp");
+        let written = std::fs::write(&temp, control::encode(&self.figures()))
+            .and_then(|()| std::fs::rename(&temp, dir.join(FIGURES_FILE)));
+        match written {
+            Ok(()) => self.figures_written = now,
+            Err(e) => crate::note!("bgwork supervise: could not write {FIGURES_FILE}: {e}"),
         }
     }
 
@@ -784,6 +901,8 @@ impl Supervisor {
             cpu_ms: Some(children_cpu_ms()),
             // The largest single process reaped is a floor for a tree never sampled.
             peak_rss_bytes: Some(self.peak_rss.max(children_max_rss())),
+            scheduler_end: None,
+            detail: None,
         };
         let job_dir = PathBuf::from(&self.spec.job_dir);
         self.final_status = Some(status.clone());

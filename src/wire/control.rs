@@ -203,6 +203,13 @@ pub struct ExitStatus {
     /// The most resident memory the job's process tree was seen to hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_bytes: Option<u64>,
+    /// The end a cluster's scheduler reported when no process status says it (a job
+    /// Slurm timed out or lost with its supervisor): see `end::classify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_end: Option<crate::wire::End>,
+    /// What the scheduler said of the end ("time limit", "node failed").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 impl ExitStatus {

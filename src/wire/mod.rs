@@ -162,6 +162,32 @@ pub struct StartArgs {
     /// read the masked log.
     #[serde(default)]
     pub keep_raw_log: bool,
+    /// Run it on a Slurm cluster (`--on slurm`) with these resources instead of on
+    /// this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmArgs>,
+}
+
+/// What a job run on Slurm asks of the cluster (each passed to `sbatch` as it is).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlurmArgs {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// A time limit in Slurm's words (`30`, `0:05`, `1:00:00`, `2-0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// Memory in Slurm's words (`500M`, `4G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+    /// More `sbatch` options, each one argument (`--constraint=a100`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sbatch_args: Vec<String>,
 }
 
 /// `restart`: the item to start again, with the values of its `--env` variables
@@ -392,6 +418,8 @@ pub enum State {
     Starting,
     Running,
     Ended,
+    /// Handed to a cluster's scheduler (Slurm), which has not started it yet.
+    Queued,
 }
 
 /// How an item ended (contract §2). Exactly one per ended record.
@@ -454,6 +482,15 @@ pub struct Item {
     /// TCP addresses the job's processes listen on, e.g. `127.0.0.1:5173`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listening: Vec<String>,
+    /// Where it runs when not on this machine: `slurm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<String>,
+    /// The Slurm job id of an item run on Slurm (once submitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job_id: Option<String>,
+    /// Why Slurm has not started a queued item yet (`squeue`'s reason, e.g. `Resources`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_reason: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

@@ -20,6 +20,7 @@ mod secrets;
 mod security;
 mod security_hostile;
 mod sessions;
+mod slurm;
 mod stop;
 mod strip;
 mod surface;

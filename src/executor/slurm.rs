@@ -1,0 +1,939 @@
+//! `SlurmExecutor`: jobs run by a Slurm cluster, each under the same supervisor as a
+//! local job, started on the compute node by the batch script.
+//!
+//! How it works: `start` writes the job's spec into its folder (the supervisor reads it
+//! and removes it), a batch script that runs `bgwork supervise --spec-file`, and
+//! `slurm.json` (the job's Slurm name `bgw-<home-id>-<row>`, written before `sbatch`
+//! so that a daemon that dies meanwhile finds the job by name and never submits it
+//! twice, then its Slurm job id). One task per job then watches the job's folder,
+//! which must be on a filesystem both the daemon and the node see: the tree record
+//! (the job's process started: `spawned`), the log's length (`output`) and the status
+//! file (the end); and asks `scontrol` how Slurm sees the job, for the queue's reason
+//! and for the ends that leave no status (a time limit or a node that failed with the
+//! supervisor). Commands reach the supervisor as files in the folder's `commands/`
+//! (see ARCHITECTURE.md: no connection from the daemon to the node is needed), with
+//! `scancel` as the backstop when the supervisor does not end the job in time.
+
+use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused};
+use crate::paths::now_ms;
+use crate::supervisor::{self, tree::TreeRecord, COMMANDS_DIR, LOG_FILE};
+use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
+use crate::wire::{Actor, End, SlurmArgs};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The file in a job's folder that says it runs on Slurm, and as which Slurm job.
+pub const SLURM_FILE: &str = "slurm.json";
+const SPEC_FILE: &str = "spec.json";
+const SCRIPT_FILE: &str = "slurm.sh";
+/// The batch script's own output (the supervisor's complaints, Slurm's messages).
+const SLURM_OUT: &str = "slurm.out";
+/// How often the job's folder is looked at.
+const FILES_EVERY: Duration = Duration::from_millis(100);
+/// How often Slurm is asked about the job.
+const SCHEDULER_EVERY: Duration = Duration::from_millis(1000);
+/// How long a job Slurm says has ended is given for its status file to appear (a
+/// shared filesystem may show it late) before the end is taken from Slurm.
+const STATUS_PATIENCE: Duration = Duration::from_secs(5);
+/// After a stop's grace, how long the supervisor has to end the job before `scancel`.
+const STOP_SLACK: Duration = Duration::from_secs(5);
+/// The longest a Slurm command may take.
+const SLURM_CALL: Duration = Duration::from_secs(20);
+
+/// What `slurm.json` holds.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct SlurmJob {
+    pub name: String,
+    #[serde(default)]
+    pub job_id: Option<String>,
+    #[serde(default)]
+    pub args: SlurmArgs,
+    /// What the Slurm commands of this job run with: the caller's `SLURM_CONF` and
+    /// `PATH` (the daemon may have been started with other ones).
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+}
+
+/// The variables of a job's environment that its Slurm commands take.
+fn slurm_env(env: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+    ["SLURM_CONF", "PATH"]
+        .iter()
+        .filter_map(|name| env.get(*name).map(|v| (name.to_string(), v.clone())))
+        .collect()
+}
+
+/// What `list` shows of a job on Slurm.
+#[derive(Debug, Clone, Default)]
+pub struct SlurmView {
+    pub job_id: Option<String>,
+    /// `squeue`'s reason while Slurm has not started it.
+    pub reason: Option<String>,
+}
+
+pub struct SlurmExecutor {
+    exe: Arc<PathBuf>,
+    events: mpsc::UnboundedSender<ExecEvent>,
+    home_id: String,
+    /// Rows known to run (or to have run) on Slurm; `None`: known not to.
+    views: Arc<Mutex<HashMap<i64, Option<SlurmView>>>>,
+}
+
+impl SlurmExecutor {
+    pub fn new(events: mpsc::UnboundedSender<ExecEvent>, home: &Path) -> SlurmExecutor {
+        let exe = std::env::var_os("BGWORK_SLURM_BGWORK")
+            .map(PathBuf::from)
+            .or_else(|| std::env::current_exe().ok())
+            .unwrap_or_else(|| PathBuf::from("bgwork"));
+        SlurmExecutor {
+            exe: Arc::new(exe),
+            events,
+            home_id: home_id(home),
+            views: Arc::default(),
+        }
+    }
+
+    /// The Slurm job name of a row: `bgw-<home-id>-<row>`.
+    pub fn job_name(&self, row: i64) -> String {
+        format!("bgw-{}-{row}", self.home_id)
+    }
+
+    /// What `list` shows of a row: `None` for a job of this machine. A row not seen
+    /// since the daemon started is looked up in its folder once.
+    pub fn view(&self, row: i64, job_dir: &str) -> Option<SlurmView> {
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(view) = views.get(&row) {
+            return view.clone();
+        }
+        let found = (!job_dir.is_empty())
+            .then(|| read_slurm_file(Path::new(job_dir)))
+            .flatten()
+            .map(|job| SlurmView {
+                job_id: job.job_id,
+                reason: None,
+            });
+        views.insert(row, found.clone());
+        found
+    }
+
+    fn set_view(&self, row: i64, view: SlurmView) {
+        set_view(&self.views, row, view);
+    }
+
+    /// Submits a job with `sbatch`; `Spawned`, `Output` and `Ended` follow as events.
+    pub async fn start(
+        &self,
+        row: i64,
+        spec: &JobSpec,
+        args: &SlurmArgs,
+    ) -> Result<JobHandle, String> {
+        let job_dir = PathBuf::from(&spec.job_dir);
+        let name = self.job_name(row);
+        let mut job = SlurmJob {
+            name: name.clone(),
+            job_id: None,
+            args: args.clone(),
+            env: slurm_env(&spec.env),
+        };
+        // The spec holds the job's environment: readable by this user alone.
+        write_private(&job_dir.join(SPEC_FILE), &control::encode(spec))?;
+        let script = format!(
+            "#!/bin/sh\n# Written by bgwork: the job's supervisor, in the allocation.\nexec {} supervise --spec-file {}\n",
+            shell_quote(&self.exe.display().to_string()),
+            shell_quote(&job_dir.join(SPEC_FILE).display().to_string()),
+        );
+        write_private(&job_dir.join(SCRIPT_FILE), script.as_bytes())?;
+        write_slurm_file(&job_dir, &job)?;
+        self.set_view(row, SlurmView::default());
+        let mut command = tokio::process::Command::new("sbatch");
+        command
+            .arg("--parsable")
+            .arg("--no-requeue")
+            .arg(format!("--job-name={name}"))
+            .arg(format!("--output={}", job_dir.join(SLURM_OUT).display()))
+            .arg(format!("--chdir={}", job_dir.display()));
+        if let Some(partition) = &args.partition {
+            command.arg(format!("--partition={partition}"));
+        }
+        if let Some(time) = &args.time {
+            command.arg(format!("--time={time}"));
+        }
+        if let Some(cpus) = args.cpus {
+            command.arg(format!("--cpus-per-task={cpus}"));
+        }
+        if let Some(mem) = &args.mem {
+            command.arg(format!("--mem={mem}"));
+        }
+        if let Some(gpus) = args.gpus {
+            command.arg(format!("--gpus={gpus}"));
+        }
+        if let Some(nodes) = args.nodes {
+            command.arg(format!("--nodes={nodes}"));
+        }
+        command.args(&args.sbatch_args);
+        command.arg(job_dir.join(SCRIPT_FILE));
+        let output = slurm_call(command, &job.env).await.map_err(|e| {
+            let _ = std::fs::remove_file(job_dir.join(SPEC_FILE));
+            format!("sbatch could not submit it: {e}")
+        })?;
+        // `--parsable` prints `ID` or `ID;CLUSTER`.
+        let job_id = output
+            .trim()
+            .split(';')
+            .next()
+            .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| format!("sbatch answered {output:?}, not a job id"))?
+            .to_string();
+        job.job_id = Some(job_id.clone());
+        if let Err(e) = write_slurm_file(&job_dir, &job) {
+            // The job runs all the same: a restarted daemon finds it by its name.
+            crate::note!("bgwork daemon: {e}");
+        }
+        self.set_view(
+            row,
+            SlurmView {
+                job_id: Some(job_id.clone()),
+                reason: None,
+            },
+        );
+        Ok(self.track(row, job_dir, job_id, spec.owner.clone(), false, job.env))
+    }
+
+    /// Finds a job on Slurm again after a daemon restart: by its status file, else by
+    /// its Slurm job id (or, when the daemon died before it was written, its name).
+    pub async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+        let job = read_slurm_file(job_dir);
+        if let Some(found) = supervisor::read_status(job_dir, owner) {
+            let env = job.as_ref().map(|j| j.env.clone()).unwrap_or_default();
+            return match (found, job.and_then(|j| j.job_id)) {
+                (Ok(status), Some(id)) => {
+                    Reattach::Ended(scheduler_word(&id, status, None, &env).await)
+                }
+                (Ok(status), None) => Reattach::Ended(status),
+                (Err(reason), _) => Reattach::Lost(reason),
+            };
+        }
+        let Some(mut job) = job else {
+            return Reattach::Lost(format!("its {SLURM_FILE} is unreadable"));
+        };
+        if job.job_id.is_none() {
+            match find_by_name(&job.name, &job.env).await {
+                Ok(Some(id)) => {
+                    job.job_id = Some(id);
+                    let _ = write_slurm_file(job_dir, &job);
+                }
+                Ok(None) => {
+                    return Reattach::Lost(
+                        "the daemon stopped while submitting it to Slurm, which does not know it"
+                            .into(),
+                    )
+                }
+                Err(e) => crate::note!("bgwork daemon: {e}"),
+            }
+        }
+        let Some(job_id) = job.job_id else {
+            return Reattach::Lost("Slurm could not be asked for it".into());
+        };
+        self.set_view(
+            row,
+            SlurmView {
+                job_id: Some(job_id.clone()),
+                reason: None,
+            },
+        );
+        let spawned = TreeRecord::read(job_dir).job;
+        // A job not started yet is told `spawned` when it starts, as a new one is.
+        let handle = self.track(
+            row,
+            job_dir.to_path_buf(),
+            job_id,
+            owner.to_string(),
+            spawned.is_some(),
+            job.env,
+        );
+        let (dropped, unwritten, unwritten_at) = figures(job_dir);
+        Reattach::Running(Running {
+            pid: spawned.map_or(0, |(pid, _)| pid),
+            dropped,
+            unwritten,
+            unwritten_at,
+            handle,
+        })
+    }
+
+    /// Spawns the task that watches one job; returns its handle.
+    fn track(
+        &self,
+        row: i64,
+        job_dir: PathBuf,
+        job_id: String,
+        owner: String,
+        reattached: bool,
+        env: Vec<(String, String)>,
+    ) -> JobHandle {
+        let (commands, incoming) = mpsc::unbounded_channel();
+        let handle = JobHandle::new(commands, Arc::default());
+        let tracker = Tracker {
+            row,
+            job_dir,
+            job_id,
+            owner,
+            events: self.events.clone(),
+            views: self.views.clone(),
+            spawned: false,
+            reattached,
+            log_len: 0,
+            figures: (0, 0, 0),
+            stop: None,
+            ended_seen: None,
+            said_unreachable: false,
+            env,
+        };
+        tokio::spawn(tracker.run(incoming));
+        handle
+    }
+}
+
+/// A stop asked for: by whom, and when `scancel` takes over.
+struct Stop {
+    actor: Actor,
+    backstop_at: tokio::time::Instant,
+    cancelled: bool,
+}
+
+struct Tracker {
+    row: i64,
+    job_dir: PathBuf,
+    job_id: String,
+    owner: String,
+    events: mpsc::UnboundedSender<ExecEvent>,
+    views: Arc<Mutex<HashMap<i64, Option<SlurmView>>>>,
+    spawned: bool,
+    /// Taken back by a restarted daemon, which already knows whether it runs.
+    reattached: bool,
+    log_len: u64,
+    /// The log's dropped, unwritten and unwritten-at figures last told.
+    figures: (u64, u64, u64),
+    stop: Option<Stop>,
+    /// When Slurm was first seen to say the job ended, and what it said.
+    ended_seen: Option<(tokio::time::Instant, JobInfo)>,
+    said_unreachable: bool,
+    env: Vec<(String, String)>,
+}
+
+impl Tracker {
+    async fn run(mut self, mut incoming: mpsc::UnboundedReceiver<Command>) {
+        let mut files = tokio::time::interval(FILES_EVERY);
+        files.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut scheduler = tokio::time::interval(SCHEDULER_EVERY);
+        scheduler.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut commands_open = true;
+        loop {
+            tokio::select! {
+                command = incoming.recv(), if commands_open => match command {
+                    Some(command) => self.command(command).await,
+                    None => commands_open = false,
+                },
+                _ = files.tick() => {
+                    if let Some(status) = self.look_at_files() {
+                        let status = self.with_scheduler_word(status).await;
+                        self.end(status);
+                        return;
+                    }
+                }
+                _ = scheduler.tick() => {
+                    if let Some(status) = self.ask_scheduler().await {
+                        self.end(status);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tells the end. The spec (with the job's environment) goes if it is still there:
+    /// a job taken off the queue before it started never read it.
+    fn end(&self, status: ExitStatus) {
+        let _ = std::fs::remove_file(self.job_dir.join(SPEC_FILE));
+        let _ = self.events.send(ExecEvent::Ended {
+            row: self.row,
+            status,
+        });
+    }
+
+    /// Spawned and output from the folder; the status once the supervisor wrote it.
+    fn look_at_files(&mut self) -> Option<ExitStatus> {
+        if !self.spawned {
+            if let Some((pid, _)) = TreeRecord::read(&self.job_dir).job {
+                self.spawned = true;
+                if let Some(Some(view)) = self
+                    .views
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&self.row)
+                {
+                    view.reason = None;
+                }
+                if !self.reattached {
+                    let _ = self.events.send(ExecEvent::Spawned { row: self.row, pid });
+                }
+            }
+        }
+        let len = std::fs::metadata(self.job_dir.join(LOG_FILE)).map_or(0, |m| m.len());
+        // The figures may be written after the log's last growth was seen.
+        let figures = figures(&self.job_dir);
+        if len > self.log_len || figures != self.figures {
+            self.log_len = len;
+            self.figures = figures;
+            let (dropped, unwritten, unwritten_at) = figures;
+            let _ = self.events.send(ExecEvent::Output {
+                row: self.row,
+                log_len: len,
+                dropped,
+                unwritten,
+                unwritten_at,
+            });
+        }
+        match supervisor::read_status(&self.job_dir, &self.owner) {
+            Some(Ok(status)) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// A status the supervisor wrote, with what Slurm adds: a time limit, or a
+    /// cancellation by someone outside bgwork (the supervisor saw only a TERM).
+    async fn with_scheduler_word(&self, status: ExitStatus) -> ExitStatus {
+        let asked = self.stop.as_ref().map(|s| s.actor);
+        scheduler_word(&self.job_id, status, asked, &self.env).await
+    }
+
+    async fn command(&mut self, command: Command) {
+        match command {
+            Command::Send(ToSupervisor::Stop { grace_ms, actor }) => {
+                let grace = Duration::from_millis(grace_ms);
+                self.stop = Some(Stop {
+                    actor,
+                    backstop_at: tokio::time::Instant::now() + grace + STOP_SLACK,
+                    cancelled: false,
+                });
+                if self.spawned || TreeRecord::read(&self.job_dir).job.is_some() {
+                    self.leave_command(&ToSupervisor::Stop { grace_ms, actor });
+                } else {
+                    // Not started yet: Slurm takes it off its queue. A supervisor that
+                    // starts meanwhile is stopped by the file too.
+                    self.leave_command(&ToSupervisor::Stop { grace_ms, actor });
+                    self.cancel().await;
+                }
+            }
+            Command::Send(signal @ ToSupervisor::Signal { .. }) => self.leave_command(&signal),
+            Command::Send(_) => {}
+            Command::Write { answer, .. } => {
+                let _ = answer.send(Err(WriteRefused::Unreachable(
+                    "a job on Slurm takes no input (its stdin is closed)".into(),
+                )));
+            }
+        }
+    }
+
+    /// Leaves a command for the supervisor in the job's folder (written whole, then
+    /// renamed into place, so it never reads half of one).
+    fn leave_command(&self, command: &ToSupervisor) {
+        let dir = self.job_dir.join(COMMANDS_DIR);
+        let _ = std::fs::create_dir(&dir);
+        let name = format!("{}-{}", now_ms(), std::process::id());
+        let temp = dir.join(format!("{name}.tmp"));
+        let written = std::fs::write(&temp, control::encode(command))
+            .and_then(|()| std::fs::rename(&temp, dir.join(format!("{name}.json"))));
+        if let Err(e) = written {
+            crate::note!(
+                "bgwork daemon: could not leave a command in {}: {e}",
+                dir.display()
+            );
+        }
+    }
+
+    async fn cancel(&mut self) {
+        if let Some(stop) = self.stop.as_mut() {
+            stop.cancelled = true;
+        }
+        let mut command = tokio::process::Command::new("scancel");
+        command.arg(&self.job_id);
+        if let Err(e) = slurm_call(command, &self.env).await {
+            crate::note!("bgwork daemon: scancel {} failed: {e}", self.job_id);
+        }
+    }
+
+    /// Asks Slurm how the job stands: the queue's reason, the backstop of a stop, and
+    /// the end of a job that left no status.
+    async fn ask_scheduler(&mut self) -> Option<ExitStatus> {
+        let due = self
+            .stop
+            .as_ref()
+            .is_some_and(|s| !s.cancelled && tokio::time::Instant::now() >= s.backstop_at);
+        if due {
+            crate::note!(
+                "bgwork daemon: the supervisor of Slurm job {} did not end it in time: scancel",
+                self.job_id
+            );
+            self.cancel().await;
+        }
+        let info = match job_info(&self.job_id, &self.env).await {
+            Ok(info) => info,
+            Err(e) => {
+                if !self.said_unreachable {
+                    self.said_unreachable = true;
+                    crate::note!("bgwork daemon: Slurm does not answer ({e}); asking again");
+                }
+                return None;
+            }
+        };
+        self.said_unreachable = false;
+        let info = match info {
+            Some(info) if info.state == "PENDING" => {
+                if let Some(Some(view)) = self
+                    .views
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&self.row)
+                {
+                    view.reason = Some(info.reason.clone());
+                }
+                return None;
+            }
+            Some(info) if !info.ended() => return None,
+            Some(info) => info,
+            None => JobInfo {
+                state: "UNKNOWN".into(),
+                ..JobInfo::default()
+            },
+        };
+        let now = tokio::time::Instant::now();
+        let first = self.ended_seen.get_or_insert((now, info.clone())).0;
+        // A job taken off the queue before it started leaves no status to wait for.
+        let never_ran = !self.spawned && self.stop.as_ref().is_some_and(|s| s.cancelled);
+        if now < first + STATUS_PATIENCE && !never_ran {
+            return None;
+        }
+        // One last look: the status file may have come with this very tick.
+        if let Some(status) = self.look_at_files() {
+            return Some(self.with_scheduler_word(status).await);
+        }
+        Some(self.status_from_scheduler(&info))
+    }
+
+    /// The end of a job whose supervisor left no status, from what Slurm says.
+    fn status_from_scheduler(&self, info: &JobInfo) -> ExitStatus {
+        let mut status = ExitStatus {
+            protocol: PROTOCOL,
+            owner: self.owner.clone(),
+            ended_at_ms: now_ms(),
+            log_len: std::fs::metadata(self.job_dir.join(LOG_FILE)).map_or(0, |m| m.len()),
+            pid: TreeRecord::read(&self.job_dir).job.map(|(pid, _)| pid),
+            ..ExitStatus::default()
+        };
+        // Slurm's `EXIT:SIGNAL` of the batch step: the signal Slurm ended it with.
+        let signal = info.signal.filter(|&s| s != 0);
+        let said = format!("Slurm job {} ended {}", self.job_id, info.state);
+        match info.state.as_str() {
+            "TIMEOUT" => {
+                status.scheduler_end = Some(End::Signaled);
+                status.signal = signal;
+                status.detail = Some("time limit".into());
+            }
+            "OUT_OF_MEMORY" => {
+                status.scheduler_end = Some(End::Signaled);
+                status.signal = signal;
+                status.detail = Some("out of memory".into());
+            }
+            "DEADLINE" | "PREEMPTED" => {
+                status.scheduler_end = Some(End::Signaled);
+                status.signal = signal;
+                status.detail = Some(info.state.to_lowercase());
+            }
+            "NODE_FAIL" | "BOOT_FAIL" => {
+                status.scheduler_end = Some(End::Lost);
+                status.detail = Some("node failed".into());
+            }
+            "CANCELLED" => {
+                let actor = self.stop.as_ref().map_or(Actor::Person, |s| s.actor);
+                status.stop_actor = Some(actor);
+                status.detail = Some(match self.stop.as_ref().is_some_and(|s| s.cancelled) {
+                    true if self.spawned => {
+                        "its supervisor did not end it in time: cancelled with scancel".into()
+                    }
+                    true => "cancelled in Slurm's queue before it started".into(),
+                    false => "cancelled in Slurm (scancel)".into(),
+                });
+            }
+            _ if !self.spawned => {
+                status.spawn_error = Some(format!(
+                    "{said} (exit {}) before its supervisor started the command: see {}",
+                    info.exit_text(),
+                    self.job_dir.join(SLURM_OUT).display()
+                ));
+            }
+            _ => {
+                status.scheduler_end = Some(End::Lost);
+                status.detail = Some(format!(
+                    "its supervisor left no status ({said}, exit {})",
+                    info.exit_text()
+                ));
+            }
+        }
+        status
+    }
+}
+
+/// A status the supervisor wrote, with what Slurm adds: a time limit, or a
+/// cancellation by someone outside bgwork (the supervisor saw only a TERM), which is
+/// the person's stop unless bgwork asked for it (`asked`).
+async fn scheduler_word(
+    job_id: &str,
+    mut status: ExitStatus,
+    asked: Option<Actor>,
+    env: &[(String, String)],
+) -> ExitStatus {
+    let Ok(Some(info)) = job_info(job_id, env).await else {
+        return status;
+    };
+    match info.state.as_str() {
+        "TIMEOUT" => status.detail = Some("time limit".into()),
+        "OUT_OF_MEMORY" => status.detail = Some("out of memory".into()),
+        "NODE_FAIL" | "BOOT_FAIL" => status.detail = Some("node failed".into()),
+        "CANCELLED" if status.stop_actor.is_none() => {
+            status.stop_actor = Some(asked.unwrap_or(Actor::Person));
+            status.detail = Some("cancelled in Slurm (scancel)".into());
+        }
+        _ => {}
+    }
+    status
+}
+
+/// How Slurm sees a job (`scontrol show job`).
+#[derive(Debug, Clone, Default)]
+struct JobInfo {
+    state: String,
+    reason: String,
+    exit: Option<i32>,
+    signal: Option<i32>,
+}
+
+impl JobInfo {
+    fn ended(&self) -> bool {
+        !matches!(
+            self.state.as_str(),
+            "PENDING"
+                | "RUNNING"
+                | "CONFIGURING"
+                | "COMPLETING"
+                | "SUSPENDED"
+                | "REQUEUED"
+                | "RESIZING"
+                | "SIGNALING"
+                | "STAGE_OUT"
+                | "STOPPED"
+        )
+    }
+
+    fn exit_text(&self) -> String {
+        format!("{}:{}", self.exit.unwrap_or(0), self.signal.unwrap_or(0))
+    }
+}
+
+/// `scontrol show job -o ID`: `Ok(None)` when Slurm no longer knows the job.
+async fn job_info(job_id: &str, env: &[(String, String)]) -> Result<Option<JobInfo>, String> {
+    let mut command = tokio::process::Command::new("scontrol");
+    command.args(["show", "job", "-o", job_id]);
+    let text = match slurm_call(command, env).await {
+        Ok(text) => text,
+        Err(e) if e.contains("Invalid job id") => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(parse_job_info(&text))
+}
+
+/// The fields of `scontrol show job -o` that matter here.
+fn parse_job_info(text: &str) -> Option<JobInfo> {
+    let mut info = JobInfo::default();
+    let mut found = false;
+    for field in text.split_whitespace() {
+        let Some((key, value)) = field.split_once('=') else {
+            continue;
+        };
+        match key {
+            "JobState" => {
+                info.state = value.to_string();
+                found = true;
+            }
+            "Reason" => info.reason = value.to_string(),
+            "ExitCode" => {
+                let (exit, signal) = parse_exit_code(value);
+                info.exit = exit;
+                info.signal = signal;
+            }
+            _ => {}
+        }
+    }
+    found.then_some(info)
+}
+
+/// Slurm's `EXIT:SIGNAL` (`3:0` → exit 3, `0:15` → signal 15).
+pub fn parse_exit_code(text: &str) -> (Option<i32>, Option<i32>) {
+    let (exit, signal) = text.split_once(':').unwrap_or((text, "0"));
+    (exit.parse().ok(), signal.parse().ok())
+}
+
+/// The Slurm job id of a job by its name, among the jobs Slurm knows.
+async fn find_by_name(name: &str, env: &[(String, String)]) -> Result<Option<String>, String> {
+    let mut command = tokio::process::Command::new("squeue");
+    command.args(["-h", "-t", "all", "-o", "%i", "-n", name]);
+    let text = slurm_call(command, env).await?;
+    Ok(text.split_whitespace().next().map(str::to_string))
+}
+
+/// Runs a Slurm command with a deadline; its stdout, or what went wrong.
+async fn slurm_call(
+    mut command: tokio::process::Command,
+    env: &[(String, String)],
+) -> Result<String, String> {
+    command
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let program = command.as_std().get_program().to_string_lossy().to_string();
+    let output = tokio::time::timeout(SLURM_CALL, command.output())
+        .await
+        .map_err(|_| format!("{program} did not answer within {} s", SLURM_CALL.as_secs()))?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                format!("{program} was not found: install Slurm's client commands (slurm-client)")
+            }
+            _ => format!("{program} could not run: {e}"),
+        })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(format!("{program} failed: {}", stderr.trim()));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn set_view(views: &Mutex<HashMap<i64, Option<SlurmView>>>, row: i64, view: SlurmView) {
+    views
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(row, Some(view));
+}
+
+/// The log's dropped middle and unwritten bytes as the supervisor last wrote them
+/// (none written: nothing dropped, nothing lost).
+fn figures(job_dir: &Path) -> (u64, u64, u64) {
+    let read = crate::paths::read_untrusted(&job_dir.join(supervisor::FIGURES_FILE), 4096)
+        .ok()
+        .and_then(|bytes| control::decode::<control::FromSupervisor>(&bytes).ok());
+    match read {
+        Some(control::FromSupervisor::Output {
+            dropped,
+            unwritten,
+            unwritten_at,
+            ..
+        }) => (dropped, unwritten, unwritten_at),
+        _ => (0, 0, 0),
+    }
+}
+
+/// Whether a job's folder says it runs on Slurm.
+pub fn is_slurm_job(job_dir: &Path) -> bool {
+    job_dir.join(SLURM_FILE).exists()
+}
+
+/// Where a `start` runs: `on` (`local` or `slurm`), else `BGWORK_EXECUTOR` of this
+/// process, else this machine; with Slurm, what it asks of the cluster, checked.
+/// `prefix`: how options are named to the caller (`--` on the command line, none in
+/// MCP).
+pub fn choose(
+    on: Option<&str>,
+    asked: SlurmArgs,
+    pty: bool,
+    prefix: &str,
+) -> Result<Option<SlurmArgs>, crate::wire::WireError> {
+    use crate::wire::WireError;
+    let from_env = std::env::var("BGWORK_EXECUTOR")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let executor = on
+        .map(str::to_string)
+        .or(from_env)
+        .unwrap_or_else(|| "local".into());
+    let any = asked != SlurmArgs::default();
+    match executor.as_str() {
+        "local" if any && on.is_some() => Err(WireError::bad_request(format!(
+            "{prefix}partition, {prefix}time, {prefix}cpus and {prefix}mem are for a job on \
+             Slurm: add {prefix}on slurm"
+        ))),
+        // A default of slurm from the environment does not send a pane there.
+        "local" => Ok(None),
+        "slurm" if pty && on.is_some() => Err(WireError::bad_request(format!(
+            "a pane cannot run on Slurm: start it with {prefix}on local"
+        ))),
+        "slurm" if pty => Ok(None),
+        "slurm" => {
+            for (flag, value) in [
+                ("partition", &asked.partition),
+                ("time", &asked.time),
+                ("mem", &asked.mem),
+            ] {
+                if let Some(v) = value {
+                    let bad = v.is_empty()
+                        || v.starts_with('-')
+                        || v.chars().any(|c| c.is_whitespace() || c.is_control());
+                    if bad {
+                        return Err(WireError::bad_request(format!(
+                            "{prefix}{flag} {v:?} is no Slurm value: e.g. {prefix}time 1:00:00, \
+                             {prefix}mem 4G, {prefix}partition gpu"
+                        )));
+                    }
+                }
+            }
+            for (flag, value) in [
+                ("cpus", asked.cpus),
+                ("gpus", asked.gpus),
+                ("nodes", asked.nodes),
+            ] {
+                if value == Some(0) {
+                    return Err(WireError::bad_request(format!(
+                        "{prefix}{flag} takes 1 or more"
+                    )));
+                }
+            }
+            for arg in &asked.sbatch_args {
+                check_sbatch_arg(arg).map_err(|why| {
+                    WireError::bad_request(format!("{prefix}sbatch-arg {arg:?}: {why}"))
+                })?;
+            }
+            Ok(Some(asked))
+        }
+        other => Err(WireError::bad_request(format!(
+            "{prefix}on {other:?}: bgwork runs work on `local` (this machine) or `slurm`"
+        ))),
+    }
+}
+
+/// The `sbatch` options bgwork sets itself, which `--sbatch-arg` may not change: the
+/// job's name (how a restarted daemon finds it), its output, folder and requeueing (a
+/// requeued job would run its spec, already taken, again), and the output format.
+const OWN_OPTIONS: [&str; 13] = [
+    "--job-name",
+    "-J",
+    "--output",
+    "-o",
+    "--error",
+    "-e",
+    "--chdir",
+    "-D",
+    "--parsable",
+    "--requeue",
+    "--no-requeue",
+    "--wrap",
+    "--array",
+];
+
+/// Why an extra `sbatch` option is refused, if it is.
+fn check_sbatch_arg(arg: &str) -> Result<(), String> {
+    if !arg.starts_with('-') || arg.chars().any(char::is_control) {
+        return Err("give one sbatch option as one argument, e.g. --constraint=a100".into());
+    }
+    let name = arg.split('=').next().unwrap_or(arg);
+    let short = OWN_OPTIONS
+        .iter()
+        .any(|own| own.len() == 2 && arg.starts_with(own) && !arg.starts_with("--"));
+    if OWN_OPTIONS.contains(&name) || short {
+        return Err(format!(
+            "bgwork sets {name} itself (the job's name, output, folder and requeueing are \
+             how it finds and reads the job)"
+        ));
+    }
+    Ok(())
+}
+
+/// What a job that ran on Slurm asked of it (none for a job of this machine).
+pub fn args_of(job_dir: &Path) -> Option<SlurmArgs> {
+    match job_dir.as_os_str().is_empty() {
+        true => None,
+        false => read_slurm_file(job_dir).map(|job| job.args),
+    }
+}
+
+fn read_slurm_file(job_dir: &Path) -> Option<SlurmJob> {
+    let bytes = crate::paths::read_untrusted(&job_dir.join(SLURM_FILE), 1 << 16).ok()?;
+    control::decode(&bytes).ok()
+}
+
+fn write_slurm_file(job_dir: &Path, job: &SlurmJob) -> Result<(), String> {
+    let temp = job_dir.join(format!("{SLURM_FILE}.tmp"));
+    std::fs::write(&temp, control::encode(job))
+        .and_then(|()| std::fs::rename(&temp, job_dir.join(SLURM_FILE)))
+        .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(path)
+        .and_then(|mut file| file.write_all(bytes))
+        .map_err(|e| format!("could not write {}: {e}", path.display()))
+}
+
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// A short id of a home, the same for every daemon of that home (FNV-1a of its path),
+/// so that Slurm job names of two homes never meet.
+fn home_id(home: &Path) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in home.as_os_str().as_encoded_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{:08x}", hash as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_are_slurms_own() {
+        assert_eq!(parse_exit_code("3:0"), (Some(3), Some(0)));
+        assert_eq!(parse_exit_code("0:15"), (Some(0), Some(15)));
+        let info =
+            parse_job_info("JobId=7 JobName=x JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15")
+                .expect("parsed");
+        assert_eq!(info.state, "TIMEOUT");
+        assert_eq!(info.signal, Some(15));
+        assert!(info.ended());
+    }
+
+    #[test]
+    fn sbatch_args_may_not_change_what_bgwork_relies_on() {
+        assert!(check_sbatch_arg("--constraint=a100").is_ok());
+        assert!(check_sbatch_arg("--qos=high").is_ok());
+        for bad in [
+            "--job-name=x",
+            "-Jx",
+            "--output=/tmp/x",
+            "--requeue",
+            "constraint",
+            "-D/",
+        ] {
+            assert!(check_sbatch_arg(bad).is_err(), "{bad}");
+        }
+    }
+}

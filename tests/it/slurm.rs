@@ -1,0 +1,577 @@
+//! Jobs on a real Slurm cluster (issue 14): `start --on slurm`, queued then running,
+//! output, ends with their codes, stops, Slurm's own ends, and a daemon restart.
+//!
+//! These run only with `BGWORK_TEST_SLURM=1` and a cluster that answers (`.ci/run`
+//! starts one with `scripts/slurm-cluster start` and sets it); without it each test
+//! says on stderr that it did not run and returns. With it, a cluster that does not
+//! answer fails them.
+
+use crate::util::{eventually, Home};
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+
+/// The cluster's configuration, or `None` (the tests are not run) without
+/// `BGWORK_TEST_SLURM=1`.
+fn cluster(test: &str) -> Option<String> {
+    if std::env::var("BGWORK_TEST_SLURM").as_deref() != Ok("1") {
+        eprintln!("{test}: NOT RUN: set BGWORK_TEST_SLURM=1 with a cluster up (scripts/slurm-cluster start)");
+        return None;
+    }
+    let conf = std::env::var("BGWORK_TEST_SLURM_CONF").unwrap_or_else(|_| {
+        format!(
+            "{}/target/slurm-cluster/slurm.conf",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    let answer = Command::new("sinfo")
+        .args(["-h", "-o", "%D"])
+        .env("SLURM_CONF", &conf)
+        .output()
+        .expect("sinfo runs (apt-get install slurm-client)");
+    assert!(
+        answer.status.success(),
+        "BGWORK_TEST_SLURM=1 but the cluster of {conf} does not answer: {}",
+        String::from_utf8_lossy(&answer.stderr)
+    );
+    Some(conf)
+}
+
+fn home(conf: &str) -> Home {
+    Home::new().with("SLURM_CONF", conf)
+}
+
+fn slurm(conf: &str, args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .env("SLURM_CONF", conf)
+        .output()
+        .expect("a Slurm command runs");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts a job on Slurm (no window) and returns its item as `start` answered.
+fn start(home: &Home, options: &[&str], command: &str) -> Value {
+    let mut args = vec!["start", "--window", "0", "--on", "slurm"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["--", command]);
+    home.json(&args)
+}
+
+fn wait_end(home: &Home, id: &str, timeout_s: u64) -> Value {
+    let t = timeout_s.to_string();
+    let reply = home.run(&["--json", "wait", id, "--timeout", &t]).json();
+    assert_eq!(reply["reason"], "ended", "{id} did not end: {reply}");
+    reply["items"][0].clone()
+}
+
+fn state(home: &Home, id: &str) -> String {
+    home.item(id)["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn issue14_slurm_job_is_queued_with_its_reason_then_runs_and_is_read() {
+    let Some(conf) = cluster("issue14_slurm_job_is_queued_with_its_reason_then_runs_and_is_read")
+    else {
+        return;
+    };
+    let home = home(&conf);
+    // The `held` partition is down: Slurm keeps the job queued until it is moved.
+    let item = start(
+        &home,
+        &[
+            "--partition",
+            "held",
+            "--nodes",
+            "1",
+            "--sbatch-arg=--comment=from-bgwork",
+        ],
+        "echo first; echo second",
+    );
+    let id = item["id"].as_str().unwrap().to_string();
+    assert_eq!(item["state"], "queued", "{item}");
+    assert_eq!(item["executor"], "slurm");
+    let job = item["slurm_job_id"]
+        .as_str()
+        .expect("a Slurm job id")
+        .to_string();
+    eventually(Duration::from_secs(20), || {
+        home.item(&id)["queue_reason"] == "PartitionDown"
+    });
+    assert_eq!(state(&home, &id), "queued");
+    let shown = slurm(&conf, &["scontrol", "show", "job", "-o", &job]);
+    assert!(shown.contains("Comment=from-bgwork"), "{shown}");
+    slurm(
+        &conf,
+        &[
+            "scontrol",
+            "update",
+            &format!("JobId={job}"),
+            "Partition=debug",
+        ],
+    );
+    let ended = wait_end(&home, &id, 60);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert_eq!(ended["exit_code"], 0);
+    let read = home.json(&["read", &id]);
+    let text = read["output"].as_str().unwrap_or_default();
+    assert!(text.contains("first\nsecond\n"), "{read}");
+}
+
+#[test]
+fn issue14_slurm_ends_keep_the_jobs_own_codes() {
+    let Some(conf) = cluster("issue14_slurm_ends_keep_the_jobs_own_codes") else {
+        return;
+    };
+    let home = home(&conf);
+    let ok = start(&home, &[], "echo fine")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let failed = start(&home, &[], "echo bad; exit 3")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let killed = start(&home, &[], "kill -9 $$")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ok = wait_end(&home, &ok, 60);
+    assert_eq!(
+        (ok["end"].clone(), ok["exit_code"].clone()),
+        ("succeeded".into(), 0.into())
+    );
+    let failed = wait_end(&home, &failed, 60);
+    assert_eq!(failed["end"], "failed", "{failed}");
+    assert_eq!(failed["exit_code"], 3);
+    let killed = wait_end(&home, &killed, 60);
+    assert_eq!(killed["end"], "signaled", "{killed}");
+    assert_eq!(killed["signal"], 9);
+    assert!(killed["exit_code"].is_null(), "no invented code: {killed}");
+}
+
+#[test]
+fn issue14_slurm_end_fires_one_notice() {
+    let Some(conf) = cluster("issue14_slurm_end_fires_one_notice") else {
+        return;
+    };
+    let home = home(&conf);
+    let id = start(&home, &["--notify"], "echo done; exit 4")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let reply = home.json(&["notices", "--wait", "60"]);
+    let notices = reply["notices"].as_array().cloned().unwrap_or_default();
+    assert_eq!(notices.len(), 1, "{reply}");
+    let text = notices[0].to_string();
+    assert!(text.contains(&id) && text.contains("exit 4"), "{reply}");
+    let again = home.json(&["notices"]);
+    assert!(
+        again["notices"].as_array().is_none_or(|n| n.is_empty()),
+        "{again}"
+    );
+}
+
+#[test]
+fn issue14_slurm_stop_goes_through_the_supervisor_with_its_grace() {
+    let Some(conf) = cluster("issue14_slurm_stop_goes_through_the_supervisor_with_its_grace")
+    else {
+        return;
+    };
+    let home = home(&conf);
+    let polite = start(
+        &home,
+        &[],
+        "trap 'echo bye; exit 7' TERM; echo up; while :; do sleep 0.1; done",
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let stubborn = start(
+        &home,
+        &[],
+        "trap '' TERM; echo up; while :; do sleep 0.1; done",
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for id in [&polite, &stubborn] {
+        eventually(Duration::from_secs(30), || {
+            home.json(&["read", id, "--all"])["output"]
+                .as_str()
+                .is_some_and(|t| t.contains("up"))
+        });
+    }
+    let stopped = home.json(&["stop", &polite]);
+    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+    assert_eq!(
+        stopped["exit_code"], 7,
+        "the job's own exit on TERM: {stopped}"
+    );
+    let text = home.json(&["read", &polite, "--all"])["output"].clone();
+    assert!(text.as_str().unwrap_or_default().contains("bye"), "{text}");
+    let stopped = home.json(&["stop", &stubborn, "--grace", "1"]);
+    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+    let report = stopped["report"].as_str().unwrap_or_default();
+    assert!(report.contains("killed after 1 s"), "{stopped}");
+}
+
+#[test]
+fn issue14_slurm_scancel_from_outside_is_stopped_by_person() {
+    let Some(conf) = cluster("issue14_slurm_scancel_from_outside_is_stopped_by_person") else {
+        return;
+    };
+    let home = home(&conf);
+    let item = start(&home, &[], "echo up; sleep 300");
+    let id = item["id"].as_str().unwrap().to_string();
+    let job = item["slurm_job_id"].as_str().unwrap().to_string();
+    eventually(Duration::from_secs(30), || state(&home, &id) == "running");
+    slurm(&conf, &["scancel", &job]);
+    let ended = wait_end(&home, &id, 60);
+    assert_eq!(ended["end"], "stopped_by_person", "{ended}");
+    assert!(
+        ended["report"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("scancel"),
+        "{ended}"
+    );
+}
+
+#[test]
+fn issue14_slurm_queued_job_stopped_leaves_the_queue() {
+    let Some(conf) = cluster("issue14_slurm_queued_job_stopped_leaves_the_queue") else {
+        return;
+    };
+    let home = home(&conf);
+    let item = start(&home, &["--partition", "held"], "echo never");
+    let id = item["id"].as_str().unwrap().to_string();
+    let job = item["slurm_job_id"].as_str().unwrap().to_string();
+    let stopped = home.json(&["stop", &id]);
+    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+    let queue = slurm(&conf, &["squeue", "-h", "-j", &job, "-o", "%T"]);
+    assert!(!queue.contains("PENDING"), "still queued: {queue}");
+}
+
+#[test]
+fn issue14_slurm_time_limit_ends_signaled_with_its_detail() {
+    let Some(conf) = cluster("issue14_slurm_time_limit_ends_signaled_with_its_detail") else {
+        return;
+    };
+    let home = home(&conf);
+    // Slurm counts limits in minutes and checks them about every 30 s.
+    let id = start(&home, &["--time", "0:05"], "echo t; sleep 600")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ended = wait_end(&home, &id, 150);
+    assert_eq!(ended["end"], "signaled", "{ended}");
+    assert!(
+        ended["report"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("time limit"),
+        "{ended}"
+    );
+}
+
+#[test]
+fn issue14_slurm_daemon_killed_reconciles_every_state_and_submits_nothing_twice() {
+    let Some(conf) =
+        cluster("issue14_slurm_daemon_killed_reconciles_every_state_and_submits_nothing_twice")
+    else {
+        return;
+    };
+    let home = home(&conf);
+    let queued = start(&home, &["--partition", "held"], "echo late");
+    let running = start(&home, &[], "echo up; sleep 300");
+    let quick = start(&home, &[], "sleep 2; exit 5");
+    let id = |v: &Value| v["id"].as_str().unwrap().to_string();
+    let job = |v: &Value| v["slurm_job_id"].as_str().unwrap().to_string();
+    eventually(Duration::from_secs(30), || {
+        state(&home, &id(&running)) == "running"
+    });
+    home.kill_daemon();
+    // The quick one ends while no daemon runs.
+    let folder = home.path().join("jobs");
+    eventually(Duration::from_secs(60), || {
+        std::fs::read_dir(&folder)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().join("status").exists())
+                    .count()
+                    >= 1
+            })
+            .unwrap_or(false)
+    });
+    let list = home.json(&["list", "--all"]);
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3, "{list}");
+    let find = |v: &Value| items.iter().find(|i| i["id"] == v["id"]).unwrap().clone();
+    assert_eq!(find(&queued)["state"], "queued", "{list}");
+    assert_eq!(find(&queued)["slurm_job_id"], queued["slurm_job_id"]);
+    assert_eq!(find(&running)["state"], "running", "{list}");
+    let ended = wait_end(&home, &id(&quick), 30);
+    assert_eq!(ended["end"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 5);
+    // Each is one Slurm job, under its own name.
+    for item in [&queued, &running, &quick] {
+        let shown = slurm(
+            &conf,
+            &["squeue", "-h", "-t", "all", "-j", &job(item), "-o", "%j"],
+        );
+        let name = shown.trim().to_string();
+        assert!(name.starts_with("bgw-"), "{shown}");
+        let same = slurm(
+            &conf,
+            &["squeue", "-h", "-t", "all", "-n", &name, "-o", "%i"],
+        );
+        assert_eq!(
+            same.split_whitespace().count(),
+            1,
+            "{name} submitted twice: {same}"
+        );
+    }
+    // The queued one still runs once Slurm lets it.
+    slurm(
+        &conf,
+        &[
+            "scontrol",
+            "update",
+            &format!("JobId={}", job(&queued)),
+            "Partition=debug",
+        ],
+    );
+    let late = wait_end(&home, &id(&queued), 60);
+    assert_eq!(late["end"], "succeeded", "{late}");
+    let stopped = home.json(&["stop", &id(&running)]);
+    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+}
+
+#[test]
+fn issue14_slurm_options_are_checked() {
+    // Needs no cluster: bad values are refused before anything is submitted.
+    let home = Home::new();
+    let (_, code, message) = home.error(&["start", "--on", "moon", "--", "true"]);
+    assert_eq!(code, "bad_request");
+    assert!(message.contains("slurm"), "{message}");
+    let (_, _, message) = home.error(&["start", "--on", "slurm", "--pty", "--", "bash"]);
+    assert!(message.contains("pane"), "{message}");
+    let (_, _, message) = home.error(&["start", "--on", "local", "--time", "5", "--", "true"]);
+    assert!(message.contains("--on slurm"), "{message}");
+    let (_, _, message) = home.error(&["start", "--on", "slurm", "--time", "1 h", "--", "true"]);
+    assert!(message.contains("--time"), "{message}");
+    let (_, _, message) = home.error(&[
+        "start",
+        "--on",
+        "slurm",
+        "--sbatch-arg=--job-name=mine",
+        "--",
+        "true",
+    ]);
+    assert!(message.contains("sets --job-name itself"), "{message}");
+    let (_, _, message) = home.error(&["start", "--on", "slurm", "--gpus", "0", "--", "true"]);
+    assert!(message.contains("--gpus takes 1 or more"), "{message}");
+    // `run` stays on this machine whatever BGWORK_EXECUTOR says: no cluster is asked.
+    let home = home.with("BGWORK_EXECUTOR", "slurm");
+    let ran = home.json(&["run", "--", "echo here"]);
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+}
+
+#[test]
+fn issue14_slurm_jobs_count_against_their_own_limit() {
+    let Some(conf) = cluster("issue14_slurm_jobs_count_against_their_own_limit") else {
+        return;
+    };
+    let home = home(&conf)
+        .with("BGWORK_MAX_SLURM", "2")
+        .with("BGWORK_MAX_RUNNING", "1");
+    // Queued ones count: the cluster holds them for this session.
+    start(&home, &["--partition", "held"], "echo one");
+    start(&home, &["--partition", "held"], "echo two");
+    let (_, code, message) = home.error(&[
+        "start",
+        "--window",
+        "0",
+        "--on",
+        "slurm",
+        "--partition",
+        "held",
+        "--",
+        "echo three",
+    ]);
+    assert_eq!(code, "limit", "{message}");
+    assert!(message.contains("Slurm"), "{message}");
+    // This machine's limit is its own: a local job still starts.
+    let local = home.json(&["start", "--window", "0", "--", "sleep 30"]);
+    assert!(local["executor"].is_null(), "{local}");
+}
+
+#[test]
+fn issue14_slurm_is_the_default_with_bgwork_executor_and_in_mcp() {
+    let Some(conf) = cluster("issue14_slurm_is_the_default_with_bgwork_executor_and_in_mcp") else {
+        return;
+    };
+    let home = home(&conf).with("BGWORK_EXECUTOR", "slurm");
+    let item = home.json(&["start", "--window", "0", "--", "echo by default"]);
+    assert_eq!(item["executor"], "slurm", "{item}");
+    // `run` is a foreground command of this machine whatever the default.
+    let ran = home.json(&["run", "--", "echo here"]);
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+    let mut mcp = crate::mcp::Mcp::start(&home);
+    let (error, started) = mcp.call(
+        "start",
+        serde_json::json!({"command": "echo from mcp", "on": "slurm", "window_ms": 0}),
+    );
+    assert!(!error, "{started}");
+    assert_eq!(started["executor"], "slurm", "{started}");
+    let id = started["id"].as_str().unwrap().to_string();
+    let ended = wait_end(&home, &id, 60);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+}
+
+#[test]
+fn issue14_slurm_read_of_a_running_job_past_its_cap_skips_the_dropped_middle() {
+    let Some(conf) =
+        cluster("issue14_slurm_read_of_a_running_job_past_its_cap_skips_the_dropped_middle")
+    else {
+        return;
+    };
+    let home = home(&conf)
+        .with("BGWORK_LOG_CAP", "65536")
+        .with("BGWORK_LOG_HEAD", "1000");
+    let id = start(
+        &home,
+        &[],
+        "yes abcdefgh | head -c 3000000; echo; echo MARK; sleep 120",
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut last = Value::Null;
+    eventually(Duration::from_secs(60), || {
+        last = home.json(&["read", &id, "--all"]);
+        last["output"].as_str().is_some_and(|t| t.contains("MARK"))
+    });
+    assert_eq!(last["running"], true);
+    // The figures come with the log's growth or the next look at the folder.
+    eventually(Duration::from_secs(10), || {
+        last = home.json(&["read", &id, "--all"]);
+        last["dropped_bytes"].as_u64().unwrap_or(0) > 0
+    });
+    let output = last["output"].as_str().unwrap();
+    assert!(
+        !output.contains('\0'),
+        "the dropped middle was read as zeros"
+    );
+    home.json(&["stop", &id]);
+}
+
+#[test]
+fn issue14_slurm_commands_use_the_callers_slurm_conf_not_the_daemons() {
+    let Some(conf) = cluster("issue14_slurm_commands_use_the_callers_slurm_conf_not_the_daemons")
+    else {
+        return;
+    };
+    let home = home(&conf);
+    // The daemon starts with no SLURM_CONF: only the caller of `start` has it.
+    let started = home
+        .command(&["list"])
+        .env_remove("SLURM_CONF")
+        .output()
+        .expect("bgwork list");
+    assert!(started.status.success());
+    let item = start(&home, &["--partition", "held"], "echo x");
+    let id = item["id"].as_str().unwrap().to_string();
+    // scontrol works for the daemon too: the queue's reason comes from it.
+    eventually(Duration::from_secs(20), || {
+        home.item(&id)["queue_reason"] == "PartitionDown"
+    });
+    let stopped = home.json(&["stop", &id]);
+    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+    let folder = std::path::PathBuf::from(stopped["log_path"].as_str().unwrap());
+    let spec = folder.parent().unwrap().join("spec.json");
+    assert!(
+        !spec.exists(),
+        "the spec of a job that never ran is removed"
+    );
+}
+
+#[test]
+fn issue14_slurm_node_that_fails_under_a_job_ends_it_lost_node_failed() {
+    let Some(conf) = cluster("issue14_slurm_node_that_fails_under_a_job_ends_it_lost_node_failed")
+    else {
+        return;
+    };
+    let cluster_dir = std::path::Path::new(&conf).parent().unwrap().to_path_buf();
+    let home = home(&conf);
+    // n3 is the `fragile` partition's alone: no other test's job runs there.
+    let item = start(&home, &["--partition", "fragile"], "echo up; sleep 300");
+    let id = item["id"].as_str().unwrap().to_string();
+    eventually(Duration::from_secs(30), || state(&home, &id) == "running");
+    let folder = std::path::PathBuf::from(home.item(&id)["log_path"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    // The node dies: its slurmd is killed and Slurm is told at once (rather than after
+    // SlurmdTimeout).
+    let slurmd = std::fs::read_to_string(cluster_dir.join("slurmd-n3.pid")).unwrap();
+    let slurmd = slurmd.trim().to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &slurmd])
+        .status()
+        .unwrap()
+        .success());
+    slurm(
+        &conf,
+        &[
+            "scontrol",
+            "update",
+            "NodeName=n3",
+            "State=DOWN",
+            "Reason=bgwork-test",
+        ],
+    );
+    let ended = wait_end(&home, &id, 60);
+    // The supervisor still runs on this loopback "node": end it, and bring n3 back.
+    let record = std::fs::read_to_string(folder.join("processes")).unwrap_or_default();
+    for line in record.lines() {
+        let mut words = line.split_whitespace();
+        if let (Some("supervisor" | "job"), Some(pid)) = (words.next(), words.next()) {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
+    }
+    let restarted = Command::new("/usr/sbin/slurmd")
+        .args(["-f", &conf, "-N", "n3"])
+        .status()
+        .expect("slurmd restarts");
+    assert!(restarted.success());
+    // ReturnToService=2 may have taken it back already when slurmd registered.
+    let _ = Command::new("scontrol")
+        .args(["update", "NodeName=n3", "State=RESUME"])
+        .env("SLURM_CONF", &conf)
+        .output();
+    eventually(Duration::from_secs(30), || {
+        slurm(&conf, &["sinfo", "-h", "-n", "n3", "-o", "%t"]).trim() == "idle"
+    });
+    assert_eq!(ended["end"], "lost", "{ended}");
+    assert!(
+        ended["report"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("node failed"),
+        "{ended}"
+    );
+    assert!(
+        ended["exit_code"].is_null() && ended["signal"].is_null(),
+        "{ended}"
+    );
+}

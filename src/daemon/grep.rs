@@ -59,6 +59,9 @@ pub(crate) struct Search<'a> {
     pub context: usize,
     pub max_matches: usize,
     pub max_text: usize,
+    /// Token shapes masked in the lines shown, and a line that matches only through
+    /// one is no match (unless the caller asked for `no_redact`).
+    pub redact: bool,
 }
 
 /// What a search found.
@@ -183,6 +186,7 @@ impl Daemon {
         let head = self.config.log_head;
         let pattern = args.grep.unwrap_or_default();
         let from = args.from.unwrap_or(0);
+        let redact = !args.no_redact;
         let build = move || -> Result<GrepReply, WireError> {
             let regex = compile(&pattern)?;
             let from = from.min(plan.len);
@@ -195,6 +199,7 @@ impl Daemon {
                 context,
                 max_matches,
                 max_text,
+                redact,
             };
             let found = match plan.len {
                 0 => Ok(Found {
@@ -405,6 +410,8 @@ struct Scan<'s, 'r> {
     unplain: Option<usize>,
     found: Found,
     text_used: usize,
+    /// Where private keys lie in `buf` (found when a line of it is first shown).
+    keys: std::cell::OnceCell<Vec<(usize, usize)>>,
 }
 
 impl Search<'_> {
@@ -428,6 +435,7 @@ impl Search<'_> {
             unplain: None,
             found: Found::default(),
             text_used: 0,
+            keys: std::cell::OnceCell::new(),
         };
         // A running job's log grows (and its middle is released) while the records are
         // read: the search goes to the length the file has now.
@@ -543,6 +551,7 @@ impl Scan<'_, '_> {
         self.counted = 0;
         self.bad_utf8 = None;
         self.unplain = None;
+        self.keys = std::cell::OnceCell::new();
     }
 
     /// The data goes on at `start`, past bytes that are gone (the dropped middle, or a
@@ -639,8 +648,28 @@ impl Scan<'_, '_> {
         self.counted = i;
     }
 
-    fn grep_line(&self, segment: Segment, line: u64, around: bool) -> GrepLine {
+    /// The text of a segment as `read` shows it, token shapes and private keys masked
+    /// (unless `no_redact`).
+    fn shown_text(&self, segment: Segment) -> Cow<'_, str> {
         let text = render(&self.buf[segment.start..segment.end]);
+        if !self.search.redact {
+            return text;
+        }
+        let keys = self
+            .keys
+            .get_or_init(|| crate::redact::private_key_spans(&self.buf));
+        let end = segment.end.max(segment.start + 1);
+        if keys.iter().any(|&(s, e)| s < end && segment.start < e) {
+            return Cow::Borrowed(crate::redact::PRIVATE_KEY);
+        }
+        match crate::redact::mask_shapes_bytes(text.as_bytes()) {
+            Cow::Borrowed(_) => text,
+            Cow::Owned(masked) => Cow::Owned(String::from_utf8_lossy(&masked).into_owned()),
+        }
+    }
+
+    fn grep_line(&self, segment: Segment, line: u64, around: bool) -> GrepLine {
+        let text = self.shown_text(segment);
         let range = match around {
             true => self.search.regex.text.find(&text).map(|m| m.range()),
             false => None,
@@ -659,6 +688,13 @@ impl Scan<'_, '_> {
             .regex
             .text
             .is_match(&render(&self.buf[segment.start..segment.end]))
+            && self.still_matches(segment)
+    }
+
+    /// Whether a segment that matched still matches once its tokens are masked: a
+    /// search must not find (nor tell apart, match by match) what a reader may not see.
+    fn still_matches(&self, segment: Segment) -> bool {
+        !self.search.redact || self.search.regex.text.is_match(&self.shown_text(segment))
     }
 
     /// The lines before `buf[i]` (a segment start whose line number is `line`) that
@@ -713,6 +749,9 @@ impl Scan<'_, '_> {
 
     /// Records a match at `segment`; false when the reply is full (the search stops).
     fn record(&mut self, segment: Segment) -> bool {
+        if !self.still_matches(segment) {
+            return true;
+        }
         self.count_to(segment.start);
         let offset = self.base + segment.start as u64;
         if self.found.matches.len() >= self.search.max_matches {
@@ -893,6 +932,7 @@ mod tests {
             context,
             max_matches: 1000,
             max_text: 1 << 20,
+            redact: true,
         };
         search.run(&file).unwrap()
     }
@@ -1058,6 +1098,7 @@ mod tests {
             context: 0,
             max_matches: 3,
             max_text: 1 << 20,
+            redact: true,
         };
         let found = search.run(&file).unwrap();
         assert_eq!(found.matches.len(), 3);
@@ -1091,6 +1132,7 @@ mod tests {
             context: 0,
             max_matches: 2,
             max_text: 1 << 20,
+            redact: true,
         };
         let found = search.run(&file).unwrap();
         assert_eq!(found.matches.len(), 2, "{found:?}");

@@ -1,0 +1,57 @@
+//! Hostile tests of issue 15's features where they meet: secrets masking, `read --grep`,
+//! port and quiet notices, guard rails, hooks.
+
+use crate::util::Home;
+
+/// A job that prints token shapes and a private key, and has ended.
+fn tokens_job(home: &Home) -> String {
+    let id = home.start(
+        "echo ghp_abcdefghijklmnopqrstuvwxyz0123456789; \
+         echo sk-abcdefghijklmnopqrstuvwx1234; \
+         printf -- '-----BEGIN RSA PRIVATE KEY-----\\nMIIEabcdefKEYBODY\\n-----END RSA PRIVATE KEY-----\\n'; \
+         echo after",
+    );
+    home.wait_end(&id);
+    id
+}
+
+fn texts(reply: &serde_json::Value) -> String {
+    reply["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| {
+            let mut all = vec![m["text"].as_str().unwrap_or_default().to_string()];
+            for side in ["before", "after"] {
+                for line in m[side].as_array().into_iter().flatten() {
+                    all.push(line["text"].as_str().unwrap_or_default().to_string());
+                }
+            }
+            all
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn hostile15_1_grep_shows_and_finds_no_token_shape() {
+    let home = Home::new();
+    let id = tokens_job(&home);
+    // Every line shown (matches and context) has its tokens masked, as `read` does.
+    let all = home.json(&["read", &id, "--grep", ".", "--context", "2"]);
+    let shown = texts(&all);
+    for token in ["ghp_abc", "sk-abc", "KEYBODY", "BEGIN RSA"] {
+        assert!(!shown.contains(token), "grep shows {token}:\n{shown}");
+    }
+    assert!(shown.contains("[secret github token]"), "{shown}");
+    assert!(shown.contains("after"), "{shown}");
+    // A regex that matches only a hidden token finds nothing: a search is no oracle
+    // that tells a token's characters one guess at a time.
+    for guess in ["ghp_abc", "sk-abcdef", "KEYBODY"] {
+        let reply = home.json(&["read", &id, "--grep", guess]);
+        assert_eq!(reply["matches"], serde_json::json!([]), "{guess}: {reply}");
+    }
+    // The person may still see them.
+    let plain = home.json(&["read", &id, "--grep", "ghp_abc", "--no-redact"]);
+    assert!(texts(&plain).contains("ghp_abcdefghijklmnopqrstuvwxyz0123456789"));
+}

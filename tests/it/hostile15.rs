@@ -55,3 +55,26 @@ fn hostile15_1_grep_shows_and_finds_no_token_shape() {
     let plain = home.json(&["read", &id, "--grep", "ghp_abc", "--no-redact"]);
     assert!(texts(&plain).contains("ghp_abcdefghijklmnopqrstuvwxyz0123456789"));
 }
+
+#[test]
+fn hostile15_2_port_in_use_notice_masks_token_shapes() {
+    let home = Home::new();
+    let id = home.start(
+        "echo 'Error: listen EADDRINUSE: address already in use 127.0.0.1:47611 \
+         sk-abcdefghijklmnopqrstuvwx1234'; sleep 30",
+    );
+    let mut notices = Vec::new();
+    crate::util::eventually(std::time::Duration::from_secs(20), || {
+        let reply = home.json(&["notices"]);
+        notices.extend(reply["notices"].as_array().cloned().unwrap_or_default());
+        !notices.is_empty()
+    });
+    let shown = serde_json::to_string(&notices).unwrap();
+    assert!(shown.contains("EADDRINUSE"), "{shown}");
+    assert!(
+        !shown.contains("sk-abcdef"),
+        "the notice shows the token: {shown}"
+    );
+    assert!(shown.contains("[secret sk-"), "{shown}");
+    home.run(&["stop", &id]);
+}

@@ -340,6 +340,16 @@ fn first_unplain(bytes: &[u8]) -> Option<usize> {
     None
 }
 
+/// What a line shown costs a reply: its text and the fields around it (its number,
+/// offset and the JSON of them), so that a log of empty lines with `--context 100`
+/// cannot make a reply a hundred times the size `--max-bytes` allows.
+fn cost(line: &GrepLine) -> usize {
+    line.text.len() + LINE_COST
+}
+
+/// About what the fields of a line shown take besides its text.
+const LINE_COST: usize = 48;
+
 /// Clips a shown line to about [`SHOWN`] bytes, around `around` (the match) if given.
 fn shown(text: &str, around: Option<Range<usize>>) -> String {
     if text.len() <= SHOWN {
@@ -759,7 +769,7 @@ impl Scan<'_, '_> {
         }
         let before = self.before(segment.start, self.line);
         let line = self.grep_line(segment, self.line, true);
-        let size = line.text.len() + before.iter().map(|l| l.text.len()).sum::<usize>();
+        let size = cost(&line) + before.iter().map(cost).sum::<usize>();
         if !self.found.matches.is_empty() && self.text_used + size > self.search.max_text {
             return self.stop(offset, "the reply holds its most text (--max-bytes)");
         }
@@ -793,7 +803,7 @@ impl Scan<'_, '_> {
         } else if self.owed > 0 {
             self.count_to(segment.start);
             let line = self.grep_line(segment, self.line, false);
-            self.text_used += line.text.len();
+            self.text_used += cost(&line);
             if let Some(last) = self.found.matches.last_mut() {
                 last.after.push(line);
             }

@@ -78,3 +78,35 @@ fn hostile15_2_port_in_use_notice_masks_token_shapes() {
     assert!(shown.contains("[secret sk-"), "{shown}");
     home.run(&["stop", &id]);
 }
+
+#[test]
+fn hostile15_3_grep_context_of_empty_lines_stays_within_max_bytes() {
+    let home = Home::new();
+    // 2,000 matches, each with 200 empty lines around it: 400 KB of log.
+    let id = home.start("for i in $(seq 2000); do echo x; printf '%200s' '' | tr ' ' '\\n'; done");
+    home.wait_end(&id);
+    let run = home.run(&[
+        "--json",
+        "read",
+        &id,
+        "--grep",
+        "x",
+        "--context",
+        "100",
+        "--max-matches",
+        "10000",
+        "--max-bytes",
+        "65536",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // Each empty line costs its fields: the reply stays near --max-bytes, and says
+    // where to go on.
+    assert!(
+        run.stdout.len() < 4 * 65536,
+        "a reply of {} bytes for --max-bytes 65536",
+        run.stdout.len()
+    );
+    let reply = run.json();
+    assert_eq!(reply["truncated"], true, "{}", &run.stdout[..200]);
+    assert!(reply["next_from"].as_u64().is_some());
+}

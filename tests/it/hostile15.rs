@@ -110,3 +110,49 @@ fn hostile15_3_grep_context_of_empty_lines_stays_within_max_bytes() {
     assert_eq!(reply["truncated"], true, "{}", &run.stdout[..200]);
     assert!(reply["next_from"].as_u64().is_some());
 }
+
+#[test]
+fn hostile15_4_two_restarts_at_the_rate_limit_never_cost_a_running_item() {
+    let home = Home::new().with("BGWORK_MAX_STARTS_PER_MINUTE", "3");
+    // Each takes half a second to stop: both restarts pass the rate check before
+    // either starts anything.
+    let job = "trap 'sleep 0.5; exit 0' TERM; sleep 100 & wait";
+    let a = home.start(job);
+    let b = home.start(&format!("{job} # b"));
+    let restarts: Vec<_> = [&a, &b]
+        .iter()
+        .map(|id| {
+            home.command(&["--json", "restart", id, "--window", "0"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = restarts
+        .into_iter()
+        .map(|child| child.wait_with_output().unwrap())
+        .collect();
+    // One restart may be refused by the rate (3 starts a minute), but then its item
+    // still runs: two items run, whatever happened.
+    let list = home.json(&["list"]);
+    let running: Vec<_> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["state"] == "running" || i["state"] == "starting")
+        .map(|i| i["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let said: Vec<String> = outputs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .collect();
+    assert_eq!(running.len(), 2, "running {running:?} after {said:?}");
+    assert!(
+        outputs.iter().any(|o| !o.status.success()),
+        "the rate allowed both restarts: {said:?}"
+    );
+    for id in running {
+        home.run(&["stop", &id]);
+    }
+}

@@ -31,6 +31,8 @@ use std::sync::Arc;
 
 /// Bytes read at a time.
 const BUF: usize = 4 << 20;
+/// Bytes looked at around a cut for a token shape that crosses it.
+const TOKEN_CONTEXT: usize = 256;
 /// Lines that are not plain text are rendered and searched this many bytes at a time.
 const BLOCK: usize = 64 << 10;
 /// Lines are searched in pieces of at most this many bytes.
@@ -422,6 +424,9 @@ struct Scan<'s, 'r> {
     text_used: usize,
     /// Where private keys lie in `buf` (found when a line of it is first shown).
     keys: std::cell::OnceCell<Vec<(usize, usize)>>,
+    /// The bytes of the log just before `buf` (when it goes on from them), to find a
+    /// token that `buf`'s start cuts.
+    before_buf: Vec<u8>,
 }
 
 impl Search<'_> {
@@ -446,6 +451,7 @@ impl Search<'_> {
             found: Found::default(),
             text_used: 0,
             keys: std::cell::OnceCell::new(),
+            before_buf: Vec::new(),
         };
         // A running job's log grows (and its middle is released) while the records are
         // read: the search goes to the length the file has now.
@@ -460,6 +466,18 @@ impl Search<'_> {
             }
             if start > at {
                 scan.crossed_gap(start);
+            }
+            scan.before_buf.clear();
+            if self.redact && start == at && at > 0 {
+                let from = at.saturating_sub(TOKEN_CONTEXT as u64).max(
+                    match self.gap.contains(&(at - 1)) {
+                        true => at,
+                        false => 0,
+                    },
+                );
+                scan.before_buf.resize((at - from) as usize, 0);
+                let read = output::read_full_at(file, &mut scan.before_buf, from)?;
+                scan.before_buf.truncate(read);
             }
             scan.begin(start);
             let end = match scan.boundary_before_end() {
@@ -661,9 +679,8 @@ impl Scan<'_, '_> {
     /// The text of a segment as `read` shows it, token shapes and private keys masked
     /// (unless `no_redact`).
     fn shown_text(&self, segment: Segment) -> Cow<'_, str> {
-        let text = render(&self.buf[segment.start..segment.end]);
         if !self.search.redact {
-            return text;
+            return render(&self.buf[segment.start..segment.end]);
         }
         let keys = self
             .keys
@@ -672,10 +689,57 @@ impl Scan<'_, '_> {
         if keys.iter().any(|&(s, e)| s < end && segment.start < e) {
             return Cow::Borrowed(crate::redact::PRIVATE_KEY);
         }
-        match crate::redact::mask_shapes_bytes(text.as_bytes()) {
-            Cow::Borrowed(_) => text,
-            Cow::Owned(masked) => Cow::Owned(String::from_utf8_lossy(&masked).into_owned()),
+        // A token that the segment's start or end cuts (`--from` inside one, a piece of
+        // a long line, a running job's unfinished last line) is shown as a marker.
+        let (mut start, mut end) = (segment.start, segment.end);
+        let mut cut_before = false;
+        if let Some((_, token_end)) = self.token_across(start) {
+            start = token_end.min(end);
+            cut_before = true;
         }
+        let mut cut_after = false;
+        if self.buf.get(end) != Some(&b'\n') {
+            if let Some((token_start, _)) = self.token_across(end) {
+                end = token_start.max(start);
+                cut_after = true;
+            } else if let Some(k) = crate::redact::unfinished_token(&self.buf[start..end]) {
+                end = start + k;
+                cut_after = true;
+            }
+        }
+        let text = render(&self.buf[start..end]);
+        let masked = crate::redact::mask_shapes_bytes(text.as_bytes());
+        if !cut_before && !cut_after {
+            return match masked {
+                Cow::Borrowed(_) => text,
+                Cow::Owned(masked) => Cow::Owned(String::from_utf8_lossy(&masked).into_owned()),
+            };
+        }
+        let mut out = String::new();
+        if cut_before {
+            out.push_str(crate::redact::CUT_TOKEN);
+        }
+        out.push_str(&String::from_utf8_lossy(&masked));
+        if cut_after {
+            out.push_str(crate::redact::CUT_TOKEN);
+        }
+        Cow::Owned(out)
+    }
+
+    /// The token shape that begins before `buf[at]` and ends after it, as indexes of
+    /// `buf` (its start 0 when it began before `buf`).
+    fn token_across(&self, at: usize) -> Option<(usize, usize)> {
+        let hi = (at + TOKEN_CONTEXT).min(self.buf.len());
+        if at >= TOKEN_CONTEXT {
+            let lo = at - TOKEN_CONTEXT;
+            return crate::redact::token_across(&self.buf[lo..hi], at - lo)
+                .map(|(s, e)| (lo + s, lo + e));
+        }
+        let keep = self.before_buf.len().min(TOKEN_CONTEXT - at);
+        let mut window = self.before_buf[self.before_buf.len() - keep..].to_vec();
+        window.extend_from_slice(&self.buf[..hi]);
+        crate::redact::token_across(&window, keep + at)
+            .map(|(s, e)| (s.saturating_sub(keep), e - keep))
     }
 
     fn grep_line(&self, segment: Segment, line: u64, around: bool) -> GrepLine {

@@ -156,3 +156,30 @@ fn hostile15_4_two_restarts_at_the_rate_limit_never_cost_a_running_item() {
         home.run(&["stop", &id]);
     }
 }
+
+#[test]
+fn hostile15_5_grep_shows_no_token_cut_by_from_a_long_line_or_unfinished_output() {
+    let home = Home::new();
+    // A token at byte 8; a token across the 64 KiB piece boundary of a long line; an
+    // unfinished token on the last line of a job that still runs.
+    let id = home.start(
+        "echo 'key ghp_abcdefghijklmnopqrstuvwxyz0123456789 end'; \
+         printf 'x%.0s' $(seq 65510); echo ' ghp_bcdefghijklmnopqrstuvwxyz0123456789a tail'; \
+         printf 'partial ghp_cdefghijklmnop'; sleep 30",
+    );
+    crate::util::eventually(std::time::Duration::from_secs(20), || {
+        home.json(&["read", &id, "--grep", "partial"])["matches"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty())
+    });
+    let from_inside = home.json(&["read", &id, "--grep", ".", "--from", "8"]);
+    let all = home.json(&["read", &id, "--grep", "end|tail|partial"]);
+    for (what, reply) in [("--from 8", from_inside), ("pieces", all)] {
+        let shown = texts(&reply);
+        for token in ["efghijklmnop", "cdefghijklmnop"] {
+            assert!(!shown.contains(token), "{what} shows {token}: {shown:.300}");
+        }
+        assert!(shown.contains("[secret token]"), "{what}: {shown:.300}");
+    }
+    home.run(&["stop", &id]);
+}

@@ -595,8 +595,9 @@ fn holder_of(port: u16, own: i64, running: &[Record]) -> Option<String> {
                     "{} of session {} (`{}`)",
                     record.id,
                     record.session,
-                    short(&record.command)
-                ))
+                    // Another session's command may hold a token its agent wrote.
+                    short(&crate::redact::mask_shapes(record.command.clone()))
+                ));
             }
             None => {}
         }

@@ -183,3 +183,44 @@ fn hostile15_5_grep_shows_no_token_cut_by_from_a_long_line_or_unfinished_output(
     }
     home.run(&["stop", &id]);
 }
+
+#[test]
+fn hostile15_6_port_holder_of_another_session_is_named_without_its_token() {
+    let home = Home::new();
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let server = format!("python3 -m http.server {port} --bind 127.0.0.1");
+    let holder = home.json(&[
+        "--session",
+        "other",
+        "start",
+        "--window",
+        "0",
+        "--",
+        &format!("GH=ghp_abcdefghijklmnopqrstuvwxyz0123456789 {server}"),
+    ]);
+    let holder = holder["id"].as_str().unwrap().to_string();
+    crate::util::eventually(std::time::Duration::from_secs(20), || {
+        let item = home.json(&["--session", "other", "list"]);
+        item["items"][0]["listening"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty())
+    });
+    let id = home.start(&format!("{server}; sleep 30"));
+    let mut notices = Vec::new();
+    crate::util::eventually(std::time::Duration::from_secs(20), || {
+        let reply = home.json(&["notices"]);
+        notices.extend(reply["notices"].as_array().cloned().unwrap_or_default());
+        !notices.is_empty()
+    });
+    let shown = serde_json::to_string(&notices).unwrap();
+    assert!(shown.contains("of session other"), "{shown}");
+    assert!(
+        !shown.contains("ghp_abc"),
+        "another session's token: {shown}"
+    );
+    home.run(&["stop", &id]);
+    home.run(&["--session", "other", "stop", &holder]);
+}

@@ -342,6 +342,15 @@ pub fn mask_shapes_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
+/// The marker of a private key.
+pub const PRIVATE_KEY: &str = "[secret private key]";
+
+/// Where private keys lie in `bytes` (as [`mask_shapes_bytes`] finds them), with the
+/// token shapes left in place.
+pub fn private_key_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
+    private_keys(bytes)
+}
+
 /// Where private keys lie in `bytes`: from a BEGIN line to its END line; one that the
 /// end of `bytes` cuts off runs to it, and an END line before any other key line
 /// closes one that began before `bytes`.

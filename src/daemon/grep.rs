@@ -31,6 +31,8 @@ use std::sync::Arc;
 
 /// Bytes read at a time.
 const BUF: usize = 4 << 20;
+/// Bytes looked at around a cut for a token shape that crosses it.
+const TOKEN_CONTEXT: usize = 256;
 /// Lines that are not plain text are rendered and searched this many bytes at a time.
 const BLOCK: usize = 64 << 10;
 /// Lines are searched in pieces of at most this many bytes.
@@ -59,6 +61,9 @@ pub(crate) struct Search<'a> {
     pub context: usize,
     pub max_matches: usize,
     pub max_text: usize,
+    /// Token shapes masked in the lines shown, and a line that matches only through
+    /// one is no match (unless the caller asked for `no_redact`).
+    pub redact: bool,
 }
 
 /// What a search found.
@@ -183,6 +188,7 @@ impl Daemon {
         let head = self.config.log_head;
         let pattern = args.grep.unwrap_or_default();
         let from = args.from.unwrap_or(0);
+        let redact = !args.no_redact;
         let build = move || -> Result<GrepReply, WireError> {
             let regex = compile(&pattern)?;
             let from = from.min(plan.len);
@@ -195,6 +201,7 @@ impl Daemon {
                 context,
                 max_matches,
                 max_text,
+                redact,
             };
             let found = match plan.len {
                 0 => Ok(Found {
@@ -335,6 +342,16 @@ fn first_unplain(bytes: &[u8]) -> Option<usize> {
     None
 }
 
+/// What a line shown costs a reply: its text and the fields around it (its number,
+/// offset and the JSON of them), so that a log of empty lines with `--context 100`
+/// cannot make a reply a hundred times the size `--max-bytes` allows.
+fn cost(line: &GrepLine) -> usize {
+    line.text.len() + LINE_COST
+}
+
+/// About what the fields of a line shown take besides its text.
+const LINE_COST: usize = 48;
+
 /// Clips a shown line to about [`SHOWN`] bytes, around `around` (the match) if given.
 fn shown(text: &str, around: Option<Range<usize>>) -> String {
     if text.len() <= SHOWN {
@@ -405,6 +422,11 @@ struct Scan<'s, 'r> {
     unplain: Option<usize>,
     found: Found,
     text_used: usize,
+    /// Where private keys lie in `buf` (found when a line of it is first shown).
+    keys: std::cell::OnceCell<Vec<(usize, usize)>>,
+    /// The bytes of the log just before `buf` (when it goes on from them), to find a
+    /// token that `buf`'s start cuts.
+    before_buf: Vec<u8>,
 }
 
 impl Search<'_> {
@@ -428,6 +450,8 @@ impl Search<'_> {
             unplain: None,
             found: Found::default(),
             text_used: 0,
+            keys: std::cell::OnceCell::new(),
+            before_buf: Vec::new(),
         };
         // A running job's log grows (and its middle is released) while the records are
         // read: the search goes to the length the file has now.
@@ -442,6 +466,18 @@ impl Search<'_> {
             }
             if start > at {
                 scan.crossed_gap(start);
+            }
+            scan.before_buf.clear();
+            if self.redact && start == at && at > 0 {
+                let from = at.saturating_sub(TOKEN_CONTEXT as u64).max(
+                    match self.gap.contains(&(at - 1)) {
+                        true => at,
+                        false => 0,
+                    },
+                );
+                scan.before_buf.resize((at - from) as usize, 0);
+                let read = output::read_full_at(file, &mut scan.before_buf, from)?;
+                scan.before_buf.truncate(read);
             }
             scan.begin(start);
             let end = match scan.boundary_before_end() {
@@ -543,6 +579,7 @@ impl Scan<'_, '_> {
         self.counted = 0;
         self.bad_utf8 = None;
         self.unplain = None;
+        self.keys = std::cell::OnceCell::new();
     }
 
     /// The data goes on at `start`, past bytes that are gone (the dropped middle, or a
@@ -639,8 +676,74 @@ impl Scan<'_, '_> {
         self.counted = i;
     }
 
+    /// The text of a segment as `read` shows it, token shapes and private keys masked
+    /// (unless `no_redact`).
+    fn shown_text(&self, segment: Segment) -> Cow<'_, str> {
+        if !self.search.redact {
+            return render(&self.buf[segment.start..segment.end]);
+        }
+        let keys = self
+            .keys
+            .get_or_init(|| crate::redact::private_key_spans(&self.buf));
+        let end = segment.end.max(segment.start + 1);
+        if keys.iter().any(|&(s, e)| s < end && segment.start < e) {
+            return Cow::Borrowed(crate::redact::PRIVATE_KEY);
+        }
+        // A token that the segment's start or end cuts (`--from` inside one, a piece of
+        // a long line, a running job's unfinished last line) is shown as a marker.
+        let (mut start, mut end) = (segment.start, segment.end);
+        let mut cut_before = false;
+        if let Some((_, token_end)) = self.token_across(start) {
+            start = token_end.min(end);
+            cut_before = true;
+        }
+        let mut cut_after = false;
+        if self.buf.get(end) != Some(&b'\n') {
+            if let Some((token_start, _)) = self.token_across(end) {
+                end = token_start.max(start);
+                cut_after = true;
+            } else if let Some(k) = crate::redact::unfinished_token(&self.buf[start..end]) {
+                end = start + k;
+                cut_after = true;
+            }
+        }
+        let text = render(&self.buf[start..end]);
+        let masked = crate::redact::mask_shapes_bytes(text.as_bytes());
+        if !cut_before && !cut_after {
+            return match masked {
+                Cow::Borrowed(_) => text,
+                Cow::Owned(masked) => Cow::Owned(String::from_utf8_lossy(&masked).into_owned()),
+            };
+        }
+        let mut out = String::new();
+        if cut_before {
+            out.push_str(crate::redact::CUT_TOKEN);
+        }
+        out.push_str(&String::from_utf8_lossy(&masked));
+        if cut_after {
+            out.push_str(crate::redact::CUT_TOKEN);
+        }
+        Cow::Owned(out)
+    }
+
+    /// The token shape that begins before `buf[at]` and ends after it, as indexes of
+    /// `buf` (its start 0 when it began before `buf`).
+    fn token_across(&self, at: usize) -> Option<(usize, usize)> {
+        let hi = (at + TOKEN_CONTEXT).min(self.buf.len());
+        if at >= TOKEN_CONTEXT {
+            let lo = at - TOKEN_CONTEXT;
+            return crate::redact::token_across(&self.buf[lo..hi], at - lo)
+                .map(|(s, e)| (lo + s, lo + e));
+        }
+        let keep = self.before_buf.len().min(TOKEN_CONTEXT - at);
+        let mut window = self.before_buf[self.before_buf.len() - keep..].to_vec();
+        window.extend_from_slice(&self.buf[..hi]);
+        crate::redact::token_across(&window, keep + at)
+            .map(|(s, e)| (s.saturating_sub(keep), e - keep))
+    }
+
     fn grep_line(&self, segment: Segment, line: u64, around: bool) -> GrepLine {
-        let text = render(&self.buf[segment.start..segment.end]);
+        let text = self.shown_text(segment);
         let range = match around {
             true => self.search.regex.text.find(&text).map(|m| m.range()),
             false => None,
@@ -659,6 +762,13 @@ impl Scan<'_, '_> {
             .regex
             .text
             .is_match(&render(&self.buf[segment.start..segment.end]))
+            && self.still_matches(segment)
+    }
+
+    /// Whether a segment that matched still matches once its tokens are masked: a
+    /// search must not find (nor tell apart, match by match) what a reader may not see.
+    fn still_matches(&self, segment: Segment) -> bool {
+        !self.search.redact || self.search.regex.text.is_match(&self.shown_text(segment))
     }
 
     /// The lines before `buf[i]` (a segment start whose line number is `line`) that
@@ -713,6 +823,9 @@ impl Scan<'_, '_> {
 
     /// Records a match at `segment`; false when the reply is full (the search stops).
     fn record(&mut self, segment: Segment) -> bool {
+        if !self.still_matches(segment) {
+            return true;
+        }
         self.count_to(segment.start);
         let offset = self.base + segment.start as u64;
         if self.found.matches.len() >= self.search.max_matches {
@@ -720,7 +833,7 @@ impl Scan<'_, '_> {
         }
         let before = self.before(segment.start, self.line);
         let line = self.grep_line(segment, self.line, true);
-        let size = line.text.len() + before.iter().map(|l| l.text.len()).sum::<usize>();
+        let size = cost(&line) + before.iter().map(cost).sum::<usize>();
         if !self.found.matches.is_empty() && self.text_used + size > self.search.max_text {
             return self.stop(offset, "the reply holds its most text (--max-bytes)");
         }
@@ -754,7 +867,7 @@ impl Scan<'_, '_> {
         } else if self.owed > 0 {
             self.count_to(segment.start);
             let line = self.grep_line(segment, self.line, false);
-            self.text_used += line.text.len();
+            self.text_used += cost(&line);
             if let Some(last) = self.found.matches.last_mut() {
                 last.after.push(line);
             }
@@ -893,6 +1006,7 @@ mod tests {
             context,
             max_matches: 1000,
             max_text: 1 << 20,
+            redact: true,
         };
         search.run(&file).unwrap()
     }
@@ -1058,6 +1172,7 @@ mod tests {
             context: 0,
             max_matches: 3,
             max_text: 1 << 20,
+            redact: true,
         };
         let found = search.run(&file).unwrap();
         assert_eq!(found.matches.len(), 3);
@@ -1091,6 +1206,7 @@ mod tests {
             context: 0,
             max_matches: 2,
             max_text: 1 << 20,
+            redact: true,
         };
         let found = search.run(&file).unwrap();
         assert_eq!(found.matches.len(), 2, "{found:?}");

@@ -17,9 +17,31 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// Sessions whose starts are remembered before the old ones are swept.
 const SWEEP_PAST: usize = 256;
 
-/// The starts of each root session in the last minute.
+/// The starts of each root session in the last minute, and the starts held for
+/// restarts that are stopping their running item first.
 #[derive(Default)]
-pub(crate) struct Starts(HashMap<String, VecDeque<Instant>>);
+pub(crate) struct Starts(HashMap<String, VecDeque<Instant>>, HashMap<String, usize>);
+
+/// A start held for a `restart` while it stops the running item: counted by the rate
+/// guard (so two restarts at once cannot both stop their items and then find the rate
+/// spent), given back when dropped.
+pub(crate) struct Held<'a> {
+    daemon: &'a Daemon,
+    root: String,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.daemon.lock();
+        let held = &mut inner.starts.1;
+        if let Some(count) = held.get_mut(&self.root) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(&self.root);
+            }
+        }
+    }
+}
 
 impl Starts {
     fn recent(&mut self, root: &str, now: Instant) -> Option<&mut VecDeque<Instant>> {
@@ -43,6 +65,17 @@ impl Daemon {
         root: &str,
         over_cap: bool,
     ) -> Result<(), WireError> {
+        self.check_guards_held(inner, root, over_cap, false)
+    }
+
+    /// [`Daemon::check_guards`] for a start that holds one of the held starts (`held`).
+    pub(crate) fn check_guards_held(
+        &self,
+        inner: &mut Inner,
+        root: &str,
+        over_cap: bool,
+        held: bool,
+    ) -> Result<(), WireError> {
         let cap = self.config.max_running_total;
         if !over_cap && cap > 0 {
             let running = inner.store.count_unsettled()?;
@@ -50,23 +83,41 @@ impl Daemon {
                 return Err(total_error(cap, running));
             }
         }
-        self.check_rate(inner, root)
+        self.check_rate(inner, root, held)
     }
 
-    /// Refuses a start past the session's start rate.
-    pub(crate) fn check_rate(&self, inner: &mut Inner, root: &str) -> Result<(), WireError> {
+    /// Refuses a start past the session's start rate (the starts held for restarts
+    /// count, but for the one this start holds, if `held`).
+    fn check_rate(&self, inner: &mut Inner, root: &str, held: bool) -> Result<(), WireError> {
         let rate = self.config.max_starts_per_minute;
         if rate > 0 {
             let now = Instant::now();
-            if let Some(starts) = inner.starts.recent(root, now) {
-                if starts.len() >= rate {
-                    let oldest = starts.front().copied().unwrap_or(now);
-                    let wait = MINUTE.saturating_sub(now.duration_since(oldest));
-                    return Err(rate_error(rate, root, wait));
-                }
+            let holds = inner.starts.1.get(root).copied().unwrap_or(0);
+            let holds = holds.saturating_sub(usize::from(held));
+            let (count, oldest) = match inner.starts.recent(root, now) {
+                Some(starts) => (starts.len(), starts.front().copied()),
+                None => (0, None),
+            };
+            if count + holds >= rate {
+                // With only held starts, the wait is that of a restart: a moment.
+                let oldest = oldest.unwrap_or(now);
+                let wait = MINUTE.saturating_sub(now.duration_since(oldest));
+                return Err(rate_error(rate, root, wait));
             }
         }
         Ok(())
+    }
+
+    /// Checks the rate for a restart of a running item and holds its start while the
+    /// item is stopped.
+    pub(crate) fn hold_start(&self, root: &str) -> Result<Held<'_>, WireError> {
+        let mut inner = self.lock();
+        self.check_rate(&mut inner, root, false)?;
+        *inner.starts.1.entry(root.to_string()).or_default() += 1;
+        Ok(Held {
+            daemon: self,
+            root: root.to_string(),
+        })
     }
 
     /// Counts a start of `root`'s tree toward its rate (its record was written).

@@ -43,6 +43,8 @@ pub(crate) struct Launch {
     /// Start nothing when the same command runs in the same session and folder
     /// (`start` without `allow_duplicate`).
     pub refuse_duplicate: bool,
+    /// A restart that holds a start of the rate guard (`Daemon::hold_start`).
+    pub held: bool,
 }
 
 /// What a launch did: started a job (its row), or found its twin running.
@@ -60,6 +62,17 @@ impl Daemon {
         args: StartArgs,
         shown: &mut super::Shown<'_>,
     ) -> Result<StartReply, WireError> {
+        self.start_held(session, args, shown, false).await
+    }
+
+    /// [`Daemon::start`] for a restart that holds a start of the rate guard (`held`).
+    pub(crate) async fn start_held(
+        &self,
+        session: &str,
+        args: StartArgs,
+        shown: &mut super::Shown<'_>,
+        held: bool,
+    ) -> Result<StartReply, WireError> {
         let window = args
             .window_ms
             .map(Duration::from_millis)
@@ -68,6 +81,7 @@ impl Daemon {
         let watch = (!window.is_zero()).then_some(&mut *shown);
         let launch = Launch {
             refuse_duplicate: !args.allow_duplicate,
+            held,
             ..Launch::default()
         };
         let row = match self.launch_checked(session, &args, launch, watch).await? {
@@ -202,7 +216,7 @@ impl Daemon {
             }
             // Limits hold for a root session and its sub-agents together.
             let root = inner.store.root_of(session)?;
-            self.check_guards(&mut inner, &root, launch.over_limit)?;
+            self.check_guards_held(&mut inner, &root, launch.over_limit, launch.held)?;
             if launch.sub_agent {
                 let agents: Vec<Record> = Self::running_tree(&inner, session)?
                     .into_iter()
@@ -541,7 +555,17 @@ impl Daemon {
     pub(crate) async fn agent_start(
         &self,
         session: &str,
+        args: StartArgs,
+    ) -> Result<StartReply, WireError> {
+        self.agent_start_held(session, args, false).await
+    }
+
+    /// [`Daemon::agent_start`] for a restart that holds a start of the rate guard.
+    pub(crate) async fn agent_start_held(
+        &self,
+        session: &str,
         mut args: StartArgs,
+        held: bool,
     ) -> Result<StartReply, WireError> {
         args.pty = false;
         args.notify = true;
@@ -560,6 +584,7 @@ impl Daemon {
         }
         let launch = Launch {
             sub_agent: true,
+            held,
             ..Launch::default()
         };
         let row = self.launch(session, &args, launch, None).await?;

@@ -530,7 +530,10 @@ fn in_use_line(bytes: &[u8]) -> Option<String> {
         .iter()
         .position(|&b| b == b'\n')
         .map_or(bytes.len(), |at| found.end() + at);
-    let line = String::from_utf8_lossy(&bytes[start..end]);
+    // Token shapes masked before the line is cut, so that no cut leaves a token's
+    // first characters too short to be recognised.
+    let line = crate::redact::mask_shapes_bytes(&bytes[start..end]);
+    let line = String::from_utf8_lossy(&line);
     Some(line.chars().take(500).collect())
 }
 
@@ -592,8 +595,9 @@ fn holder_of(port: u16, own: i64, running: &[Record]) -> Option<String> {
                     "{} of session {} (`{}`)",
                     record.id,
                     record.session,
-                    short(&record.command)
-                ))
+                    // Another session's command may hold a token its agent wrote.
+                    short(&crate::redact::mask_shapes(record.command.clone()))
+                ));
             }
             None => {}
         }

@@ -50,13 +50,12 @@ impl Daemon {
         }
         let (mut secrets, keep_raw_log) = described_options(&record.job_dir);
         secrets.retain(|name| env.contains_key(name));
+        let mut held = None;
         if record.state != State::Ended {
-            // A start the rate guard would refuse must not cost the running item.
-            {
-                let mut inner = self.lock();
-                let root = inner.store.root_of(session)?;
-                self.check_rate(&mut inner, &root)?;
-            }
+            // A start the rate guard would refuse must not cost the running item: the
+            // start is held (counted) while the item stops.
+            let root = self.lock().store.root_of(session)?;
+            held = Some(self.hold_start(&root)?);
             let stop = StopArgs {
                 id: id.clone(),
                 grace_s: None,
@@ -91,10 +90,12 @@ impl Daemon {
             // A job that ran on Slurm goes there again, with the same resources.
             slurm: crate::executor::slurm::args_of(std::path::Path::new(&record.job_dir)),
         };
+        let holds = held.is_some();
         let reply = match record.kind {
-            Kind::SubAgent => self.agent_start(session, start).await?,
-            _ => self.start(session, start, shown).await?,
+            Kind::SubAgent => self.agent_start_held(session, start, holds).await?,
+            _ => self.start_held(session, start, shown, holds).await?,
         };
+        drop(held);
         Ok(RestartReply {
             start: reply,
             restarted: id.clone(),

@@ -6,6 +6,7 @@ mod ends;
 mod faults;
 mod harness_hooks;
 mod hostile;
+mod hostile15;
 mod mcp;
 mod mcp_hostile;
 mod monitors;

@@ -468,6 +468,33 @@ fn ceil_char_boundary(text: &str, mut index: usize) -> usize {
     index
 }
 
+/// Holes are punched in steps of this many bytes, so punching is rare.
+const PUNCH_STEP: u64 = 1 << 20;
+
+/// Keeps a log of `len` bytes within `cap`: punches a hole (in whole [`PUNCH_STEP`]s)
+/// from `punched_to` up to where the newest `cap - head` bytes begin, so the first `head`
+/// bytes and the newest stay and no offset moves. Returns how far the log is released.
+pub fn release_middle(
+    file: &std::fs::File,
+    len: u64,
+    cap: u64,
+    head: u64,
+    punched_to: u64,
+) -> nix::Result<u64> {
+    use nix::fcntl::{fallocate, FallocateFlags};
+    if len <= cap {
+        return Ok(punched_to);
+    }
+    let keep_from = len - (cap - head);
+    let target = keep_from - keep_from % PUNCH_STEP;
+    if target < punched_to + PUNCH_STEP {
+        return Ok(punched_to);
+    }
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    fallocate(file, flags, punched_to as i64, (target - punched_to) as i64)?;
+    Ok(target)
+}
+
 /// Reads into all of `buf` from `offset`, or as much as the file has there: the bytes
 /// read (fewer only at the file's end).
 pub fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {

@@ -9,12 +9,9 @@
 //! counted in `unwritten`, with the log offset where the first of them was lost, and
 //! the job goes on: the log holds what could be written, with no gap of zeros.
 
-use nix::fcntl::{fallocate, splice, FallocateFlags, SpliceFFlags};
+use nix::fcntl::{splice, SpliceFFlags};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-
-/// Holes are punched in steps of this many bytes, so punching is rare.
-const PUNCH_STEP: u64 = 1 << 20;
 
 pub struct OutputLog {
     file: File,
@@ -98,18 +95,15 @@ impl OutputLog {
     }
 
     fn release_middle(&mut self) {
-        if self.written <= self.cap {
-            return;
-        }
-        let keep_from = self.written - (self.cap - self.head);
-        let target = keep_from - keep_from % PUNCH_STEP;
-        if target < self.punched_to + PUNCH_STEP {
-            return;
-        }
-        let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
-        let length = (target - self.punched_to) as i64;
-        match fallocate(&self.file, flags, self.punched_to as i64, length) {
-            Ok(()) => self.punched_to = target,
+        let released = crate::output::release_middle(
+            &self.file,
+            self.written,
+            self.cap,
+            self.head,
+            self.punched_to,
+        );
+        match released {
+            Ok(to) => self.punched_to = to,
             Err(e) => crate::note!("bgwork supervise: could not release old output: {e}"),
         }
     }

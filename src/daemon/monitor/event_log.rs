@@ -9,13 +9,9 @@
 //! that holds lines written but never recorded (the daemon died between the two), and
 //! it is cut back, so those lines are recorded once when they are matched again.
 
-use nix::fcntl::{fallocate, FallocateFlags};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-
-/// Holes are punched in steps of this many bytes, so punching is rare.
-const PUNCH_STEP: u64 = 1 << 20;
 
 pub(crate) struct EventLog {
     file: File,
@@ -75,18 +71,15 @@ impl EventLog {
     }
 
     fn release_middle(&mut self) {
-        if self.len <= self.cap {
-            return;
-        }
-        let keep_from = self.len - (self.cap - self.head);
-        let target = keep_from - keep_from % PUNCH_STEP;
-        if target < self.punched_to + PUNCH_STEP {
-            return;
-        }
-        let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
-        let length = (target - self.punched_to) as i64;
-        match fallocate(&self.file, flags, self.punched_to as i64, length) {
-            Ok(()) => self.punched_to = target,
+        let released = crate::output::release_middle(
+            &self.file,
+            self.len,
+            self.cap,
+            self.head,
+            self.punched_to,
+        );
+        match released {
+            Ok(to) => self.punched_to = to,
             Err(e) => crate::note!("bgwork daemon: could not release old watch events: {e}"),
         }
     }

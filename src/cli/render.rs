@@ -486,12 +486,14 @@ fn row(item: &Item, now: std::time::SystemTime) -> String {
 /// peak (ended); `-` where unknown.
 fn cost_cells(item: &Item) -> (String, String) {
     let cpu = item
+        .cost
         .cpu_ms
         .map(observe::cpu_text)
         .unwrap_or_else(|| "-".into());
     let memory = item
+        .cost
         .rss_bytes
-        .or(item.peak_rss_bytes)
+        .or(item.cost.peak_rss_bytes)
         .map(observe::bytes_text)
         .unwrap_or_else(|| "-".into());
     (cpu, memory)
@@ -499,35 +501,30 @@ fn cost_cells(item: &Item) -> (String, String) {
 
 /// `listening: 127.0.0.1:5173 → http://127.0.0.1:5173/` under an item that listens.
 fn listening_line(item: &Item, pad: &str) -> Option<String> {
-    (!item.listening.is_empty()).then(|| {
+    (!item.cost.listening.is_empty()).then(|| {
         format!(
             "{pad}listening: {}",
-            inert(&observe::describe_listening(&item.listening))
+            inert(&observe::describe_listening(&item.cost.listening))
         )
     })
 }
 
 /// What an item's processes use and listen on, in words (empty when unknown).
-fn cost_words(
-    cpu_ms: Option<u64>,
-    rss: Option<u64>,
-    peak: Option<u64>,
-    listening: &[String],
-) -> String {
+fn cost_words(cost: &wire::Cost) -> String {
     let mut words = Vec::new();
-    if let Some(cpu) = cpu_ms {
+    if let Some(cpu) = cost.cpu_ms {
         words.push(format!("cpu {}", observe::cpu_text(cpu)));
     }
-    if let Some(rss) = rss {
+    if let Some(rss) = cost.rss_bytes {
         words.push(format!("memory {}", observe::bytes_text(rss)));
     }
-    if let Some(peak) = peak {
+    if let Some(peak) = cost.peak_rss_bytes {
         words.push(format!("peak memory {}", observe::bytes_text(peak)));
     }
-    if !listening.is_empty() {
+    if !cost.listening.is_empty() {
         words.push(format!(
             "listening: {}",
-            inert(&observe::describe_listening(listening))
+            inert(&observe::describe_listening(&cost.listening))
         ));
     }
     words.join("; ")
@@ -546,12 +543,7 @@ fn short_duration(age: std::time::Duration) -> String {
 
 fn read_status_line(reply: &ReadReply) -> String {
     let id = inert(&reply.id);
-    let cost = cost_words(
-        reply.cpu_ms,
-        reply.rss_bytes,
-        reply.peak_rss_bytes,
-        &reply.listening,
-    );
+    let cost = cost_words(&reply.cost);
     match (&reply.report, reply.running) {
         (Some(report), _) => format!("[{}]", inert(report)),
         (None, true) if reply.output.is_empty() && cost.is_empty() => {

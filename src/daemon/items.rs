@@ -83,10 +83,7 @@ impl Daemon {
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
             already_ended: None,
             lost_reason,
-            cpu_ms: record.cpu_ms,
-            rss_bytes: None,
-            peak_rss_bytes: record.peak_rss,
-            listening: Vec::new(),
+            cost: crate::wire::Cost::recorded(record.cpu_ms, record.peak_rss),
             executor: slurm.as_ref().map(|_| "slurm".to_string()),
             queue_reason: slurm
                 .as_ref()

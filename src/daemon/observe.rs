@@ -483,9 +483,17 @@ fn observable(record: &Record) -> bool {
 }
 
 fn apply(item: &mut Item, seen: &Observed) {
-    item.cpu_ms = Some(seen.usage.cpu_ms);
-    item.rss_bytes = Some(seen.usage.rss_bytes);
-    item.listening = seen.listening.clone();
+    item.cost = live(seen);
+}
+
+/// What a running item's processes use and listen on now (no peak yet).
+fn live(seen: &Observed) -> crate::wire::Cost {
+    crate::wire::Cost {
+        cpu_ms: Some(seen.usage.cpu_ms),
+        rss_bytes: Some(seen.usage.rss_bytes),
+        peak_rss_bytes: None,
+        listening: seen.listening.clone(),
+    }
 }
 
 /// What each job folder's processes use and listen on (none for a job whose
@@ -505,9 +513,7 @@ pub(crate) fn observe_dirs(dirs: &[PathBuf], ports: bool) -> Vec<Option<Observed
 /// The item's live figures in a `read` reply.
 pub(crate) fn observe_read(reply: &mut crate::wire::ReadReply, job_dir: &Path, ports: bool) {
     if let Some(Some(seen)) = observe_dirs(&[job_dir.to_path_buf()], ports).pop() {
-        reply.cpu_ms = Some(seen.usage.cpu_ms);
-        reply.rss_bytes = Some(seen.usage.rss_bytes);
-        reply.listening = seen.listening;
+        reply.cost = live(&seen);
     }
 }
 

@@ -381,10 +381,7 @@ impl Daemon {
             log_path: log.display().to_string(),
             report: self.item_as(session, &record).report,
             output_base64: None,
-            cpu_ms: record.cpu_ms,
-            rss_bytes: None,
-            peak_rss_bytes: record.peak_rss,
-            listening: Vec::new(),
+            cost: crate::wire::Cost::recorded(record.cpu_ms, record.peak_rss),
         })
     }
 

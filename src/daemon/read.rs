@@ -292,10 +292,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
         log_path: path.display().to_string(),
         report: plan.report,
         output_base64: base64,
-        cpu_ms: plan.cpu_ms,
-        rss_bytes: None,
-        peak_rss_bytes: plan.peak_rss,
-        listening: Vec::new(),
+        cost: crate::wire::Cost::recorded(plan.cpu_ms, plan.peak_rss),
     };
     if let Some((job_dir, ports)) = &plan.observe {
         super::observe::observe_read(&mut reply, job_dir, *ports);

@@ -469,6 +469,24 @@ pub struct Item {
     /// Why an item was settled as `lost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_reason: Option<String>,
+    /// What its processes use and listen on.
+    #[serde(flatten)]
+    pub cost: Cost,
+    /// Where it runs when not on this machine: `slurm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<String>,
+    /// The Slurm job id of an item run on Slurm (once submitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job_id: Option<String>,
+    /// Why Slurm has not started a queued item yet (`squeue`'s reason, e.g. `Resources`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_reason: Option<String>,
+}
+
+/// What an item's processes use and listen on, each field left out when unknown or
+/// empty (contract §10).
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct Cost {
     /// CPU time (user + system, ms) of every process of the job: so far while it runs,
     /// in total once it has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -482,15 +500,17 @@ pub struct Item {
     /// TCP addresses the job's processes listen on, e.g. `127.0.0.1:5173`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listening: Vec<String>,
-    /// Where it runs when not on this machine: `slurm`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub executor: Option<String>,
-    /// The Slurm job id of an item run on Slurm (once submitted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm_job_id: Option<String>,
-    /// Why Slurm has not started a queued item yet (`squeue`'s reason, e.g. `Resources`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue_reason: Option<String>,
+}
+
+impl Cost {
+    /// The figures a record keeps: total CPU time and peak memory (of an ended job).
+    pub fn recorded(cpu_ms: Option<u64>, peak_rss_bytes: Option<u64>) -> Cost {
+        Cost {
+            cpu_ms,
+            peak_rss_bytes,
+            ..Cost::default()
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -538,14 +558,8 @@ pub struct ReadReply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_base64: Option<String>,
     /// What the item's processes use and listen on (as in [`Item`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rss_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peak_rss_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub listening: Vec<String>,
+    #[serde(flatten)]
+    pub cost: Cost,
 }
 
 /// `read --grep`: the lines of a log that match, with their context.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// The cluster's configuration, or `None` (the tests are not run) without
 /// `BGWORK_TEST_SLURM=1`.
-fn cluster(test: &str) -> Option<String> {
+pub fn cluster(test: &str) -> Option<String> {
     if std::env::var("BGWORK_TEST_SLURM").as_deref() != Ok("1") {
         eprintln!("{test}: NOT RUN: set BGWORK_TEST_SLURM=1 with a cluster up (scripts/slurm-cluster start)");
         return None;

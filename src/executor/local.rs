@@ -7,7 +7,7 @@
 //! file when no supervisor answers. Either way one task per job then relays the
 //! supervisor's messages as [`ExecEvent`]s and the daemon's commands to it.
 
-use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused};
+use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused, Writes};
 use crate::paths::SocketPath;
 use crate::supervisor::{self, CONTROL_SOCKET};
 use crate::wire::control::{self, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
@@ -256,47 +256,6 @@ impl LocalExecutor {
             }
         });
         handle
-    }
-}
-
-/// Input written to a supervisor, each write answered by its `seq`. A write is one
-/// message, taken or refused whole (a `send` is at most a request frame, a run's stdin
-/// comes in 64 KiB frames): no write is ever half taken.
-#[derive(Default)]
-struct Writes {
-    next_seq: u64,
-    waiting: std::collections::HashMap<u64, Waiting>,
-    /// Bytes sent and not answered yet (shared with the job's handle).
-    unanswered: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-struct Waiting {
-    answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
-    len: u64,
-}
-
-impl Writes {
-    /// The control line that carries `data`.
-    fn ask(
-        &mut self,
-        data: Vec<u8>,
-        answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
-    ) -> Vec<Vec<u8>> {
-        self.next_seq += 1;
-        let len = data.len() as u64;
-        self.waiting.insert(self.next_seq, Waiting { answer, len });
-        vec![control::encode(&ToSupervisor::Write {
-            seq: self.next_seq,
-            data,
-        })]
-    }
-
-    fn answer(&mut self, seq: u64, result: Result<u64, WriteRefused>) {
-        if let Some(waiting) = self.waiting.remove(&seq) {
-            self.unanswered
-                .fetch_sub(waiting.len, std::sync::atomic::Ordering::SeqCst);
-            let _ = waiting.answer.send(result);
-        }
     }
 }
 

@@ -142,3 +142,67 @@ pub enum Reattach {
     Ended(ExitStatus),
     Lost(String),
 }
+
+/// Input written to a supervisor, each write answered by its `seq`. A write is one
+/// message, taken or refused whole (a `send` is at most a request frame, a run's stdin
+/// comes in 64 KiB frames): no write is ever half taken.
+#[derive(Default)]
+pub(crate) struct Writes {
+    pub next_seq: u64,
+    pub waiting: std::collections::HashMap<u64, Waiting>,
+    /// Bytes sent and not answered yet (shared with the job's handle).
+    pub unanswered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+pub(crate) struct Waiting {
+    answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
+    len: u64,
+    sent: std::time::Instant,
+}
+
+impl Writes {
+    /// The control line that carries `data`.
+    pub fn ask(
+        &mut self,
+        data: Vec<u8>,
+        answer: tokio::sync::oneshot::Sender<Result<u64, WriteRefused>>,
+    ) -> Vec<Vec<u8>> {
+        self.next_seq += 1;
+        let len = data.len() as u64;
+        let sent = std::time::Instant::now();
+        self.waiting
+            .insert(self.next_seq, Waiting { answer, len, sent });
+        vec![crate::wire::control::encode(&ToSupervisor::Write {
+            seq: self.next_seq,
+            data,
+        })]
+    }
+
+    pub fn answer(&mut self, seq: u64, result: Result<u64, WriteRefused>) {
+        if let Some(waiting) = self.waiting.remove(&seq) {
+            self.unanswered
+                .fetch_sub(waiting.len, std::sync::atomic::Ordering::SeqCst);
+            let _ = waiting.answer.send(result);
+        }
+    }
+
+    /// Answers the writes sent longer than `patience` ago as unanswered.
+    pub fn expire(&mut self, patience: std::time::Duration) {
+        let overdue: Vec<u64> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| w.sent.elapsed() >= patience)
+            .map(|(seq, _)| *seq)
+            .collect();
+        for seq in overdue {
+            self.answer(
+                seq,
+                Err(WriteRefused::Unreachable(format!(
+                    "its supervisor did not take the input within {} s: it may still \
+                     reach the job",
+                    patience.as_secs()
+                ))),
+            );
+        }
+    }
+}

@@ -67,6 +67,8 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// The folder in a job's folder where a daemon that cannot reach the control socket (a
 /// job on another machine, under Slurm) leaves commands, one file each, as JSON lines.
 pub const COMMANDS_DIR: &str = "commands";
+/// Where a supervisor under Slurm answers the input left in [`COMMANDS_DIR`].
+pub const ANSWERS_DIR: &str = "answers";
 /// The log's figures (an `output` message) of a supervisor started from a spec file.
 pub const FIGURES_FILE: &str = "figures.json";
 /// How often a supervisor started from a spec file looks for commands.
@@ -76,6 +78,13 @@ const COMMANDS_EVERY: Duration = Duration::from_millis(100);
 /// `spec_file`: the job's spec lies in that file (a job started by a cluster's
 /// scheduler, which hands over no socket) instead of coming on the launch socket.
 pub fn run(spec_file: Option<&Path>) -> ! {
+    // Before any thread is made (the spec file's reader): a signal the kernel gives a
+    // thread that does not block it is lost to the signalfd, and a lost SIGCHLD would
+    // leave the job's end unseen.
+    if let Err(e) = handled_signals().thread_block() {
+        crate::note!("bgwork supervise: could not block signals: {e}");
+        std::process::exit(1);
+    }
     let launch = match spec_file {
         // SAFETY: the daemon starts every supervisor with its launch socket on LAUNCH_FD
         // and nothing else in this process owns that descriptor.
@@ -99,10 +108,6 @@ pub fn run(spec_file: Option<&Path>) -> ! {
     let code = match Supervisor::launch(launch) {
         Ok(mut supervisor) => {
             supervisor.watch_commands = watch_commands;
-            if watch_commands {
-                // No input can reach a job under Slurm: it reads end-of-file at once.
-                supervisor.stdin = None;
-            }
             supervisor.serve();
             0
         }
@@ -117,6 +122,20 @@ pub fn run(spec_file: Option<&Path>) -> ! {
 /// A launch socket fed from a spec file: the spec is read (and the file removed, since
 /// it holds the job's environment), and written on one end of a socket pair by a
 /// thread, whose other end becomes the launch socket; nobody answers on it.
+/// The signals the supervisor takes through its signalfd.
+fn handled_signals() -> SigSet {
+    let mut mask = SigSet::empty();
+    for signal in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+    ] {
+        mask.add(signal);
+    }
+    mask
+}
+
 fn launch_from_file(path: &Path) -> std::io::Result<UnixStream> {
     let mut spec = crate::paths::read_untrusted(path, 64 << 20)?;
     let _ = std::fs::remove_file(path);
@@ -214,15 +233,7 @@ impl Supervisor {
         }
         let _ = nix::sys::prctl::set_child_subreaper(true);
         let _ = std::env::set_current_dir("/");
-        let mut mask = SigSet::empty();
-        for signal in [
-            Signal::SIGCHLD,
-            Signal::SIGTERM,
-            Signal::SIGINT,
-            Signal::SIGHUP,
-        ] {
-            mask.add(signal);
-        }
+        let mask = handled_signals();
         mask.thread_block()?;
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
 
@@ -345,6 +356,8 @@ impl Supervisor {
             return;
         }
         self.commands_at = Instant::now() + COMMANDS_EVERY;
+        // A backstop for an end whose SIGCHLD went elsewhere (cheap: one waitpid).
+        self.reap();
         let dir = Path::new(&self.spec.job_dir).join(COMMANDS_DIR);
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return;
@@ -369,10 +382,44 @@ impl Supervisor {
                             let _ = nix::sys::signal::killpg(Pid::from_raw(self.pid), signal);
                         }
                     }
+                    Ok(ToSupervisor::Write { seq, data }) => {
+                        let answer = match self.take_input(data) {
+                            Ok(queued) => FromSupervisor::InputTaken { seq, queued },
+                            Err((reason, full)) => {
+                                FromSupervisor::InputRefused { seq, reason, full }
+                            }
+                        };
+                        self.leave_answer(seq, &answer);
+                    }
+                    Ok(ToSupervisor::Input { data }) => {
+                        if self.stdin.is_some() && !self.close_input {
+                            self.input_queue.extend_from_slice(&data);
+                            self.write_input();
+                        }
+                    }
+                    Ok(ToSupervisor::CloseInput) => {
+                        self.close_input = true;
+                        self.write_input();
+                    }
                     Ok(_) => {}
                     Err(e) => crate::note!("bgwork supervise: a command file: {e}"),
                 }
             }
+        }
+    }
+
+    /// Answers input left in the folder (written whole, then renamed into place).
+    fn leave_answer(&self, seq: u64, answer: &FromSupervisor) {
+        let dir = Path::new(&self.spec.job_dir).join(ANSWERS_DIR);
+        let _ = std::fs::create_dir(&dir);
+        let temp = dir.join(format!("{seq}.tmp"));
+        let written = std::fs::write(&temp, control::encode(answer))
+            .and_then(|()| std::fs::rename(&temp, dir.join(format!("{seq}.json"))));
+        if let Err(e) = written {
+            crate::note!(
+                "bgwork supervise: could not answer in {}: {e}",
+                dir.display()
+            );
         }
     }
 

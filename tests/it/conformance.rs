@@ -7,7 +7,7 @@
 //! job's own codes, incremental reads with no gap and no repeat, `wait` for any, all
 //! or a pattern, one notice per end, a stop with its grace (a child that ignores TERM
 //! included), a daemon killed and restarted with work running and ending meanwhile,
-//! and the per-session limit.
+//! the per-session limit, and input sent to a job's stdin.
 
 use crate::util::{eventually, Home};
 use serde_json::Value;
@@ -107,6 +107,7 @@ conformance!(
     stop_with_grace_ends_a_term_ignoring_child,
     a_killed_daemon_reattaches_and_settles_what_ended_meanwhile,
     the_session_limit_refuses_with_the_items_that_hold_it,
+    send_reaches_stdin_in_order_and_end_of_input_closes_it,
 );
 
 /// A shell line that waits until the file `name` exists in the home (a filesystem
@@ -423,4 +424,27 @@ fn the_session_limit_refuses_with_the_items_that_hold_it(exec: &Exec) {
     home.json(&["stop", &first]);
     let third = exec.start(&home, &[], "exit 0");
     assert_eq!(exec.wait_end(&home, &third)["end"], "succeeded");
+}
+
+fn send_reaches_stdin_in_order_and_end_of_input_closes_it(exec: &Exec) {
+    let home = exec.home();
+    let id = exec.start(
+        &home,
+        &[],
+        "while read -r line; do echo \"got:$line\"; done; echo done",
+    );
+    let mut expected = String::new();
+    for i in 0..20 {
+        let sent = home.json(&["send", &id, &format!("line {i}\\n")]);
+        assert!(sent["error"].is_null(), "{sent}");
+        expected.push_str(&format!("got:line {i}\n"));
+    }
+    eventually(exec.patience(), || {
+        home.json(&["read", &id, "--all"])["output"] == expected.as_str()
+    });
+    home.json(&["send", &id, "--key", "C-d"]);
+    let item = exec.wait_end(&home, &id);
+    assert_eq!(item["end"], "succeeded", "{item}");
+    expected.push_str("done\n");
+    assert_eq!(home.json(&["read", &id, "--all"])["output"], expected);
 }

@@ -575,3 +575,311 @@ fn issue14_slurm_node_that_fails_under_a_job_ends_it_lost_node_failed() {
         "{ended}"
     );
 }
+
+/// A cluster of its own (folder, ports, munge), for a test that kills `slurmctld`
+/// without disturbing the tests that share the main one; stopped when dropped.
+struct PrivateCluster {
+    dir: tempfile::TempDir,
+    port: &'static str,
+}
+
+impl PrivateCluster {
+    fn start(port: &'static str) -> PrivateCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("bgw-slurm")
+            .tempdir_in("/tmp")
+            .expect("a folder for the cluster");
+        let cluster = PrivateCluster { dir, port };
+        cluster.script("start");
+        cluster
+    }
+
+    fn script(&self, action: &str) {
+        let out = Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/slurm-cluster"
+        ))
+        .arg(action)
+        .env("BGWORK_SLURM_DIR", self.dir.path())
+        .env("BGWORK_SLURM_PORT", self.port)
+        .output()
+        .expect("scripts/slurm-cluster runs");
+        assert!(
+            out.status.success(),
+            "slurm-cluster {action}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn conf(&self) -> String {
+        self.dir.path().join("slurm.conf").display().to_string()
+    }
+
+    /// Kills slurmctld with SIGKILL and waits until it is gone.
+    fn kill_controller(&self) {
+        let pid = std::fs::read_to_string(self.dir.path().join("slurmctld.pid")).unwrap();
+        let pid: i32 = pid.trim().parse().unwrap();
+        assert!(Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+        eventually(Duration::from_secs(10), || !crate::util::alive(pid));
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/slurm-cluster"
+        ))
+        .arg("stop")
+        .env("BGWORK_SLURM_DIR", self.dir.path())
+        .env("BGWORK_SLURM_PORT", self.port)
+        .output();
+    }
+}
+
+#[test]
+fn issue14_slurmctld_killed_and_restarted_while_jobs_run_loses_nothing() {
+    if cluster("issue14_slurmctld_killed_and_restarted_while_jobs_run_loses_nothing").is_none() {
+        return;
+    }
+    let private = PrivateCluster::start("6947");
+    let conf = private.conf();
+    let home = home(&conf);
+    let go = home.path().join("go");
+    let wait_go = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
+    let queued = start(&home, &["--partition", "held"], "echo late");
+    let ends = start(
+        &home,
+        &["--notify"],
+        &format!("echo one; {wait_go}; echo two; exit 4"),
+    );
+    let runs = start(
+        &home,
+        &[],
+        &format!("echo first; {wait_go}; echo second; sleep 300"),
+    );
+    let id = |v: &Value| v["id"].as_str().unwrap().to_string();
+    for item in [&ends, &runs] {
+        eventually(Duration::from_secs(30), || {
+            state(&home, &id(item)) == "running"
+        });
+    }
+    // Slurm saves its state a few seconds after a change (a controller killed before
+    // that forgets the job, and bgwork then reports it lost, with why): wait until
+    // the running jobs are in it.
+    let running_at = std::time::SystemTime::now();
+    eventually(Duration::from_secs(30), || {
+        let saved = private.dir.path().join("state").join("job_state");
+        std::fs::metadata(&saved)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t > running_at)
+    });
+    private.kill_controller();
+    // While the controller is gone, one job ends and the other writes on.
+    std::fs::write(&go, b"").unwrap();
+    let ended = wait_end(&home, &id(&ends), 60);
+    assert_eq!(ended["end"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 4, "{ended}");
+    assert_eq!(
+        home.json(&["read", &id(&ends), "--all"])["output"],
+        "one\ntwo\n"
+    );
+    eventually(Duration::from_secs(30), || {
+        home.json(&["read", &id(&runs), "--all"])["output"] == "first\nsecond\n"
+    });
+    assert_eq!(state(&home, &id(&runs)), "running");
+    assert_eq!(state(&home, &id(&queued)), "queued");
+    private.script("start");
+    // Back: nothing was lost or ended wrongly, and the queue goes on.
+    slurm(
+        &conf,
+        &[
+            "scontrol",
+            "update",
+            &format!("JobId={}", queued["slurm_job_id"].as_str().unwrap()),
+            "Partition=debug",
+        ],
+    );
+    let late = wait_end(&home, &id(&queued), 60);
+    assert_eq!(late["end"], "succeeded", "{late}");
+    assert_eq!(
+        home.json(&["read", &id(&queued), "--all"])["output"],
+        "late\n"
+    );
+    assert_eq!(state(&home, &id(&runs)), "running");
+    let stopped = home.json(&["stop", &id(&runs)]);
+    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+    let list = home.json(&["list", "--all"]);
+    let notices = home.json(&["notices", "--peek"]);
+    // The notice of the job that ended was delivered by the `wait` that showed it.
+    assert_eq!(notices["notices"].as_array().unwrap().len(), 0, "{notices}");
+    assert_eq!(list["items"].as_array().unwrap().len(), 3, "{list}");
+}
+
+#[test]
+fn issue14_slurm_daemon_killed_with_ten_jobs_reconciles_all_and_submits_none_twice() {
+    let Some(conf) =
+        cluster("issue14_slurm_daemon_killed_with_ten_jobs_reconciles_all_and_submits_none_twice")
+    else {
+        return;
+    };
+    let home = home(&conf);
+    let go = home.path().join("go");
+    let wait_go = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
+    let queued: Vec<Value> = (0..3)
+        .map(|i| start(&home, &["--partition", "held"], &format!("echo queued-{i}")))
+        .collect();
+    let running: Vec<Value> = (0..4)
+        .map(|i| start(&home, &[], &format!("echo running-{i}; sleep 300")))
+        .collect();
+    let ending: Vec<Value> = (0..3)
+        .map(|i| {
+            start(
+                &home,
+                &["--notify"],
+                &format!("echo ending-{i}; {wait_go}; exit {}", 10 + i),
+            )
+        })
+        .collect();
+    let id = |v: &Value| v["id"].as_str().unwrap().to_string();
+    let job = |v: &Value| v["slurm_job_id"].as_str().unwrap().to_string();
+    for item in running.iter().chain(&ending) {
+        eventually(Duration::from_secs(60), || {
+            state(&home, &id(item)) == "running"
+        });
+    }
+    home.kill_daemon();
+    std::fs::write(&go, b"").unwrap();
+    // The three end while no daemon runs.
+    let folders: Vec<std::path::PathBuf> = ending
+        .iter()
+        .map(|v| {
+            std::path::PathBuf::from(v["log_path"].as_str().unwrap())
+                .parent()
+                .unwrap()
+                .to_path_buf()
+        })
+        .collect();
+    eventually(Duration::from_secs(60), || {
+        folders.iter().all(|f| f.join("status").exists())
+    });
+    let list = home.json(&["list", "--all"]);
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 10, "{list}");
+    let find = |v: &Value| items.iter().find(|i| i["id"] == v["id"]).unwrap().clone();
+    for item in &queued {
+        assert_eq!(find(item)["state"], "queued", "{list}");
+        assert_eq!(find(item)["slurm_job_id"], item["slurm_job_id"], "{list}");
+    }
+    for item in &running {
+        assert_eq!(find(item)["state"], "running", "{list}");
+    }
+    let notices = home.json(&["notices", "--wait", "30"]);
+    let mut told: Vec<Value> = notices["notices"].as_array().unwrap().clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while told.len() < 3 && std::time::Instant::now() < deadline {
+        let more = home.json(&["notices", "--wait", "5"]);
+        told.extend(more["notices"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(told.len(), 3, "one notice per end: {told:?}");
+    for (i, item) in ending.iter().enumerate() {
+        let ended = home.item(&id(item));
+        assert_eq!(ended["end"], "failed", "{ended}");
+        assert_eq!(ended["exit_code"], 10 + i as i64, "{ended}");
+        assert!(told.iter().any(|n| n["item"] == item["id"]), "{told:?}");
+    }
+    // Each is one Slurm job under its own name: none was submitted again.
+    for item in queued.iter().chain(&running).chain(&ending) {
+        let name = slurm(
+            &conf,
+            &["squeue", "-h", "-t", "all", "-j", &job(item), "-o", "%j"],
+        );
+        let same = slurm(
+            &conf,
+            &["squeue", "-h", "-t", "all", "-n", name.trim(), "-o", "%i"],
+        );
+        assert_eq!(same.split_whitespace().count(), 1, "{name}: {same}");
+    }
+    for item in &queued {
+        slurm(
+            &conf,
+            &[
+                "scontrol",
+                "update",
+                &format!("JobId={}", job(item)),
+                "Partition=debug",
+            ],
+        );
+    }
+    for (i, item) in queued.iter().enumerate() {
+        let late = wait_end(&home, &id(item), 60);
+        assert_eq!(late["end"], "succeeded", "{late}");
+        assert_eq!(
+            home.json(&["read", &id(item), "--all"])["output"],
+            format!("queued-{i}\n")
+        );
+    }
+    for item in &running {
+        let stopped = home.json(&["stop", &id(item)]);
+        assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+    }
+}
+
+#[test]
+fn issue14_slurm_send_to_a_queued_job_is_refused_until_it_runs() {
+    let Some(conf) = cluster("issue14_slurm_send_to_a_queued_job_is_refused_until_it_runs") else {
+        return;
+    };
+    let home = home(&conf);
+    let item = start(
+        &home,
+        &["--partition", "held"],
+        "read -r line; echo \"got:$line\"",
+    );
+    let id = item["id"].as_str().unwrap().to_string();
+    let (code, error, message) = home.error(&["send", &id, "hello\\n"]);
+    assert_eq!(code, 1, "{message}");
+    assert!(!error.is_empty(), "{message}");
+    assert!(message.contains("queue"), "{message}");
+    slurm(
+        &conf,
+        &[
+            "scontrol",
+            "update",
+            &format!("JobId={}", item["slurm_job_id"].as_str().unwrap()),
+            "Partition=debug",
+        ],
+    );
+    eventually(Duration::from_secs(60), || state(&home, &id) == "running");
+    home.json(&["send", &id, "hello\\n"]);
+    let ended = wait_end(&home, &id, 60);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert_eq!(home.json(&["read", &id, "--all"])["output"], "got:hello\n");
+}
+
+#[test]
+fn issue14_slurm_jobs_that_end_at_once_all_end() {
+    let Some(conf) = cluster("issue14_slurm_jobs_that_end_at_once_all_end") else {
+        return;
+    };
+    // A supervisor under Slurm read its spec through a helper thread that did not block
+    // SIGCHLD: a job that ended while that thread lived could have its end lost, and
+    // its supervisor waited until stopped.
+    let home = home(&conf);
+    let ids: Vec<String> = (0..30)
+        .map(|i| {
+            start(&home, &[], &format!("exit {}", i % 3))["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for (i, id) in ids.iter().enumerate() {
+        let ended = wait_end(&home, id, 60);
+        assert_eq!(ended["exit_code"], (i % 3) as i64, "{ended}");
+    }
+}

@@ -14,11 +14,18 @@
 //! (see ARCHITECTURE.md: no connection from the daemon to the node is needed), with
 //! `scancel` as the backstop when the supervisor does not end the job in time.
 
-use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused};
+mod options;
+mod scheduler;
+
+pub use options::choose;
+pub use scheduler::parse_exit_code;
+
+use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused, Writes};
 use crate::paths::now_ms;
 use crate::supervisor::{self, tree::TreeRecord, COMMANDS_DIR, LOG_FILE};
 use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::{Actor, End, SlurmArgs};
+use scheduler::{find_by_name, job_info, slurm_call, JobInfo, Queue, Seen, Watch};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -34,15 +41,15 @@ const SCRIPT_FILE: &str = "slurm.sh";
 const SLURM_OUT: &str = "slurm.out";
 /// How often the job's folder is looked at.
 const FILES_EVERY: Duration = Duration::from_millis(100);
-/// How often Slurm is asked about the job.
+/// How often a job's tracker reads what Slurm last said of it.
 const SCHEDULER_EVERY: Duration = Duration::from_millis(1000);
 /// How long a job Slurm says has ended is given for its status file to appear (a
 /// shared filesystem may show it late) before the end is taken from Slurm.
 const STATUS_PATIENCE: Duration = Duration::from_secs(5);
+/// How long the supervisor on the node has to take input left for it.
+const INPUT_PATIENCE: Duration = Duration::from_secs(10);
 /// After a stop's grace, how long the supervisor has to end the job before `scancel`.
 const STOP_SLACK: Duration = Duration::from_secs(5);
-/// The longest a Slurm command may take.
-const SLURM_CALL: Duration = Duration::from_secs(20);
 
 /// What `slurm.json` holds.
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -80,6 +87,7 @@ pub struct SlurmExecutor {
     home_id: String,
     /// Rows known to run (or to have run) on Slurm; `None`: known not to.
     views: Arc<Mutex<HashMap<i64, Option<SlurmView>>>>,
+    queue: Arc<Queue>,
 }
 
 impl SlurmExecutor {
@@ -93,6 +101,7 @@ impl SlurmExecutor {
             events,
             home_id: home_id(home),
             views: Arc::default(),
+            queue: Arc::default(),
         }
     }
 
@@ -210,7 +219,8 @@ impl SlurmExecutor {
             let env = job.as_ref().map(|j| j.env.clone()).unwrap_or_default();
             return match (found, job.and_then(|j| j.job_id)) {
                 (Ok(status), Some(id)) => {
-                    Reattach::Ended(scheduler_word(&id, status, None, &env).await)
+                    let name = self.job_name(row);
+                    Reattach::Ended(scheduler_word(&id, &name, status, None, &env).await)
                 }
                 (Ok(status), None) => Reattach::Ended(status),
                 (Err(reason), _) => Reattach::Lost(reason),
@@ -275,12 +285,23 @@ impl SlurmExecutor {
         env: Vec<(String, String)>,
     ) -> JobHandle {
         let (commands, incoming) = mpsc::unbounded_channel();
-        let handle = JobHandle::new(commands, Arc::default());
+        // Answers are files named by `seq`: a restarted daemon's never meet an older
+        // one's.
+        let writes = Writes {
+            next_seq: now_ms().max(0) as u64 * 1000,
+            ..Writes::default()
+        };
+        let handle = JobHandle::new(commands, writes.unanswered.clone());
+        let name = self.job_name(row);
         let tracker = Tracker {
             row,
+            _watch: self.queue.watch(&job_id, &name, &env),
+            queue: self.queue.clone(),
             job_dir,
             job_id,
+            name,
             owner,
+            writes,
             events: self.events.clone(),
             views: self.views.clone(),
             spawned: false,
@@ -290,6 +311,7 @@ impl SlurmExecutor {
             stop: None,
             ended_seen: None,
             said_unreachable: false,
+            commands_left: 0,
             env,
         };
         tokio::spawn(tracker.run(incoming));
@@ -308,7 +330,14 @@ struct Tracker {
     row: i64,
     job_dir: PathBuf,
     job_id: String,
+    /// Its Slurm name (`bgw-<home-id>-<row>`).
+    name: String,
     owner: String,
+    /// Listed by the daemon's one `squeue` while this tracker lives.
+    _watch: Watch,
+    queue: Arc<Queue>,
+    /// Input left for the supervisor, answered through the folder.
+    writes: Writes,
     events: mpsc::UnboundedSender<ExecEvent>,
     views: Arc<Mutex<HashMap<i64, Option<SlurmView>>>>,
     spawned: bool,
@@ -321,6 +350,8 @@ struct Tracker {
     /// When Slurm was first seen to say the job ended, and what it said.
     ended_seen: Option<(tokio::time::Instant, JobInfo)>,
     said_unreachable: bool,
+    /// Commands left in the folder so far (their files' names sort by it).
+    commands_left: u64,
     env: Vec<(String, String)>,
 }
 
@@ -366,6 +397,7 @@ impl Tracker {
 
     /// Spawned and output from the folder; the status once the supervisor wrote it.
     fn look_at_files(&mut self) -> Option<ExitStatus> {
+        self.take_answers();
         if !self.spawned {
             if let Some((pid, _)) = TreeRecord::read(&self.job_dir).job {
                 self.spawned = true;
@@ -407,7 +439,7 @@ impl Tracker {
     /// cancellation by someone outside bgwork (the supervisor saw only a TERM).
     async fn with_scheduler_word(&self, status: ExitStatus) -> ExitStatus {
         let asked = self.stop.as_ref().map(|s| s.actor);
-        scheduler_word(&self.job_id, status, asked, &self.env).await
+        scheduler_word(&self.job_id, &self.name, status, asked, &self.env).await
     }
 
     async fn command(&mut self, command: Command) {
@@ -419,33 +451,48 @@ impl Tracker {
                     backstop_at: tokio::time::Instant::now() + grace + STOP_SLACK,
                     cancelled: false,
                 });
-                if self.spawned || TreeRecord::read(&self.job_dir).job.is_some() {
-                    self.leave_command(&ToSupervisor::Stop { grace_ms, actor });
-                } else {
-                    // Not started yet: Slurm takes it off its queue. A supervisor that
-                    // starts meanwhile is stopped by the file too.
-                    self.leave_command(&ToSupervisor::Stop { grace_ms, actor });
+                // A supervisor that starts after this is stopped by the file too.
+                self.leave_command(&control::encode(&ToSupervisor::Stop { grace_ms, actor }));
+                if !self.spawned && TreeRecord::read(&self.job_dir).job.is_none() {
+                    // Not started yet: Slurm takes it off its queue.
                     self.cancel().await;
                 }
             }
-            Command::Send(signal @ ToSupervisor::Signal { .. }) => self.leave_command(&signal),
+            Command::Send(
+                command @ (ToSupervisor::Signal { .. }
+                | ToSupervisor::Input { .. }
+                | ToSupervisor::CloseInput),
+            ) => self.leave_command(&control::encode(&command)),
             Command::Send(_) => {}
-            Command::Write { answer, .. } => {
+            Command::Write { answer, .. } if !self.spawned => {
                 let _ = answer.send(Err(WriteRefused::Unreachable(
-                    "a job on Slurm takes no input (its stdin is closed)".into(),
+                    "it has not started yet (it waits in Slurm's queue): send it once it runs"
+                        .into(),
                 )));
+            }
+            Command::Write { data, answer } => {
+                for line in self.writes.ask(data, answer) {
+                    self.leave_command(&line);
+                }
             }
         }
     }
 
-    /// Leaves a command for the supervisor in the job's folder (written whole, then
-    /// renamed into place, so it never reads half of one).
-    fn leave_command(&self, command: &ToSupervisor) {
+    /// Leaves a command (one encoded line) for the supervisor in the job's folder,
+    /// written whole, then renamed into place, so it never reads half of one. Names
+    /// sort in the order they were left.
+    fn leave_command(&mut self, line: &[u8]) {
         let dir = self.job_dir.join(COMMANDS_DIR);
         let _ = std::fs::create_dir(&dir);
-        let name = format!("{}-{}", now_ms(), std::process::id());
+        self.commands_left += 1;
+        let name = format!(
+            "{:013}-{}-{:08}",
+            now_ms(),
+            std::process::id(),
+            self.commands_left
+        );
         let temp = dir.join(format!("{name}.tmp"));
-        let written = std::fs::write(&temp, control::encode(command))
+        let written = std::fs::write(&temp, line)
             .and_then(|()| std::fs::rename(&temp, dir.join(format!("{name}.json"))));
         if let Err(e) = written {
             crate::note!(
@@ -453,6 +500,41 @@ impl Tracker {
                 dir.display()
             );
         }
+    }
+
+    /// The supervisor's answers to input left for it, and the writes it has not
+    /// answered in time.
+    fn take_answers(&mut self) {
+        if self.writes.waiting.is_empty() {
+            return;
+        }
+        let dir = self.job_dir.join(supervisor::ANSWERS_DIR);
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().is_none_or(|x| x != "json") {
+                    continue;
+                }
+                let answer = crate::paths::read_untrusted(&path, 4096)
+                    .ok()
+                    .and_then(|bytes| control::decode::<control::FromSupervisor>(&bytes).ok());
+                let _ = std::fs::remove_file(&path);
+                match answer {
+                    Some(control::FromSupervisor::InputTaken { seq, queued }) => {
+                        self.writes.answer(seq, Ok(queued));
+                    }
+                    Some(control::FromSupervisor::InputRefused { seq, reason, full }) => {
+                        let refused = match full {
+                            true => WriteRefused::Full(reason),
+                            false => WriteRefused::Closed,
+                        };
+                        self.writes.answer(seq, Err(refused));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.writes.expire(INPUT_PATIENCE);
     }
 
     async fn cancel(&mut self) {
@@ -480,36 +562,50 @@ impl Tracker {
             );
             self.cancel().await;
         }
-        let info = match job_info(&self.job_id, &self.env).await {
-            Ok(info) => info,
-            Err(e) => {
+        let info = match self.queue.seen(&self.job_id) {
+            Seen::NotYet => return None,
+            Seen::Unreachable(e) => {
                 if !self.said_unreachable {
                     self.said_unreachable = true;
                     crate::note!("bgwork daemon: Slurm does not answer ({e}); asking again");
                 }
                 return None;
             }
-        };
-        self.said_unreachable = false;
-        let info = match info {
-            Some(info) if info.state == "PENDING" => {
+            Seen::Listed { state, reason } if state == "PENDING" => {
+                self.said_unreachable = false;
                 if let Some(Some(view)) = self
                     .views
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .get_mut(&self.row)
                 {
-                    view.reason = Some(info.reason.clone());
+                    view.reason = Some(reason);
                 }
                 return None;
             }
-            Some(info) if !info.ended() => return None,
-            Some(info) => info,
-            None => JobInfo {
-                state: "UNKNOWN".into(),
-                ..JobInfo::default()
+            seen if !seen.ended() => {
+                self.said_unreachable = false;
+                return None;
+            }
+            // An end: its detail (codes, signal) once, from `scontrol`.
+            _ => match &self.ended_seen {
+                Some((_, info)) => info.clone(),
+                None => match job_info(&self.job_id, &self.name, &self.env).await {
+                    Ok(Some(info)) if info.ended() => info,
+                    // Listed as ended a moment ago, yet not ended now: asked again later.
+                    Ok(Some(_)) => return None,
+                    Ok(None) => JobInfo {
+                        state: "UNKNOWN".into(),
+                        ..JobInfo::default()
+                    },
+                    Err(e) => {
+                        crate::note!("bgwork daemon: Slurm does not answer ({e}); asking again");
+                        return None;
+                    }
+                },
             },
         };
+        self.said_unreachable = false;
         let now = tokio::time::Instant::now();
         let first = self.ended_seen.get_or_insert((now, info.clone())).0;
         // A job taken off the queue before it started leaves no status to wait for.
@@ -557,6 +653,16 @@ impl Tracker {
                 status.scheduler_end = Some(End::Lost);
                 status.detail = Some("node failed".into());
             }
+            // A controller restarted without its saved state forgets the jobs it had
+            // not saved yet, and its nodes end them.
+            "UNKNOWN" if self.spawned => {
+                status.scheduler_end = Some(End::Lost);
+                status.detail = Some(format!(
+                    "Slurm no longer knows job {} and its supervisor left no status (was \
+                     slurmctld restarted before it saved the job?)",
+                    self.job_id
+                ));
+            }
             "CANCELLED" => {
                 let actor = self.stop.as_ref().map_or(Actor::Person, |s| s.actor);
                 status.stop_actor = Some(actor);
@@ -592,11 +698,35 @@ impl Tracker {
 /// the person's stop unless bgwork asked for it (`asked`).
 async fn scheduler_word(
     job_id: &str,
+    name: &str,
     mut status: ExitStatus,
     asked: Option<Actor>,
     env: &[(String, String)],
 ) -> ExitStatus {
-    let Ok(Some(info)) = job_info(job_id, env).await else {
+    // A job ended by a signal bgwork did not send may have been ended by Slurm (a time
+    // limit, an outside scancel), which Slurm may not say yet in the instant the
+    // status appears, nor answer at once under load: asked for a few seconds.
+    let by_signal = status.signal.is_some() || status.exit_code.is_some_and(|c| c > 128);
+    let tries = if by_signal && status.stop_actor.is_none() {
+        12
+    } else {
+        1
+    };
+    let mut info = None;
+    for attempt in 1..=tries {
+        match job_info(job_id, name, env).await {
+            Ok(Some(said)) if said.ended() || attempt == tries => {
+                info = Some(said);
+                break;
+            }
+            Ok(None) => return status,
+            Ok(Some(_)) | Err(_) if attempt < tries => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Ok(Some(_)) | Err(_) => {}
+        }
+    }
+    let Some(info) = info else {
         return status;
     };
     match info.state.as_str() {
@@ -610,114 +740,6 @@ async fn scheduler_word(
         _ => {}
     }
     status
-}
-
-/// How Slurm sees a job (`scontrol show job`).
-#[derive(Debug, Clone, Default)]
-struct JobInfo {
-    state: String,
-    reason: String,
-    exit: Option<i32>,
-    signal: Option<i32>,
-}
-
-impl JobInfo {
-    fn ended(&self) -> bool {
-        !matches!(
-            self.state.as_str(),
-            "PENDING"
-                | "RUNNING"
-                | "CONFIGURING"
-                | "COMPLETING"
-                | "SUSPENDED"
-                | "REQUEUED"
-                | "RESIZING"
-                | "SIGNALING"
-                | "STAGE_OUT"
-                | "STOPPED"
-        )
-    }
-
-    fn exit_text(&self) -> String {
-        format!("{}:{}", self.exit.unwrap_or(0), self.signal.unwrap_or(0))
-    }
-}
-
-/// `scontrol show job -o ID`: `Ok(None)` when Slurm no longer knows the job.
-async fn job_info(job_id: &str, env: &[(String, String)]) -> Result<Option<JobInfo>, String> {
-    let mut command = tokio::process::Command::new("scontrol");
-    command.args(["show", "job", "-o", job_id]);
-    let text = match slurm_call(command, env).await {
-        Ok(text) => text,
-        Err(e) if e.contains("Invalid job id") => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    Ok(parse_job_info(&text))
-}
-
-/// The fields of `scontrol show job -o` that matter here.
-fn parse_job_info(text: &str) -> Option<JobInfo> {
-    let mut info = JobInfo::default();
-    let mut found = false;
-    for field in text.split_whitespace() {
-        let Some((key, value)) = field.split_once('=') else {
-            continue;
-        };
-        match key {
-            "JobState" => {
-                info.state = value.to_string();
-                found = true;
-            }
-            "Reason" => info.reason = value.to_string(),
-            "ExitCode" => {
-                let (exit, signal) = parse_exit_code(value);
-                info.exit = exit;
-                info.signal = signal;
-            }
-            _ => {}
-        }
-    }
-    found.then_some(info)
-}
-
-/// Slurm's `EXIT:SIGNAL` (`3:0` → exit 3, `0:15` → signal 15).
-pub fn parse_exit_code(text: &str) -> (Option<i32>, Option<i32>) {
-    let (exit, signal) = text.split_once(':').unwrap_or((text, "0"));
-    (exit.parse().ok(), signal.parse().ok())
-}
-
-/// The Slurm job id of a job by its name, among the jobs Slurm knows.
-async fn find_by_name(name: &str, env: &[(String, String)]) -> Result<Option<String>, String> {
-    let mut command = tokio::process::Command::new("squeue");
-    command.args(["-h", "-t", "all", "-o", "%i", "-n", name]);
-    let text = slurm_call(command, env).await?;
-    Ok(text.split_whitespace().next().map(str::to_string))
-}
-
-/// Runs a Slurm command with a deadline; its stdout, or what went wrong.
-async fn slurm_call(
-    mut command: tokio::process::Command,
-    env: &[(String, String)],
-) -> Result<String, String> {
-    command
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let program = command.as_std().get_program().to_string_lossy().to_string();
-    let output = tokio::time::timeout(SLURM_CALL, command.output())
-        .await
-        .map_err(|_| format!("{program} did not answer within {} s", SLURM_CALL.as_secs()))?
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                format!("{program} was not found: install Slurm's client commands (slurm-client)")
-            }
-            _ => format!("{program} could not run: {e}"),
-        })?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!("{program} failed: {}", stderr.trim()));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 fn set_view(views: &Mutex<HashMap<i64, Option<SlurmView>>>, row: i64, view: SlurmView) {
@@ -747,115 +769,6 @@ fn figures(job_dir: &Path) -> (u64, u64, u64) {
 /// Whether a job's folder says it runs on Slurm.
 pub fn is_slurm_job(job_dir: &Path) -> bool {
     job_dir.join(SLURM_FILE).exists()
-}
-
-/// Where a `start` runs: `on` (`local` or `slurm`), else `BGWORK_EXECUTOR` of this
-/// process, else this machine; with Slurm, what it asks of the cluster, checked.
-/// `prefix`: how options are named to the caller (`--` on the command line, none in
-/// MCP).
-pub fn choose(
-    on: Option<&str>,
-    asked: SlurmArgs,
-    pty: bool,
-    prefix: &str,
-) -> Result<Option<SlurmArgs>, crate::wire::WireError> {
-    use crate::wire::WireError;
-    let from_env = std::env::var("BGWORK_EXECUTOR")
-        .ok()
-        .filter(|v| !v.is_empty());
-    let executor = on
-        .map(str::to_string)
-        .or(from_env)
-        .unwrap_or_else(|| "local".into());
-    let any = asked != SlurmArgs::default();
-    match executor.as_str() {
-        "local" if any && on.is_some() => Err(WireError::bad_request(format!(
-            "{prefix}partition, {prefix}time, {prefix}cpus and {prefix}mem are for a job on \
-             Slurm: add {prefix}on slurm"
-        ))),
-        // A default of slurm from the environment does not send a pane there.
-        "local" => Ok(None),
-        "slurm" if pty && on.is_some() => Err(WireError::bad_request(format!(
-            "a pane cannot run on Slurm: start it with {prefix}on local"
-        ))),
-        "slurm" if pty => Ok(None),
-        "slurm" => {
-            for (flag, value) in [
-                ("partition", &asked.partition),
-                ("time", &asked.time),
-                ("mem", &asked.mem),
-            ] {
-                if let Some(v) = value {
-                    let bad = v.is_empty()
-                        || v.starts_with('-')
-                        || v.chars().any(|c| c.is_whitespace() || c.is_control());
-                    if bad {
-                        return Err(WireError::bad_request(format!(
-                            "{prefix}{flag} {v:?} is no Slurm value: e.g. {prefix}time 1:00:00, \
-                             {prefix}mem 4G, {prefix}partition gpu"
-                        )));
-                    }
-                }
-            }
-            for (flag, value) in [
-                ("cpus", asked.cpus),
-                ("gpus", asked.gpus),
-                ("nodes", asked.nodes),
-            ] {
-                if value == Some(0) {
-                    return Err(WireError::bad_request(format!(
-                        "{prefix}{flag} takes 1 or more"
-                    )));
-                }
-            }
-            for arg in &asked.sbatch_args {
-                check_sbatch_arg(arg).map_err(|why| {
-                    WireError::bad_request(format!("{prefix}sbatch-arg {arg:?}: {why}"))
-                })?;
-            }
-            Ok(Some(asked))
-        }
-        other => Err(WireError::bad_request(format!(
-            "{prefix}on {other:?}: bgwork runs work on `local` (this machine) or `slurm`"
-        ))),
-    }
-}
-
-/// The `sbatch` options bgwork sets itself, which `--sbatch-arg` may not change: the
-/// job's name (how a restarted daemon finds it), its output, folder and requeueing (a
-/// requeued job would run its spec, already taken, again), and the output format.
-const OWN_OPTIONS: [&str; 13] = [
-    "--job-name",
-    "-J",
-    "--output",
-    "-o",
-    "--error",
-    "-e",
-    "--chdir",
-    "-D",
-    "--parsable",
-    "--requeue",
-    "--no-requeue",
-    "--wrap",
-    "--array",
-];
-
-/// Why an extra `sbatch` option is refused, if it is.
-fn check_sbatch_arg(arg: &str) -> Result<(), String> {
-    if !arg.starts_with('-') || arg.chars().any(char::is_control) {
-        return Err("give one sbatch option as one argument, e.g. --constraint=a100".into());
-    }
-    let name = arg.split('=').next().unwrap_or(arg);
-    let short = OWN_OPTIONS
-        .iter()
-        .any(|own| own.len() == 2 && arg.starts_with(own) && !arg.starts_with("--"));
-    if OWN_OPTIONS.contains(&name) || short {
-        return Err(format!(
-            "bgwork sets {name} itself (the job's name, output, folder and requeueing are \
-             how it finds and reads the job)"
-        ));
-    }
-    Ok(())
 }
 
 /// What a job that ran on Slurm asked of it (none for a job of this machine).
@@ -903,37 +816,4 @@ fn home_id(home: &Path) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{:08x}", hash as u32)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exit_codes_are_slurms_own() {
-        assert_eq!(parse_exit_code("3:0"), (Some(3), Some(0)));
-        assert_eq!(parse_exit_code("0:15"), (Some(0), Some(15)));
-        let info =
-            parse_job_info("JobId=7 JobName=x JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15")
-                .expect("parsed");
-        assert_eq!(info.state, "TIMEOUT");
-        assert_eq!(info.signal, Some(15));
-        assert!(info.ended());
-    }
-
-    #[test]
-    fn sbatch_args_may_not_change_what_bgwork_relies_on() {
-        assert!(check_sbatch_arg("--constraint=a100").is_ok());
-        assert!(check_sbatch_arg("--qos=high").is_ok());
-        for bad in [
-            "--job-name=x",
-            "-Jx",
-            "--output=/tmp/x",
-            "--requeue",
-            "constraint",
-            "-D/",
-        ] {
-            assert!(check_sbatch_arg(bad).is_err(), "{bad}");
-        }
-    }
 }

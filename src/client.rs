@@ -15,9 +15,10 @@
 //! quiet spell that the daemon still answers on a second connection.
 
 use crate::paths::{check_private_dir, Paths, SocketPath};
+use crate::wire::frame::SyncLines;
 use crate::wire::{self, Envelope, ErrorCode, Request, WireError};
 use serde::de::DeserializeOwned;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -27,6 +28,9 @@ use std::time::{Duration, Instant};
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many daemons a client starts at most while waiting for one to answer.
 const MAX_DAEMON_STARTS: u32 = 5;
+/// The longest reply line taken from a daemon: a 16 MiB read in JSON, where each byte
+/// may take up to six, and more; a daemon that sends more is broken.
+const MAX_REPLY_LINE: usize = 256 << 20;
 /// The exit code of a daemon that will not serve its home as it is (a broken
 /// database): starting another would not help, its reason is the client's error.
 pub const DAEMON_REFUSED: u8 = 3;
@@ -40,7 +44,7 @@ const FOLLOW_QUIET: Duration = Duration::from_secs(10);
 
 pub struct Client {
     writer: UnixStream,
-    reader: BufReader<UnixStream>,
+    reader: SyncLines<UnixStream>,
     paths: Paths,
     /// The deadline for each answer of the request in flight.
     patience: Duration,
@@ -125,7 +129,7 @@ impl Client {
         let stream = connect_within(&short.path, patience())?;
         check_server(&stream, &paths.socket)?;
         Ok(Client {
-            reader: BufReader::new(stream.try_clone()?),
+            reader: SyncLines::new(stream.try_clone()?, MAX_REPLY_LINE),
             writer: stream,
             paths: paths.clone(),
             patience: patience(),
@@ -212,7 +216,7 @@ impl Client {
 
     /// Whether bytes of a reply have arrived that [`Client::next_line`] has not returned.
     pub fn has_buffered(&self) -> bool {
-        !self.reader.buffer().is_empty()
+        self.reader.has_pending()
     }
 
     /// The connection, to wait on it (`poll`) together with something else.
@@ -222,11 +226,9 @@ impl Client {
 
     /// The next reply line (for streams such as `notices --follow`).
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, WireError> {
-        let mut line = Vec::new();
         loop {
-            match self.reader.read_until(b'\n', &mut line) {
-                Ok(0) if line.is_empty() => return Ok(None),
-                Ok(_) => return Ok(Some(line)),
+            match self.reader.next() {
+                Ok(line) => return Ok(line),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 // A quiet stream is fine while the daemon answers a second connection.
                 Err(e) if is_timeout(&e) && self.following => self.check_alive()?,

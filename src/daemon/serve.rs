@@ -15,13 +15,14 @@
 use super::{Config, Daemon};
 use crate::paths::{Paths, SocketPath};
 use crate::store::Store;
+use crate::wire::frame::{LineError, Lines};
 use crate::wire::{self, Envelope, ErrorCode, Request, WireError, MAX_FRAME};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -71,6 +72,7 @@ pub fn main(http: Option<u16>) -> anyhow::Result<()> {
         .max()
         .unwrap_or(0);
     let mut store = Store::open(&paths.db, floor)?;
+    crate::store::checkpoint_apart(&paths.db);
     // Claims of notices live only while the daemon that made them does.
     store.release_all_claims()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -450,57 +452,32 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
     }
 }
 
-/// Request lines of one connection. The partial line lives in the struct, so
-/// [`FrameReader::next`] can be cancelled (in a `select!`) without losing bytes.
-pub(crate) struct FrameReader {
-    reader: BufReader<OwnedReadHalf>,
-    partial: Vec<u8>,
-}
+/// Request lines of one connection ([`Lines`], the framing every connection shares),
+/// cancel-safe: [`FrameReader::next`] can be dropped in a `select!` without losing bytes.
+pub(crate) struct FrameReader(Lines<OwnedReadHalf>);
 
 impl FrameReader {
     fn new(read_half: OwnedReadHalf) -> FrameReader {
-        FrameReader {
-            reader: BufReader::new(read_half),
-            partial: Vec::new(),
-        }
+        FrameReader(Lines::new(read_half, MAX_FRAME))
     }
 
-    /// The next request line; `None` at the end of the stream. A line longer than
-    /// [`MAX_FRAME`] is refused.
+    /// The next request line; `None` at the end of the stream (or when it fails). A
+    /// line longer than [`MAX_FRAME`] is refused.
     pub(crate) async fn next(&mut self) -> Result<Option<Vec<u8>>, WireError> {
-        loop {
-            let buf = match self.reader.fill_buf().await {
-                Ok(buf) => buf,
-                Err(_) => return Ok(None),
-            };
-            if buf.is_empty() {
-                let rest = std::mem::take(&mut self.partial);
-                return Ok((!rest.is_empty()).then_some(rest));
-            }
-            if let Some(end) = buf.iter().position(|&b| b == b'\n') {
-                self.partial.extend_from_slice(&buf[..end]);
-                self.reader.consume(end + 1);
-                return Ok(Some(std::mem::take(&mut self.partial)));
-            }
-            let n = buf.len();
-            self.partial.extend_from_slice(buf);
-            self.reader.consume(n);
-            if self.partial.len() > MAX_FRAME {
-                return Err(WireError::new(
-                    ErrorCode::TooLarge,
-                    format!("request refused: larger than {MAX_FRAME} bytes"),
-                ));
-            }
+        match self.0.next().await {
+            Ok(line) => Ok(line),
+            Err(LineError::Io(_)) => Ok(None),
+            Err(LineError::TooLong(max)) => Err(WireError::new(
+                ErrorCode::TooLarge,
+                format!("request refused: larger than {max} bytes"),
+            )),
         }
     }
 
     /// Resolves when the client closes its side of the connection (bytes it sends
     /// meanwhile stay buffered for [`FrameReader::next`]).
     pub(crate) async fn closed(&mut self) {
-        match self.reader.fill_buf().await {
-            Ok([]) | Err(_) => {}
-            Ok(_) => std::future::pending::<()>().await,
-        }
+        self.0.closed().await
     }
 }
 

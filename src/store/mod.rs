@@ -174,6 +174,42 @@ pub(crate) const EVENT_NOTICE: &str = "event";
 /// `end_kind` of a notice that reports matches of a watch, not an end.
 const MATCH_NOTICE: &str = "match";
 
+/// How often [`checkpoint_apart`] looks at the write-ahead log.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Copies the write-ahead log of the database at `path` into the database on a thread
+/// of its own, with a connection of its own, about once a second after writes: the
+/// copy and its sync never happen inside a write of the daemon's, which holds its lock.
+/// A passive checkpoint: it never waits for the daemon's writes, nor they for it.
+pub fn checkpoint_apart(path: &std::path::Path) {
+    let path = path.to_path_buf();
+    let wal = std::path::PathBuf::from(format!("{}-wal", path.display()));
+    let spawned = std::thread::Builder::new()
+        .name("bgwork-checkpoint".into())
+        .spawn(move || {
+            let Ok(conn) = Connection::open(&path) else {
+                return;
+            };
+            let _ = conn.busy_timeout(std::time::Duration::from_millis(100));
+            let mut done_at = None;
+            loop {
+                std::thread::sleep(CHECKPOINT_EVERY);
+                let written = std::fs::metadata(&wal).and_then(|m| m.modified()).ok();
+                if written.is_none() || written == done_at {
+                    continue;
+                }
+                let checkpoint =
+                    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0));
+                if checkpoint.is_ok() {
+                    done_at = written;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        crate::note!("bgwork daemon: no checkpoint thread ({e}); SQLite checkpoints itself");
+    }
+}
+
 impl Store {
     /// Opens (or creates) the database. A database that fails `PRAGMA quick_check` is
     /// refused, and kept as it is. `floor` is the highest row number known to have
@@ -201,6 +237,9 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // The log is copied into the database by [`checkpoint_apart`]'s thread, not by
+        // a write of the daemon's; this is only the safety net (about 40 MB of log).
+        conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
         schema::migrate(&conn)?;
         let ids = path.with_extension("ids");
         let (reserved_rows, reserved_notices) = read_reserve(&ids);

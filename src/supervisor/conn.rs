@@ -5,6 +5,7 @@
 //! daemon therefore never slows the job down or grows the supervisor's memory.
 
 use crate::wire::control::{self, FromSupervisor, ToSupervisor};
+use crate::wire::frame::LineBuffer;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 
@@ -14,7 +15,7 @@ const MAX_LINE: usize = 4 << 20;
 
 pub struct Conn {
     pub stream: UnixStream,
-    read_buf: Vec<u8>,
+    read_buf: LineBuffer,
     write_buf: Vec<u8>,
     progress_due: bool,
     pub closed: bool,
@@ -23,9 +24,11 @@ pub struct Conn {
 impl Conn {
     pub fn new(stream: UnixStream, already_read: Vec<u8>) -> std::io::Result<Conn> {
         stream.set_nonblocking(true)?;
+        let mut read_buf = LineBuffer::new(MAX_LINE);
+        read_buf.push(&already_read);
         Ok(Conn {
             stream,
-            read_buf: already_read,
+            read_buf,
             write_buf: Vec::new(),
             progress_due: false,
             closed: false,
@@ -83,7 +86,7 @@ impl Conn {
                     self.closed = true;
                     break;
                 }
-                Ok(n) => self.read_buf.extend_from_slice(&chunk[..n]),
+                Ok(n) => self.read_buf.push(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => {
@@ -92,9 +95,7 @@ impl Conn {
                 }
             }
             messages.extend(self.take_messages());
-            if self.read_buf.len() > MAX_LINE {
-                crate::note!("bgwork supervise: a control line passed {MAX_LINE} bytes");
-                self.closed = true;
+            if self.closed {
                 break;
             }
         }
@@ -105,11 +106,18 @@ impl Conn {
     /// The complete messages already buffered.
     pub fn take_messages(&mut self) -> Vec<ToSupervisor> {
         let mut messages = Vec::new();
-        while let Some(end) = self.read_buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.read_buf.drain(..=end).collect();
-            match control::decode(&line[..line.len() - 1]) {
-                Ok(message) => messages.push(message),
-                Err(e) => crate::note!("bgwork supervise: {e}"),
+        loop {
+            match self.read_buf.next_line() {
+                Ok(Some(line)) => match control::decode(&line) {
+                    Ok(message) => messages.push(message),
+                    Err(e) => crate::note!("bgwork supervise: {e}"),
+                },
+                Ok(None) => break,
+                Err(max) => {
+                    crate::note!("bgwork supervise: a control line passed {max} bytes");
+                    self.closed = true;
+                    break;
+                }
             }
         }
         messages

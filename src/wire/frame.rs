@@ -1,18 +1,91 @@
-//! `Lines`: newline-framed messages read from an async stream, cancel-safe.
+//! The framing of every bgwork connection (client ↔ daemon, daemon ↔ supervisor):
+//! newline-delimited messages, read with a bound.
 //!
-//! The buffer lives in the struct, not in the future that reads: a `select!` that drops
-//! a pending `next` loses no byte, and a line that arrives in pieces is assembled across
-//! calls. A line longer than the bound is an error (the peer broke the protocol), never
-//! an allocation without end.
+//! [`LineBuffer`] is the framing itself, without I/O: bytes go in as they arrive,
+//! complete lines come out, a partial line waits in the buffer. The readers built on it
+//! are [`Lines`] (async: the daemon's connections and its executor's relays) and
+//! [`SyncLines`] (the CLI client); the supervisor's non-blocking `Conn` feeds one
+//! directly from its poll loop. The buffer lives in the struct, not in the future that
+//! reads: a `select!` that drops a pending `next` loses no byte, and a line that
+//! arrives in pieces is assembled across calls. A line longer than the bound is an
+//! error (the peer broke the protocol), never an allocation without end.
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-pub struct Lines<R> {
-    reader: R,
+/// How much one read takes from a stream.
+const CHUNK: usize = 64 << 10;
+
+/// Newline framing without I/O.
+pub struct LineBuffer {
     buffer: Vec<u8>,
-    /// Where the search for a newline resumes (bytes before it hold none).
+    /// Where the unread bytes begin (bytes before it were returned as lines).
+    start: usize,
+    /// Where the search for a newline resumes (unread bytes before it hold none).
     scanned: usize,
     max: usize,
+}
+
+impl LineBuffer {
+    /// A buffer for lines of at most `max` bytes.
+    pub fn new(max: usize) -> LineBuffer {
+        LineBuffer {
+            buffer: Vec::new(),
+            start: 0,
+            scanned: 0,
+            max,
+        }
+    }
+
+    /// Adds bytes that arrived.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 && self.start >= self.buffer.len() / 2 {
+            self.buffer.drain(..self.start);
+            self.scanned -= self.start;
+            self.start = 0;
+        }
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// The next complete line without its newline; `Ok(None)` until one is complete;
+    /// `Err(max)` when the partial line has passed the bound.
+    pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, usize> {
+        let from = self.scanned.max(self.start);
+        match self.buffer[from..].iter().position(|&b| b == b'\n') {
+            Some(at) => {
+                let end = from + at;
+                let line = self.buffer[self.start..end].to_vec();
+                self.start = end + 1;
+                self.scanned = self.start;
+                if self.start == self.buffer.len() {
+                    self.buffer.clear();
+                    self.start = 0;
+                    self.scanned = 0;
+                }
+                Ok(Some(line))
+            }
+            None => {
+                self.scanned = self.buffer.len();
+                match self.buffer.len() - self.start > self.max {
+                    true => Err(self.max),
+                    false => Ok(None),
+                }
+            }
+        }
+    }
+
+    /// What is left after the last newline (a stream's last line without one).
+    pub fn take_rest(&mut self) -> Option<Vec<u8>> {
+        let rest = self.buffer.split_off(self.start);
+        self.buffer.clear();
+        self.start = 0;
+        self.scanned = 0;
+        (!rest.is_empty()).then_some(rest)
+    }
+
+    /// Whether bytes wait that no line has returned yet.
+    pub fn has_pending(&self) -> bool {
+        self.buffer.len() > self.start
+    }
 }
 
 /// Why no line came.
@@ -23,51 +96,94 @@ pub enum LineError {
     Io(std::io::Error),
 }
 
+/// Lines of an async stream. Cancel-safe.
+pub struct Lines<R> {
+    reader: R,
+    buffer: LineBuffer,
+}
+
 impl<R: AsyncRead + Unpin> Lines<R> {
     pub fn new(reader: R, max: usize) -> Lines<R> {
         Lines {
             reader,
-            buffer: Vec::new(),
-            scanned: 0,
-            max,
+            buffer: LineBuffer::new(max),
         }
     }
 
     /// The next line without its newline; `Ok(None)` at the end of the stream (a last
     /// line without a newline is returned first). Cancel-safe.
     pub async fn next(&mut self) -> Result<Option<Vec<u8>>, LineError> {
-        let mut chunk = [0u8; 16 << 10];
+        let mut chunk = vec![0u8; CHUNK];
         loop {
-            if let Some(line) = self.take_line() {
+            if let Some(line) = self.buffer.next_line().map_err(LineError::TooLong)? {
                 return Ok(Some(line));
-            }
-            if self.buffer.len() > self.max {
-                return Err(LineError::TooLong(self.max));
             }
             // `read` is cancel-safe: when this future is dropped, no byte was taken.
             let n = self.reader.read(&mut chunk).await.map_err(LineError::Io)?;
             if n == 0 {
-                self.scanned = 0;
-                return Ok((!self.buffer.is_empty()).then(|| std::mem::take(&mut self.buffer)));
+                return Ok(self.buffer.take_rest());
             }
-            self.buffer.extend_from_slice(&chunk[..n]);
+            self.buffer.push(&chunk[..n]);
         }
     }
 
-    fn take_line(&mut self) -> Option<Vec<u8>> {
-        let found = self.buffer[self.scanned..].iter().position(|&b| b == b'\n');
-        match found {
-            Some(at) => {
-                let end = self.scanned + at;
-                let mut line: Vec<u8> = self.buffer.drain(..=end).collect();
-                line.pop();
-                self.scanned = 0;
-                Some(line)
+    /// Resolves when the peer closes its side of the stream (or it fails); bytes that
+    /// arrive meanwhile stay buffered for [`Lines::next`], and once any wait, this
+    /// never resolves. Cancel-safe.
+    pub async fn closed(&mut self) {
+        let mut chunk = vec![0u8; CHUNK];
+        loop {
+            if self.buffer.has_pending() {
+                return std::future::pending().await;
             }
-            None => {
-                self.scanned = self.buffer.len();
-                None
+            match self.reader.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => self.buffer.push(&chunk[..n]),
             }
+        }
+    }
+}
+
+/// Lines of a blocking stream (the CLI's connection, with its read timeouts): a read
+/// that times out keeps the partial line for the next call.
+pub struct SyncLines<R> {
+    reader: R,
+    buffer: LineBuffer,
+}
+
+impl<R: std::io::Read> SyncLines<R> {
+    pub fn new(reader: R, max: usize) -> SyncLines<R> {
+        SyncLines {
+            reader,
+            buffer: LineBuffer::new(max),
+        }
+    }
+
+    pub fn get_ref(&self) -> &R {
+        &self.reader
+    }
+
+    /// Whether bytes have arrived that no line has returned yet.
+    pub fn has_pending(&self) -> bool {
+        self.buffer.has_pending()
+    }
+
+    /// The next line without its newline; `Ok(None)` at the end of the stream.
+    pub fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        let mut chunk = vec![0u8; CHUNK];
+        loop {
+            let line = self
+                .buffer
+                .next_line()
+                .map_err(|max| std::io::Error::other(format!("a line passed {max} bytes")))?;
+            if let Some(line) = line {
+                return Ok(Some(line));
+            }
+            let n = self.reader.read(&mut chunk)?;
+            if n == 0 {
+                return Ok(self.buffer.take_rest());
+            }
+            self.buffer.push(&chunk[..n]);
         }
     }
 }
@@ -91,6 +207,48 @@ mod tests {
         drop(a);
         assert_eq!(lines.next().await.unwrap().unwrap(), b"world");
         assert!(lines.next().await.unwrap().is_none());
+    }
+
+    #[test]
+    fn the_buffer_returns_each_line_once_whatever_the_pieces() {
+        let mut buffer = LineBuffer::new(1 << 10);
+        let text = b"one\ntwo\n\nthree\nfour";
+        for piece in text.chunks(3) {
+            buffer.push(piece);
+        }
+        let mut lines = Vec::new();
+        while let Some(line) = buffer.next_line().unwrap() {
+            lines.push(line);
+        }
+        assert_eq!(
+            lines,
+            vec![
+                b"one".to_vec(),
+                b"two".to_vec(),
+                b"".to_vec(),
+                b"three".to_vec()
+            ]
+        );
+        assert!(buffer.has_pending());
+        assert_eq!(buffer.take_rest(), Some(b"four".to_vec()));
+        assert!(!buffer.has_pending());
+        let mut small = LineBuffer::new(4);
+        small.push(b"12345");
+        assert_eq!(small.next_line(), Err(4));
+    }
+
+    #[test]
+    fn a_blocking_read_that_times_out_keeps_the_partial_line() {
+        use std::io::Write;
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        b.set_read_timeout(Some(std::time::Duration::from_millis(20)))
+            .unwrap();
+        let mut lines = SyncLines::new(b, 1 << 10);
+        a.write_all(b"hel").unwrap();
+        assert!(lines.next().is_err());
+        assert!(lines.has_pending());
+        a.write_all(b"lo\n").unwrap();
+        assert_eq!(lines.next().unwrap().unwrap(), b"hello");
     }
 
     #[tokio::test]

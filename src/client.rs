@@ -227,7 +227,7 @@ impl Client {
     /// The next reply line (for streams such as `notices --follow`).
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, WireError> {
         loop {
-            match self.reader.next() {
+            match self.reader.next_line() {
                 Ok(line) => return Ok(line),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 // A quiet stream is fine while the daemon answers a second connection.

@@ -169,7 +169,7 @@ impl<R: std::io::Read> SyncLines<R> {
     }
 
     /// The next line without its newline; `Ok(None)` at the end of the stream.
-    pub fn next(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+    pub fn next_line(&mut self) -> std::io::Result<Option<Vec<u8>>> {
         let mut chunk = vec![0u8; CHUNK];
         loop {
             let line = self
@@ -245,10 +245,10 @@ mod tests {
             .unwrap();
         let mut lines = SyncLines::new(b, 1 << 10);
         a.write_all(b"hel").unwrap();
-        assert!(lines.next().is_err());
+        assert!(lines.next_line().is_err());
         assert!(lines.has_pending());
         a.write_all(b"lo\n").unwrap();
-        assert_eq!(lines.next().unwrap().unwrap(), b"hello");
+        assert_eq!(lines.next_line().unwrap().unwrap(), b"hello");
     }
 
     #[tokio::test]

@@ -182,15 +182,25 @@ const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// copy and its sync never happen inside a write of the daemon's, which holds its lock.
 /// A passive checkpoint: it never waits for the daemon's writes, nor they for it.
 pub fn checkpoint_apart(path: &std::path::Path) {
-    let path = path.to_path_buf();
     let wal = std::path::PathBuf::from(format!("{}-wal", path.display()));
+    // Opened and used here, before the daemon serves: its files are open from the start.
+    let checkpoint = |conn: &Connection| {
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0))
+    };
+    let conn = match Connection::open(path) {
+        Ok(conn) => conn,
+        Err(e) => {
+            crate::note!(
+                "bgwork daemon: no checkpoint connection ({e}); SQLite checkpoints itself"
+            );
+            return;
+        }
+    };
+    let _ = conn.busy_timeout(std::time::Duration::from_millis(100));
+    let _ = checkpoint(&conn);
     let spawned = std::thread::Builder::new()
         .name("bgwork-checkpoint".into())
         .spawn(move || {
-            let Ok(conn) = Connection::open(&path) else {
-                return;
-            };
-            let _ = conn.busy_timeout(std::time::Duration::from_millis(100));
             let mut done_at = None;
             loop {
                 std::thread::sleep(CHECKPOINT_EVERY);
@@ -198,9 +208,7 @@ pub fn checkpoint_apart(path: &std::path::Path) {
                 if written.is_none() || written == done_at {
                     continue;
                 }
-                let checkpoint =
-                    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0));
-                if checkpoint.is_ok() {
+                if checkpoint(&conn).is_ok() {
                     done_at = written;
                 }
             }
@@ -238,8 +246,10 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         // The log is copied into the database by [`checkpoint_apart`]'s thread, not by
-        // a write of the daemon's; this is only the safety net (about 40 MB of log).
-        conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
+        // a write of the daemon's; SQLite's own checkpoint (at 1,000 pages, about 4 MB,
+        // its default: a larger log fills a small disk) is reached only by a burst of
+        // writes within a second.
+        conn.pragma_update(None, "wal_autocheckpoint", 1_000)?;
         schema::migrate(&conn)?;
         let ids = path.with_extension("ids");
         let (reserved_rows, reserved_notices) = read_reserve(&ids);

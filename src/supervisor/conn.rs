@@ -11,7 +11,7 @@ use std::os::unix::net::UnixStream;
 
 /// A line longer than this on a control connection closes it: more than the largest
 /// write a daemon sends (a 1 MiB request's input, base64-encoded).
-const MAX_LINE: usize = 4 << 20;
+pub(crate) const MAX_LINE: usize = 4 << 20;
 
 pub struct Conn {
     pub stream: UnixStream,

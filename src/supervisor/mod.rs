@@ -369,7 +369,8 @@ impl Supervisor {
             .collect();
         names.sort();
         for path in names {
-            let bytes = crate::paths::read_untrusted(&path, 1 << 20);
+            // As long as a control line may be (input is the longest command).
+            let bytes = crate::paths::read_untrusted(&path, conn::MAX_LINE as u64);
             let _ = std::fs::remove_file(&path);
             let Ok(bytes) = bytes else { continue };
             for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {

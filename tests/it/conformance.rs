@@ -108,6 +108,7 @@ conformance!(
     a_killed_daemon_reattaches_and_settles_what_ended_meanwhile,
     the_session_limit_refuses_with_the_items_that_hold_it,
     send_reaches_stdin_in_order_and_end_of_input_closes_it,
+    a_large_send_is_taken_whole,
 );
 
 /// A shell line that waits until the file `name` exists in the home (a filesystem
@@ -447,4 +448,21 @@ fn send_reaches_stdin_in_order_and_end_of_input_closes_it(exec: &Exec) {
     assert_eq!(item["end"], "succeeded", "{item}");
     expected.push_str("done\n");
     assert_eq!(home.json(&["read", &id, "--all"])["output"], expected);
+}
+
+fn a_large_send_is_taken_whole(exec: &Exec) {
+    let home = exec.home();
+    let id = exec.start(&home, &[], "wc -c");
+    // Near the largest request a client may send (1 MiB, in JSON).
+    let big = "a".repeat(900_000);
+    let reply = crate::hostile::raw(
+        &home,
+        &serde_json::json!({"session": "test", "op": "send", "id": id, "text": big}),
+    );
+    assert_eq!(reply["ok"], true, "{reply}");
+    home.json(&["send", &id, "--key", "C-d"]);
+    let item = exec.wait_end(&home, &id);
+    assert_eq!(item["end"], "succeeded", "{item}");
+    let output = home.json(&["read", &id, "--all"])["output"].clone();
+    assert_eq!(output.as_str().map(str::trim), Some("900000"), "{output}");
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Sends one request line on the socket and returns the reply.
-fn raw(home: &Home, request: &Value) -> Value {
+pub(crate) fn raw(home: &Home, request: &Value) -> Value {
     home.start_daemon();
     let mut stream = UnixStream::connect(home.socket()).unwrap();
     let mut line = serde_json::to_vec(request).unwrap();

@@ -22,6 +22,7 @@ pub mod environ;
 pub mod executor;
 pub mod hook;
 pub mod http;
+pub mod job_dir;
 pub mod keys;
 pub mod mcp;
 pub mod observe;

@@ -55,7 +55,7 @@ pub fn supervisor_of(job_dir: &Path) -> Option<i32> {
     let stderr = std::fs::read_link(format!("/proc/{pid}/fd/2")).ok()?;
     let stderr = stderr.to_string_lossy();
     let stderr = Path::new(stderr.strip_suffix(" (deleted)").unwrap_or(&stderr));
-    let log = |dir: &Path| dir.join("supervisor.log");
+    let log = |dir: &Path| crate::job_dir::JobDir(dir).supervisor_log();
     let canonical = std::fs::canonicalize(job_dir).ok();
     (stderr == log(job_dir) || canonical.is_some_and(|dir| stderr == log(&dir))).then_some(pid)
 }

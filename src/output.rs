@@ -7,9 +7,6 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-/// The name of the output log in a job's folder.
-pub const LOG_FILE: &str = crate::supervisor::LOG_FILE;
-
 /// The default size of a read's reply.
 pub const DEFAULT_MAX_BYTES: usize = 32 << 10;
 
@@ -17,7 +14,7 @@ pub const DEFAULT_MAX_BYTES: usize = 32 << 10;
 pub const TAIL_BYTES: u64 = 2 << 10;
 
 pub fn log_path(job_dir: &str) -> PathBuf {
-    Path::new(job_dir).join(LOG_FILE)
+    crate::job_dir::JobDir(Path::new(job_dir)).log()
 }
 
 /// The current length of a log (0 when it does not exist yet).

@@ -25,7 +25,7 @@ impl Daemon {
                 + &crate::end::unwritten_note(record.unwritten)
         });
         let cost = crate::end::cost_note(record.cpu_ms, record.peak_rss);
-        let mut lost_reason = record.lost_reason.clone();
+        let mut lost_reason = record.end_detail.clone();
         let stopped = matches!(record.end, Some(End::StoppedByAgent | End::StoppedByPerson));
         let killed_at_deadline = record.end == Some(End::StoppedByAgent)
             && lost_reason

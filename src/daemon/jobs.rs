@@ -7,9 +7,7 @@ use crate::output;
 use crate::paths::now_ms;
 use crate::redact;
 use crate::store::{sub_session_name, NewRecord, Record, Settlement};
-use crate::wire::control::{
-    self, JobRecord, JobSpec, PaneSize, ToSupervisor, JOB_RECORD, PROTOCOL,
-};
+use crate::wire::control::{self, JobRecord, JobSpec, PaneSize, ToSupervisor, PROTOCOL};
 use crate::wire::{
     Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
     WireError,
@@ -110,7 +108,7 @@ impl Daemon {
             .filter(|r| r.end == Some(End::SpawnFailed));
         if let Some(record) = failed {
             shown.push(row);
-            let reason = record.lost_reason.unwrap_or_default();
+            let reason = record.end_detail.unwrap_or_default();
             let message = format!("{} could not start: {reason}", record.id);
             return Err(WireError::new(ErrorCode::SpawnFailed, message));
         }
@@ -427,7 +425,7 @@ impl Daemon {
             ended_at: now_ms(),
             log_len: 0,
             dropped: 0,
-            lost_reason: Some(reason.clone()),
+            end_detail: Some(reason.clone()),
             notice: None,
             pid: None,
             unwritten: 0,
@@ -750,7 +748,7 @@ pub(crate) fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
 }
 
 /// Writes the job's own description into its folder, so that a daemon whose database
-/// was lost can take the job back (`JOB_RECORD`).
+/// was lost can take the job back (`JobDir::RECORD`).
 fn write_job_record(job_dir: &Path, record: &Record, args: &StartArgs) -> Result<(), String> {
     let description = JobRecord {
         session: record.session.clone(),
@@ -767,8 +765,11 @@ fn write_job_record(job_dir: &Path, record: &Record, args: &StartArgs) -> Result
         secret_names: args.secrets.clone(),
         keep_raw_log: args.keep_raw_log,
     };
-    std::fs::write(job_dir.join(JOB_RECORD), control::encode(&description))
-        .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
+    std::fs::write(
+        crate::job_dir::JobDir(job_dir).record(),
+        control::encode(&description),
+    )
+    .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
 }
 
 /// A stop's reply for an item that had ended before it: its end, said as past.

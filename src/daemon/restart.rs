@@ -2,7 +2,7 @@
 //! an earlier one. The old record keeps its end; a running one is stopped first.
 
 use super::Daemon;
-use crate::wire::control::{self, JobRecord, JOB_RECORD};
+use crate::wire::control::{self, JobRecord};
 use crate::wire::{
     Actor, ErrorCode, Kind, RestartArgs, RestartReply, StartArgs, State, StopArgs, WireError,
 };
@@ -108,7 +108,7 @@ impl Daemon {
 /// have rewritten it): what cannot be read means none.
 fn described_options(job_dir: &str) -> (Vec<String>, bool) {
     use std::io::Read;
-    let path = std::path::Path::new(job_dir).join(JOB_RECORD);
+    let path = crate::job_dir::JobDir(std::path::Path::new(job_dir)).record();
     let mut text = Vec::new();
     let read = crate::paths::open_untrusted(&path)
         .and_then(|file| file.take(1 << 20).read_to_end(&mut text));

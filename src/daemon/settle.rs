@@ -8,7 +8,7 @@ use crate::executor::{ExecEvent, Reattach};
 use crate::output;
 use crate::paths::now_ms;
 use crate::store::{NewNotice, NewRecord, Record, Settlement};
-use crate::wire::control::{self, ExitStatus, JobRecord, JOB_RECORD};
+use crate::wire::control::{self, ExitStatus, JobRecord};
 use crate::wire::{End, Kind, State};
 use std::path::Path;
 use std::sync::Arc;
@@ -195,7 +195,7 @@ impl Daemon {
                 ended_at: status.ended_at_ms,
                 log_len: status.log_len,
                 dropped,
-                lost_reason: status
+                end_detail: status
                     .spawn_error
                     .clone()
                     .or_else(|| stop_detail(status))
@@ -224,7 +224,7 @@ impl Daemon {
             ended_at: now_ms(),
             log_len: output::log_len(path),
             dropped: record.dropped,
-            lost_reason: Some(reason.to_string()),
+            end_detail: Some(reason.to_string()),
             pid: None,
             unwritten: record.unwritten,
             unwritten_at: record.unwritten_at,
@@ -345,14 +345,15 @@ impl Daemon {
             if !matches!(known, Ok(false)) {
                 continue;
             }
-            let description = crate::paths::read_untrusted(&dir.join(JOB_RECORD), 1 << 20)
-                .map_err(|e| e.to_string())
-                .and_then(|bytes| control::decode::<JobRecord>(&bytes));
+            let description =
+                crate::paths::read_untrusted(&crate::job_dir::JobDir(&dir).record(), 1 << 20)
+                    .map_err(|e| e.to_string())
+                    .and_then(|bytes| control::decode::<JobRecord>(&bytes));
             let description = match description {
                 Ok(description) => description,
                 Err(e) => {
                     crate::note!(
-                        "bgwork daemon: {} is no job this database knows, and has no readable {JOB_RECORD} ({e}): left as it is",
+                        "bgwork daemon: {} is no job this database knows, and has no readable job.json ({e}): left as it is",
                         dir.display()
                     );
                     continue;
@@ -362,7 +363,7 @@ impl Daemon {
                 // Monitors have no folder: this one was not made by bgwork.
                 continue;
             }
-            let ended = dir.join(crate::supervisor::STATUS_FILE).exists();
+            let ended = crate::job_dir::JobDir(&dir).status().exists();
             let record = NewRecord {
                 session: description.session,
                 kind: description.kind,

@@ -8,8 +8,9 @@
 //! supervisor's messages as [`ExecEvent`]s and the daemon's commands to it.
 
 use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused, Writes};
+use crate::job_dir::JobDir;
 use crate::paths::SocketPath;
-use crate::supervisor::{self, CONTROL_SOCKET};
+use crate::supervisor;
 use crate::wire::control::{self, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::frame::{LineError, Lines};
 use std::io::Write;
@@ -99,7 +100,7 @@ impl LocalExecutor {
 
     /// Finds a job again after a daemon restart.
     pub async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
-        let socket = job_dir.join(CONTROL_SOCKET);
+        let socket = JobDir(job_dir).control_socket();
         let mut connected = connect(&socket).await;
         // A supervisor started just before the old daemon died may not have bound its
         // socket yet: while it lives, give it time to.

@@ -11,7 +11,7 @@ mod notices;
 mod schema;
 mod sessions;
 
-pub use monitors::{MonitorRow, ScanProgress};
+pub use monitors::{mode_text, MonitorRow, ScanProgress, Watched};
 pub use sessions::sub_session_name;
 
 use crate::wire::{Actor, End, Kind, State};
@@ -52,7 +52,9 @@ pub struct Record {
     pub stop_actor: Option<Actor>,
     pub dropped: u64,
     pub log_len: u64,
-    pub lost_reason: Option<String>,
+    /// What the end adds to its report: why it was lost, why it could not start, what
+    /// a monitor saw, Slurm's word (the column is named `lost_reason`, as it was first).
+    pub end_detail: Option<String>,
     /// A pane's terminal size.
     pub cols: Option<u16>,
     pub rows: Option<u16>,
@@ -93,7 +95,8 @@ pub struct Settlement {
     pub ended_at: i64,
     pub log_len: u64,
     pub dropped: u64,
-    pub lost_reason: Option<String>,
+    /// See [`Record::end_detail`].
+    pub end_detail: Option<String>,
     pub notice: Option<NewNotice>,
     /// The job's pid when the record does not have it yet.
     pub pid: Option<i32>,
@@ -587,7 +590,7 @@ impl Store {
                 settlement.ended_at,
                 settlement.log_len as i64,
                 settlement.dropped as i64,
-                settlement.lost_reason,
+                settlement.end_detail,
                 settlement.pid,
                 settlement.unwritten as i64,
                 settlement.unwritten_at as i64,
@@ -776,7 +779,7 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
             .transpose()?,
         dropped: r.get::<_, i64>(18)? as u64,
         log_len: r.get::<_, i64>(19)? as u64,
-        lost_reason: r.get(20)?,
+        end_detail: r.get(20)?,
         cols: r.get(21)?,
         rows: r.get(22)?,
         unwritten: r.get::<_, i64>(23)? as u64,

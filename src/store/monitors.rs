@@ -2,15 +2,86 @@
 //! of watches.
 
 use super::{Result, Store, MATCH_NOTICE};
+use crate::wire::MonitorMode;
 use rusqlite::{params, OptionalExtension, Transaction};
+
+/// What a monitor watches, as its record keeps it: the kind of the wire's `Condition`
+/// (its target is kept beside it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watched {
+    /// Lines of an item's output.
+    Output,
+    /// A HOST:PORT accepting connections.
+    Port,
+    /// Any TCP port the processes of an item listen on.
+    PortOf,
+    /// A file (its existence for a wait, its new lines for a watch).
+    File,
+    /// An item's end.
+    End,
+}
+
+impl Watched {
+    const ALL: [Watched; 5] = [
+        Watched::Output,
+        Watched::Port,
+        Watched::PortOf,
+        Watched::File,
+        Watched::End,
+    ];
+
+    /// The text stored (and shown in a monitor's command).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Watched::Output => "output",
+            Watched::Port => "port",
+            Watched::PortOf => "port_of",
+            Watched::File => "file",
+            Watched::End => "end",
+        }
+    }
+}
+
+impl std::fmt::Display for Watched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The text stored for a monitor's mode.
+pub fn mode_text(mode: MonitorMode) -> &'static str {
+    match mode {
+        MonitorMode::Wait => "wait",
+        MonitorMode::Watch => "watch",
+    }
+}
+
+/// A stored text as `T`, or an error naming the column: unknown text is never mapped
+/// to a default.
+fn parse_column<T: Copy>(
+    column: usize,
+    text: &str,
+    known: &[T],
+    name: impl Fn(T) -> &'static str,
+) -> rusqlite::Result<T> {
+    known
+        .iter()
+        .copied()
+        .find(|k| name(*k) == text)
+        .ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                column,
+                rusqlite::types::Type::Text,
+                format!("unknown monitor value {text:?}").into(),
+            )
+        })
+}
 
 /// A monitor's durable state, beside its work record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MonitorRow {
-    /// `wait` or `watch`.
-    pub mode: String,
-    /// `output`, `port`, `file` or `end`.
-    pub condition: String,
+    pub mode: MonitorMode,
+    pub condition: Watched,
     /// The item id, HOST:PORT or path it watches.
     pub target: String,
     /// The record of the item it watches (output and end conditions).
@@ -49,8 +120,8 @@ impl Store {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 row,
-                monitor.mode,
-                monitor.condition,
+                mode_text(monitor.mode),
+                monitor.condition.as_str(),
                 monitor.target,
                 monitor.target_row,
                 monitor.regex,
@@ -78,9 +149,16 @@ impl Store {
                 |r| {
                     let dev: Option<i64> = r.get(8)?;
                     let ino: Option<i64> = r.get(9)?;
+                    let mode: String = r.get(0)?;
+                    let condition: String = r.get(1)?;
                     Ok(MonitorRow {
-                        mode: r.get(0)?,
-                        condition: r.get(1)?,
+                        mode: parse_column(
+                            0,
+                            &mode,
+                            &[MonitorMode::Wait, MonitorMode::Watch],
+                            mode_text,
+                        )?,
+                        condition: parse_column(1, &condition, &Watched::ALL, Watched::as_str)?,
                         target: r.get(2)?,
                         target_row: r.get(3)?,
                         regex: r.get(4)?,

@@ -19,6 +19,7 @@ mod log;
 mod spawn;
 pub mod tree;
 
+use crate::job_dir::JobDir;
 use crate::paths::{now_ms, SocketPath};
 use crate::redact::{Secrets, StreamMask};
 use crate::wire::control::{self, ExitStatus, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
@@ -41,14 +42,8 @@ use std::time::{Duration, Instant};
 /// stdin, so that the daemon can spawn it without a hook between fork and exec.
 pub const LAUNCH_FD: i32 = 0;
 
-/// Names of the files in a job's folder.
-pub const LOG_FILE: &str = "output.log";
 /// The largest sub-agent report that is masked (a bigger one is left as it is).
 const REPORT_MASK_MAX: u64 = 16 << 20;
-/// The unmasked output of a job with secrets started with `--keep-raw-log`.
-pub const RAW_LOG_FILE: &str = "output.raw.log";
-pub const STATUS_FILE: &str = "status";
-pub const CONTROL_SOCKET: &str = "control.sock";
 
 /// Output is read from the pipe in chunks of this size.
 const READ_CHUNK: usize = 1 << 20;
@@ -64,13 +59,6 @@ const INPUT_QUEUE_MAX: usize = 8 << 20;
 /// After the job's processes are gone, output still buffered is drained for this long.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
-/// The folder in a job's folder where a daemon that cannot reach the control socket (a
-/// job on another machine, under Slurm) leaves commands, one file each, as JSON lines.
-pub const COMMANDS_DIR: &str = "commands";
-/// Where a supervisor under Slurm answers the input left in [`COMMANDS_DIR`].
-pub const ANSWERS_DIR: &str = "answers";
-/// The log's figures (an `output` message) of a supervisor started from a spec file.
-pub const FIGURES_FILE: &str = "figures.json";
 /// How often a supervisor started from a spec file looks for commands.
 const COMMANDS_EVERY: Duration = Duration::from_millis(100);
 
@@ -202,10 +190,10 @@ struct Supervisor {
     sample_at: Instant,
     sample_every: Duration,
     peak_rss: u64,
-    /// Whether commands are taken from [`COMMANDS_DIR`] (a supervisor under Slurm).
+    /// Whether commands are taken from [`JobDir::COMMANDS`] (a supervisor under Slurm).
     watch_commands: bool,
     commands_at: Instant,
-    /// The figures last written to [`FIGURES_FILE`]: dropped, unwritten, unwritten at.
+    /// The figures last written to [`JobDir::FIGURES`]: dropped, unwritten, unwritten at.
     figures_written: (u64, u64, u64),
 }
 
@@ -238,20 +226,20 @@ impl Supervisor {
         let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
 
         let job_dir = PathBuf::from(&spec.job_dir);
-        redirect_stderr(&job_dir.join("supervisor.log"));
+        redirect_stderr(&JobDir(&job_dir).supervisor_log());
         reserve_status(&job_dir);
-        let log_file = File::create(job_dir.join(LOG_FILE))?;
+        let log_file = File::create(JobDir(&job_dir).log())?;
         let log = OutputLog::new(log_file, spec.log_cap, spec.log_head);
         // The values stay in this process's memory only, in the automaton.
         let mask = Secrets::new(&std::mem::take(&mut spec.secrets)).map(StreamMask::new);
         let raw_log = match mask.is_some() && spec.keep_raw_log {
             true => {
-                let file = File::create(job_dir.join(RAW_LOG_FILE))?;
+                let file = File::create(JobDir(&job_dir).raw_log())?;
                 Some(OutputLog::new(file, spec.log_cap, spec.log_head))
             }
             false => None,
         };
-        let socket_path = job_dir.join(CONTROL_SOCKET);
+        let socket_path = JobDir(&job_dir).control_socket();
         let _ = std::fs::remove_file(&socket_path);
         let short = SocketPath::new(&socket_path)?;
         let listener = UnixListener::bind(&short.path)?;
@@ -349,7 +337,7 @@ impl Supervisor {
         self.finish();
     }
 
-    /// Carries out the commands left in [`COMMANDS_DIR`] (stop and signal; each file
+    /// Carries out the commands left in [`JobDir::COMMANDS`] (stop and signal; each file
     /// removed once read), every [`COMMANDS_EVERY`].
     fn commands_when_due(&mut self) {
         if !self.watch_commands || Instant::now() < self.commands_at {
@@ -358,7 +346,7 @@ impl Supervisor {
         self.commands_at = Instant::now() + COMMANDS_EVERY;
         // A backstop for an end whose SIGCHLD went elsewhere (cheap: one waitpid).
         self.reap();
-        let dir = Path::new(&self.spec.job_dir).join(COMMANDS_DIR);
+        let dir = JobDir(Path::new(&self.spec.job_dir)).commands();
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return;
         };
@@ -411,7 +399,7 @@ impl Supervisor {
 
     /// Answers input left in the folder (written whole, then renamed into place).
     fn leave_answer(&self, seq: u64, answer: &FromSupervisor) {
-        let dir = Path::new(&self.spec.job_dir).join(ANSWERS_DIR);
+        let dir = JobDir(Path::new(&self.spec.job_dir)).answers();
         let _ = std::fs::create_dir(&dir);
         let temp = dir.join(format!("{seq}.tmp"));
         let written = std::fs::write(&temp, control::encode(answer))
@@ -653,7 +641,7 @@ impl Supervisor {
     }
 
     /// Under Slurm, no daemon is connected: the log's dropped middle and unwritten
-    /// bytes, which the file's length does not tell, go to [`FIGURES_FILE`] each time
+    /// bytes, which the file's length does not tell, go to [`JobDir::FIGURES`] each time
     /// they change (rarely: a punch of the cap, a full disk).
     fn write_figures(&mut self) {
         let now = (
@@ -665,12 +653,12 @@ impl Supervisor {
             return;
         }
         let dir = Path::new(&self.spec.job_dir);
-        let temp = dir.join("figures.tmp");
+        let temp = JobDir(dir).temp("figures");
         let written = std::fs::write(&temp, control::encode(&self.figures()))
-            .and_then(|()| std::fs::rename(&temp, dir.join(FIGURES_FILE)));
+            .and_then(|()| std::fs::rename(&temp, JobDir(dir).figures()));
         match written {
             Ok(()) => self.figures_written = now,
-            Err(e) => crate::note!("bgwork supervise: could not write {FIGURES_FILE}: {e}"),
+            Err(e) => crate::note!("bgwork supervise: could not write {}: {e}", JobDir::FIGURES),
         }
     }
 
@@ -987,7 +975,7 @@ impl Supervisor {
             });
             conn.flush_blocking(Duration::from_secs(1));
         }
-        let _ = std::fs::remove_file(job_dir.join(CONTROL_SOCKET));
+        let _ = std::fs::remove_file(JobDir(&job_dir).control_socket());
         if let Some(dir) = &self.cgroup {
             cgroup::leave(dir);
         }
@@ -1039,7 +1027,7 @@ fn redirect_stderr(path: &Path) {
 /// not a power cut.
 pub fn write_status(job_dir: &Path, status: &ExitStatus) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let temp = job_dir.join("status.tmp");
+    let temp = JobDir(job_dir).temp(JobDir::STATUS);
     let bytes = status.encode();
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -1052,19 +1040,22 @@ pub fn write_status(job_dir: &Path, status: &ExitStatus) -> std::io::Result<()> 
     let mut padded = bytes;
     padded.resize(padded.len().max(room), b' ');
     file.write_all_at(&padded, 0)?;
-    std::fs::rename(&temp, job_dir.join(STATUS_FILE))
+    std::fs::rename(&temp, JobDir(job_dir).status())
 }
 
 /// Makes room for the status file while the disk has some.
 fn reserve_status(job_dir: &Path) {
-    let _ = std::fs::write(job_dir.join("status.tmp"), vec![b' '; STATUS_ROOM]);
+    let _ = std::fs::write(
+        JobDir(job_dir).temp(JobDir::STATUS),
+        vec![b' '; STATUS_ROOM],
+    );
 }
 
 /// Reads a job's status file, if it has one. A status that names another owner than
 /// `owner` (a folder left by an earlier job) is no status of this job.
 pub fn read_status(job_dir: &Path, owner: &str) -> Option<Result<ExitStatus, String>> {
     // The job may have replaced it (a FIFO would block the reader, a link leak a file).
-    let status = match crate::paths::read_untrusted(&job_dir.join(STATUS_FILE), 1 << 20) {
+    let status = match crate::paths::read_untrusted(&JobDir(job_dir).status(), 1 << 20) {
         Ok(bytes) => ExitStatus::decode(&bytes),
         Err(e) if e.kind() == ErrorKind::NotFound => return None,
         Err(e) => return Some(Err(format!("status file unreadable: {e}"))),

@@ -135,9 +135,6 @@ pub struct TreeRecord {
     pub cgroup: Option<std::path::PathBuf>,
 }
 
-/// The file in a job's folder that holds its [`TreeRecord`].
-pub const TREE_FILE: &str = "processes";
-
 impl TreeRecord {
     pub fn write(&self, job_dir: &std::path::Path) -> std::io::Result<()> {
         let mut text = String::new();
@@ -149,16 +146,17 @@ impl TreeRecord {
         if let Some(cgroup) = &self.cgroup {
             text.push_str(&format!("cgroup {}\n", cgroup.display()));
         }
-        let temp = job_dir.join("processes.tmp");
+        let temp = crate::job_dir::JobDir(job_dir).temp(crate::job_dir::JobDir::PROCESSES);
         std::fs::write(&temp, text)?;
-        std::fs::rename(temp, job_dir.join(TREE_FILE))
+        std::fs::rename(temp, crate::job_dir::JobDir(job_dir).processes())
     }
 
     pub fn read(job_dir: &std::path::Path) -> TreeRecord {
         // The job may have replaced it (a FIFO would block the reader).
-        let text = crate::paths::read_untrusted(&job_dir.join(TREE_FILE), 64 << 10)
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-            .unwrap_or_default();
+        let text =
+            crate::paths::read_untrusted(&crate::job_dir::JobDir(job_dir).processes(), 64 << 10)
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                .unwrap_or_default();
         let mut record = TreeRecord::default();
         for line in text.lines() {
             let (name, rest) = line.split_once(' ').unwrap_or((line, ""));

@@ -75,7 +75,6 @@ pub struct JobRecord {
 }
 
 /// The name of a job's description in its folder.
-pub const JOB_RECORD: &str = "job.json";
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PaneSize {

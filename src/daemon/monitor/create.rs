@@ -5,7 +5,7 @@
 use super::{Daemon, Instant, MAX_MONITORS};
 use crate::output;
 use crate::paths::now_ms;
-use crate::store::{MonitorRow, NewRecord, ScanProgress};
+use crate::store::{mode_text, MonitorRow, NewRecord, ScanProgress, Watched};
 use crate::wire::{Condition, ErrorCode, Item, Kind, MonitorArgs, MonitorMode, State, WireError};
 use regex::Regex;
 use std::os::unix::fs::MetadataExt;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// What a new monitor watches, resolved before it is recorded.
 struct Target {
-    condition: &'static str,
+    condition: Watched,
     target: String,
     target_row: Option<i64>,
     progress: ScanProgress,
@@ -82,10 +82,7 @@ impl Daemon {
                 ),
             ));
         }
-        let mode = match args.mode {
-            MonitorMode::Wait => "wait",
-            MonitorMode::Watch => "watch",
-        };
+        let mode = mode_text(args.mode);
         let described = match &args.regex {
             Some(regex) => format!("{mode} {} {} /{regex}/", target.condition, target.target),
             None => format!("{mode} {} {}", target.condition, target.target),
@@ -111,8 +108,8 @@ impl Daemon {
             .store
             .set_job_dir(record.row, &job_dir.display().to_string())?;
         let monitor = MonitorRow {
-            mode: mode.to_string(),
-            condition: target.condition.to_string(),
+            mode: args.mode,
+            condition: target.condition,
             target: target.target,
             target_row: target.target_row,
             regex: args.regex.clone(),
@@ -144,11 +141,11 @@ impl Daemon {
                     }
                     progress.offset = output::log_len(&output::log_path(&record.job_dir));
                 }
-                ("output", id.clone(), Some(record.row))
+                (Watched::Output, id.clone(), Some(record.row))
             }
             (Condition::End { id }, MonitorMode::Wait) => {
                 let record = Self::find(&self.lock(), session, id)?;
-                ("end", id.clone(), Some(record.row))
+                (Watched::End, id.clone(), Some(record.row))
             }
             (Condition::PortOf { id }, MonitorMode::Wait) => {
                 let record = Self::find(&self.lock(), session, id)?;
@@ -157,7 +154,7 @@ impl Daemon {
                         "{id} is a monitor, which has no processes: --of takes a job or a pane"
                     )));
                 }
-                ("port_of", id.clone(), Some(record.row))
+                (Watched::PortOf, id.clone(), Some(record.row))
             }
             (Condition::Port { address }, MonitorMode::Wait) => {
                 if address
@@ -169,7 +166,7 @@ impl Daemon {
                         "--until-port {address}: write HOST:PORT, e.g. 127.0.0.1:8080"
                     )));
                 }
-                ("port", address.clone(), None)
+                (Watched::Port, address.clone(), None)
             }
             (Condition::File { path }, _) => {
                 check_path(path, watch)?;
@@ -191,7 +188,7 @@ impl Daemon {
                     }
                     progress.log_len = Some(0);
                 }
-                ("file", path.clone(), None)
+                (Watched::File, path.clone(), None)
             }
             _ => {
                 return Err(WireError::bad_request(

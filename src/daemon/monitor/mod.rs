@@ -22,7 +22,8 @@ use super::scan::LineScan;
 use super::Daemon;
 use crate::output;
 use crate::paths::now_ms;
-use crate::store::{MonitorRow, NewNotice, Record, Settlement};
+use crate::store::{MonitorRow, NewNotice, Record, Settlement, Watched};
+use crate::wire::MonitorMode;
 use crate::wire::{End, Kind, State};
 use event_log::EventLog;
 use follow::{Follow, LogSource};
@@ -235,34 +236,39 @@ impl Daemon {
             .transpose()
             .map_err(|e| format!("its regex is not valid: {e}"))?;
         let path = PathBuf::from(&monitor.target);
-        let source = match (monitor.mode.as_str(), monitor.condition.as_str()) {
-            (_, "output") => {
+        let source = match (monitor.mode, monitor.condition) {
+            (_, Watched::Output) => {
                 let row = monitor.target_row.unwrap_or(0);
                 Source::Log(LogSource::new(row, monitor.target.clone()))
             }
-            ("watch", "file") => Source::File(Follow::new(
+            (MonitorMode::Watch, Watched::File) => Source::File(Follow::new(
                 &path,
                 monitor.progress.file,
                 monitor.progress.file_tail.clone(),
             )),
-            ("wait", "file") => return Ok(Task::FileExists(path)),
-            ("wait", "port") => return Ok(Task::Port(monitor.target.clone())),
-            ("wait", "port_of") => {
+            (MonitorMode::Wait, Watched::File) => return Ok(Task::FileExists(path)),
+            (MonitorMode::Wait, Watched::Port) => return Ok(Task::Port(monitor.target.clone())),
+            (MonitorMode::Wait, Watched::PortOf) => {
                 return Ok(Task::PortOf {
                     row: monitor.target_row.unwrap_or(0),
                     id: monitor.target.clone(),
                 })
             }
-            ("wait", "end") => {
+            (MonitorMode::Wait, Watched::End) => {
                 return Ok(Task::End {
                     row: monitor.target_row.unwrap_or(0),
                     id: monitor.target.clone(),
                 })
             }
-            (mode, condition) => return Err(format!("unknown monitor {mode} {condition}")),
+            (mode, condition) => {
+                return Err(format!(
+                    "no monitor {} {condition} exists",
+                    crate::store::mode_text(mode)
+                ))
+            }
         };
-        let mode = match monitor.mode.as_str() {
-            "watch" => {
+        let mode = match monitor.mode {
+            MonitorMode::Watch => {
                 let log = EventLog::open(
                     &output::log_path(&record.job_dir),
                     self.config.log_cap,
@@ -276,7 +282,7 @@ impl Daemon {
                     matches: monitor.matches,
                 }
             }
-            _ => Mode::Wait {
+            MonitorMode::Wait => Mode::Wait {
                 pattern: monitor.regex.clone().unwrap_or_default(),
             },
         };
@@ -400,7 +406,7 @@ impl Daemon {
             ended_at: now_ms(),
             log_len: record.log_len,
             dropped: record.dropped,
-            lost_reason: Some(detail.to_string()),
+            end_detail: Some(detail.to_string()),
             notice,
             pid: None,
             unwritten: 0,

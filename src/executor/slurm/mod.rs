@@ -21,8 +21,9 @@ pub use options::choose;
 pub use scheduler::parse_exit_code;
 
 use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused, Writes};
+use crate::job_dir::JobDir;
 use crate::paths::now_ms;
-use crate::supervisor::{self, tree::TreeRecord, COMMANDS_DIR, LOG_FILE};
+use crate::supervisor::{self, tree::TreeRecord};
 use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::{Actor, End, SlurmArgs};
 use scheduler::{find_by_name, job_info, slurm_call, JobInfo, Queue, Seen, Watch};
@@ -414,7 +415,7 @@ impl Tracker {
                 }
             }
         }
-        let len = std::fs::metadata(self.job_dir.join(LOG_FILE)).map_or(0, |m| m.len());
+        let len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
         // The figures may be written after the log's last growth was seen.
         let figures = figures(&self.job_dir);
         if len > self.log_len || figures != self.figures {
@@ -482,7 +483,7 @@ impl Tracker {
     /// written whole, then renamed into place, so it never reads half of one. Names
     /// sort in the order they were left.
     fn leave_command(&mut self, line: &[u8]) {
-        let dir = self.job_dir.join(COMMANDS_DIR);
+        let dir = JobDir(&self.job_dir).commands();
         let _ = std::fs::create_dir(&dir);
         self.commands_left += 1;
         let name = format!(
@@ -508,7 +509,7 @@ impl Tracker {
         if self.writes.waiting.is_empty() {
             return;
         }
-        let dir = self.job_dir.join(supervisor::ANSWERS_DIR);
+        let dir = JobDir(&self.job_dir).answers();
         if let Ok(entries) = std::fs::read_dir(&dir) {
             for entry in entries.flatten() {
                 let path = entry.path();
@@ -626,7 +627,7 @@ impl Tracker {
             protocol: PROTOCOL,
             owner: self.owner.clone(),
             ended_at_ms: now_ms(),
-            log_len: std::fs::metadata(self.job_dir.join(LOG_FILE)).map_or(0, |m| m.len()),
+            log_len: std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len()),
             pid: TreeRecord::read(&self.job_dir).job.map(|(pid, _)| pid),
             ..ExitStatus::default()
         };
@@ -752,7 +753,7 @@ fn set_view(views: &Mutex<HashMap<i64, Option<SlurmView>>>, row: i64, view: Slur
 /// The log's dropped middle and unwritten bytes as the supervisor last wrote them
 /// (none written: nothing dropped, nothing lost).
 fn figures(job_dir: &Path) -> (u64, u64, u64) {
-    let read = crate::paths::read_untrusted(&job_dir.join(supervisor::FIGURES_FILE), 4096)
+    let read = crate::paths::read_untrusted(&JobDir(job_dir).figures(), 4096)
         .ok()
         .and_then(|bytes| control::decode::<control::FromSupervisor>(&bytes).ok());
     match read {

@@ -224,15 +224,20 @@ pub fn readable(bytes: &[u8]) -> String {
 /// [`readable`] text with token shapes left as they are (for matching, or for the
 /// person who asked with `--no-redact`).
 pub fn plain_text(bytes: &[u8]) -> String {
-    let c1 = bytes.windows(2).any(is_c1);
-    let plain_already = !c1
-        && !bytes
-            .iter()
-            .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f);
+    let maybe = maybe_controls(bytes, true);
+    let c1 = maybe && bytes.windows(2).any(is_c1);
+    let plain_already = !maybe
+        || (!c1
+            && !bytes
+                .iter()
+                .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f));
     if plain_already {
         // No escape or control byte (not even a carriage return): nothing to do but
         // repair the UTF-8.
-        return String::from_utf8_lossy(bytes).into_owned();
+        return match std::str::from_utf8(bytes) {
+            Ok(text) => text.to_owned(),
+            Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+        };
     }
     let mut plain = PlainText::default();
     let mut parser = vte::Parser::new();
@@ -242,6 +247,20 @@ pub fn plain_text(bytes: &[u8]) -> String {
         parser.advance(&mut plain, bytes);
     }
     collapse_carriage_returns(&plain.text)
+}
+
+/// Whether `bytes` may hold a character that acts on a terminal: a C0 control (but a
+/// line break or tab when `keep_lines`), DEL, or the lead byte of a C1 control (0xC2)
+/// or of a line or direction mark (0xE2). False means surely none; true means look
+/// closer. One branch-free pass, which the compiler vectorizes: most output is plain,
+/// and a megabyte of it is cleared in well under a millisecond.
+pub fn maybe_controls(bytes: &[u8], keep_lines: bool) -> bool {
+    bytes.chunks(4096).any(|chunk| {
+        chunk.iter().fold(false, |found, &b| {
+            let kept = keep_lines & ((b == b'\n') | (b == b'\t'));
+            found | ((b < 0x20) & !kept) | (b == 0x7f) | (b == 0xc2) | (b == 0xe2)
+        })
+    })
 }
 
 /// Whether two bytes are a C1 control (U+0080–U+009F) written as UTF-8.
@@ -509,6 +528,18 @@ pub fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::i
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_quick_scan_never_misses_a_control() {
+        for text in ["plain\n\ttext", "caf\u{e9}"] {
+            assert!(!super::maybe_controls(text.as_bytes(), true), "{text:?}");
+        }
+        for text in ["a\rb", "\u{1b}[31m", "\u{7f}", "\u{9b}2J", "\u{2028}", "\u{202e}x"] {
+            assert!(super::maybe_controls(text.as_bytes(), true), "{text:?}");
+        }
+        assert!(super::maybe_controls(b"a\nb", false));
+        assert!(!super::maybe_controls(b"a\nb", true));
+    }
+
     use super::*;
 
     #[test]

@@ -79,7 +79,7 @@ pub fn call_and_print(
                 let _ = std::io::stdout().write_all(&bytes);
                 eprintln!("{}", read_status_line(&reply));
             } else {
-                print_text(&read_text(&reply));
+                print_read(&reply);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -277,7 +277,7 @@ fn visible(text: &str, keep_lines: bool) -> Cow<'_, str> {
         c.is_control() && !(keep_lines && (c == '\n' || c == '\t'))
             || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
-    if !text.chars().any(acts) {
+    if !crate::output::maybe_controls(text.as_bytes(), keep_lines) || !text.chars().any(acts) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
@@ -557,13 +557,17 @@ fn read_status_line(reply: &ReadReply) -> String {
     }
 }
 
-fn read_text(reply: &ReadReply) -> String {
-    let mut text = inert_lines(&reply.output).into_owned();
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
+/// Prints a read: its output made inert (no copy when nothing acts on a terminal),
+/// then its status line.
+fn print_read(reply: &ReadReply) {
+    let output = inert_lines(&reply.output);
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(output.as_bytes());
+    if !output.is_empty() && !output.ends_with('\n') {
+        let _ = out.write_all(b"\n");
     }
-    text.push_str(&read_status_line(reply));
-    text
+    let _ = out.write_all(read_status_line(reply).as_bytes());
+    let _ = out.write_all(b"\n");
 }
 
 /// `read --grep` as grep prints it: `LINE:BYTE:TEXT` for a match, `LINE-BYTE-TEXT`

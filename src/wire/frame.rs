@@ -51,6 +51,13 @@ impl LineBuffer {
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, usize> {
         let from = self.scanned.max(self.start);
         match self.buffer[from..].iter().position(|&b| b == b'\n') {
+            Some(at) if self.start == 0 && from + at + 1 == self.buffer.len() => {
+                // The whole buffer is one line (a large reply): handed over, not copied.
+                let mut line = std::mem::take(&mut self.buffer);
+                line.pop();
+                self.scanned = 0;
+                Ok(Some(line))
+            }
             Some(at) => {
                 let end = from + at;
                 let line = self.buffer[self.start..end].to_vec();

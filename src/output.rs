@@ -533,7 +533,14 @@ mod tests {
         for text in ["plain\n\ttext", "caf\u{e9}"] {
             assert!(!super::maybe_controls(text.as_bytes(), true), "{text:?}");
         }
-        for text in ["a\rb", "\u{1b}[31m", "\u{7f}", "\u{9b}2J", "\u{2028}", "\u{202e}x"] {
+        for text in [
+            "a\rb",
+            "\u{1b}[31m",
+            "\u{7f}",
+            "\u{9b}2J",
+            "\u{2028}",
+            "\u{202e}x",
+        ] {
             assert!(super::maybe_controls(text.as_bytes(), true), "{text:?}");
         }
         assert!(super::maybe_controls(b"a\nb", false));

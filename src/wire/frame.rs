@@ -50,7 +50,7 @@ impl LineBuffer {
     /// `Err(max)` when the partial line has passed the bound.
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, usize> {
         let from = self.scanned.max(self.start);
-        match self.buffer[from..].iter().position(|&b| b == b'\n') {
+        match memchr::memchr(b'\n', &self.buffer[from..]) {
             Some(at) if self.start == 0 && from + at + 1 == self.buffer.len() => {
                 // The whole buffer is one line (a large reply): handed over, not copied.
                 let mut line = std::mem::take(&mut self.buffer);

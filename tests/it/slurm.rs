@@ -181,50 +181,6 @@ fn issue14_slurm_end_fires_one_notice() {
 }
 
 #[test]
-fn issue14_slurm_stop_goes_through_the_supervisor_with_its_grace() {
-    let Some(conf) = cluster("issue14_slurm_stop_goes_through_the_supervisor_with_its_grace")
-    else {
-        return;
-    };
-    let home = home(&conf);
-    let polite = start(
-        &home,
-        &[],
-        "trap 'echo bye; exit 7' TERM; echo up; while :; do sleep 0.1; done",
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let stubborn = start(
-        &home,
-        &[],
-        "trap '' TERM; echo up; while :; do sleep 0.1; done",
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    for id in [&polite, &stubborn] {
-        eventually(Duration::from_secs(30), || {
-            home.json(&["read", id, "--all"])["output"]
-                .as_str()
-                .is_some_and(|t| t.contains("up"))
-        });
-    }
-    let stopped = home.json(&["stop", &polite]);
-    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
-    assert_eq!(
-        stopped["exit_code"], 7,
-        "the job's own exit on TERM: {stopped}"
-    );
-    let text = home.json(&["read", &polite, "--all"])["output"].clone();
-    assert!(text.as_str().unwrap_or_default().contains("bye"), "{text}");
-    let stopped = home.json(&["stop", &stubborn, "--grace", "1"]);
-    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
-    let report = stopped["report"].as_str().unwrap_or_default();
-    assert!(report.contains("killed after 1 s"), "{stopped}");
-}
-
-#[test]
 fn issue14_slurm_scancel_from_outside_is_stopped_by_person() {
     let Some(conf) = cluster("issue14_slurm_scancel_from_outside_is_stopped_by_person") else {
         return;

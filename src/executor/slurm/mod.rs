@@ -396,20 +396,21 @@ impl Tracker {
         });
     }
 
+    /// What `list` shows as the reason the job waits in Slurm's queue (none once it runs).
+    fn set_reason(&self, reason: Option<String>) {
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Some(view)) = views.get_mut(&self.row) {
+            view.reason = reason;
+        }
+    }
+
     /// Spawned and output from the folder; the status once the supervisor wrote it.
     fn look_at_files(&mut self) -> Option<ExitStatus> {
         self.take_answers();
         if !self.spawned {
             if let Some((pid, _)) = TreeRecord::read(&self.job_dir).job {
                 self.spawned = true;
-                if let Some(Some(view)) = self
-                    .views
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_mut(&self.row)
-                {
-                    view.reason = None;
-                }
+                self.set_reason(None);
                 if !self.reattached {
                     let _ = self.events.send(ExecEvent::Spawned { row: self.row, pid });
                 }
@@ -574,14 +575,7 @@ impl Tracker {
             }
             Seen::Listed { state, reason } if state == "PENDING" => {
                 self.said_unreachable = false;
-                if let Some(Some(view)) = self
-                    .views
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_mut(&self.row)
-                {
-                    view.reason = Some(reason);
-                }
+                self.set_reason(Some(reason));
                 return None;
             }
             seen if !seen.ended() => {

@@ -114,9 +114,14 @@ fn take_lock(path: &std::path::Path, what: &std::path::Path) -> anyhow::Result<s
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)?;
     // A daemon that was just killed holds the lock until its last thread is gone: give
-    // it a moment before deciding that another daemon serves this home.
+    // it a moment before deciding that another daemon serves this home. One that is
+    // alive serves it: this one gives up at once (waiting, it would take the home over
+    // when that one is shut down, and serve a home nobody uses any more).
     let deadline = std::time::Instant::now() + LOCK_WAIT;
     while lock.try_lock().is_err() && std::time::Instant::now() < deadline {
+        if holder_alive(path) {
+            break;
+        }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     if lock.try_lock().is_err() {
@@ -130,6 +135,26 @@ fn take_lock(path: &std::path::Path, what: &std::path::Path) -> anyhow::Result<s
     lock.set_len(0)?;
     write!(lock, "{}", std::process::id())?;
     Ok(lock)
+}
+
+/// Whether the daemon whose pid the lock file names is alive: not gone, and not a
+/// zombie (the leader of a killed daemon is one while its last threads let go).
+fn holder_alive(path: &std::path::Path) -> bool {
+    let pid = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok());
+    match pid {
+        Some(pid) if pid != std::process::id() => {
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Ok(stat) => {
+                    let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+                    !state.starts_with('Z') && !state.starts_with('X')
+                }
+                Err(_) => false,
+            }
+        }
+        _ => false,
+    }
 }
 
 /// Closes every descriptor above stderr that the process that started this daemon left

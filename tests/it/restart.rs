@@ -125,3 +125,36 @@ fn parent_of(pid: i32) -> i32 {
     let after = &stat[stat.rfind(')').unwrap() + 2..];
     after.split(' ').nth(1).unwrap().parse().unwrap()
 }
+
+#[test]
+fn a_daemon_that_lost_the_race_to_start_does_not_take_the_home_over_later() {
+    // Clients that find no daemon each start one: the losers used to wait up to 2 s for
+    // the home's lock, took it when the winner was shut down, and served a home nobody
+    // used any more (a test's home, deleted, kept a daemon for ever).
+    for _ in 0..3 {
+        let home = Home::new();
+        let clients: Vec<std::process::Child> = (0..4)
+            .map(|_| {
+                home.command(&["list"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for mut client in clients {
+            assert!(client.wait().unwrap().success(), "each client was served");
+        }
+        home.json(&["shutdown"]);
+        eventually(Duration::from_secs(10), || {
+            crate::util::processes_of(home.path()).is_empty()
+        });
+        // Longer than a starting daemon waits for the lock: none comes back.
+        let until = std::time::Instant::now() + Duration::from_millis(2500);
+        while std::time::Instant::now() < until {
+            let left = crate::util::processes_of(home.path());
+            assert!(left.is_empty(), "a daemon took the home over: {left:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

@@ -356,7 +356,7 @@ pub fn describe_daemon(paths: &Paths) -> String {
 }
 
 /// The pid a lock file holds (read without blocking, a few bytes at most).
-fn read_pid(lock: &std::path::Path) -> Option<i32> {
+pub(crate) fn read_pid(lock: &std::path::Path) -> Option<i32> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()

@@ -174,6 +174,13 @@ pub fn open_untrusted(path: &Path) -> std::io::Result<fs::File> {
     Ok(file)
 }
 
+/// Writes a file whole under a temporary name beside it (`NAME.tmp`), then renames it
+/// into place: a reader never sees half of it.
+pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temp = path.with_extension("tmp");
+    std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path))
+}
+
 /// Reads at most `max` bytes of a file opened with [`open_untrusted`].
 pub fn read_untrusted(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;

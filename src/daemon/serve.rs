@@ -15,6 +15,7 @@
 use super::{Config, Daemon};
 use crate::paths::{Paths, SocketPath};
 use crate::store::Store;
+use crate::supervisor::tree;
 use crate::wire::frame::{LineError, Lines};
 use crate::wire::{self, Envelope, ErrorCode, Request, WireError, MAX_FRAME};
 use std::io::Write;
@@ -140,21 +141,8 @@ fn take_lock(path: &std::path::Path, what: &std::path::Path) -> anyhow::Result<s
 /// Whether the daemon whose pid the lock file names is alive: not gone, and not a
 /// zombie (the leader of a killed daemon is one while its last threads let go).
 fn holder_alive(path: &std::path::Path) -> bool {
-    let pid = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| text.trim().parse::<u32>().ok());
-    match pid {
-        Some(pid) if pid != std::process::id() => {
-            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-                Ok(stat) => {
-                    let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-                    !state.starts_with('Z') && !state.starts_with('X')
-                }
-                Err(_) => false,
-            }
-        }
-        _ => false,
-    }
+    crate::client::read_pid(path)
+        .is_some_and(|pid| pid != std::process::id() as i32 && tree::running(pid))
 }
 
 /// Closes every descriptor above stderr that the process that started this daemon left

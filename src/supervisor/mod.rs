@@ -362,36 +362,20 @@ impl Supervisor {
             let _ = std::fs::remove_file(&path);
             let Ok(bytes) = bytes else { continue };
             for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                match control::decode::<ToSupervisor>(line) {
-                    Ok(ToSupervisor::Stop { grace_ms, actor }) => {
-                        self.begin_stop(Some(actor), Duration::from_millis(grace_ms));
+                let message = match control::decode::<ToSupervisor>(line) {
+                    Ok(message) => message,
+                    Err(e) => {
+                        crate::note!("bgwork supervise: a command file: {e}");
+                        continue;
                     }
-                    Ok(ToSupervisor::Signal { signal }) => {
-                        if let (Ok(signal), None) = (Signal::try_from(signal), self.main_status) {
-                            let _ = nix::sys::signal::killpg(Pid::from_raw(self.pid), signal);
-                        }
-                    }
-                    Ok(ToSupervisor::Write { seq, data }) => {
-                        let answer = match self.take_input(data) {
-                            Ok(queued) => FromSupervisor::InputTaken { seq, queued },
-                            Err((reason, full)) => {
-                                FromSupervisor::InputRefused { seq, reason, full }
-                            }
-                        };
-                        self.leave_answer(seq, &answer);
-                    }
-                    Ok(ToSupervisor::Input { data }) => {
-                        if self.stdin.is_some() && !self.close_input {
-                            self.input_queue.extend_from_slice(&data);
-                            self.write_input();
-                        }
-                    }
-                    Ok(ToSupervisor::CloseInput) => {
-                        self.close_input = true;
-                        self.write_input();
-                    }
-                    Ok(_) => {}
-                    Err(e) => crate::note!("bgwork supervise: a command file: {e}"),
+                };
+                // Only input is answered through the folder (by its `seq`).
+                if let Some(
+                    answer @ (FromSupervisor::InputTaken { seq, .. }
+                    | FromSupervisor::InputRefused { seq, .. }),
+                ) = self.carry_out(message)
+                {
+                    self.leave_answer(seq, &answer);
                 }
             }
         }
@@ -401,9 +385,8 @@ impl Supervisor {
     fn leave_answer(&self, seq: u64, answer: &FromSupervisor) {
         let dir = JobDir(Path::new(&self.spec.job_dir)).answers();
         let _ = std::fs::create_dir(&dir);
-        let temp = dir.join(format!("{seq}.tmp"));
-        let written = std::fs::write(&temp, control::encode(answer))
-            .and_then(|()| std::fs::rename(&temp, dir.join(format!("{seq}.json"))));
+        let written =
+            crate::paths::write_whole(&dir.join(format!("{seq}.json")), &control::encode(answer));
         if let Err(e) = written {
             crate::note!(
                 "bgwork supervise: could not answer in {}: {e}",
@@ -806,54 +789,59 @@ impl Supervisor {
     }
 
     fn handle(&mut self, index: usize, message: ToSupervisor) {
+        if let Some(answer) = self.carry_out(message) {
+            self.conns[index].send(&answer);
+        }
+    }
+
+    /// Carries out a command of the daemon's, whether it came on a connection or as a
+    /// file in the job's folder; returns the answer it calls for, if any.
+    fn carry_out(&mut self, message: ToSupervisor) -> Option<FromSupervisor> {
         match message {
-            ToSupervisor::Hello { .. } => {
-                let status = self.final_status.clone();
-                let hello = FromSupervisor::Hello {
-                    protocol: PROTOCOL,
-                    pid: self.pid,
-                    log_len: self.log.len(),
-                    dropped: self.log.dropped(),
-                    unwritten: self.log.unwritten(),
-                    unwritten_at: self.log.unwritten_at(),
-                    status,
-                };
-                self.conns[index].send(&hello);
-            }
+            ToSupervisor::Hello { .. } => Some(FromSupervisor::Hello {
+                protocol: PROTOCOL,
+                pid: self.pid,
+                log_len: self.log.len(),
+                dropped: self.log.dropped(),
+                unwritten: self.log.unwritten(),
+                unwritten_at: self.log.unwritten_at(),
+                status: self.final_status.clone(),
+            }),
             ToSupervisor::Stop { grace_ms, actor } => {
                 self.begin_stop(Some(actor), Duration::from_millis(grace_ms));
+                None
             }
             ToSupervisor::Input { data } => {
                 if self.stdin.is_some() && !self.close_input {
                     self.input_queue.extend_from_slice(&data);
                     self.write_input();
+                    None
                 } else {
-                    self.conns[index].send(&FromSupervisor::InputClosed);
+                    Some(FromSupervisor::InputClosed)
                 }
             }
-            ToSupervisor::Write { seq, data } => {
-                let answer = self.take_input(data);
-                let answer = match answer {
-                    Ok(queued) => FromSupervisor::InputTaken { seq, queued },
-                    Err((reason, full)) => FromSupervisor::InputRefused { seq, reason, full },
-                };
-                self.conns[index].send(&answer);
-            }
+            ToSupervisor::Write { seq, data } => Some(match self.take_input(data) {
+                Ok(queued) => FromSupervisor::InputTaken { seq, queued },
+                Err((reason, full)) => FromSupervisor::InputRefused { seq, reason, full },
+            }),
             ToSupervisor::CloseInput => {
                 // Input sent before end-of-input is still written (a caller's stdin
                 // passed on and then closed, `send` then C-d).
                 self.close_input = true;
                 self.write_input();
+                None
             }
             ToSupervisor::Resize { cols, rows } => {
                 if let Some(pty) = &self.pty {
                     let _ = pty.resize(pty_process::Size::new(rows, cols));
                 }
+                None
             }
             ToSupervisor::Signal { signal } => {
                 if let (Ok(signal), None) = (Signal::try_from(signal), self.main_status) {
                     let _ = nix::sys::signal::killpg(Pid::from_raw(self.pid), signal);
                 }
+                None
             }
         }
     }

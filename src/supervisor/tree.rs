@@ -25,7 +25,7 @@ pub fn descendants(root: i32) -> Vec<i32> {
             if is_bgwork_service(child) {
                 continue;
             }
-            if matches!(parent_and_state(child), Some((_, state)) if state != 'Z' && state != 'X') {
+            if running(child) {
                 found.push(child);
             }
             queue.push(child);
@@ -111,6 +111,11 @@ fn all_pids() -> impl Iterator<Item = i32> {
         .flatten()
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+}
+
+/// Whether a process runs: it exists and is no zombie.
+pub fn running(pid: i32) -> bool {
+    matches!(parent_and_state(pid), Some((_, state)) if state != 'Z' && state != 'X')
 }
 
 /// `(ppid, state)` from `/proc/PID/stat`; the name field may hold spaces and parens.

@@ -493,10 +493,7 @@ impl Tracker {
             std::process::id(),
             self.commands_left
         );
-        let temp = dir.join(format!("{name}.tmp"));
-        let written = std::fs::write(&temp, line)
-            .and_then(|()| std::fs::rename(&temp, dir.join(format!("{name}.json"))));
-        if let Err(e) = written {
+        if let Err(e) = crate::paths::write_whole(&dir.join(format!("{name}.json")), line) {
             crate::note!(
                 "bgwork daemon: could not leave a command in {}: {e}",
                 dir.display()
@@ -780,9 +777,7 @@ fn read_slurm_file(job_dir: &Path) -> Option<SlurmJob> {
 }
 
 fn write_slurm_file(job_dir: &Path, job: &SlurmJob) -> Result<(), String> {
-    let temp = job_dir.join(format!("{SLURM_FILE}.tmp"));
-    std::fs::write(&temp, control::encode(job))
-        .and_then(|()| std::fs::rename(&temp, job_dir.join(SLURM_FILE)))
+    crate::paths::write_whole(&job_dir.join(SLURM_FILE), &control::encode(job))
         .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
 }
 

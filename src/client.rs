@@ -243,6 +243,26 @@ impl Client {
         }
     }
 
+    /// The `n` bytes that follow the last reply line (a read's output frame).
+    pub fn read_frame(&mut self, n: u64) -> Result<Vec<u8>, WireError> {
+        if n > MAX_REPLY_LINE as u64 {
+            return Err(WireError::new(
+                ErrorCode::Unavailable,
+                format!("the daemon announced {n} bytes of output, past any reply's size"),
+            ));
+        }
+        self.reader.read_bytes(n as usize).map_err(|e| {
+            if is_timeout(&e) {
+                self.not_answering()
+            } else {
+                WireError::new(
+                    ErrorCode::Unavailable,
+                    format!("daemon connection failed while reading output: {e}"),
+                )
+            }
+        })
+    }
+
     /// How long a stream (`notices --follow`) may stay quiet before the daemon is
     /// checked with [`Client::check_alive`].
     pub fn quiet_period(&self) -> Duration {

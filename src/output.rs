@@ -29,12 +29,16 @@ pub fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 /// The bytes of `[from, to)` that a log still holds, skipping its dropped middle
-/// (`[head, head + dropped)`). Returns the bytes and how many were skipped.
+/// (`[head, head + dropped)`, or more: see [`gap_end`]). Returns the bytes and how many
+/// were skipped.
 pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (Vec<u8>, u64) {
-    let gap = head..head + dropped;
+    let Ok(file) = open_log(path) else {
+        return (Vec::new(), 0);
+    };
+    let gap = head..gap_end(&file, head, dropped);
     let mut skipped = 0;
     let mut start = from;
-    if dropped > 0 && gap.contains(&start) {
+    if !gap.is_empty() && gap.contains(&start) {
         skipped = gap.end.min(to) - start;
         start = gap.end;
     }
@@ -42,9 +46,9 @@ pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (
         return (Vec::new(), skipped);
     }
     let mut bytes = vec![0u8; (to - start) as usize];
-    let read = open_log(path).and_then(|file| read_full_at(&file, &mut bytes, start));
+    let read = read_full_at(&file, &mut bytes, start);
     bytes.truncate(read.unwrap_or(0));
-    if dropped > 0 && start < gap.start && to > gap.end {
+    if !gap.is_empty() && start < gap.start && to > gap.end {
         // The range spans the dropped middle: cut out the hole's zeros.
         let hole_from = (gap.start - start) as usize;
         let hole_to = ((gap.end - start) as usize).min(bytes.len());
@@ -54,6 +58,20 @@ pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (
         }
     }
     (bytes, skipped)
+}
+
+/// Where a log's dropped middle ends: at `head + dropped` as last reported, or further
+/// when the file shows that the cap has dropped more since (the supervisor punches the
+/// hole before its figure reaches the daemon, and reports it promptly, but a read may
+/// fall in between). The only hole a log has is its dropped middle.
+fn gap_end(file: &std::fs::File, head: u64, dropped: u64) -> u64 {
+    use nix::unistd::{lseek, Whence};
+    let known = head + dropped;
+    match lseek(file, known as i64, Whence::SeekData) {
+        Ok(data) => known.max(data as u64),
+        // No data past it (the end of the file), or no SEEK_DATA here.
+        Err(_) => known,
+    }
 }
 
 /// How far back [`text_end`] looks for the start of an unfinished escape sequence.

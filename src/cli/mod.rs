@@ -850,6 +850,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             context: read.context,
             max_matches: read.max_matches,
             no_redact: read.no_redact,
+            // The output comes after the reply's line, unescaped, unless the reply is
+            // printed as JSON.
+            output_frame: !json,
         }),
         Commands::Send { id, text, keys } => Request::Send(wire::SendArgs {
             id,

@@ -67,15 +67,26 @@ pub fn call_and_print(
             })
         }
         Request::Read(args) => {
-            let reply: ReadReply = client.call(&envelope)?;
+            let mut reply: ReadReply = client.call(&envelope)?;
+            let mut frame = match reply.output_bytes {
+                Some(n) => Some(client.read_frame(n)?),
+                None => None,
+            };
+            if let Some(bytes) = frame.take_if(|_| !args.raw) {
+                // The daemon sent text: valid UTF-8 unless damaged on the way.
+                reply.output = String::from_utf8(bytes)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+            }
             if json {
                 println!("{}", wire::to_json_text(&reply));
             } else if args.screen {
                 print_text(&inert_lines(&reply.output));
             } else if args.raw {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(reply.output_base64.as_deref().unwrap_or(""))
-                    .unwrap_or_default();
+                let bytes = frame.unwrap_or_else(|| {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(reply.output_base64.as_deref().unwrap_or(""))
+                        .unwrap_or_default()
+                });
                 let _ = std::io::stdout().write_all(&bytes);
                 eprintln!("{}", read_status_line(&reply));
             } else {

@@ -336,6 +336,8 @@ impl Daemon {
             max_runtime_ms: limits.1,
             secrets: secret_pairs(args),
             keep_raw_log: args.keep_raw_log,
+            // Prompt once someone waits on its output (see `output_watch`).
+            progress_every_ms: Some(super::output_watch::RELAXED_MS),
         };
         let started = match &args.slurm {
             Some(slurm) => self.slurm.start(record.row, &spec, slurm).await,
@@ -352,7 +354,8 @@ impl Daemon {
                 .get(record.row)?
                 .is_some_and(|r| r.state != State::Ended);
             if still {
-                inner.live.insert(
+                self.go_live(
+                    &mut inner,
                     record.row,
                     Live {
                         handle,

@@ -3,11 +3,13 @@
 //! on a Unix socket.
 //!
 //! How it works: one accept loop, one task per client connection, and one event task
-//! that applies what executors report ([`ExecEvent`]) to the store. Every change that a
-//! waiter may care about (an end, new output, a new notice) bumps one `watch` counter;
-//! waiters re-check their condition when it moves, so nothing polls. The store and the
-//! registry sit behind one mutex that is never held across an `await`, nor while a
-//! reply is read from a log, encoded or written.
+//! that applies what executors report ([`ExecEvent`]) to the store. A change of records
+//! or notices (a start, an end, a new notice) bumps one `watch` counter; output of an
+//! item wakes only the watchers of that item, and its supervisor reports it promptly
+//! only while someone waits on it ([`output_watch`]). Waiters re-check their condition
+//! when woken, so nothing polls. The store and the registry sit behind one mutex that
+//! is never held across an `await`, nor while a reply is read from a log, encoded or
+//! written.
 //!
 //! Delivery of notices: a reply that carries notices claims them for its connection
 //! (one statement, so concurrent pulls never share one) and marks them delivered once
@@ -23,6 +25,7 @@ mod jobs;
 mod monitor;
 mod notices;
 mod observe;
+mod output_watch;
 mod pane;
 mod read;
 mod report;
@@ -41,6 +44,7 @@ use crate::executor::{ExecEvent, JobHandle};
 use crate::paths::Paths;
 use crate::store::{Store, StoreError};
 use crate::wire::{Envelope, Request, WireError};
+pub(crate) use output_watch::Pace;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -104,9 +108,10 @@ pub struct Daemon {
     pub config: Config,
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
-    /// Who waits on which item's output (see [`Daemon::watch_output`]): output wakes
-    /// only them, never the waiters of other items or of notices.
-    output_watchers: Mutex<HashMap<i64, Vec<watch::Sender<()>>>>,
+    /// Who waits on which item's output, and the pace of its supervisor (see
+    /// [`output_watch`]): output wakes only them, never the waiters of other items or
+    /// of notices.
+    output: output_watch::OutputWatchers,
     /// Records whose end a reply in progress may show (a `start` in its window, a
     /// `wait`, a `run`), with how many replies: their end notices are left to those
     /// replies, not taken by a puller or a follower meanwhile.
@@ -144,7 +149,7 @@ impl Daemon {
                 starts: Default::default(),
             }),
             changed: watch::channel(0).0,
-            output_watchers: Mutex::default(),
+            output: Default::default(),
             showing: Mutex::default(),
             slurm,
             executor: LocalExecutor::new(events),
@@ -175,33 +180,28 @@ impl Daemon {
         showing.keys().copied().collect()
     }
 
-    /// A receiver that changes when the output of any of `rows` grows. Nothing else
-    /// wakes it, and output of other items costs its holder nothing.
-    pub(crate) fn watch_output(&self, rows: &[i64]) -> watch::Receiver<()> {
-        let (sender, receiver) = watch::channel(());
-        let mut watchers = self
-            .output_watchers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        for &row in rows {
-            watchers.entry(row).or_default().push(sender.clone());
-        }
-        receiver
+    /// A receiver that changes when the output of any of `rows` grows; `pace` says how
+    /// soon its holder needs to hear (see [`output_watch`]).
+    pub(crate) fn watch_output(&self, rows: &[i64], pace: Pace) -> watch::Receiver<()> {
+        self.output.watch(rows, pace)
     }
 
-    /// The output of `row` grew: wakes whoever watches it (and forgets watchers that
-    /// have gone).
+    /// The output of `row` grew: wakes whoever watches it.
     pub(crate) fn output_grew(&self, row: i64) {
-        let mut watchers = self
-            .output_watchers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(list) = watchers.get_mut(&row) {
-            list.retain(|sender| sender.send(()).is_ok());
-            if list.is_empty() {
-                watchers.remove(&row);
-            }
-        }
+        self.output.grew(row);
+    }
+
+    /// Registers the connection to a running item's supervisor (which is told the
+    /// pace its item's watchers need).
+    pub(crate) fn go_live(&self, inner: &mut Inner, row: i64, live: Live) {
+        self.output.attach(row, live.handle.clone());
+        inner.live.insert(row, live);
+    }
+
+    /// Forgets the connection to an item's supervisor (it ended, or is reconnected).
+    pub(crate) fn end_live(&self, inner: &mut Inner, row: i64) {
+        inner.live.remove(&row);
+        self.output.detach(row);
     }
 
     /// Waits until `condition` holds or `timeout` passes, looking again when a record
@@ -214,7 +214,7 @@ impl Daemon {
     ) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut changes = self.changed.subscribe();
-        let mut output = self.watch_output(&[row]);
+        let mut output = self.watch_output(&[row], Pace::Prompt);
         loop {
             if condition(self) {
                 return true;
@@ -253,7 +253,7 @@ impl Daemon {
         id: &str,
     ) -> Result<watch::Receiver<()>, WireError> {
         let row = Self::find(&self.lock(), session, id)?.row;
-        Ok(self.watch_output(&[row]))
+        Ok(self.watch_output(&[row], Pace::Prompt))
     }
 
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {

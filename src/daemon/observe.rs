@@ -118,7 +118,9 @@ impl Daemon {
             return;
         }
         let mut watch = JobWatch::new(&record, self.config.log_head, fresh);
-        let mut output = self.watch_output(&[row]);
+        // Its own watch needs no haste: its supervisor reports at the relaxed pace
+        // unless someone else waits on the output.
+        let mut output = self.watch_output(&[row], super::Pace::Relaxed);
         let mut first = true;
         loop {
             let deadline = watch.quiet_deadline();
@@ -454,7 +456,7 @@ impl JobWatch {
         let dropped = daemon.lock().dropped(record);
         let (log, head) = (self.log.clone(), self.head);
         let mut partial = std::mem::take(&mut self.partial);
-        let found = tokio::task::spawn_blocking(move || {
+        let found = super::scan::read_off_lock(len - from, move || {
             let (bytes, _) = output::read_range(&log, from, len, head, dropped);
             partial.extend_from_slice(&bytes);
             let found = in_use_line(&partial);
@@ -468,7 +470,7 @@ impl JobWatch {
         })
         .await;
         self.scanned = len;
-        if let Ok((found, rest)) = found {
+        if let Some((found, rest)) = found {
             self.partial = rest;
             if let Some(line) = found {
                 self.port_seen = true;

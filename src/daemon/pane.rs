@@ -381,6 +381,7 @@ impl Daemon {
             log_path: log.display().to_string(),
             report: self.item_as(session, &record).report,
             output_base64: None,
+            output_bytes: None,
             cost: crate::wire::Cost::recorded(record.cpu_ms, record.peak_rss),
         })
     }

@@ -67,8 +67,9 @@ impl Daemon {
         let head = self.config.log_head;
         let (session, row, by_cursor) = (session.to_string(), plan.row, plan.by_cursor);
         let build = move || {
-            let reply = build_reply(plan, &args, max, head);
-            (wire::encode_line(&reply), reply.to)
+            let (reply, frame) = build_reply(plan, &args, max, head);
+            let to = reply.to;
+            (framed(&reply, frame), to)
         };
         let built = if permit.is_some() {
             in_background(build).await
@@ -200,8 +201,18 @@ fn read_size(args: &ReadArgs) -> Result<usize, WireError> {
     Ok(max)
 }
 
-/// Reads the log and builds the reply (on a blocking thread).
-fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply {
+/// The reply's line, and its output after it as a frame when it has one.
+fn framed(reply: &ReadReply, frame: Option<Vec<u8>>) -> Vec<u8> {
+    let mut line = wire::encode_line(reply);
+    if let Some(bytes) = frame {
+        line.extend_from_slice(&bytes);
+    }
+    line
+}
+
+/// Reads the log and builds the reply (on a blocking thread); with `output_frame`, the
+/// output is returned beside the reply (whose `output_bytes` says its length).
+fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply, Option<Vec<u8>>) {
     let Plan {
         path,
         len,
@@ -222,7 +233,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
         head,
         dropped,
     };
-    let (to, text, clipped, skipped, base64) = if args.raw {
+    let (to, output, clipped, skipped) = if args.raw {
         // Raw bytes are never clipped in the middle: a read returns up to `max`
         // consecutive bytes and the next read goes on from `to`.
         let to = len.min(from + max as u64);
@@ -245,9 +256,14 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
             }
         };
         let skipped = output::dropped_in(from, to, head, dropped);
-        let encoded = base64::engine::general_purpose::STANDARD.encode(&bytes);
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        (to, text, to < len, skipped, Some(encoded))
+        let output = match args.output_frame {
+            true => Output::Frame(bytes),
+            false => Output::Base64(
+                base64::engine::general_purpose::STANDARD.encode(&bytes),
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ),
+        };
+        (to, output, to < len, skipped)
     } else {
         let (cut, len) = match args.no_redact {
             true => (0, len),
@@ -271,14 +287,24 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
                 "[... {skipped} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}"
             );
         }
-        (len, text, clipped, skipped, None)
+        (len, Output::Text(text), clipped, skipped)
     };
     // Output that a full disk kept out of the log is said where it was lost.
     let (unwritten, unwritten_at) = plan.unwritten;
     let lost_here = unwritten > 0 && (from..=to).contains(&unwritten_at);
-    let text = match lost_here && !args.raw {
-        true => format!("{}\n{text}", unwritten_line(unwritten)),
-        false => text,
+    let (text, base64, frame) = match output {
+        Output::Text(text) => {
+            let text = match lost_here {
+                true => format!("{}\n{text}", unwritten_line(unwritten)),
+                false => text,
+            };
+            match args.output_frame {
+                true => (String::new(), None, Some(text.into_bytes())),
+                false => (text, None, None),
+            }
+        }
+        Output::Base64(base64, text) => (text, Some(base64), None),
+        Output::Frame(bytes) => (String::new(), None, Some(bytes)),
     };
     let skipped = skipped + if lost_here { unwritten } else { 0 };
     let mut reply = ReadReply {
@@ -292,10 +318,21 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> ReadReply 
         log_path: path.display().to_string(),
         report: plan.report,
         output_base64: base64,
+        output_bytes: frame.as_ref().map(|bytes| bytes.len() as u64),
         cost: crate::wire::Cost::recorded(plan.cpu_ms, plan.peak_rss),
     };
     if let Some((job_dir, ports)) = &plan.observe {
         super::observe::observe_read(&mut reply, job_dir, *ports);
     }
-    reply
+    (reply, frame)
+}
+
+/// A read's output as the reply carries it.
+enum Output {
+    /// Text, in `output`.
+    Text(String),
+    /// Raw bytes in `output_base64`, and as text in `output`.
+    Base64(String, String),
+    /// Raw bytes, after the reply's line.
+    Frame(Vec<u8>),
 }

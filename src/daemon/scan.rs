@@ -7,7 +7,8 @@
 //! frames and the unterminated last line (a prompt); watches record whole lines.
 //! [`read_data`] reads one bounded chunk, passing over a log's dropped middle and the
 //! holes of a sparse file (`SEEK_DATA`), so a file that grew by 20 GB of holes costs
-//! nothing to pass. Callers read off the daemon's lock, on blocking threads.
+//! nothing to pass. Callers read off the daemon's lock: a little fresh output on the
+//! daemon's own thread, more on a blocking one ([`read_off_lock`]).
 
 use nix::errno::Errno;
 use nix::unistd::{lseek, Whence};
@@ -21,6 +22,23 @@ pub(crate) const CHUNK: u64 = 256 << 10;
 pub(crate) const STEP: u64 = 4 << 20;
 /// Lines are matched on their first this many bytes; the rest of a longer line is passed.
 pub(crate) const MAX_LINE: usize = 64 << 10;
+
+/// New output up to this size is read on the daemon's own thread (see [`read_off_lock`]).
+pub(crate) const INLINE_READ: u64 = 64 << 10;
+
+/// Runs `work`, which reads `bytes` of a log's new output: here when they are few (they
+/// were just written and are in the page cache, so reading them costs less than the
+/// hand-over to a blocking thread and back, which a watcher of a chatty job would pay
+/// many times a second), else on a blocking thread. `None` if that thread failed.
+pub(crate) async fn read_off_lock<T: Send + 'static>(
+    bytes: u64,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    if bytes <= INLINE_READ {
+        return Some(work());
+    }
+    tokio::task::spawn_blocking(work).await.ok()
+}
 
 /// Ends a line that was longer than [`MAX_LINE`].
 const CUT_MARK: &str = " [... line cut at 64 KiB]";

@@ -115,7 +115,7 @@ impl Daemon {
             ExecEvent::Ended { row, status } => self.settle_or_retry(row, Ending::Status(status)),
             ExecEvent::Detached { row } => {
                 // The handle is dead; a new one comes with a reconnect.
-                self.lock().live.remove(&row);
+                self.end_live(&mut self.lock(), row);
                 tokio::spawn(self.clone().recover(row));
             }
         }
@@ -142,7 +142,7 @@ impl Daemon {
                             crate::note!("bgwork daemon: {e}");
                         }
                     }
-                    inner.live.insert(row, live(running));
+                    self.go_live(&mut inner, row, live(running));
                     drop(inner);
                     if said {
                         crate::note!("bgwork daemon: {} reconnected to its supervisor", record.id);
@@ -252,7 +252,7 @@ impl Daemon {
                 report.apply(&mut notice.tail);
             }
             inner.store.settle(row, &settlement)?;
-            inner.live.remove(&row);
+            self.end_live(&mut inner, row);
             inner.screens.forget(row);
             Ok::<(), crate::store::StoreError>(())
         })();
@@ -442,7 +442,7 @@ impl Daemon {
                             crate::note!("bgwork daemon: {e}");
                         }
                     }
-                    inner.live.insert(record.row, live(running));
+                    self.go_live(&mut inner, record.row, live(running));
                     drop(inner);
                     self.watch_job(record.row, false);
                     attached += 1;

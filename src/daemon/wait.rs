@@ -3,7 +3,7 @@
 //! byte once, however often the wait is woken (see [`super::scan`]), and reads on a
 //! blocking thread, off the daemon's lock, a bounded step at a time.
 
-use super::scan::{read_data, LineScan, Seen, STEP};
+use super::scan::{read_data, read_off_lock, LineScan, Seen, STEP};
 use super::Daemon;
 use crate::output;
 use crate::store::Record;
@@ -21,6 +21,8 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(50);
 #[derive(Default)]
 struct Scan {
     row: i64,
+    /// The item's log path, once looked up.
+    path: Option<std::path::PathBuf>,
     /// The item's log, once it exists.
     file: Option<File>,
     lines: LineScan,
@@ -75,6 +77,7 @@ impl Daemon {
             .iter()
             .map(|&row| Scan {
                 row,
+                path: None,
                 file: None,
                 lines: LineScan::at(self.unread_from(session, row)),
             })
@@ -82,7 +85,13 @@ impl Daemon {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut changes = self.changes();
         // Output of these items only, when a scan needs it; never output of others.
-        let mut output = until.as_ref().map(|_| self.watch_output(&rows));
+        let mut output = until
+            .as_ref()
+            .map(|_| self.watch_output(&rows, super::Pace::Prompt));
+        // Ends come with a change of records, never with output alone: they are looked
+        // for first, and again after each change.
+        let mut look_at_ends = true;
+        let mut ended = 0;
         let (reason, matched) = loop {
             let timed_out = tokio::time::Instant::now() >= deadline;
             let mut behind = false;
@@ -101,7 +110,9 @@ impl Daemon {
                     behind |= step.behind;
                 }
             }
-            let ended = rows.iter().filter(|&&row| self.has_ended(row)).count();
+            if std::mem::take(&mut look_at_ends) {
+                ended = rows.iter().filter(|&&row| self.has_ended(row)).count();
+            }
             let done = if args.all {
                 ended == rows.len()
             } else {
@@ -120,13 +131,14 @@ impl Daemon {
                 if found == 0 {
                     break (WaitReason::Timeout, None);
                 }
+                look_at_ends = true;
                 continue;
             }
             if behind {
                 tokio::task::yield_now().await;
             } else {
                 tokio::select! {
-                    _ = changes.changed() => {}
+                    _ = changes.changed() => look_at_ends = true,
                     _ = super::output_changed(&mut output) => {}
                     _ = tokio::time::sleep_until(deadline) => {}
                 }
@@ -183,31 +195,42 @@ impl Daemon {
             matched: None,
             behind: false,
         };
-        let (path, gap) = {
+        let (path, dropped) = {
             let inner = self.lock();
-            let Ok(Some(record)) = inner.store.get(scan.row) else {
-                return idle;
-            };
-            let head = self.config.log_head;
-            let dropped = inner.dropped(&record);
-            (output::log_path(&record.job_dir), head..head + dropped)
+            // A running item's figures are in memory; the record is asked only once
+            // for its log's path, and for the final figures of an item that ended.
+            let live = inner.live.get(&scan.row).map(|live| live.dropped);
+            match (&scan.path, live) {
+                (Some(path), Some(dropped)) => (path.clone(), dropped),
+                _ => {
+                    let Ok(Some(record)) = inner.store.get(scan.row) else {
+                        return idle;
+                    };
+                    let path = output::log_path(&record.job_dir);
+                    scan.path = Some(path.clone());
+                    (path, inner.dropped(&record))
+                }
+            }
         };
+        let head = self.config.log_head;
+        let gap = head..head + dropped;
         let len = output::log_len(&path);
         if len <= scan.lines.offset {
             return idle;
         }
         let mut taken = std::mem::take(scan);
         let regex = regex.clone();
-        let work = tokio::task::spawn_blocking(move || {
+        let bytes = len - taken.lines.offset;
+        let work = read_off_lock(bytes, move || {
             let step = advance(&mut taken, &path, len, gap, &regex);
             (taken, step)
         });
         match work.await {
-            Ok((taken, step)) => {
+            Some((taken, step)) => {
                 *scan = taken;
                 step
             }
-            Err(_) => idle,
+            None => idle,
         }
     }
 }

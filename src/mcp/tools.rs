@@ -398,6 +398,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             context: a.count("context")?,
             // Token shapes stay masked for a model: `--no-redact` is the person's.
             no_redact: false,
+            output_frame: false,
         }),
         "send" => Request::Send(SendArgs {
             id: a.required("id")?,

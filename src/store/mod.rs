@@ -27,6 +27,9 @@ pub enum StoreError {
     Corrupt { path: String, detail: String },
 }
 
+/// Prepared statements kept by the store's connection (more than it has).
+const STATEMENT_CACHE: usize = 128;
+
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// One work record, as stored.
@@ -228,6 +231,9 @@ impl Store {
     pub fn open(path: &std::path::Path, floor: i64) -> Result<Store> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // Every statement is prepared once and kept: the hot ones (a record by row, a
+        // cursor) run thousands of times a second under load.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let corrupt = |detail: String| StoreError::Corrupt {
             path: path.display().to_string(),
             detail,
@@ -260,15 +266,15 @@ impl Store {
         let (used_rows, used_notices) = (sequence(&conn, "items")?, sequence(&conn, "notices")?);
         // The database's identity: the reservation names the database it was made for.
         let db_token: Option<i64> = conn
-            .query_row("SELECT value FROM home WHERE key = 'token'", [], |r| {
-                r.get(0)
-            })
+            .prepare_cached("SELECT value FROM home WHERE key = 'token'")?
+            .query_row([], |r| r.get(0))
             .optional()?;
         let token = match db_token {
             Some(token) => token,
             None => {
                 let token = new_token();
-                conn.execute("INSERT INTO home(key, value) VALUES ('token', ?1)", [token])?;
+                conn.prepare_cached("INSERT INTO home(key, value) VALUES ('token', ?1)")?
+                    .execute([token])?;
                 token
             }
         };
@@ -313,19 +319,18 @@ impl Store {
         let behind = sequence(&tx, "items")? < rows;
         for (table, floor) in [("items", rows), ("notices", notices)] {
             if sequence(&tx, table)? < floor {
-                tx.execute("DELETE FROM sqlite_sequence WHERE name = ?1", [table])?;
-                tx.execute(
-                    "INSERT INTO sqlite_sequence(name, seq) VALUES (?1, ?2)",
-                    params![table, floor],
-                )?;
+                tx.prepare_cached("DELETE FROM sqlite_sequence WHERE name = ?1")?
+                    .execute([table])?;
+                tx.prepare_cached("INSERT INTO sqlite_sequence(name, seq) VALUES (?1, ?2)")?
+                    .execute(params![table, floor])?;
             }
         }
         if behind {
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO home(key, value) VALUES ('id_floor', ?1)
                  ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
-                [rows],
-            )?;
+            )?
+            .execute([rows])?;
         }
         tx.commit()?;
         Ok(())
@@ -380,42 +385,40 @@ impl Store {
         // The counter may be behind an id already taken (a database copied back over
         // newer job folders, which were then taken back): such ids are passed over.
         let id = loop {
-            let n: i64 = tx.query_row(
-                "INSERT INTO counters(session, prefix, next)
+            let n: i64 = tx.prepare_cached("INSERT INTO counters(session, prefix, next)
                      VALUES (?1, ?2, COALESCE((SELECT value FROM home WHERE key = 'id_floor'), 0) + 2)
                      ON CONFLICT(session, prefix) DO UPDATE SET next = next + 1
-                     RETURNING next - 1",
-                params![new.session, prefix],
+                     RETURNING next - 1")?.query_row(params![new.session, prefix],
                 |r| r.get(0),
             )?;
             let id = format!("{prefix}-{n}");
-            let taken: bool = tx.query_row(
-                "SELECT EXISTS(SELECT 1 FROM items WHERE session = ?1 AND id = ?2)",
-                params![new.session, id],
-                |r| r.get(0),
-            )?;
+            let taken: bool = tx
+                .prepare_cached(
+                    "SELECT EXISTS(SELECT 1 FROM items WHERE session = ?1 AND id = ?2)",
+                )?
+                .query_row(params![new.session, id], |r| r.get(0))?;
             if !taken {
                 break id;
             }
         };
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO items(session, id, kind, state, name, command, cwd, started_at, notify,
                                env_names, job_dir, cols, rows)
              VALUES (?1, ?2, ?3, 'starting', ?4, ?5, ?6, ?7, ?8, ?9, '', ?10, ?11)",
-            params![
-                new.session,
-                id,
-                kind_str(new.kind),
-                new.name,
-                new.command,
-                new.cwd,
-                new.started_at,
-                new.notify,
-                new.env_names.join(","),
-                new.cols,
-                new.rows,
-            ],
-        )?;
+        )?
+        .execute(params![
+            new.session,
+            id,
+            kind_str(new.kind),
+            new.name,
+            new.command,
+            new.cwd,
+            new.started_at,
+            new.notify,
+            new.env_names.join(","),
+            new.cols,
+            new.rows,
+        ])?;
         let row = tx.last_insert_rowid();
         also(&tx, row, &id)?;
         tx.commit()?;
@@ -427,48 +430,56 @@ impl Store {
     /// its own row, id and folder, `starting` so that reconciling finds its end.
     pub fn adopt(&mut self, row: i64, record: &NewRecord, id: &str, job_dir: &str) -> Result<bool> {
         let tx = self.conn.transaction()?;
-        let taken: bool = tx.query_row(
-            "SELECT EXISTS(SELECT 1 FROM items WHERE row = ?1 OR (session = ?2 AND id = ?3))",
-            params![row, record.session, id],
-            |r| r.get(0),
-        )?;
+        let taken: bool = tx
+            .prepare_cached(
+                "SELECT EXISTS(SELECT 1 FROM items WHERE row = ?1 OR (session = ?2 AND id = ?3))",
+            )?
+            .query_row(params![row, record.session, id], |r| r.get(0))?;
         if taken {
             return Ok(false);
         }
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO items(row, session, id, kind, state, name, command, cwd, started_at,
                                notify, env_names, job_dir, cols, rows)
              VALUES (?1, ?2, ?3, ?4, 'starting', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            params![
-                row,
-                record.session,
-                id,
-                kind_str(record.kind),
-                record.name,
-                record.command,
-                record.cwd,
-                record.started_at,
-                record.notify,
-                record.env_names.join(","),
-                job_dir,
-                record.cols,
-                record.rows,
-            ],
-        )?;
+        )?
+        .execute(params![
+            row,
+            record.session,
+            id,
+            kind_str(record.kind),
+            record.name,
+            record.command,
+            record.cwd,
+            record.started_at,
+            record.notify,
+            record.env_names.join(","),
+            job_dir,
+            record.cols,
+            record.rows,
+        ])?;
         if record.kind == Kind::SubAgent {
             // A sub-agent taken back keeps its session's parent.
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT OR IGNORE INTO sessions(name, parent, agent_row) VALUES (?1, ?2, ?3)",
-                params![sub_session_name(&record.session, id), record.session, row],
-            )?;
+            )?
+            .execute(params![
+                sub_session_name(&record.session, id),
+                record.session,
+                row
+            ])?;
         }
         // The session's counter goes past the id taken back.
         if let Some(n) = id.rsplit('-').next().and_then(|n| n.parse::<i64>().ok()) {
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT INTO counters(session, prefix, next) VALUES (?1, ?2, ?3)
                  ON CONFLICT(session, prefix) DO UPDATE SET next = max(next, excluded.next)",
-                params![record.session, id_prefix(record.kind), n.saturating_add(1)],
-            )?;
+            )?
+            .execute(params![
+                record.session,
+                id_prefix(record.kind),
+                n.saturating_add(1)
+            ])?;
         }
         tx.commit()?;
         self.keep_reserve()?;
@@ -477,51 +488,49 @@ impl Store {
 
     /// Whether a row number belongs to a record.
     pub fn has_row(&self, row: i64) -> Result<bool> {
-        Ok(self.conn.query_row(
-            "SELECT EXISTS(SELECT 1 FROM items WHERE row = ?1)",
-            [row],
-            |r| r.get(0),
-        )?)
+        Ok(self
+            .conn
+            .prepare_cached("SELECT EXISTS(SELECT 1 FROM items WHERE row = ?1)")?
+            .query_row([row], |r| r.get(0))?)
     }
 
     pub fn set_job_dir(&mut self, row: i64, job_dir: &str) -> Result<()> {
-        self.conn.execute(
-            "UPDATE items SET job_dir = ?2 WHERE row = ?1",
-            params![row, job_dir],
-        )?;
+        self.conn
+            .prepare_cached("UPDATE items SET job_dir = ?2 WHERE row = ?1")?
+            .execute(params![row, job_dir])?;
         Ok(())
     }
 
     pub fn set_running(&mut self, row: i64, pid: i32) -> Result<()> {
-        self.conn.execute(
-            "UPDATE items SET state = 'running', pid = ?2 WHERE row = ?1 AND state != 'ended'",
-            params![row, pid],
-        )?;
+        self.conn
+            .prepare_cached(
+                "UPDATE items SET state = 'running', pid = ?2 WHERE row = ?1 AND state != 'ended'",
+            )?
+            .execute(params![row, pid])?;
         Ok(())
     }
 
     pub fn set_size(&mut self, row: i64, cols: u16, rows: u16) -> Result<()> {
-        self.conn.execute(
-            "UPDATE items SET cols = ?2, rows = ?3 WHERE row = ?1",
-            params![row, cols, rows],
-        )?;
+        self.conn
+            .prepare_cached("UPDATE items SET cols = ?2, rows = ?3 WHERE row = ?1")?
+            .execute(params![row, cols, rows])?;
         Ok(())
     }
 
     /// Marks a record running that has no process (a monitor).
     pub fn mark_running(&mut self, row: i64) -> Result<()> {
-        self.conn.execute(
-            "UPDATE items SET state = 'running' WHERE row = ?1 AND state != 'ended'",
-            [row],
-        )?;
+        self.conn
+            .prepare_cached(
+                "UPDATE items SET state = 'running' WHERE row = ?1 AND state != 'ended'",
+            )?
+            .execute([row])?;
         Ok(())
     }
 
     pub fn set_stop_actor(&mut self, row: i64, actor: Actor) -> Result<()> {
-        self.conn.execute(
-            "UPDATE items SET stop_actor = ?2 WHERE row = ?1",
-            params![row, actor_str(actor)],
-        )?;
+        self.conn
+            .prepare_cached("UPDATE items SET stop_actor = ?2 WHERE row = ?1")?
+            .execute(params![row, actor_str(actor)])?;
         Ok(())
     }
 
@@ -532,14 +541,15 @@ impl Store {
         quiet_after_ms: Option<u64>,
         max_runtime_ms: Option<u64>,
     ) -> Result<()> {
-        self.conn.execute(
-            "UPDATE items SET quiet_after_ms = ?2, max_runtime_ms = ?3 WHERE row = ?1",
-            params![
+        self.conn
+            .prepare_cached(
+                "UPDATE items SET quiet_after_ms = ?2, max_runtime_ms = ?3 WHERE row = ?1",
+            )?
+            .execute(params![
                 row,
                 quiet_after_ms.map(|n| n as i64),
                 max_runtime_ms.map(|n| n as i64)
-            ],
-        )?;
+            ])?;
         Ok(())
     }
 
@@ -552,12 +562,21 @@ impl Store {
         text: &str,
         tail: &str,
     ) -> Result<bool> {
-        let added = self.conn.execute(
-            "INSERT OR IGNORE INTO notices(key, row, session, item, end_kind, text, tail,
+        let added = self
+            .conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO notices(key, row, session, item, end_kind, text, tail,
                                            created_at)
              SELECT ?2, row, session, id, ?3, ?4, ?5, ?6 FROM items WHERE row = ?1",
-            params![row, key, EVENT_NOTICE, text, tail, crate::paths::now_ms()],
-        )?;
+            )?
+            .execute(params![
+                row,
+                key,
+                EVENT_NOTICE,
+                text,
+                tail,
+                crate::paths::now_ms()
+            ])?;
         self.keep_reserve()?;
         Ok(added == 1)
     }
@@ -565,10 +584,9 @@ impl Store {
     /// Says why an ended record ended where its end alone does not (a `run` killed at
     /// its deadline, say); shown in its report.
     pub fn set_detail(&mut self, row: i64, detail: &str) -> Result<()> {
-        self.conn.execute(
-            "UPDATE items SET lost_reason = ?2 WHERE row = ?1 AND state = 'ended'",
-            params![row, detail],
-        )?;
+        self.conn
+            .prepare_cached("UPDATE items SET lost_reason = ?2 WHERE row = ?1 AND state = 'ended'")?
+            .execute(params![row, detail])?;
         Ok(())
     }
 
@@ -576,13 +594,15 @@ impl Store {
     /// changes nothing) when the record had already ended: an end is recorded once.
     pub fn settle(&mut self, row: i64, settlement: &Settlement) -> Result<bool> {
         let tx = self.conn.transaction()?;
-        let changed = tx.execute(
-            "UPDATE items SET state = 'ended', end_kind = ?2, exit_code = ?3, signal = ?4,
+        let changed = tx
+            .prepare_cached(
+                "UPDATE items SET state = 'ended', end_kind = ?2, exit_code = ?3, signal = ?4,
                     ended_at = ?5, log_len = ?6, dropped = ?7, lost_reason = ?8,
                     pid = COALESCE(pid, ?9), unwritten = ?10, unwritten_at = ?11,
                     cpu_ms = ?12, peak_rss = ?13
              WHERE row = ?1 AND state != 'ended'",
-            params![
+            )?
+            .execute(params![
                 row,
                 end_str(settlement.end),
                 settlement.exit_code,
@@ -596,25 +616,24 @@ impl Store {
                 settlement.unwritten_at as i64,
                 settlement.cpu_ms.map(|n| n.min(i64::MAX as u64) as i64),
                 settlement.peak_rss.map(|n| n.min(i64::MAX as u64) as i64),
-            ],
-        )?;
+            ])?;
         if changed == 1 {
             if let Some(notice) = &settlement.notice {
-                tx.execute(
+                tx.prepare_cached(
                     "INSERT OR IGNORE INTO notices(key, row, session, item, end_kind, exit_code,
                                                    signal, text, tail, created_at)
                      SELECT 'end:' || row, row, session, id, ?2, ?3, ?4, ?5, ?6, ?7
                      FROM items WHERE row = ?1",
-                    params![
-                        row,
-                        end_str(settlement.end),
-                        settlement.exit_code,
-                        settlement.signal,
-                        notice.text,
-                        notice.tail,
-                        settlement.ended_at,
-                    ],
-                )?;
+                )?
+                .execute(params![
+                    row,
+                    end_str(settlement.end),
+                    settlement.exit_code,
+                    settlement.signal,
+                    notice.text,
+                    notice.tail,
+                    settlement.ended_at,
+                ])?;
             }
         }
         tx.commit()?;
@@ -624,7 +643,11 @@ impl Store {
 
     pub fn get(&self, row: i64) -> Result<Option<Record>> {
         let sql = format!("SELECT {RECORD_COLUMNS} FROM items WHERE row = ?1");
-        Ok(self.conn.query_row(&sql, [row], record).optional()?)
+        Ok(self
+            .conn
+            .prepare_cached(&sql)?
+            .query_row([row], record)
+            .optional()?)
     }
 
     /// The records of a session and of its sub-agents' sessions: running ones, or all
@@ -639,7 +662,7 @@ impl Store {
             "SELECT {RECORD_COLUMNS} FROM items WHERE session IN {} AND {filter} ORDER BY row",
             sessions::tree("?1")
         );
-        let mut stmt = self.conn.prepare(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([session], record)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -654,7 +677,7 @@ impl Store {
         };
         let sql =
             format!("SELECT {RECORD_COLUMNS} FROM items WHERE {filter} ORDER BY session, row");
-        let mut stmt = self.conn.prepare(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([], record)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -666,24 +689,28 @@ impl Store {
             "SELECT EXISTS(SELECT 1 FROM items WHERE session IN {})",
             sessions::tree("?1")
         );
-        Ok(self.conn.query_row(&sql, [session], |r| r.get(0))?)
+        Ok(self
+            .conn
+            .prepare_cached(&sql)?
+            .query_row([session], |r| r.get(0))?)
     }
 
     /// How many records of every session have not ended (the daemon-wide cap).
     pub fn count_unsettled(&self) -> Result<usize> {
-        let n: i64 = self.conn.query_row(
-            // (The three states: `IN` uses the index on state, `!=` would read every row.)
-            "SELECT COUNT(*) FROM items WHERE state IN ('starting', 'running')",
-            [],
-            |r| r.get(0),
-        )?;
+        let n: i64 = self
+            .conn
+            .prepare_cached(
+                // (The three states: `IN` uses the index on state, `!=` would read every row.)
+                "SELECT COUNT(*) FROM items WHERE state IN ('starting', 'running')",
+            )?
+            .query_row([], |r| r.get(0))?;
         Ok(n as usize)
     }
 
     /// Every record not yet ended, of every session (for reconciling after a start).
     pub fn unsettled(&self) -> Result<Vec<Record>> {
         let sql = format!("SELECT {RECORD_COLUMNS} FROM items WHERE state != 'ended' ORDER BY row");
-        let mut stmt = self.conn.prepare(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([], record)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -691,27 +718,26 @@ impl Store {
     pub fn cursor(&self, session: &str, row: i64) -> Result<u64> {
         let offset: Option<i64> = self
             .conn
-            .query_row(
-                "SELECT offset FROM cursors WHERE session = ?1 AND row = ?2",
-                params![session, row],
-                |r| r.get(0),
-            )
+            .prepare_cached("SELECT offset FROM cursors WHERE session = ?1 AND row = ?2")?
+            .query_row(params![session, row], |r| r.get(0))
             .optional()?;
         Ok(offset.unwrap_or(0) as u64)
     }
 
     pub fn set_cursor(&mut self, session: &str, row: i64, offset: u64) -> Result<()> {
-        self.conn.execute(
-            "INSERT INTO cursors(session, row, offset) VALUES (?1, ?2, ?3)
+        self.conn
+            .prepare_cached(
+                "INSERT INTO cursors(session, row, offset) VALUES (?1, ?2, ?3)
              ON CONFLICT(session, row) DO UPDATE SET offset = excluded.offset",
-            params![session, row, offset as i64],
-        )?;
+            )?
+            .execute(params![session, row, offset as i64])?;
         Ok(())
     }
 
     pub fn dismiss(&mut self, row: i64) -> Result<()> {
         self.conn
-            .execute("UPDATE items SET dismissed = 1 WHERE row = ?1", [row])?;
+            .prepare_cached("UPDATE items SET dismissed = 1 WHERE row = ?1")?
+            .execute([row])?;
         Ok(())
     }
 
@@ -724,7 +750,7 @@ impl Store {
                                WHERE notices.row = items.row AND delivered_at IS NULL)
              ORDER BY ended_at"
         );
-        let mut stmt = self.conn.prepare(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([before_ms], record)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -732,9 +758,12 @@ impl Store {
     /// Deletes a record with its cursors and notices; its id is never reused.
     pub fn delete(&mut self, row: i64) -> Result<()> {
         let tx = self.conn.transaction()?;
-        tx.execute("DELETE FROM cursors WHERE row = ?1", [row])?;
-        tx.execute("DELETE FROM notices WHERE row = ?1", [row])?;
-        tx.execute("DELETE FROM items WHERE row = ?1", [row])?;
+        tx.prepare_cached("DELETE FROM cursors WHERE row = ?1")?
+            .execute([row])?;
+        tx.prepare_cached("DELETE FROM notices WHERE row = ?1")?
+            .execute([row])?;
+        tx.prepare_cached("DELETE FROM items WHERE row = ?1")?
+            .execute([row])?;
         tx.commit()?;
         Ok(())
     }
@@ -794,11 +823,8 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
 /// The highest number AUTOINCREMENT has given in `table`.
 fn sequence(conn: &Connection, table: &str) -> Result<i64> {
     Ok(conn
-        .query_row(
-            "SELECT seq FROM sqlite_sequence WHERE name = ?1",
-            [table],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT seq FROM sqlite_sequence WHERE name = ?1")?
+        .query_row([table], |r| r.get(0))
         .optional()?
         .unwrap_or(0))
 }

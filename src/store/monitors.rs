@@ -114,11 +114,13 @@ pub struct ScanProgress {
 impl Store {
     pub fn insert_monitor(&mut self, row: i64, monitor: &MonitorRow) -> Result<()> {
         let progress = &monitor.progress;
-        self.conn.execute(
-            "INSERT INTO monitors(row, mode, condition, target, target_row, regex, deadline_at,
+        self.conn
+            .prepare_cached(
+                "INSERT INTO monitors(row, mode, condition, target, target_row, regex, deadline_at,
                                   offset, matches, file_dev, file_ino, log_len, file_tail)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            params![
+            )?
+            .execute(params![
                 row,
                 mode_text(monitor.mode),
                 monitor.condition.as_str(),
@@ -132,48 +134,46 @@ impl Store {
                 progress.file.map(|f| f.1 as i64),
                 progress.log_len.map(|n| n as i64),
                 progress.file_tail,
-            ],
-        )?;
+            ])?;
         Ok(())
     }
 
     pub fn monitor(&self, row: i64) -> Result<Option<MonitorRow>> {
         Ok(self
             .conn
-            .query_row(
+            .prepare_cached(
                 "SELECT m.mode, m.condition, m.target, m.target_row, m.regex, m.deadline_at,
                         m.offset, m.matches, m.file_dev, m.file_ino, m.log_len, i.dropped,
                         m.file_tail
                  FROM monitors m JOIN items i ON i.row = m.row WHERE m.row = ?1",
-                [row],
-                |r| {
-                    let dev: Option<i64> = r.get(8)?;
-                    let ino: Option<i64> = r.get(9)?;
-                    let mode: String = r.get(0)?;
-                    let condition: String = r.get(1)?;
-                    Ok(MonitorRow {
-                        mode: parse_column(
-                            0,
-                            &mode,
-                            &[MonitorMode::Wait, MonitorMode::Watch],
-                            mode_text,
-                        )?,
-                        condition: parse_column(1, &condition, &Watched::ALL, Watched::as_str)?,
-                        target: r.get(2)?,
-                        target_row: r.get(3)?,
-                        regex: r.get(4)?,
-                        deadline_at: r.get(5)?,
-                        progress: ScanProgress {
-                            offset: r.get::<_, i64>(6)? as u64,
-                            file: dev.zip(ino).map(|(d, i)| (d as u64, i as u64)),
-                            file_tail: r.get(12)?,
-                            log_len: r.get::<_, Option<i64>>(10)?.map(|n| n as u64),
-                            dropped: r.get::<_, i64>(11)? as u64,
-                        },
-                        matches: r.get::<_, i64>(7)? as u64,
-                    })
-                },
-            )
+            )?
+            .query_row([row], |r| {
+                let dev: Option<i64> = r.get(8)?;
+                let ino: Option<i64> = r.get(9)?;
+                let mode: String = r.get(0)?;
+                let condition: String = r.get(1)?;
+                Ok(MonitorRow {
+                    mode: parse_column(
+                        0,
+                        &mode,
+                        &[MonitorMode::Wait, MonitorMode::Watch],
+                        mode_text,
+                    )?,
+                    condition: parse_column(1, &condition, &Watched::ALL, Watched::as_str)?,
+                    target: r.get(2)?,
+                    target_row: r.get(3)?,
+                    regex: r.get(4)?,
+                    deadline_at: r.get(5)?,
+                    progress: ScanProgress {
+                        offset: r.get::<_, i64>(6)? as u64,
+                        file: dev.zip(ino).map(|(d, i)| (d as u64, i as u64)),
+                        file_tail: r.get(12)?,
+                        log_len: r.get::<_, Option<i64>>(10)?.map(|n| n as u64),
+                        dropped: r.get::<_, i64>(11)? as u64,
+                    },
+                    matches: r.get::<_, i64>(7)? as u64,
+                })
+            })
             .optional()?)
     }
 
@@ -200,12 +200,13 @@ impl Store {
     ) -> Result<()> {
         let tx = self.conn.transaction()?;
         let pending: Option<(i64, i64, String)> = tx
-            .query_row(
+            .prepare_cached(
                 "SELECT nrow, count, tail FROM notices
                  WHERE row = ?1 AND end_kind = ?2 AND delivered_at IS NULL AND claim IS NULL",
-                params![row, MATCH_NOTICE],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
+            )?
+            .query_row(params![row, MATCH_NOTICE], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
             .optional()?;
         match pending {
             Some((nrow, before, earlier)) => {
@@ -213,25 +214,32 @@ impl Store {
                 // The notice carries the lines it counts: the earlier ones and these,
                 // the newest kept when they pass the bound.
                 let tail = newest_within(&(earlier + tail), tail.len().max(TAIL_MAX));
-                tx.execute(
+                tx.prepare_cached(
                     "UPDATE notices SET count = ?2, tail = ?3, created_at = ?4,
                             text = (SELECT id FROM items WHERE row = ?5)
                                    || ' matched ' || ?2 || ' new line(s)'
                      WHERE nrow = ?1",
-                    params![nrow, total as i64, tail, at, row],
-                )?;
+                )?
+                .execute(params![nrow, total as i64, tail, at, row])?;
             }
             None => {
                 // The running total is unique to this batch of this watch.
                 let key = format!("watch:{row}:{matches}");
-                tx.execute(
+                tx.prepare_cached(
                     "INSERT INTO notices(key, row, session, item, end_kind, text, tail,
                                          created_at, count)
                      SELECT ?2, row, session, id, ?3, id || ' matched ' || ?4 || ' new line(s)',
                             ?5, ?6, ?4
                      FROM items WHERE row = ?1",
-                    params![row, key, MATCH_NOTICE, count as i64, tail, at],
-                )?;
+                )?
+                .execute(params![
+                    row,
+                    key,
+                    MATCH_NOTICE,
+                    count as i64,
+                    tail,
+                    at
+                ])?;
             }
         }
         save_progress(&tx, row, progress, Some(matches))?;
@@ -246,25 +254,23 @@ fn save_progress(
     progress: &ScanProgress,
     matches: Option<u64>,
 ) -> Result<()> {
-    tx.execute(
+    tx.prepare_cached(
         "UPDATE monitors SET offset = ?2, file_dev = ?3, file_ino = ?4, log_len = ?5,
                 matches = coalesce(?6, matches), file_tail = ?7
          WHERE row = ?1",
-        params![
-            row,
-            progress.offset as i64,
-            progress.file.map(|f| f.0 as i64),
-            progress.file.map(|f| f.1 as i64),
-            progress.log_len.map(|n| n as i64),
-            matches.map(|n| n as i64),
-            progress.file_tail,
-        ],
-    )?;
+    )?
+    .execute(params![
+        row,
+        progress.offset as i64,
+        progress.file.map(|f| f.0 as i64),
+        progress.file.map(|f| f.1 as i64),
+        progress.log_len.map(|n| n as i64),
+        matches.map(|n| n as i64),
+        progress.file_tail,
+    ])?;
     if let Some(log_len) = progress.log_len {
-        tx.execute(
-            "UPDATE items SET dropped = ?2, log_len = ?3 WHERE row = ?1",
-            params![row, progress.dropped as i64, log_len as i64],
-        )?;
+        tx.prepare_cached("UPDATE items SET dropped = ?2, log_len = ?3 WHERE row = ?1")?
+            .execute(params![row, progress.dropped as i64, log_len as i64])?;
     }
     Ok(())
 }

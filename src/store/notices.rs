@@ -49,7 +49,7 @@ impl Store {
             notice_columns(),
             for_session()
         );
-        let mut stmt = self.conn.prepare(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([session], notice_row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -63,7 +63,10 @@ impl Store {
             for_session(),
             not_shown(shown)
         );
-        Ok(self.conn.query_row(&sql, [session], |r| r.get(0))?)
+        Ok(self
+            .conn
+            .prepare_cached(&sql)?
+            .query_row([session], |r| r.get(0))?)
     }
 
     /// Claims the pending, unclaimed notices of the session for `claim`, oldest first:
@@ -91,7 +94,7 @@ impl Store {
         );
         // SQLite: a negative LIMIT is no limit.
         let limit = limit.map_or(-1, i64::from);
-        let mut stmt = self.conn.prepare(&sql)?;
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(params![session, claim, limit], notice_row)?;
         let mut rows: Vec<NoticeRow> = rows.collect::<rusqlite::Result<_>>()?;
         rows.sort_by_key(|n| n.nrow);
@@ -108,7 +111,8 @@ impl Store {
         );
         Ok(self
             .conn
-            .query_row(&sql, params![session, claim], |r| r.get(0))?)
+            .prepare_cached(&sql)?
+            .query_row(params![session, claim], |r| r.get(0))?)
     }
 
     /// Claims the end notice of a record for `claim` when it is pending, unclaimed and
@@ -117,17 +121,14 @@ impl Store {
     pub fn claim_end_notice(&mut self, row: i64, session: &str, claim: i64) -> Result<Option<i64>> {
         Ok(self
             .conn
-            .query_row(
-                &format!(
-                    "UPDATE notices SET claim = ?2
+            .prepare_cached(&format!(
+                "UPDATE notices SET claim = ?2
                      WHERE key = 'end:' || ?1 AND session IN {}
                            AND delivered_at IS NULL AND claim IS NULL
                      RETURNING nrow",
-                    sessions::recipients("?3")
-                ),
-                params![row, claim, session],
-                |r| r.get(0),
-            )
+                sessions::recipients("?3")
+            ))?
+            .query_row(params![row, claim, session], |r| r.get(0))
             .optional()?)
     }
 
@@ -135,11 +136,11 @@ impl Store {
     pub fn mark_delivered(&mut self, claim: i64, nrows: &[i64], at: i64) -> Result<()> {
         let tx = self.conn.transaction()?;
         for nrow in nrows {
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE notices SET delivered_at = ?3, claim = NULL
                  WHERE nrow = ?1 AND claim = ?2 AND delivered_at IS NULL",
-                params![nrow, claim, at],
-            )?;
+            )?
+            .execute(params![nrow, claim, at])?;
         }
         tx.commit()?;
         Ok(())
@@ -164,7 +165,9 @@ impl Store {
         let tx = self.conn.transaction()?;
         let mut marked = 0;
         for nrow in nrows {
-            marked += tx.execute(&sql, params![session, nrow, claim, at])?;
+            marked += tx
+                .prepare_cached(&sql)?
+                .execute(params![session, nrow, claim, at])?;
         }
         tx.commit()?;
         Ok(marked)
@@ -174,10 +177,8 @@ impl Store {
     pub fn release_claims(&mut self, claim: i64, nrows: &[i64]) -> Result<()> {
         let tx = self.conn.transaction()?;
         for nrow in nrows {
-            tx.execute(
-                "UPDATE notices SET claim = NULL WHERE nrow = ?1 AND claim = ?2",
-                params![nrow, claim],
-            )?;
+            tx.prepare_cached("UPDATE notices SET claim = NULL WHERE nrow = ?1 AND claim = ?2")?
+                .execute(params![nrow, claim])?;
         }
         tx.commit()?;
         Ok(())
@@ -186,25 +187,24 @@ impl Store {
     /// Releases every claim `claim` holds (its connection closed).
     pub fn release_connection(&mut self, claim: i64) -> Result<()> {
         self.conn
-            .execute("UPDATE notices SET claim = NULL WHERE claim = ?1", [claim])?;
+            .prepare_cached("UPDATE notices SET claim = NULL WHERE claim = ?1")?
+            .execute([claim])?;
         Ok(())
     }
 
     /// Whether `claim` holds notices not yet acknowledged.
     pub fn holds_claims(&self, claim: i64) -> Result<bool> {
-        Ok(self.conn.query_row(
-            "SELECT EXISTS(SELECT 1 FROM notices WHERE claim = ?1)",
-            [claim],
-            |r| r.get(0),
-        )?)
+        Ok(self
+            .conn
+            .prepare_cached("SELECT EXISTS(SELECT 1 FROM notices WHERE claim = ?1)")?
+            .query_row([claim], |r| r.get(0))?)
     }
 
     /// Releases every claim (a daemon starts: the connections that held them are gone).
     pub fn release_all_claims(&mut self) -> Result<()> {
-        self.conn.execute(
-            "UPDATE notices SET claim = NULL WHERE claim IS NOT NULL",
-            [],
-        )?;
+        self.conn
+            .prepare_cached("UPDATE notices SET claim = NULL WHERE claim IS NOT NULL")?
+            .execute([])?;
         Ok(())
     }
 }

@@ -51,10 +51,8 @@ impl Store {
         let mut name = String::new();
         let record = self.insert_with(new, |tx, row, id| {
             name = sub_session_name(&new.session, id);
-            tx.execute(
-                "INSERT INTO sessions(name, parent, agent_row) VALUES (?1, ?2, ?3)",
-                params![name, new.session, row],
-            )?;
+            tx.prepare_cached("INSERT INTO sessions(name, parent, agent_row) VALUES (?1, ?2, ?3)")?
+                .execute(params![name, new.session, row])?;
             Ok(())
         })?;
         Ok((record, name))
@@ -64,7 +62,8 @@ impl Store {
     pub fn is_sub_agent_session(&self, name: &str) -> Result<bool> {
         Ok(self
             .conn
-            .query_row("SELECT 1 FROM sessions WHERE name = ?1", [name], |_| Ok(()))
+            .prepare_cached("SELECT 1 FROM sessions WHERE name = ?1")?
+            .query_row([name], |_| Ok(()))
             .optional()?
             .is_some())
     }
@@ -74,17 +73,14 @@ impl Store {
     pub fn root_of(&self, session: &str) -> Result<String> {
         let root: Option<String> = self
             .conn
-            .query_row(
-                &format!(
-                    "WITH RECURSIVE up(name, depth) AS (
+            .prepare_cached(&format!(
+                "WITH RECURSIVE up(name, depth) AS (
                         SELECT ?1, 0
                         UNION ALL SELECT s.parent, up.depth + 1 FROM sessions s
                               JOIN up ON s.name = up.name WHERE up.depth < {MAX_DEPTH}
                      ) SELECT name FROM up ORDER BY depth DESC LIMIT 1"
-                ),
-                [session],
-                |r| r.get(0),
-            )
+            ))?
+            .query_row([session], |r| r.get(0))
             .optional()?;
         Ok(root.unwrap_or_else(|| session.to_string()))
     }
@@ -99,7 +95,8 @@ impl Store {
         );
         Ok(self
             .conn
-            .query_row(&sql, params![viewer, owner, id], record)
+            .prepare_cached(&sql)?
+            .query_row(params![viewer, owner, id], record)
             .optional()?)
     }
 }

@@ -47,8 +47,11 @@ const REPORT_MASK_MAX: u64 = 16 << 20;
 
 /// Output is read from the pipe in chunks of this size.
 const READ_CHUNK: usize = 1 << 20;
-/// Output progress goes to the daemon at most this often while output streams.
+/// Output progress goes to the daemon at most this often while output streams, when
+/// it asked for a prompt pace or the log's dropped or unwritten bytes changed.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(2);
+/// The slowest pace a daemon may ask for.
+const SLOWEST_PACE: Duration = Duration::from_secs(1);
 /// How long a supervisor whose job ended keeps trying to write the status file.
 const STATUS_PATIENCE: Duration = Duration::from_secs(24 * 3600);
 /// The room a status file is given when the job starts, so that it can be written
@@ -178,6 +181,10 @@ struct Supervisor {
     raw_log: Option<OutputLog>,
     progress_due: bool,
     last_progress: Instant,
+    /// How often output progress may go to the daemon (it sets the pace).
+    pace: Duration,
+    /// The log's dropped and unwritten figures as last reported.
+    reported: (u64, u64, u64),
     stop_actor: Option<Actor>,
     escalation: Option<Escalation>,
     /// Set when a stop had to KILL the job: the grace its TERM got.
@@ -303,6 +310,8 @@ impl Supervisor {
             raw_log,
             progress_due: false,
             last_progress: Instant::now(),
+            pace: spec.progress_every_ms.map_or(PROGRESS_INTERVAL, pace_of),
+            reported: (0, 0, 0),
             stop_actor: None,
             escalation: None,
             killed_after_ms: None,
@@ -479,9 +488,7 @@ impl Supervisor {
 
     fn next_deadline(&self) -> Option<Instant> {
         let kill_at = self.escalation.as_ref().map(|e| e.kill_at);
-        let progress_at = self
-            .progress_due
-            .then(|| self.last_progress + PROGRESS_INTERVAL);
+        let progress_at = self.progress_at();
         let after_exit = self
             .main_status
             .map(|_| Instant::now() + Duration::from_millis(200));
@@ -604,16 +611,42 @@ impl Supervisor {
         }
     }
 
-    /// Tells the daemon how far the log has grown: at most once per
-    /// [`PROGRESS_INTERVAL`] while output streams, so a fast writer does not make the
-    /// daemon spin; `now` forces it (before the end is reported).
+    /// When output progress is next due, if any is: after the daemon's pace, or
+    /// after [`PROGRESS_INTERVAL`] when the dropped or unwritten bytes changed (a read
+    /// must not take the cap's new hole for output).
+    fn progress_at(&self) -> Option<Instant> {
+        if !self.progress_due {
+            return None;
+        }
+        let figures = (
+            self.log.dropped(),
+            self.log.unwritten(),
+            self.log.unwritten_at(),
+        );
+        let interval = match figures == self.reported {
+            true => self.pace,
+            false => PROGRESS_INTERVAL,
+        };
+        Some(self.last_progress + interval)
+    }
+
+    /// Tells the daemon how far the log has grown, at most once per pace while output
+    /// streams, so a fast writer does not make the daemon spin; `now` forces it
+    /// (before the end is reported).
     fn report_progress(&mut self, now: bool) {
-        let due_at = self.last_progress + PROGRESS_INTERVAL;
-        if !self.progress_due || (!now && Instant::now() < due_at) {
+        let Some(due_at) = self.progress_at() else {
+            return;
+        };
+        if !now && Instant::now() < due_at {
             return;
         }
         self.progress_due = false;
         self.last_progress = Instant::now();
+        self.reported = (
+            self.log.dropped(),
+            self.log.unwritten(),
+            self.log.unwritten_at(),
+        );
         if self.watch_commands {
             self.write_figures();
         }
@@ -835,6 +868,10 @@ impl Supervisor {
                 if let Some(pty) = &self.pty {
                     let _ = pty.resize(pty_process::Size::new(rows, cols));
                 }
+                None
+            }
+            ToSupervisor::Pace { every_ms } => {
+                self.pace = pace_of(every_ms);
                 None
             }
             ToSupervisor::Signal { signal } => {
@@ -1059,4 +1096,9 @@ pub fn read_status(job_dir: &Path, owner: &str) -> Option<Result<ExitStatus, Str
         }
     }
     Some(status)
+}
+
+/// A pace the daemon asked for, within [`PROGRESS_INTERVAL`] and [`SLOWEST_PACE`].
+fn pace_of(every_ms: u64) -> Duration {
+    Duration::from_millis(every_ms).clamp(PROGRESS_INTERVAL, SLOWEST_PACE)
 }

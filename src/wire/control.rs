@@ -48,6 +48,10 @@ pub struct JobSpec {
     /// Keep the unmasked output too, in `output.raw.log`.
     #[serde(default)]
     pub keep_raw_log: bool,
+    /// The pace of output progress until the daemon sets another (`Pace`); absent
+    /// (an older daemon), the prompt one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_every_ms: Option<u64>,
 }
 
 /// A job's description, written into its folder when it starts (`job.json`): what a
@@ -111,6 +115,12 @@ pub enum ToSupervisor {
     },
     Signal {
         signal: i32,
+    },
+    /// Report output progress at most every `every_ms` (the daemon asks for a prompt
+    /// pace while someone waits on the output, a relaxed one otherwise). A change in
+    /// the log's dropped or unwritten bytes is reported promptly whatever the pace.
+    Pace {
+        every_ms: u64,
     },
 }
 

@@ -38,12 +38,25 @@ impl LineBuffer {
 
     /// Adds bytes that arrived.
     pub fn push(&mut self, bytes: &[u8]) {
+        self.compact();
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// The buffer, with room for `at_least` more bytes past its end, for a reader to
+    /// append to in place (no chunk in between, nothing zeroed).
+    pub fn room(&mut self, at_least: usize) -> &mut Vec<u8> {
+        self.compact();
+        self.buffer.reserve(at_least);
+        &mut self.buffer
+    }
+
+    /// Drops the bytes already returned once they are half the buffer.
+    fn compact(&mut self) {
         if self.start > 0 && self.start >= self.buffer.len() / 2 {
             self.buffer.drain(..self.start);
             self.scanned -= self.start;
             self.start = 0;
         }
-        self.buffer.extend_from_slice(bytes);
     }
 
     /// The next complete line without its newline; `Ok(None)` until one is complete;
@@ -89,6 +102,21 @@ impl LineBuffer {
         (!rest.is_empty()).then_some(rest)
     }
 
+    /// Up to `n` of the bytes that wait after the last line returned (a frame that
+    /// follows its line).
+    pub fn take_bytes(&mut self, n: usize) -> Vec<u8> {
+        let end = self.start.saturating_add(n).min(self.buffer.len());
+        let bytes = self.buffer[self.start..end].to_vec();
+        self.start = end;
+        self.scanned = self.scanned.max(end);
+        if self.start == self.buffer.len() {
+            self.buffer.clear();
+            self.start = 0;
+            self.scanned = 0;
+        }
+        bytes
+    }
+
     /// Whether bytes wait that no line has returned yet.
     pub fn has_pending(&self) -> bool {
         self.buffer.len() > self.start
@@ -120,17 +148,16 @@ impl<R: AsyncRead + Unpin> Lines<R> {
     /// The next line without its newline; `Ok(None)` at the end of the stream (a last
     /// line without a newline is returned first). Cancel-safe.
     pub async fn next(&mut self) -> Result<Option<Vec<u8>>, LineError> {
-        let mut chunk = vec![0u8; CHUNK];
         loop {
             if let Some(line) = self.buffer.next_line().map_err(LineError::TooLong)? {
                 return Ok(Some(line));
             }
-            // `read` is cancel-safe: when this future is dropped, no byte was taken.
-            let n = self.reader.read(&mut chunk).await.map_err(LineError::Io)?;
+            // `read_buf` is cancel-safe: when this future is dropped, no byte was taken.
+            let room = self.buffer.room(CHUNK);
+            let n = self.reader.read_buf(room).await.map_err(LineError::Io)?;
             if n == 0 {
                 return Ok(self.buffer.take_rest());
             }
-            self.buffer.push(&chunk[..n]);
         }
     }
 
@@ -138,14 +165,13 @@ impl<R: AsyncRead + Unpin> Lines<R> {
     /// arrive meanwhile stay buffered for [`Lines::next`], and once any wait, this
     /// never resolves. Cancel-safe.
     pub async fn closed(&mut self) {
-        let mut chunk = vec![0u8; CHUNK];
         loop {
             if self.buffer.has_pending() {
                 return std::future::pending().await;
             }
-            match self.reader.read(&mut chunk).await {
+            match self.reader.read_buf(self.buffer.room(CHUNK)).await {
                 Ok(0) | Err(_) => return,
-                Ok(n) => self.buffer.push(&chunk[..n]),
+                Ok(_) => {}
             }
         }
     }
@@ -193,6 +219,16 @@ impl<R: std::io::Read> SyncLines<R> {
             self.buffer.push(&chunk[..n]);
         }
     }
+
+    /// Exactly `n` bytes that follow the last line (a frame): what arrived with the
+    /// line first, the rest read straight into place.
+    pub fn read_bytes(&mut self, n: usize) -> std::io::Result<Vec<u8>> {
+        let mut bytes = self.buffer.take_bytes(n);
+        let have = bytes.len();
+        bytes.resize(n, 0);
+        self.reader.read_exact(&mut bytes[have..])?;
+        Ok(bytes)
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +250,39 @@ mod tests {
         drop(a);
         assert_eq!(lines.next().await.unwrap().unwrap(), b"world");
         assert!(lines.next().await.unwrap().is_none());
+    }
+
+    #[test]
+    fn a_frame_after_a_line_is_read_whole_and_the_next_line_follows() {
+        let sent = b"{\"output_bytes\":5}\nab\ncd{\"next\":1}\n".to_vec();
+        // Whatever the reads' sizes, the frame's bytes are not taken for lines.
+        for piece in [1, 3, 64] {
+            let reader = Pieces(sent.chunks(piece).map(<[u8]>::to_vec).collect());
+            let mut lines = SyncLines::new(reader, 1 << 10);
+            assert_eq!(lines.next_line().unwrap().unwrap(), b"{\"output_bytes\":5}");
+            assert_eq!(lines.read_bytes(5).unwrap(), b"ab\ncd");
+            assert_eq!(lines.next_line().unwrap().unwrap(), b"{\"next\":1}");
+            assert!(lines.next_line().unwrap().is_none());
+        }
+    }
+
+    /// A reader that returns its bytes in the given pieces.
+    struct Pieces(Vec<Vec<u8>>);
+
+    impl std::io::Read for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.0.is_empty() {
+                return Ok(0);
+            }
+            let piece = &mut self.0[0];
+            let n = piece.len().min(buf.len());
+            buf[..n].copy_from_slice(&piece[..n]);
+            piece.drain(..n);
+            if piece.is_empty() {
+                self.0.remove(0);
+            }
+            Ok(n)
+        }
     }
 
     #[test]

@@ -362,6 +362,11 @@ pub struct ReadArgs {
     /// Show token shapes (`ghp_…`, `sk-…`) instead of masking them (for the person).
     #[serde(default)]
     pub no_redact: bool,
+    /// Send the output after the reply's line, as its `output_bytes` bytes, instead of
+    /// inside the JSON (`output`, or `output_base64` with `raw`): no escaping of the
+    /// output on either side. A daemon that does not know this field ignores it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub output_frame: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -557,6 +562,10 @@ pub struct ReadReply {
     /// With `raw`: the exact bytes, base64-encoded (JSON strings cannot hold any byte).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_base64: Option<String>,
+    /// With `output_frame`: the output (text, or the exact bytes with `raw`) follows
+    /// this line as this many bytes, and `output` is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<u64>,
     /// What the item's processes use and listen on (as in [`Item`]).
     #[serde(flatten)]
     pub cost: Cost,

@@ -804,3 +804,101 @@ fn issue11_notices_sent_but_unacknowledged_when_the_daemon_dies_come_back() {
     // The next daemon starts with every claim released.
     assert_eq!(take_notices(&home), ids);
 }
+
+impl Conn {
+    /// The `n` bytes that follow the last reply line (a read's output frame).
+    fn frame(&mut self, n: u64) -> Vec<u8> {
+        let mut bytes = vec![0u8; n as usize];
+        self.reader
+            .read_exact(&mut bytes)
+            .expect("the frame's bytes");
+        bytes
+    }
+}
+
+#[test]
+fn issue11_output_frames_carry_text_and_raw_bytes_exactly_and_the_connection_goes_on() {
+    let home = Home::new();
+    // Text with escapes and quotes, invalid UTF-8, NUL and a line that JSON escapes.
+    let id = home.start(
+        r#"printf 'caf\303\251 "quoted" \\ back\r\n\033[31mred\033[0m\n\377\376 \000 bytes\n'; seq 1 20000"#,
+    );
+    home.wait_end(&id);
+    let mut conn = Conn::open(&home);
+    let read = |raw: bool, frame: bool| {
+        json!({"session": "test", "op": "read", "id": id, "all": true, "raw": raw,
+               "output_frame": frame, "max_bytes": 1 << 20})
+    };
+    // Raw: the frame holds the log's bytes exactly, and nothing is in the JSON.
+    let raw = conn.call(read(true, true));
+    let n = raw["output_bytes"].as_u64().expect("a frame's length");
+    assert_eq!(raw["output"], "", "{raw}");
+    assert!(raw.get("output_base64").is_none(), "{raw}");
+    let bytes = conn.frame(n);
+    let log = std::fs::read(raw["log_path"].as_str().unwrap()).unwrap();
+    assert_eq!(bytes, log, "raw bytes through the frame");
+    // Text: the frame holds what `output` holds without a frame, byte for byte.
+    let framed = conn.call(read(false, true));
+    let text = conn.frame(framed["output_bytes"].as_u64().unwrap());
+    let plain = conn.call(read(false, false));
+    assert!(plain.get("output_bytes").is_none(), "{plain}");
+    assert_eq!(
+        String::from_utf8(text).expect("text frames are UTF-8"),
+        plain["output"].as_str().unwrap()
+    );
+    assert_eq!(
+        (framed["from"].clone(), framed["to"].clone()),
+        (plain["from"].clone(), plain["to"].clone())
+    );
+    // The connection goes on after frames: another request is answered.
+    let status = conn.call(json!({"session": "test", "op": "status"}));
+    assert!(status["pid"].is_number(), "{status}");
+    // The CLI reads through frames: its raw bytes and its text are the same again.
+    let cli_raw = home.run(&["read", &id, "--raw", "--all"]);
+    assert_eq!(cli_raw.raw_stdout, log);
+    let cli_text = home.run(&["read", &id, "--all"]);
+    assert!(
+        cli_text.stdout.starts_with("café \"quoted\" \\ back"),
+        "{}",
+        cli_text.stdout
+    );
+    assert!(
+        cli_text.stdout.contains("\n19999\n20000\n"),
+        "the end of the text"
+    );
+}
+
+#[test]
+fn issue11_reads_of_a_capped_log_that_streams_never_show_its_dropped_middle() {
+    // The cap drops the middle of the log while nobody waits on it (its supervisor
+    // reports at the relaxed pace): a read must still never take the new hole's
+    // zeros for output.
+    let home = Home::new()
+        .with("BGWORK_LOG_CAP", &(256 << 10).to_string())
+        .with("BGWORK_LOG_HEAD", &(64 << 10).to_string());
+    // About 25 MB at about 20 MB/s: the reader falls behind, into the dropped middle.
+    let id = home.start(
+        r#"perl -e '$|=1; for (1..400) { print "x" x 65535, "\n"; select(undef, undef, undef, 0.003) }'"#,
+    );
+    let mut reads = 0;
+    let mut dropped_seen = false;
+    loop {
+        // Raw: a zero byte would show as itself.
+        let reply = home.json(&["read", &id, "--raw", "--max-bytes", "65536"]);
+        reads += 1;
+        let output = reply["output"].as_str().unwrap();
+        assert!(
+            !output.contains('\0'),
+            "read {reads} showed the hole: {}",
+            &reply.to_string()[..300]
+        );
+        dropped_seen |= reply["dropped_bytes"].as_u64().unwrap() > 0;
+        if reply["running"] == false && reply["clipped"] == false {
+            break;
+        }
+    }
+    assert!(
+        dropped_seen,
+        "the cap dropped output while it was read ({reads} reads)"
+    );
+}

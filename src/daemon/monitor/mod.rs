@@ -157,7 +157,9 @@ impl Daemon {
         let polls = !task.wakes_on_changes();
         let mut changes = self.changes();
         // The output of the item it reads, when it reads one: nothing else's wakes it.
-        let mut output = task.log_row().map(|row| self.watch_output(&[row]));
+        let mut output = task
+            .log_row()
+            .map(|row| self.watch_output(&[row], crate::daemon::Pace::Prompt));
         let mut backoff = FIRST_BACKOFF;
         let mut next_poll = Instant::now();
         let mut events = FsEvents::default();

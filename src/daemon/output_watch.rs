@@ -1,0 +1,131 @@
+//! Who watches which item's output, and how promptly that item's supervisor reports it.
+//!
+//! A supervisor tells the daemon how far its log has grown at a pace the daemon sets:
+//! [`Pace::Prompt`] while someone waits for that output now (a `wait --until`, a
+//! `run`, a follower in the strip, a monitor of the output), [`Pace::Relaxed`]
+//! otherwise, which is enough for the daemon's own watch of each job (quiet spells, a
+//! port in use) and costs it almost nothing for output nobody waits on. Reads never
+//! depend on it: they take a log's length from the file.
+//!
+//! Output of an item wakes only its own watchers. The pace a supervisor was told is
+//! decided here alone, under this registry's lock, so a watcher that comes and one that
+//! goes cannot leave it at the wrong pace.
+
+use crate::executor::JobHandle;
+use crate::wire::control::ToSupervisor;
+use std::collections::HashMap;
+use tokio::sync::watch;
+
+/// The progress interval of a job someone waits on. Output after a quiet spell is
+/// reported at once; output that streams, at most this often: 20 times a second looks
+/// live to a person, and a job printing 1,000 lines a second costs the daemon 20
+/// reports a second, not 500.
+pub(crate) const PROMPT_MS: u64 = 50;
+/// The progress interval of a job nobody waits on.
+pub(crate) const RELAXED_MS: u64 = 250;
+
+/// How soon a watcher needs to hear of new output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pace {
+    /// Within milliseconds: someone waits for it now.
+    Prompt,
+    /// Within a fraction of a second: the daemon's own background watch.
+    Relaxed,
+}
+
+/// The watchers of one item, and the connection to its supervisor while it runs.
+#[derive(Default)]
+struct Item {
+    watchers: Vec<(watch::Sender<()>, Pace)>,
+    handle: Option<JobHandle>,
+    /// Whether the supervisor was last told to report promptly.
+    prompt: bool,
+}
+
+impl Item {
+    fn wants_prompt(&self) -> bool {
+        self.watchers
+            .iter()
+            .any(|(sender, pace)| *pace == Pace::Prompt && !sender.is_closed())
+    }
+
+    /// Tells the supervisor the pace its watchers need, when it changed (or `always`).
+    fn tell(&mut self, always: bool) {
+        let prompt = self.wants_prompt();
+        if prompt == self.prompt && !always {
+            return;
+        }
+        self.prompt = prompt;
+        if let Some(handle) = &self.handle {
+            let every_ms = if prompt { PROMPT_MS } else { RELAXED_MS };
+            handle.send(ToSupervisor::Pace { every_ms });
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.watchers.is_empty() && self.handle.is_none()
+    }
+}
+
+/// The registry (one per daemon).
+#[derive(Default)]
+pub(crate) struct OutputWatchers {
+    items: std::sync::Mutex<HashMap<i64, Item>>,
+}
+
+impl OutputWatchers {
+    fn items(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Item>> {
+        self.items
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A receiver that changes when the output of any of `rows` grows. Nothing else
+    /// wakes it, and output of other items costs its holder nothing.
+    pub(crate) fn watch(&self, rows: &[i64], pace: Pace) -> watch::Receiver<()> {
+        let (sender, receiver) = watch::channel(());
+        let mut items = self.items();
+        for &row in rows {
+            let item = items.entry(row).or_default();
+            // Watchers of an item that writes nothing are let go here.
+            item.watchers.retain(|(sender, _)| !sender.is_closed());
+            item.watchers.push((sender.clone(), pace));
+            item.tell(false);
+        }
+        receiver
+    }
+
+    /// The output of `row` grew: wakes whoever watches it, forgets watchers that have
+    /// gone, and slows its supervisor down once no one waits promptly any more.
+    pub(crate) fn grew(&self, row: i64) {
+        let mut items = self.items();
+        let Some(item) = items.get_mut(&row) else {
+            return;
+        };
+        item.watchers.retain(|(sender, _)| sender.send(()).is_ok());
+        item.tell(false);
+        if item.is_idle() {
+            items.remove(&row);
+        }
+    }
+
+    /// A running item's supervisor connection: it is told its pace at once.
+    pub(crate) fn attach(&self, row: i64, handle: JobHandle) {
+        let mut items = self.items();
+        let item = items.entry(row).or_default();
+        item.handle = Some(handle);
+        item.tell(true);
+    }
+
+    /// The item's supervisor connection is gone (it ended, or it is being reconnected).
+    pub(crate) fn detach(&self, row: i64) {
+        let mut items = self.items();
+        if let Some(item) = items.get_mut(&row) {
+            item.handle = None;
+            item.prompt = false;
+            if item.is_idle() {
+                items.remove(&row);
+            }
+        }
+    }
+}

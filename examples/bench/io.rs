@@ -188,11 +188,12 @@ pub fn incremental_read(opts: &Opts, report: &mut String) {
     if median(&bgwork) > 5.0 {
         note(&format!(
             "**Incremental read** ({:.2} ms for 1 MiB against 5 ms). The figure is a whole CLI \
-             call that returns the megabyte as JSON and prints it: a client exec (~1.9 ms), a \
-             1 MiB `pread`, UTF-8 repair, JSON encoding and decoding of 1 MiB and the copy \
-             through the socket. The log's size does not enter (the read is by offset). What \
-             would close the gap: output bytes sent outside JSON (a length-prefixed frame), \
-             written by the client straight to stdout.",
+             call: a client exec (~2 ms before it connects), a 1 MiB `pread`, the scan for \
+             escapes and UTF-8 repair, the megabyte through the socket after the reply's \
+             line (a frame: no JSON escaping either way) and printed. The log's size does \
+             not enter (the read is by offset). What would close the gap: a smaller client \
+             binary (its start is measured in section 1) and the print without the copy \
+             into a `String`.",
             median(&bgwork)
         ));
     }

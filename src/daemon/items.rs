@@ -8,6 +8,7 @@ use crate::wire::{
     WireError,
 };
 use std::collections::BTreeMap;
+use std::path::Path;
 
 impl Daemon {
     /// The item of a record (with what the registry knows of it while it runs), as its
@@ -301,4 +302,33 @@ fn dir_size(dir: &str) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+impl Daemon {
+    pub(crate) fn state_of(&self, row: i64) -> Option<State> {
+        self.lock().store.get(row).ok().flatten().map(|r| r.state)
+    }
+
+    pub(crate) fn has_ended(&self, row: i64) -> bool {
+        let inner = self.lock();
+        matches!(inner.store.get(row), Ok(Some(r)) if r.state == State::Ended)
+    }
+
+    /// Whether a record has ended, asking its status file too: before a deadline is
+    /// taken to have passed with the item still running, an end already written to
+    /// disk (whose message may still wait in a socket after a pause) is recorded.
+    pub(crate) fn ended_now(&self, row: i64) -> bool {
+        if self.has_ended(row) {
+            return true;
+        }
+        let record = match self.lock().store.get(row) {
+            Ok(Some(record)) if !record.job_dir.is_empty() => record,
+            _ => return false,
+        };
+        let owner = super::settle::owner(&record);
+        match crate::supervisor::read_status(Path::new(&record.job_dir), &owner) {
+            Some(Ok(status)) => self.settle_status(row, &status) && self.has_ended(row),
+            _ => false,
+        }
+    }
 }

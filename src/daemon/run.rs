@@ -9,8 +9,8 @@
 //! stdin ends), as a shell passes its stdin to a foreground command. A caller that goes
 //! away stops the run, as Ctrl-C in a terminal would.
 
-use super::jobs::Launch;
 use super::serve::FrameReader;
+use super::start::Launch;
 use super::Daemon;
 use crate::executor::WriteRefused;
 use crate::output;

@@ -1,36 +1,25 @@
-//! The calls that act on jobs: start, stop, send, shutdown.
+//! `start` and `agent start`: the limits checked and the record written under one lock,
+//! a job folder of its own, the job's spec handed to its executor, and the window in
+//! which the reply waits for the first output or the end.
 
 use super::{Daemon, Live};
 use crate::environ::{self, CallerEnv};
-use crate::executor::WriteRefused;
 use crate::output;
 use crate::paths::now_ms;
 use crate::redact;
-use crate::store::{sub_session_name, NewRecord, Record, Settlement};
-use crate::wire::control::{self, JobRecord, JobSpec, PaneSize, ToSupervisor, PROTOCOL};
-use crate::wire::{
-    Ack, Actor, End, ErrorCode, Item, Kind, SendArgs, StartArgs, StartReply, State, StopArgs,
-    WireError,
-};
-use std::path::Path;
+use crate::store::{NewRecord, Record, Settlement};
+use crate::wire::control::{self, JobRecord, JobSpec, PaneSize, PROTOCOL};
+use crate::wire::{End, ErrorCode, Item, Kind, StartArgs, StartReply, State, WireError};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// A stop waits this long past its grace for the job to be gone.
-const STOP_SLACK: Duration = Duration::from_secs(2);
-const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// How long `start` waits to learn that a job's process started.
 const SPAWN_WAIT: Duration = Duration::from_secs(10);
-/// How long `stop` waits for a job that is starting (or being reconnected to) to be
-/// attached before it says so.
-const ATTACH_WAIT: Duration = Duration::from_secs(5);
-/// How long `send` waits for a supervisor to confirm that it took the input.
-const INPUT_ANSWER: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
 /// Sub-agents a session may run at once (contract §5).
 const MAX_SUB_AGENTS: usize = 2;
-
 /// How a job is launched beyond its arguments.
 #[derive(Default)]
 pub(crate) struct Launch {
@@ -43,6 +32,12 @@ pub(crate) struct Launch {
     pub refuse_duplicate: bool,
     /// A restart that holds a start of the rate guard (`Daemon::hold_start`).
     pub held: bool,
+}
+/// What the locked part of a launch did: recorded a new job (with a sub-agent's
+/// session), or found its twin running (its row).
+enum Recorded {
+    New(Box<Record>, Option<String>),
+    Twin(i64),
 }
 
 /// What a launch did: started a job (its row), or found its twin running.
@@ -174,22 +169,7 @@ impl Daemon {
     ) -> Result<Launched, WireError> {
         check_start(args)?;
         let limits = limits_of(args)?;
-        // A request with no folder runs in the daemon user's home, never in the daemon's
-        // own folder; a relative one is refused, never interpreted.
-        let cwd = args
-            .cwd
-            .clone()
-            .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
-        crate::paths::require_absolute(&cwd, "cwd")?;
-        let pane = match args.pty {
-            true => {
-                let cols = args.cols.unwrap_or(DEFAULT_COLS);
-                let rows = args.rows.unwrap_or(DEFAULT_ROWS);
-                super::pane::check_size(cols, rows)?;
-                Some(PaneSize { cols, rows })
-            }
-            false => None,
-        };
+        let (cwd, pane) = place(args)?;
         let twin = super::observe::Twin {
             kind: if pane.is_some() {
                 Kind::Pane
@@ -205,140 +185,32 @@ impl Daemon {
             true => self.listening_twins(session, &twin).await,
             false => Vec::new(),
         };
-        let (record, sub_session) = {
-            let mut inner = self.lock();
-            if refuse_duplicate {
-                if let Some(twin) = Self::running_twin(&inner, session, &twin, &listening)? {
-                    return Ok(Launched::Twin(twin.row));
-                }
-            }
-            // Limits hold for a root session and its sub-agents together.
-            let root = inner.store.root_of(session)?;
-            self.check_guards_held(&mut inner, &root, launch.over_limit, launch.held)?;
-            if launch.sub_agent {
-                let agents: Vec<Record> = Self::running_tree(&inner, session)?
-                    .into_iter()
-                    .filter(|r| r.kind == Kind::SubAgent)
-                    .collect();
-                if agents.len() >= MAX_SUB_AGENTS {
-                    let running = running_items(self, &root, &agents);
-                    return Err(limit_error(MAX_SUB_AGENTS, session, &root, &running));
-                }
-            } else {
-                // Jobs on Slurm count against a limit of their own: the cluster runs
-                // them, not this machine.
-                let on_slurm = args.slurm.is_some();
-                let max = match on_slurm {
-                    true => self.config.max_slurm,
-                    false => self.config.max_running,
-                };
-                let running: Vec<Record> = Self::counted(&inner, session)?
-                    .into_iter()
-                    .filter(|r| self.slurm.view(r.row, &r.job_dir).is_some() == on_slurm)
-                    .collect();
-                if !launch.over_limit && running.len() >= max {
-                    let running = running_items(self, &root, &running);
-                    let mut error = limit_error(max, session, &root, &running);
-                    if on_slurm {
-                        error.message =
-                            error
-                                .message
-                                .replacen("items", "jobs on Slurm (BGWORK_MAX_SLURM)", 1);
-                    }
-                    return Err(error);
-                }
-            }
-            let new = NewRecord {
-                session: session.to_string(),
-                kind: match (launch.sub_agent, pane.is_some()) {
-                    (true, _) => Kind::SubAgent,
-                    (false, true) => Kind::Pane,
-                    (false, false) => Kind::Job,
-                },
-                name: args.name.clone(),
-                command: args.command.clone(),
-                cwd: cwd.clone(),
-                notify: args.notify,
-                env_names: args.env.keys().cloned().collect(),
-                started_at: now_ms(),
-                cols: pane.map(|p| p.cols),
-                rows: pane.map(|p| p.rows),
-            };
-            let (record, sub_session) = if launch.sub_agent {
-                let (record, name) = inner.store.insert_sub_agent(&new)?;
-                (record, Some(name))
-            } else {
-                (inner.store.insert(&new)?, None)
-            };
-            self.count_start(&mut inner, &root);
-            if limits != (None, None) {
-                inner.store.set_limits(record.row, limits.0, limits.1)?;
-            }
-            super::observe::remember_env(record.row, &args.env);
-            (record, sub_session)
+        let twin = refuse_duplicate.then_some((&twin, listening.as_slice()));
+        let new = NewRecord {
+            session: session.to_string(),
+            kind: match (launch.sub_agent, pane.is_some()) {
+                (true, _) => Kind::SubAgent,
+                (false, true) => Kind::Pane,
+                (false, false) => Kind::Job,
+            },
+            name: args.name.clone(),
+            command: args.command.clone(),
+            cwd: cwd.clone(),
+            notify: args.notify,
+            env_names: args.env.keys().cloned().collect(),
+            started_at: now_ms(),
+            cols: pane.map(|p| p.cols),
+            rows: pane.map(|p| p.rows),
+        };
+        let (record, sub_session) = match self.record_start(&new, args, &launch, twin, limits)? {
+            Recorded::New(record, sub_session) => (*record, sub_session),
+            Recorded::Twin(row) => return Ok(Launched::Twin(row)),
         };
         if let Some(shown) = shown {
             shown.watch(&[record.row]);
         }
-        let job_dir = self.paths.job_dir(record.row);
-        // A folder of its own, never one that exists already (rows are never reused, so
-        // one that exists was put there by something else, maybe a symlink).
-        let prepared = make_job_dir(&self.paths.jobs, &job_dir)
-            .and_then(|()| write_job_record(&job_dir, &record, args))
-            .and_then(|()| {
-                let dir = job_dir.display().to_string();
-                self.lock()
-                    .store
-                    .set_job_dir(record.row, &dir)
-                    .map_err(|e| e.to_string())
-            });
-        if let Err(reason) = prepared {
-            return Err(self.spawn_failed(record.row, &record.id, reason));
-        }
-        if !Path::new(&cwd).is_dir() {
-            let reason =
-                format!("the working directory {cwd} does not exist: pass an existing --cwd");
-            return Err(self.spawn_failed(record.row, &record.id, reason));
-        }
-        let (mut env, env_bytes) = match &args.inherit_env {
-            Some(env) => (env.clone(), args.inherit_env_bytes.clone()),
-            None => {
-                let own = CallerEnv::of_this_process();
-                (own.text, own.bytes)
-            }
-        };
-        env.extend(args.env.clone());
-        // A job knows its session and its id, so that a `bgwork` call inside it files
-        // its work under the same session (a sub-agent's own session is set below).
-        env.insert("BGWORK_SESSION".into(), session.to_string());
-        env.insert("BGWORK_ITEM".into(), record.id.clone());
-        if let Some(sub_session) = sub_session {
-            let report = job_dir.join(super::settle::REPORT_FILE);
-            env.insert("BGWORK_SESSION".into(), sub_session);
-            env.insert("BGWORK_REPORT".into(), report.display().to_string());
-        }
-        let env_bytes = environ::without_names(&env_bytes, &env);
-        let spec = JobSpec {
-            protocol: PROTOCOL,
-            job_key: job_dir.display().to_string(),
-            job_dir: job_dir.display().to_string(),
-            command: args.command.clone(),
-            cwd,
-            env,
-            env_bytes,
-            log_cap: self.config.log_cap,
-            log_head: self.config.log_head,
-            linger_grace_ms: self.config.linger_grace.as_millis() as u64,
-            pane,
-            owner: super::settle::owner(&record),
-            // Under Slurm the allocation has its own cgroup, the scheduler's.
-            no_cgroup: !self.config.cgroups || args.slurm.is_some(),
-            max_runtime_ms: limits.1,
-            secrets: secret_pairs(args),
-            keep_raw_log: args.keep_raw_log,
-            // Prompt once someone waits on its output (see `output_watch`).
-            progress_every_ms: Some(super::output_watch::RELAXED_MS),
-        };
+        let job_dir = self.prepare_folder(&record, args, &cwd)?;
+        let spec = self.job_spec(&record, args, &job_dir, sub_session, pane, limits);
         let started = match &args.slurm {
             Some(slurm) => self.slurm.start(record.row, &spec, slurm).await,
             None => self.executor.start(record.row, &spec),
@@ -354,21 +226,168 @@ impl Daemon {
                 .get(record.row)?
                 .is_some_and(|r| r.state != State::Ended);
             if still {
-                self.go_live(
-                    &mut inner,
-                    record.row,
-                    Live {
-                        handle,
-                        dropped: 0,
-                        input_closed: false,
-                        unwritten: 0,
-                        unwritten_at: 0,
-                    },
-                );
+                let live = Live {
+                    handle,
+                    dropped: 0,
+                    input_closed: false,
+                    unwritten: 0,
+                    unwritten_at: 0,
+                };
+                self.go_live(&mut inner, record.row, live);
             }
         }
         self.bump();
         Ok(Launched::New(record.row))
+    }
+
+    /// Under the one lock: a running twin (when `twin` is given), else the limits of
+    /// the session (and of its root), then the record and the start counted.
+    fn record_start(
+        &self,
+        new: &NewRecord,
+        args: &StartArgs,
+        launch: &Launch,
+        twin: Option<(&super::observe::Twin<'_>, &[i64])>,
+        limits: (Option<u64>, Option<u64>),
+    ) -> Result<Recorded, WireError> {
+        let session = new.session.as_str();
+        let mut inner = self.lock();
+        if let Some((twin, listening)) = twin {
+            if let Some(twin) = Self::running_twin(&inner, session, twin, listening)? {
+                return Ok(Recorded::Twin(twin.row));
+            }
+        }
+        // Limits hold for a root session and its sub-agents together.
+        let root = inner.store.root_of(session)?;
+        self.check_guards_held(&mut inner, &root, launch.over_limit, launch.held)?;
+        if launch.sub_agent {
+            let agents: Vec<Record> = Self::running_tree(&inner, session)?
+                .into_iter()
+                .filter(|r| r.kind == Kind::SubAgent)
+                .collect();
+            if agents.len() >= MAX_SUB_AGENTS {
+                let running = running_items(self, &root, &agents);
+                return Err(limit_error(MAX_SUB_AGENTS, session, &root, &running));
+            }
+        } else {
+            // Jobs on Slurm count against a limit of their own: the cluster runs them,
+            // not this machine.
+            let on_slurm = args.slurm.is_some();
+            let max = match on_slurm {
+                true => self.config.max_slurm,
+                false => self.config.max_running,
+            };
+            let running: Vec<Record> = Self::counted(&inner, session)?
+                .into_iter()
+                .filter(|r| self.slurm.view(r.row, &r.job_dir).is_some() == on_slurm)
+                .collect();
+            if !launch.over_limit && running.len() >= max {
+                let running = running_items(self, &root, &running);
+                let mut error = limit_error(max, session, &root, &running);
+                if on_slurm {
+                    error.message =
+                        error
+                            .message
+                            .replacen("items", "jobs on Slurm (BGWORK_MAX_SLURM)", 1);
+                }
+                return Err(error);
+            }
+        }
+        let (record, sub_session) = if launch.sub_agent {
+            let (record, name) = inner.store.insert_sub_agent(new)?;
+            (record, Some(name))
+        } else {
+            (inner.store.insert(new)?, None)
+        };
+        self.count_start(&mut inner, &root);
+        if limits != (None, None) {
+            inner.store.set_limits(record.row, limits.0, limits.1)?;
+        }
+        super::observe::remember_env(record.row, &args.env);
+        Ok(Recorded::New(Box::new(record), sub_session))
+    }
+
+    /// The job's own folder, with its description, and its working directory checked;
+    /// a start that fails here is settled `spawn_failed`.
+    fn prepare_folder(
+        &self,
+        record: &Record,
+        args: &StartArgs,
+        cwd: &str,
+    ) -> Result<PathBuf, WireError> {
+        let job_dir = self.paths.job_dir(record.row);
+        // A folder of its own, never one that exists already (rows are never reused, so
+        // one that exists was put there by something else, maybe a symlink).
+        let prepared = make_job_dir(&self.paths.jobs, &job_dir)
+            .and_then(|()| write_job_record(&job_dir, record, args))
+            .and_then(|()| {
+                let dir = job_dir.display().to_string();
+                self.lock()
+                    .store
+                    .set_job_dir(record.row, &dir)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(reason) = prepared {
+            return Err(self.spawn_failed(record.row, &record.id, reason));
+        }
+        if !Path::new(cwd).is_dir() {
+            let reason =
+                format!("the working directory {cwd} does not exist: pass an existing --cwd");
+            return Err(self.spawn_failed(record.row, &record.id, reason));
+        }
+        Ok(job_dir)
+    }
+
+    /// What the job's supervisor is handed: its command and environment (with the
+    /// session and id a `bgwork` call inside it needs), its log's cap and its limits.
+    fn job_spec(
+        &self,
+        record: &Record,
+        args: &StartArgs,
+        job_dir: &Path,
+        sub_session: Option<String>,
+        pane: Option<PaneSize>,
+        limits: (Option<u64>, Option<u64>),
+    ) -> JobSpec {
+        let (mut env, env_bytes) = match &args.inherit_env {
+            Some(env) => (env.clone(), args.inherit_env_bytes.clone()),
+            None => {
+                let own = CallerEnv::of_this_process();
+                (own.text, own.bytes)
+            }
+        };
+        env.extend(args.env.clone());
+        // A job knows its session and its id, so that a `bgwork` call inside it files
+        // its work under the same session (a sub-agent's own session is set below).
+        env.insert("BGWORK_SESSION".into(), record.session.clone());
+        env.insert("BGWORK_ITEM".into(), record.id.clone());
+        if let Some(sub_session) = sub_session {
+            let report = job_dir.join(super::settle::REPORT_FILE);
+            env.insert("BGWORK_SESSION".into(), sub_session);
+            env.insert("BGWORK_REPORT".into(), report.display().to_string());
+        }
+        let env_bytes = environ::without_names(&env_bytes, &env);
+        JobSpec {
+            protocol: PROTOCOL,
+            job_key: job_dir.display().to_string(),
+            job_dir: job_dir.display().to_string(),
+            command: args.command.clone(),
+            cwd: record.cwd.clone(),
+            env,
+            env_bytes,
+            log_cap: self.config.log_cap,
+            log_head: self.config.log_head,
+            linger_grace_ms: self.config.linger_grace.as_millis() as u64,
+            pane,
+            owner: super::settle::owner(record),
+            // Under Slurm the allocation has its own cgroup, the scheduler's.
+            no_cgroup: !self.config.cgroups || args.slurm.is_some(),
+            max_runtime_ms: limits.1,
+            secrets: secret_pairs(args),
+            keep_raw_log: args.keep_raw_log,
+            // Prompt once someone waits on its output (see `output_watch`).
+            progress_every_ms: Some(super::output_watch::RELAXED_MS),
+        }
     }
 
     /// The output written so far (which then counts as read) and the item.
@@ -390,33 +409,6 @@ impl Daemon {
         let (text, _) = excerpt.render(max, &path);
         inner.store.set_cursor(session, row, len)?;
         Ok((text, self.item(&record)))
-    }
-
-    pub(crate) fn state_of(&self, row: i64) -> Option<State> {
-        self.lock().store.get(row).ok().flatten().map(|r| r.state)
-    }
-
-    pub(crate) fn has_ended(&self, row: i64) -> bool {
-        let inner = self.lock();
-        matches!(inner.store.get(row), Ok(Some(r)) if r.state == State::Ended)
-    }
-
-    /// Whether a record has ended, asking its status file too: before a deadline is
-    /// taken to have passed with the item still running, an end already written to
-    /// disk (whose message may still wait in a socket after a pause) is recorded.
-    pub(crate) fn ended_now(&self, row: i64) -> bool {
-        if self.has_ended(row) {
-            return true;
-        }
-        let record = match self.lock().store.get(row) {
-            Ok(Some(record)) if !record.job_dir.is_empty() => record,
-            _ => return false,
-        };
-        let owner = super::settle::owner(&record);
-        match crate::supervisor::read_status(Path::new(&record.job_dir), &owner) {
-            Some(Ok(status)) => self.settle_status(row, &status) && self.has_ended(row),
-            _ => false,
-        }
     }
 
     /// Settles a record that could not start and returns the error for the caller.
@@ -447,108 +439,6 @@ impl Daemon {
             ErrorCode::SpawnFailed,
             format!("{id} could not start: {reason}"),
         )
-    }
-
-    /// `close`: hangs up a running pane, as closing its terminal window does.
-    pub(crate) fn close(&self, session: &str, id: &str) -> Result<Item, WireError> {
-        let inner = self.lock();
-        let record = Self::find(&inner, session, id)?;
-        if record.kind != Kind::Pane {
-            return Err(WireError::bad_request(format!(
-                "{id} is no pane (it has no terminal to close): `bgwork stop {id}` ends it"
-            )));
-        }
-        let mut item = self.item_as(session, &record);
-        if record.state == State::Ended {
-            item.already_ended = Some(true);
-            return Ok(item);
-        }
-        let Some(live) = inner.live.get(&record.row) else {
-            return Err(WireError::new(
-                ErrorCode::NotRunning,
-                format!("{id} is not attached yet: try again in a moment"),
-            ));
-        };
-        live.handle.send(ToSupervisor::Signal {
-            signal: nix::sys::signal::Signal::SIGHUP as i32,
-        });
-        item.stop_requested = Some(true);
-        Ok(item)
-    }
-
-    pub(crate) async fn stop(&self, session: &str, args: &StopArgs) -> Result<Item, WireError> {
-        let grace = match args.grace_s {
-            Some(s) => crate::wire::seconds("--grace", s)?,
-            None => DEFAULT_GRACE,
-        };
-        let record = Self::find(&self.lock(), session, &args.id)?;
-        if record.state == State::Ended {
-            return Ok(already_ended(self.item_as(session, &record)));
-        }
-        // A sub-agent is stopped with everything it started (its own sub-agents' too).
-        let mut rows = vec![record.row];
-        if record.kind == Kind::SubAgent {
-            let child = sub_session_name(&record.session, &record.id);
-            rows.extend(self.lock().store.list(&child, false)?.iter().map(|r| r.row));
-        }
-        for &row in &rows {
-            // A job still being handed to its supervisor (or reconnected to) is waited
-            // for a moment: a stop is never lost to that race.
-            let attached = |d: &Daemon| {
-                let inner = d.lock();
-                inner.live.contains_key(&row)
-                    || matches!(inner.store.get(row), Ok(Some(r)) if r.state == State::Ended || r.kind == Kind::Monitor)
-                    || !matches!(inner.store.get(row), Ok(Some(_)))
-            };
-            self.wait_for(ATTACH_WAIT, attached).await;
-            self.request_stop(row, grace, args.actor)?;
-        }
-        self.wait_for(grace + STOP_SLACK, |d| {
-            rows.iter().all(|&row| d.has_ended(row))
-        })
-        .await;
-        let inner = self.lock();
-        let record = inner
-            .store
-            .get(record.row)?
-            .ok_or_else(|| WireError::unknown_id(&args.id))?;
-        let mut item = self.item_as(session, &record);
-        if record.state != State::Ended {
-            item.stop_requested = Some(true);
-        }
-        Ok(item)
-    }
-
-    /// Asks one running item to stop: its supervisor for a job, the daemon for a monitor.
-    fn request_stop(&self, row: i64, grace: Duration, actor: Actor) -> Result<(), WireError> {
-        let mut inner = self.lock();
-        let Some(record) = inner.store.get(row)? else {
-            return Ok(());
-        };
-        if record.state == State::Ended {
-            return Ok(());
-        }
-        if record.kind == Kind::Monitor {
-            drop(inner);
-            let end = match actor {
-                Actor::Agent => End::StoppedByAgent,
-                Actor::Person => End::StoppedByPerson,
-            };
-            self.settle_monitor(row, end, "stopped");
-            return Ok(());
-        }
-        let Some(live) = inner.live.get(&row) else {
-            return Err(WireError::new(
-                ErrorCode::NotRunning,
-                format!("{} is not attached yet: try again in a moment", record.id),
-            ));
-        };
-        live.handle.send(ToSupervisor::Stop {
-            grace_ms: grace.as_millis() as u64,
-            actor,
-        });
-        inner.store.set_stop_actor(row, actor)?;
-        Ok(())
     }
 
     /// `agent start`: a sub-agent, a job whose own work is filed under `SESSION/sub-N`
@@ -599,135 +489,6 @@ impl Daemon {
             already_running: None,
         })
     }
-
-    /// Writes to a job's stdin; answers once its supervisor has taken the bytes.
-    pub(crate) async fn send(&self, session: &str, args: &SendArgs) -> Result<Ack, WireError> {
-        let id = &args.id;
-        let (record, handle) = {
-            let inner = self.lock();
-            let record = Self::find(&inner, session, id)?;
-            if record.kind == Kind::Monitor {
-                return Err(WireError::new(
-                    ErrorCode::NoInput,
-                    format!("{id} is a monitor and takes no input: `bgwork stop {id}` ends it"),
-                ));
-            }
-            if record.state == State::Ended {
-                return Err(WireError::new(
-                    ErrorCode::NotRunning,
-                    format!("{id} has ended and takes no input: start it again to send it input"),
-                ));
-            }
-            let live = inner.live.get(&record.row).ok_or_else(|| {
-                WireError::new(
-                    ErrorCode::NotRunning,
-                    format!("{id} is not attached yet: try again in a moment"),
-                )
-            })?;
-            if live.input_closed {
-                return Err(no_input(id));
-            }
-            (record, live.handle.clone())
-        };
-        let mut commands = Vec::new();
-        let data = crate::keys::unescape(&args.text)?;
-        if !data.is_empty() {
-            commands.push(ToSupervisor::Input { data });
-        }
-        for key in &args.keys {
-            commands.push(match record.kind {
-                Kind::Pane => ToSupervisor::Input {
-                    data: crate::keys::key_bytes(key)?,
-                },
-                _ => crate::keys::plain_job_key(key)?,
-            });
-        }
-        let mut sent = 0;
-        for command in commands {
-            match command {
-                ToSupervisor::Input { data } => {
-                    let len = data.len();
-                    let taken = tokio::time::timeout(INPUT_ANSWER, handle.write(data)).await;
-                    match taken {
-                        Ok(Ok(_)) => sent += len,
-                        Ok(Err(WriteRefused::Closed)) => return Err(no_input(id)),
-                        Ok(Err(reason)) => {
-                            return Err(WireError::new(
-                                ErrorCode::NoInput,
-                                format!("{id} did not take the input ({sent} bytes sent before): {reason}"),
-                            ))
-                        }
-                        Err(_) => {
-                            return Err(WireError::new(
-                                ErrorCode::Unavailable,
-                                format!(
-                                    "{id}'s supervisor did not confirm the input within {} s (it may be stopped or very busy; {sent} bytes were confirmed before): the input is on its way and may still arrive, so `bgwork read {id}` before sending it again",
-                                    INPUT_ANSWER.as_secs()
-                                ),
-                            ))
-                        }
-                    }
-                }
-                other => {
-                    handle.send(other);
-                }
-            }
-        }
-        Ok(Ack {
-            ok: true,
-            message: format!("sent to {id}"),
-        })
-    }
-
-    pub(crate) async fn shutdown(&self, stop_work: bool) -> Result<Ack, WireError> {
-        let (mut stopped, mut still) = (0, 0);
-        if stop_work {
-            let rows: Vec<i64> = {
-                let inner = self.lock();
-                for live in inner.live.values() {
-                    live.handle.send(ToSupervisor::Stop {
-                        grace_ms: DEFAULT_GRACE.as_millis() as u64,
-                        actor: Actor::Agent,
-                    });
-                }
-                inner.live.keys().copied().collect()
-            };
-            for row in &rows {
-                let _ = self.lock().store.set_stop_actor(*row, Actor::Agent);
-            }
-            // Monitors are work too: they end with the rest.
-            let monitors: Vec<i64> = match self.lock().store.unsettled() {
-                Ok(records) => records
-                    .into_iter()
-                    .filter(|r| r.kind == Kind::Monitor)
-                    .map(|r| r.row)
-                    .collect(),
-                Err(_) => Vec::new(),
-            };
-            for &row in &monitors {
-                self.settle_monitor(row, End::StoppedByAgent, "stopped");
-            }
-            let rows: Vec<i64> = rows.into_iter().chain(monitors).collect();
-            self.wait_for(DEFAULT_GRACE + STOP_SLACK, |d| {
-                rows.iter().all(|row| d.has_ended(*row))
-            })
-            .await;
-            stopped = rows.iter().filter(|row| self.has_ended(**row)).count();
-            still = rows.len() - stopped;
-        }
-        self.request_shutdown();
-        let message = if still > 0 {
-            format!(
-                "daemon stopping; {stopped} running item(s) stopped, {still} did not end in time \
-                 (their supervisors may be stopped): they are reattached at the next start"
-            )
-        } else if stop_work {
-            format!("daemon stopping; {stopped} running item(s) stopped")
-        } else {
-            "daemon stopping; running work goes on and is reattached at the next start".into()
-        };
-        Ok(Ack { ok: true, message })
-    }
 }
 
 /// Makes a job's folder with a plain `mkdir`, which fails on any existing path (a
@@ -773,24 +534,6 @@ fn write_job_record(job_dir: &Path, record: &Record, args: &StartArgs) -> Result
         control::encode(&description),
     )
     .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
-}
-
-/// A stop's reply for an item that had ended before it: its end, said as past.
-fn already_ended(mut item: Item) -> Item {
-    if let Some(report) = &item.report {
-        let how = report.strip_prefix(&item.id).unwrap_or(report).trim_start();
-        let how = how.strip_prefix("was ").unwrap_or(how);
-        item.report = Some(format!("{} had already ended: {how}", item.id));
-    }
-    item.already_ended = Some(true);
-    item
-}
-
-fn no_input(id: &str) -> WireError {
-    WireError::new(
-        ErrorCode::NoInput,
-        format!("{id} has no input: its stdin is closed; a pane (--pty) takes keystrokes"),
-    )
 }
 
 fn check_start(args: &StartArgs) -> Result<(), WireError> {
@@ -923,4 +666,25 @@ fn limit_error(max: usize, session: &str, root: &str, running: &[String]) -> Wir
             running.join(", ")
         ),
     )
+}
+
+/// Where a job runs: its working directory (a request with none runs in the daemon
+/// user's home, never in the daemon's own folder; a relative one is refused, never
+/// interpreted) and, for a pane, its terminal's size.
+fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), WireError> {
+    let cwd = args
+        .cwd
+        .clone()
+        .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
+    crate::paths::require_absolute(&cwd, "cwd")?;
+    let pane = match args.pty {
+        true => {
+            let cols = args.cols.unwrap_or(DEFAULT_COLS);
+            let rows = args.rows.unwrap_or(DEFAULT_ROWS);
+            super::pane::check_size(cols, rows)?;
+            Some(PaneSize { cols, rows })
+        }
+        false => None,
+    };
+    Ok((cwd, pane))
 }

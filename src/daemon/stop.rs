@@ -1,0 +1,180 @@
+//! `stop` (TERM, a grace, then KILL to the whole tree, through the job's supervisor),
+//! `close` of a pane, and `shutdown` of the daemon.
+
+use super::Daemon;
+use crate::store::sub_session_name;
+use crate::wire::control::ToSupervisor;
+use crate::wire::{Ack, Actor, End, ErrorCode, Item, Kind, State, StopArgs, WireError};
+use std::time::Duration;
+
+/// A stop waits this long past its grace for the job to be gone.
+const STOP_SLACK: Duration = Duration::from_secs(2);
+const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+/// How long `stop` waits for a job that is starting (or being reconnected to) to be
+/// attached before it says so.
+const ATTACH_WAIT: Duration = Duration::from_secs(5);
+
+impl Daemon {
+    /// `close`: hangs up a running pane, as closing its terminal window does.
+    pub(crate) fn close(&self, session: &str, id: &str) -> Result<Item, WireError> {
+        let inner = self.lock();
+        let record = Self::find(&inner, session, id)?;
+        if record.kind != Kind::Pane {
+            return Err(WireError::bad_request(format!(
+                "{id} is no pane (it has no terminal to close): `bgwork stop {id}` ends it"
+            )));
+        }
+        let mut item = self.item_as(session, &record);
+        if record.state == State::Ended {
+            item.already_ended = Some(true);
+            return Ok(item);
+        }
+        let Some(live) = inner.live.get(&record.row) else {
+            return Err(WireError::new(
+                ErrorCode::NotRunning,
+                format!("{id} is not attached yet: try again in a moment"),
+            ));
+        };
+        live.handle.send(ToSupervisor::Signal {
+            signal: nix::sys::signal::Signal::SIGHUP as i32,
+        });
+        item.stop_requested = Some(true);
+        Ok(item)
+    }
+
+    pub(crate) async fn stop(&self, session: &str, args: &StopArgs) -> Result<Item, WireError> {
+        let grace = match args.grace_s {
+            Some(s) => crate::wire::seconds("--grace", s)?,
+            None => DEFAULT_GRACE,
+        };
+        let record = Self::find(&self.lock(), session, &args.id)?;
+        if record.state == State::Ended {
+            return Ok(already_ended(self.item_as(session, &record)));
+        }
+        // A sub-agent is stopped with everything it started (its own sub-agents' too).
+        let mut rows = vec![record.row];
+        if record.kind == Kind::SubAgent {
+            let child = sub_session_name(&record.session, &record.id);
+            rows.extend(self.lock().store.list(&child, false)?.iter().map(|r| r.row));
+        }
+        for &row in &rows {
+            // A job still being handed to its supervisor (or reconnected to) is waited
+            // for a moment: a stop is never lost to that race.
+            let attached = |d: &Daemon| {
+                let inner = d.lock();
+                inner.live.contains_key(&row)
+                    || matches!(inner.store.get(row), Ok(Some(r)) if r.state == State::Ended || r.kind == Kind::Monitor)
+                    || !matches!(inner.store.get(row), Ok(Some(_)))
+            };
+            self.wait_for(ATTACH_WAIT, attached).await;
+            self.request_stop(row, grace, args.actor)?;
+        }
+        self.wait_for(grace + STOP_SLACK, |d| {
+            rows.iter().all(|&row| d.has_ended(row))
+        })
+        .await;
+        let inner = self.lock();
+        let record = inner
+            .store
+            .get(record.row)?
+            .ok_or_else(|| WireError::unknown_id(&args.id))?;
+        let mut item = self.item_as(session, &record);
+        if record.state != State::Ended {
+            item.stop_requested = Some(true);
+        }
+        Ok(item)
+    }
+
+    /// Asks one running item to stop: its supervisor for a job, the daemon for a monitor.
+    fn request_stop(&self, row: i64, grace: Duration, actor: Actor) -> Result<(), WireError> {
+        let mut inner = self.lock();
+        let Some(record) = inner.store.get(row)? else {
+            return Ok(());
+        };
+        if record.state == State::Ended {
+            return Ok(());
+        }
+        if record.kind == Kind::Monitor {
+            drop(inner);
+            let end = match actor {
+                Actor::Agent => End::StoppedByAgent,
+                Actor::Person => End::StoppedByPerson,
+            };
+            self.settle_monitor(row, end, "stopped");
+            return Ok(());
+        }
+        let Some(live) = inner.live.get(&row) else {
+            return Err(WireError::new(
+                ErrorCode::NotRunning,
+                format!("{} is not attached yet: try again in a moment", record.id),
+            ));
+        };
+        live.handle.send(ToSupervisor::Stop {
+            grace_ms: grace.as_millis() as u64,
+            actor,
+        });
+        inner.store.set_stop_actor(row, actor)?;
+        Ok(())
+    }
+
+    pub(crate) async fn shutdown(&self, stop_work: bool) -> Result<Ack, WireError> {
+        let (mut stopped, mut still) = (0, 0);
+        if stop_work {
+            let rows: Vec<i64> = {
+                let inner = self.lock();
+                for live in inner.live.values() {
+                    live.handle.send(ToSupervisor::Stop {
+                        grace_ms: DEFAULT_GRACE.as_millis() as u64,
+                        actor: Actor::Agent,
+                    });
+                }
+                inner.live.keys().copied().collect()
+            };
+            for row in &rows {
+                let _ = self.lock().store.set_stop_actor(*row, Actor::Agent);
+            }
+            // Monitors are work too: they end with the rest.
+            let monitors: Vec<i64> = match self.lock().store.unsettled() {
+                Ok(records) => records
+                    .into_iter()
+                    .filter(|r| r.kind == Kind::Monitor)
+                    .map(|r| r.row)
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            for &row in &monitors {
+                self.settle_monitor(row, End::StoppedByAgent, "stopped");
+            }
+            let rows: Vec<i64> = rows.into_iter().chain(monitors).collect();
+            self.wait_for(DEFAULT_GRACE + STOP_SLACK, |d| {
+                rows.iter().all(|row| d.has_ended(*row))
+            })
+            .await;
+            stopped = rows.iter().filter(|row| self.has_ended(**row)).count();
+            still = rows.len() - stopped;
+        }
+        self.request_shutdown();
+        let message = if still > 0 {
+            format!(
+                "daemon stopping; {stopped} running item(s) stopped, {still} did not end in time \
+                 (their supervisors may be stopped): they are reattached at the next start"
+            )
+        } else if stop_work {
+            format!("daemon stopping; {stopped} running item(s) stopped")
+        } else {
+            "daemon stopping; running work goes on and is reattached at the next start".into()
+        };
+        Ok(Ack { ok: true, message })
+    }
+}
+
+/// A stop's reply for an item that had ended before it: its end, said as past.
+fn already_ended(mut item: Item) -> Item {
+    if let Some(report) = &item.report {
+        let how = report.strip_prefix(&item.id).unwrap_or(report).trim_start();
+        let how = how.strip_prefix("was ").unwrap_or(how);
+        item.report = Some(format!("{} had already ended: {how}", item.id));
+    }
+    item.already_ended = Some(true);
+    item
+}

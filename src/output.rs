@@ -48,8 +48,8 @@ pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (
     let mut bytes = vec![0u8; (to - start) as usize];
     let read = read_full_at(&file, &mut bytes, start);
     bytes.truncate(read.unwrap_or(0));
-    if !gap.is_empty() && start < gap.start && to > gap.end {
-        // The range spans the dropped middle: cut out the hole's zeros.
+    if !gap.is_empty() && start < gap.start && to > gap.start {
+        // The range reaches into the dropped middle: cut out the hole's zeros.
         let hole_from = (gap.start - start) as usize;
         let hole_to = ((gap.end - start) as usize).min(bytes.len());
         if hole_from < hole_to {
@@ -58,6 +58,15 @@ pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (
         }
     }
     (bytes, skipped)
+}
+
+/// How many bytes of a log's middle are dropped now: `dropped` as last reported, or
+/// more when the file shows that the cap has dropped more since (see [`gap_end`]).
+pub fn dropped_now(path: &Path, head: u64, dropped: u64) -> u64 {
+    match open_log(path) {
+        Ok(file) => gap_end(&file, head, dropped) - head,
+        Err(_) => dropped,
+    }
 }
 
 /// Where a log's dropped middle ends: at `head + dropped` as last reported, or further

@@ -969,9 +969,9 @@ fn ui(
     };
     let reply: wire::UiReply = Client::connect(paths)?.call(&envelope)?;
     if json {
-        println!("{}", wire::to_json_text(&reply));
+        render::print_text(&wire::to_json_text(&reply));
     } else {
-        println!("{}", reply.url);
+        render::print_text(&reply.url);
     }
     let display = ["DISPLAY", "WAYLAND_DISPLAY"]
         .iter()

@@ -38,7 +38,7 @@ pub fn call_and_print(
         Request::List { all_sessions, .. } => {
             let reply: ListReply = client.call(&envelope)?;
             if json {
-                println!("{}", wire::to_json_text(&reply));
+                print_text(&wire::to_json_text(&reply));
             } else if *all_sessions {
                 print_text(&sessions_text(&reply));
             } else if reply.items.is_empty() {
@@ -78,7 +78,7 @@ pub fn call_and_print(
                     .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
             }
             if json {
-                println!("{}", wire::to_json_text(&reply));
+                print_text(&wire::to_json_text(&reply));
             } else if args.screen {
                 print_text(&inert_lines(&reply.output));
             } else if args.raw {
@@ -148,7 +148,7 @@ fn print<T: DeserializeOwned + Serialize>(
 ) -> Result<ExitCode, WireError> {
     let reply: T = client.call(envelope)?;
     if json {
-        println!("{}", wire::to_json_text(&reply));
+        print_text(&wire::to_json_text(&reply));
     } else {
         print_text(&text(&reply));
     }
@@ -189,7 +189,7 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
         break wire::decode_reply(&line)?;
     };
     if json {
-        println!("{}", wire::to_json_text(&reply));
+        print_text(&wire::to_json_text(&reply));
     } else {
         let _ = out.write_all(inert_lines(&reply.output).as_bytes());
         if reply.outcome != RunOutcome::Ended {
@@ -243,9 +243,9 @@ pub fn no_daemon(paths: &crate::paths::Paths, json: bool) -> ExitCode {
             socket: paths.socket.display().to_string(),
             message,
         };
-        println!("{}", wire::to_json_text(&reply));
+        print_text(&wire::to_json_text(&reply));
     } else {
-        println!("{message}");
+        print_text(&message);
     }
     ExitCode::from(NO_DAEMON)
 }
@@ -254,18 +254,16 @@ pub fn no_daemon(paths: &crate::paths::Paths, json: bool) -> ExitCode {
 /// "program is not running").
 pub const NO_DAEMON: u8 = 3;
 
-/// Prints a plain message (or `{"message":…}` with `--json`).
+/// Prints a plain message (or `{"message":…}` with `--json`). Printing never panics:
+/// a reader that closed its end (`| head`) just gets no more.
 pub fn say(json: bool, message: &str) {
     if json {
-        println!(
-            "{}",
-            wire::to_json_text(&Ack {
-                ok: true,
-                message: message.to_string()
-            })
-        );
+        print_text(&wire::to_json_text(&Ack {
+            ok: true,
+            message: message.to_string(),
+        }));
     } else {
-        println!("{}", inert_lines(message));
+        print_text(&inert_lines(message));
     }
 }
 
@@ -343,7 +341,7 @@ fn pull_notices(
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_text(text: &str) {
+pub(super) fn print_text(text: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     if !text.is_empty() && !text.ends_with('\n') {
@@ -555,12 +553,14 @@ fn short_duration(age: std::time::Duration) -> String {
 fn read_status_line(reply: &ReadReply) -> String {
     let id = inert(&reply.id);
     let cost = cost_words(&reply.cost);
+    // A raw read's bytes came in a frame, not in `output`.
+    let nothing = reply.output.is_empty() && reply.output_bytes.unwrap_or(0) == 0;
     match (&reply.report, reply.running) {
         (Some(report), _) => format!("[{}]", inert(report)),
-        (None, true) if reply.output.is_empty() && cost.is_empty() => {
+        (None, true) if nothing && cost.is_empty() => {
             format!("[{id} is still running; no new output yet]")
         }
-        (None, true) if reply.output.is_empty() => {
+        (None, true) if nothing => {
             format!("[{id} is still running; no new output yet; {cost}]")
         }
         (None, _) if cost.is_empty() => format!("[{id} is still running]"),
@@ -683,7 +683,7 @@ pub fn wait(
     };
     if cmd.quiet {
     } else if json {
-        println!("{}", wire::to_json_text(&reply));
+        print_text(&wire::to_json_text(&reply));
     } else {
         let waited = args.timeout_s.unwrap_or(50.0);
         print_text(&wait_text(&reply, Some(waited), args.until.as_deref()));

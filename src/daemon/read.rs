@@ -220,6 +220,11 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
         from,
         ..
     } = plan;
+    // The figure the supervisor reported may be behind a hole it has just punched: the
+    // file says how far the dropped middle reaches now, and every step below (where
+    // text may end, token edges, the bytes read, what the reply says was dropped) uses
+    // that one figure.
+    let dropped = output::dropped_now(&path, head, dropped);
     // Text of a running item stops before a character or escape sequence whose rest
     // has not arrived, so no read shows half of one (the next read has it).
     let len = if plan.running && !args.raw {
@@ -243,7 +248,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
             true => (0, to),
             false => log.token_edges(from, to, plan.running),
         };
-        let (bytes, _) = output::read_range(&path, from + cut, to, head, dropped);
+        let (bytes, skipped_here) = output::read_range(&path, from + cut, to, head, dropped);
         let bytes = match args.no_redact {
             true => bytes,
             false => {
@@ -255,7 +260,8 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
                 shown
             }
         };
-        let skipped = output::dropped_in(from, to, head, dropped);
+        // More when the cap punched again while this was read.
+        let skipped = output::dropped_in(from, to, head, dropped).max(skipped_here);
         let output = match args.output_frame {
             true => Output::Frame(bytes),
             false => Output::Base64(
@@ -281,7 +287,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
         if let Some(n) = args.tail {
             text = output::last_lines(&text, n);
         }
-        let skipped = output::dropped_in(from, len, head, dropped);
+        let skipped = output::dropped_in(from, len, head, dropped).max(excerpt.skipped);
         if skipped > 0 {
             text = format!(
                 "[... {skipped} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}"

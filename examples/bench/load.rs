@@ -230,7 +230,7 @@ pub fn core_under_load(opts: &Opts, report: &mut String) {
     if quiet_cpu > 2.0 {
         note(&format!(
             "**Daemon CPU under load** ({quiet_cpu:.2} % of a core against 2 %; the jobs \
-             alone {alone_cpu:.2} %): a job's supervisor reports its output every 250 ms when \
+             alone {alone_cpu:.2} %): a job's supervisor reports its output every second when \
              nobody waits on it, every 50 ms while someone does; here 50 waiters each hold \
              one chatty job at the prompt pace, about 1,000 reports a second, each of which \
              passes three tasks (the connection's relay, the event task, the waiter that \

@@ -21,8 +21,10 @@ use tokio::sync::watch;
 /// live to a person, and a job printing 1,000 lines a second costs the daemon 20
 /// reports a second, not 500.
 pub(crate) const PROMPT_MS: u64 = 50;
-/// The progress interval of a job nobody waits on.
-pub(crate) const RELAXED_MS: u64 = 250;
+/// The progress interval of a job nobody waits on: its quiet spells are told apart
+/// from the log's own length when they end, and a port in use a second later is soon
+/// enough; a hundred such jobs cost the daemon a hundred reports a second.
+pub(crate) const RELAXED_MS: u64 = 1000;
 
 /// How soon a watcher needs to hear of new output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -389,10 +389,10 @@ pub struct StartCmd {
     pub allow_duplicate: bool,
     /// Fire a notice when the job has printed nothing for DURATION (once per quiet
     /// spell), saying whether it is busy, idle or waiting at a prompt
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_span)]
     pub quiet_after: Option<f64>,
     /// Stop the job (as the agent) once it has run for DURATION
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_span)]
     pub max_runtime: Option<f64>,
     #[command(flatten)]
     pub on: OnCmd,
@@ -655,6 +655,25 @@ fn parse_duration(text: &str) -> Result<f64, String> {
         })?;
     wire::seconds("it", seconds).map_err(|e| e.message.replacen("it ", "", 1))?;
     Ok(seconds)
+}
+
+/// A job's span (`--quiet-after`, `--max-runtime`): a duration as [`parse_duration`]
+/// reads it, whose range the daemon checks (they go past the day of a `--timeout`).
+fn parse_span(text: &str) -> Result<f64, String> {
+    let seconds = match text.trim().parse::<f64>() {
+        Ok(seconds) => seconds,
+        Err(_) => humantime::parse_duration(text.trim())
+            .map(|d| d.as_secs_f64())
+            .map_err(|_| {
+                format!("{text:?} is not a duration: give seconds (90, 1.5) or 30m, 2h, 3d")
+            })?,
+    };
+    match seconds.is_finite() && seconds >= 0.0 {
+        true => Ok(seconds),
+        false => Err(format!(
+            "{text:?} is not a duration: give seconds (90, 1.5) or 30m, 2h, 3d"
+        )),
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]

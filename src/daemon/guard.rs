@@ -76,6 +76,15 @@ impl Daemon {
         over_cap: bool,
         held: bool,
     ) -> Result<(), WireError> {
+        // Checked under the lock that writes the record: a shutdown that has begun sees
+        // every start that got past this.
+        if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(WireError::new(
+                crate::wire::ErrorCode::Unavailable,
+                "the daemon is shutting down: nothing was started; run the command again \
+                 once it has stopped (a new daemon starts on demand)",
+            ));
+        }
         let cap = self.config.max_running_total;
         if !over_cap && cap > 0 {
             let running = inner.store.count_unsettled()?;

@@ -122,6 +122,10 @@ pub struct Daemon {
     /// Jobs run by a Slurm cluster (`start --on slurm`).
     pub(crate) slurm: crate::executor::slurm::SlurmExecutor,
     shutdown: watch::Sender<bool>,
+    /// A shutdown has begun: no new item is started.
+    closing: std::sync::atomic::AtomicBool,
+    /// A shutdown with `--stop-work` has begun: an item that comes alive is stopped.
+    stopping_all: std::sync::atomic::AtomicBool,
     /// The claim token of the next client connection.
     next_token: AtomicI64,
     /// Client connections being served.
@@ -156,6 +160,8 @@ impl Daemon {
             slurm,
             executor: LocalExecutor::new(events),
             shutdown: watch::channel(false).0,
+            closing: Default::default(),
+            stopping_all: Default::default(),
             next_token: AtomicI64::new(1),
             connections: AtomicUsize::new(0),
             big_replies: Arc::new(Semaphore::new(BIG_REPLIES)),
@@ -198,6 +204,10 @@ impl Daemon {
     pub(crate) fn go_live(&self, inner: &mut Inner, row: i64, live: Live) {
         self.output.attach(row, live.handle.clone());
         inner.live.insert(row, live);
+        // Started (or taken back) while `shutdown --stop-work` stops everything.
+        if self.stopping_all.load(Ordering::SeqCst) {
+            self.stop_for_shutdown(inner, row);
+        }
     }
 
     /// Forgets the connection to an item's supervisor (it ended, or is reconnected).

@@ -396,14 +396,11 @@ impl JobWatch {
         };
         // A daemon that takes a job back counts its quiet spell from the log's last
         // change, not from its own start.
-        let age = std::fs::metadata(&log)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|at| at.elapsed().ok())
-            .filter(|_| !fresh)
-            .unwrap_or_default();
         let now = Instant::now();
-        let last_output = now.checked_sub(age).unwrap_or(now);
+        let last_output = match fresh {
+            true => now,
+            false => last_change(&log),
+        };
         JobWatch {
             log,
             head,
@@ -436,7 +433,9 @@ impl JobWatch {
             return;
         }
         self.len = len;
-        self.last_output = Instant::now();
+        // The spell began when the output was written, not when its report came (a
+        // job nobody waits on reports once a second).
+        self.last_output = last_change(&self.log);
         self.spell_len = len;
         self.fired = false;
         if self.quiet.is_some() {
@@ -478,6 +477,18 @@ impl JobWatch {
             }
         }
     }
+}
+
+/// When the log last changed (its modification time), on the monotonic clock; now when
+/// that cannot be told.
+fn last_change(log: &Path) -> Instant {
+    let now = Instant::now();
+    let age = std::fs::metadata(log)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|at| at.elapsed().ok())
+        .unwrap_or_default();
+    now.checked_sub(age).unwrap_or(now)
 }
 
 fn observable(record: &Record) -> bool {

@@ -225,6 +225,13 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
     // text may end, token edges, the bytes read, what the reply says was dropped) uses
     // that one figure.
     let dropped = output::dropped_now(&path, head, dropped);
+    // A tail shows the newest lines: when the dropped middle lies inside its window, the
+    // window starts after it (lines before a gap are not the last lines, and no marker
+    // stands above lines that follow one another).
+    let from = match args.tail {
+        Some(_) if dropped > 0 && (from..len).contains(&(head + dropped)) => head + dropped,
+        _ => from,
+    };
     // Text of a running item stops before a character or escape sequence whose rest
     // has not arrived, so no read shows half of one (the next read has it).
     let len = if plan.running && !args.raw {

@@ -158,8 +158,9 @@ impl Daemon {
     }
 
     /// [`Daemon::launch`], which finds a running twin instead of starting one when
-    /// `launch.refuse_duplicate` (checked under the lock that writes the record, so two
-    /// identical starts at once make one job).
+    /// `launch.refuse_duplicate`: the same command in the same session and folder that
+    /// already listens on a port or has run for 2 s (two identical starts at the same
+    /// moment, before either listens, make two jobs).
     pub(crate) async fn launch_checked(
         &self,
         session: &str,
@@ -331,8 +332,11 @@ impl Daemon {
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
         if !Path::new(cwd).is_dir() {
-            let reason =
-                format!("the working directory {cwd} does not exist: pass an existing --cwd");
+            let what = match Path::new(cwd).exists() {
+                true => "is not a folder",
+                false => "does not exist",
+            };
+            let reason = format!("the working directory {cwd} {what}: pass an existing --cwd");
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
         Ok(job_dir)
@@ -568,18 +572,19 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
 /// to a week (shorter ones would make a notice of every pause), a run time of 1 ms to
 /// a year.
 fn limits_of(args: &StartArgs) -> Result<(Option<u64>, Option<u64>), WireError> {
-    let check = |flag: &str, value: Option<f64>, min: f64, max: f64| match value {
+    let check = |flag: &str, value: Option<f64>, min: f64, max_days: f64| match value {
         None => Ok(None),
-        Some(s) if s.is_finite() && s >= min && s <= max => Ok(Some((s * 1000.0) as u64)),
+        Some(s) if s.is_finite() && s >= min && s <= max_days * 86_400.0 => {
+            Ok(Some((s * 1000.0) as u64))
+        }
         Some(s) => Err(WireError::bad_request(format!(
-            "{flag} takes a duration from {} to {}, not {s} s: e.g. 30s, 10m, 2h",
+            "{flag} takes a duration from {} to {max_days} days, not {s} s: e.g. 30s, 10m, 2h",
             humantime::format_duration(Duration::from_secs_f64(min)),
-            humantime::format_duration(Duration::from_secs(max as u64))
         ))),
     };
     Ok((
-        check("--quiet-after", args.quiet_after_s, 1.0, 7.0 * 86_400.0)?,
-        check("--max-runtime", args.max_runtime_s, 0.001, 365.0 * 86_400.0)?,
+        check("--quiet-after", args.quiet_after_s, 1.0, 7.0)?,
+        check("--max-runtime", args.max_runtime_s, 0.001, 365.0)?,
     ))
 }
 
@@ -618,6 +623,18 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
                  (short --env values are not masked)",
                 value.trim().len(),
                 redact::MIN_SECRET_LEN
+            )));
+        }
+        // The command and the name are recorded and shown as they are: a secret's value
+        // in them would be in every list, in `job.json` and in the store.
+        let value = value.trim();
+        let named = args.name.as_deref().is_some_and(|n| n.contains(value));
+        if args.command.contains(value) || named {
+            let place = if named { "--name" } else { "command line" };
+            return Err(WireError::bad_request(format!(
+                "the {place} holds the value of secret {name}, and would show it wherever \
+                 the item is listed: nothing was started; refer to it by name instead \
+                 (e.g. '... \"${name}\" ...' in single quotes, so the shell does not expand it)"
             )));
         }
     }

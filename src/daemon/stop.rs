@@ -2,9 +2,10 @@
 //! `close` of a pane, and `shutdown` of the daemon.
 
 use super::Daemon;
-use crate::store::sub_session_name;
+use crate::store::{sub_session_name, Record};
 use crate::wire::control::ToSupervisor;
 use crate::wire::{Ack, Actor, End, ErrorCode, Item, Kind, State, StopArgs, WireError};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// A stop waits this long past its grace for the job to be gone.
@@ -119,29 +120,25 @@ impl Daemon {
 
     pub(crate) async fn shutdown(&self, stop_work: bool) -> Result<Ack, WireError> {
         let (mut stopped, mut still) = (0, 0);
+        // No start gets past its guard from now on; one that got past it has its record.
+        self.closing.store(true, Ordering::SeqCst);
         if stop_work {
-            let rows: Vec<i64> = {
-                let inner = self.lock();
-                for live in inner.live.values() {
-                    live.handle.send(ToSupervisor::Stop {
-                        grace_ms: DEFAULT_GRACE.as_millis() as u64,
-                        actor: Actor::Agent,
-                    });
+            // An item still being started (or taken back) is stopped as it comes alive.
+            self.stopping_all.store(true, Ordering::SeqCst);
+            let unsettled = self.lock().store.unsettled().unwrap_or_default();
+            let (monitors, rows): (Vec<Record>, Vec<Record>) =
+                unsettled.into_iter().partition(|r| r.kind == Kind::Monitor);
+            let rows: Vec<i64> = rows.iter().map(|r| r.row).collect();
+            {
+                let mut inner = self.lock();
+                for &row in &rows {
+                    if inner.live.contains_key(&row) {
+                        self.stop_for_shutdown(&mut inner, row);
+                    }
                 }
-                inner.live.keys().copied().collect()
-            };
-            for row in &rows {
-                let _ = self.lock().store.set_stop_actor(*row, Actor::Agent);
             }
             // Monitors are work too: they end with the rest.
-            let monitors: Vec<i64> = match self.lock().store.unsettled() {
-                Ok(records) => records
-                    .into_iter()
-                    .filter(|r| r.kind == Kind::Monitor)
-                    .map(|r| r.row)
-                    .collect(),
-                Err(_) => Vec::new(),
-            };
+            let monitors: Vec<i64> = monitors.iter().map(|r| r.row).collect();
             for &row in &monitors {
                 self.settle_monitor(row, End::StoppedByAgent, "stopped");
             }
@@ -165,6 +162,18 @@ impl Daemon {
             "daemon stopping; running work goes on and is reattached at the next start".into()
         };
         Ok(Ack { ok: true, message })
+    }
+
+    /// Stops a live item for `shutdown --stop-work`, as the agent, with the default
+    /// grace.
+    pub(crate) fn stop_for_shutdown(&self, inner: &mut super::Inner, row: i64) {
+        if let Some(live) = inner.live.get(&row) {
+            live.handle.send(ToSupervisor::Stop {
+                grace_ms: DEFAULT_GRACE.as_millis() as u64,
+                actor: Actor::Agent,
+            });
+        }
+        let _ = inner.store.set_stop_actor(row, Actor::Agent);
     }
 }
 

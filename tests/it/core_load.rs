@@ -972,6 +972,12 @@ fn issue11_raw_reads_of_a_capped_log_skip_its_middle_and_say_what_they_read() {
         assert_eq!(zeros, 0, "{args:?} printed the hole's zeros");
         assert!(!run.raw_stdout.is_empty());
     }
+    // The last lines follow one another: no dropped-middle marker above them.
+    let tail = home.json(&["read", &id, "--tail", "3"]);
+    let text = tail["output"].as_str().unwrap();
+    assert!(!text.contains("dropped"), "{text:?}");
+    assert_eq!(text.lines().count(), 3, "{text:?}");
+    assert_eq!(tail["dropped_bytes"], 0, "{tail}");
     // A raw read of a running job that printed says so (its bytes came in a frame).
     let running = home.start("echo hello; sleep 30");
     crate::util::eventually(Duration::from_secs(10), || {

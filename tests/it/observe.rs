@@ -319,6 +319,42 @@ fn issue15_3_quiet_after_fires_once_per_spell_busy_or_idle() {
 }
 
 #[test]
+fn a_quiet_spell_is_counted_from_the_output_not_from_its_report() {
+    // Found by a hostile tester: a job nobody waits on reports its output once a
+    // second, and the spell was counted from the report, up to a second late (and a
+    // spell shorter than that second plus the quiet time was never told).
+    let home = Home::new();
+    let id = home.start_with(
+        &["--quiet-after", "2s"],
+        "echo a; sleep 0.1; date +%s%N; sleep 30",
+    );
+    let reply = home.json(&["notices", "--wait", "20"]);
+    let arrived = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let notices = reply["notices"].as_array().unwrap();
+    assert_eq!(notices.len(), 1, "{reply}");
+    assert!(notices[0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("printed nothing for 2s"));
+    let printed: u64 = home.json(&["read", &id, "--from", "0"])["output"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .nth(1)
+        .expect("the time of the last line")
+        .parse()
+        .unwrap();
+    let after = arrived.as_nanos() as f64 / 1e9 - printed as f64 / 1e9;
+    assert!(
+        (1.9..2.6).contains(&after),
+        "the notice came {after:.2} s after the last output (quiet after 2 s)"
+    );
+    home.run(&["stop", &id]);
+}
+
+#[test]
 fn issue15_3_a_pane_waiting_at_a_prompt_is_named_as_such() {
     let home = Home::new();
     let id = home.start_with(

@@ -733,3 +733,36 @@ fn issue15_1_a_sub_agents_report_reaches_its_parent_masked() {
     let item = home.item(&id);
     assert_clean("the sub-agent's item", &item.to_string());
 }
+
+#[test]
+fn a_secret_written_into_the_command_or_the_name_is_refused_not_recorded() {
+    // Found by a hostile tester: `start --secret TOK -- "echo $TOK"` (the shell expands
+    // it) put the value in the command, shown by `list` and kept in `job.json`.
+    let home = Home::new().with("DEPLOY_KEY", SECRET);
+    for args in [
+        vec![
+            "start",
+            "--secret",
+            "DEPLOY_KEY",
+            "--",
+            &format!("echo {SECRET}"),
+        ],
+        vec![
+            "start",
+            "--secret",
+            "DEPLOY_KEY",
+            "--name",
+            SECRET,
+            "--",
+            "true",
+        ],
+    ] {
+        let (code, kind, message) = home.error(&args);
+        assert_eq!((code, kind.as_str()), (2, "bad_request"), "{message}");
+        assert!(message.contains("secret DEPLOY_KEY"), "{message}");
+        assert!(!message.contains(SECRET), "{message}");
+    }
+    let listed = home.run(&["list", "--all"]).stdout;
+    assert!(!listed.contains(SECRET), "{listed}");
+    assert_clean("list", &listed);
+}

@@ -115,3 +115,37 @@ fn count_processes(marker: &str) -> usize {
         })
         .count()
 }
+
+#[test]
+fn shutdown_with_stop_work_refuses_new_starts_and_stops_those_that_got_in() {
+    // Found by a hostile tester: a job started while `shutdown --stop-work` waited for
+    // a stubborn job kept running, and the shutdown said every item was stopped.
+    let home = Home::new();
+    home.start(r#"trap "" TERM; sleep 600"#);
+    let shutdown = home
+        .command(&["shutdown", "--stop-work"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Starts race the shutdown: each is either refused or stopped with the rest.
+    let mut refused = None;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while refused.is_none() && Instant::now() < deadline {
+        let run = home.run(&["start", "--window", "0", "--", "sleep 500"]);
+        if run.code != 0 {
+            refused = Some(run.stderr);
+        }
+    }
+    let refused = refused.expect("a start during the shutdown is refused");
+    assert!(refused.contains("shutting down"), "{refused}");
+    let done = shutdown.wait_with_output().unwrap();
+    assert!(done.status.success());
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(!said.contains("did not end"), "{said}");
+    eventually(Duration::from_secs(10), || {
+        processes_of(home.path()).is_empty()
+    });
+    let running = home.json(&["list"]);
+    assert_eq!(running["items"].as_array().unwrap().len(), 0, "{running}");
+}

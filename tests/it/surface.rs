@@ -788,3 +788,19 @@ fn issue12_4_a_watch_notice_carries_every_line_it_counts() {
         assert!(tail.contains(&format!("ERR number {n}")), "{notice}");
     }
 }
+
+#[test]
+fn job_spans_past_a_day_are_taken_and_the_daemon_alone_says_the_range() {
+    // Found by a hostile tester: the CLI refused `--max-runtime 2d` and `--quiet-after
+    // 25h` (the day of a `--timeout`), which the daemon takes.
+    let home = Home::new();
+    let id = home.start_with(&["--max-runtime", "2d", "--quiet-after", "25h"], "sleep 30");
+    assert_eq!(home.item(&id)["state"], "running");
+    home.run(&["stop", &id]);
+    let (code, kind, message) = home.error(&["start", "--max-runtime", "0", "--", "true"]);
+    assert_eq!((code, kind.as_str()), (2, "bad_request"), "{message}");
+    assert!(message.contains("from 1ms to 365 days"), "{message}");
+    let (code, _, message) = home.error(&["start", "--quiet-after", "8d", "--", "true"]);
+    assert_eq!(code, 2);
+    assert!(message.contains("to 7 days"), "{message}");
+}

@@ -618,12 +618,7 @@ impl Supervisor {
         if !self.progress_due {
             return None;
         }
-        let figures = (
-            self.log.dropped(),
-            self.log.unwritten(),
-            self.log.unwritten_at(),
-        );
-        let interval = match figures == self.reported {
+        let interval = match self.log_figures() == self.reported {
             true => self.pace,
             false => PROGRESS_INTERVAL,
         };
@@ -642,11 +637,7 @@ impl Supervisor {
         }
         self.progress_due = false;
         self.last_progress = Instant::now();
-        self.reported = (
-            self.log.dropped(),
-            self.log.unwritten(),
-            self.log.unwritten_at(),
-        );
+        self.reported = self.log_figures();
         if self.watch_commands {
             self.write_figures();
         }
@@ -660,22 +651,26 @@ impl Supervisor {
     /// bytes, which the file's length does not tell, go to [`JobDir::FIGURES`] each time
     /// they change (rarely: a punch of the cap, a full disk).
     fn write_figures(&mut self) {
-        let now = (
-            self.log.dropped(),
-            self.log.unwritten(),
-            self.log.unwritten_at(),
-        );
+        let now = self.log_figures();
         if now == self.figures_written {
             return;
         }
-        let dir = Path::new(&self.spec.job_dir);
-        let temp = JobDir(dir).temp("figures");
-        let written = std::fs::write(&temp, control::encode(&self.figures()))
-            .and_then(|()| std::fs::rename(&temp, JobDir(dir).figures()));
+        let figures = JobDir(Path::new(&self.spec.job_dir)).figures();
+        let written = crate::paths::write_whole(&figures, &control::encode(&self.figures()));
         match written {
             Ok(()) => self.figures_written = now,
             Err(e) => crate::note!("bgwork supervise: could not write {}: {e}", JobDir::FIGURES),
         }
+    }
+
+    /// The log's dropped bytes, unwritten bytes and where the first of those was lost:
+    /// what its length does not tell.
+    fn log_figures(&self) -> (u64, u64, u64) {
+        (
+            self.log.dropped(),
+            self.log.unwritten(),
+            self.log.unwritten_at(),
+        )
     }
 
     /// The log's figures, as an output progress message.

@@ -20,6 +20,7 @@ pub mod daemon;
 pub mod end;
 pub mod environ;
 pub mod executor;
+pub mod history;
 pub mod hook;
 pub mod http;
 pub mod job_dir;

@@ -87,8 +87,14 @@ Output streams as it comes. Ended in time: exits with the command's own status. 
 running at the deadline: promoted to a background job (its id is printed), or killed when
 the session has no room under its limit. Ctrl-C stops it.
 
+`--timeout auto` chooses from the command's history in this folder (`bgwork history`):
+background at once (its notice armed) when it usually takes longer than 15 s
+(BGWORK_AUTO_BACKGROUND_S), else wait up to 3× its usual time; the plain 60 s without
+history. It says which it chose and why.
+
 Examples:
   bgwork run -- cargo build
+  bgwork run --timeout auto -- cargo test
   bgwork run --timeout 300 -- ./migrate.sh")]
     Run(RunCmd),
     /// List the session's running work, one line per item (--all adds ended records)
@@ -282,6 +288,26 @@ Example:
     Close {
         /// The pane to close
         id: String,
+    },
+    /// How long commands took in this folder: median, p90 and the last ends of each
+    #[command(after_help = "\
+Every job or pane that ended is kept under its folder and its command (blanks collapsed,
+lines trimmed; the newest 20 runs of each, at most 20,000 in all), across daemon restarts
+and `gc`. The median and p90 count the runs that ended by themselves (succeeded or
+failed); `start`, `list` and `run --timeout auto` use them.
+
+Examples:
+  bgwork history                        every command run in this folder
+  bgwork history -- cargo test          that command's runs
+  bgwork history --cwd ~/proj --json")]
+    History {
+        /// The folder [default: the current one]
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<String>,
+        /// The command (after `--`; one argument is a shell line, several are quoted as
+        /// `start` quotes them) [default: every command of the folder]
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
     },
     /// The daemon's pid, version, home, socket and running work per session
     #[command(after_help = "\
@@ -558,9 +584,11 @@ Example:
 
 #[derive(Args, Debug)]
 pub struct RunCmd {
-    /// Seconds in the foreground before moving to the background [default: 60]
-    #[arg(long, value_name = "S", value_parser = seconds_arg)]
-    pub timeout: Option<f64>,
+    /// Seconds in the foreground before moving to the background [default: 60]; `auto`:
+    /// from the command's history here (background at once when it usually takes longer
+    /// than 15 s, else wait up to 3× its usual time)
+    #[arg(long, value_name = "S|auto", value_parser = timeout_arg)]
+    pub timeout: Option<TimeoutArg>,
     #[command(flatten)]
     pub job: JobCmd,
 }
@@ -933,11 +961,19 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 max_runtime: None,
                 on: OnCmd::local(),
             })?,
-            timeout_s: run.timeout,
+            timeout_s: match run.timeout {
+                Some(TimeoutArg::Seconds(s)) => Some(s),
+                _ => None,
+            },
+            timeout: matches!(run.timeout, Some(TimeoutArg::Auto)).then_some(wire::TimeoutMode::Auto),
             stream: !json,
             // As a shell does: the command reads this process's stdin.
             stdin: wire::RunStdin::Forward,
         }),
+        Commands::History { cwd, command } => Request::History {
+            cwd: crate::paths::resolve(cwd.as_deref().unwrap_or("."), "--cwd")?,
+            command: (!command.is_empty()).then(|| shell::command_line(&command)),
+        },
         Commands::Gc {
             older_than,
             all_ended,
@@ -1217,6 +1253,22 @@ fn absolute(path: &str, flag: &str) -> Result<String, WireError> {
 
 /// A number of seconds (`--timeout`, `--grace`, `--wait`), checked as the daemon checks
 /// it; NaN and infinity are refused here, before JSON could turn them into `null`.
+/// `run --timeout`: seconds, or `auto`.
+#[derive(Debug, Clone, Copy)]
+pub enum TimeoutArg {
+    Seconds(f64),
+    Auto,
+}
+
+fn timeout_arg(text: &str) -> Result<TimeoutArg, String> {
+    match text.trim() {
+        "auto" => Ok(TimeoutArg::Auto),
+        _ => seconds_arg(text)
+            .map(TimeoutArg::Seconds)
+            .map_err(|e| format!("{e} (or `auto`: from the command's history)")),
+    }
+}
+
 fn seconds_arg(text: &str) -> Result<f64, String> {
     let value: f64 = text
         .trim()

@@ -137,6 +137,7 @@ pub fn call_and_print(
         Request::Ui { .. } => print(client, &envelope, json, |reply: &wire::UiReply| {
             reply.url.clone()
         }),
+        Request::History { .. } => print(client, &envelope, json, history_text),
     }
 }
 
@@ -192,6 +193,9 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
         print_text(&wire::to_json_text(&reply));
     } else {
         let _ = out.write_all(inert_lines(&reply.output).as_bytes());
+        if let Some(choice) = &reply.timeout_choice {
+            eprintln!("[{}]", inert(choice));
+        }
         if reply.outcome != RunOutcome::Ended {
             eprintln!("[{}]", inert(&reply.message));
         }
@@ -387,6 +391,10 @@ fn start_text(reply: &StartReply) -> String {
         text.push('\n');
     }
     let id = inert(&item.id);
+    if let Some(line) = expected_line(item, "") {
+        text.push_str(&line);
+        text.push('\n');
+    }
     match &item.report {
         Some(report) => text.push_str(&inert(report)),
         None if item.notify => {
@@ -420,6 +428,7 @@ fn list_text(reply: &ListReply) -> String {
             .unwrap_or_default();
         lines.push(format!("{}{owner}", row(item, now)));
         lines.extend(listening_line(item, "         "));
+        lines.extend(expected_line(item, "         "));
     }
     lines.join("\n")
 }
@@ -453,6 +462,7 @@ fn sessions_text(reply: &ListReply) -> String {
         let pad = "  ".repeat(parts.len() - 1);
         lines.push(format!("{pad}  {}", row(item, now)));
         lines.extend(listening_line(item, &format!("{pad}           ")));
+        lines.extend(expected_line(item, &format!("{pad}           ")));
     }
     lines.join("\n")
 }
@@ -506,6 +516,55 @@ fn cost_cells(item: &Item) -> (String, String) {
         .map(observe::bytes_text)
         .unwrap_or_else(|| "-".into());
     (cpu, memory)
+}
+
+/// What history expects of an item not yet ended: `history: usually 41 s (5 runs)`, or
+/// for a running one `history: running 1m20s, usually 41 s (5 runs)`.
+fn expected_line(item: &Item, pad: &str) -> Option<String> {
+    let expected = item.expected.as_deref()?;
+    let line = match (&item.progress, expected.find(" (")) {
+        (Some(progress), Some(at)) => format!("{progress}{}", &expected[at..]),
+        _ => expected.to_string(),
+    };
+    Some(format!("{pad}history: {}", inert(&line)))
+}
+
+/// `history`: each command of the folder with its median, p90 and last ends.
+fn history_text(reply: &wire::HistoryReply) -> String {
+    if reply.commands.is_empty() {
+        return format!(
+            "no history in {}: a job or pane that ends there is kept",
+            inert(&reply.cwd)
+        );
+    }
+    let mut lines = vec![format!("in {}", inert(&reply.cwd))];
+    for command in &reply.commands {
+        let ms = |ms: Option<u64>| ms.map(crate::history::human_ms).unwrap_or_else(|| "-".into());
+        lines.push(format!(
+            "{}\n  {}; median {}, p90 {}",
+            inert(&command.command),
+            inert(&command.expected),
+            ms(command.median_ms),
+            ms(command.p90_ms)
+        ));
+        let ends: Vec<String> = command
+            .last
+            .iter()
+            .take(crate::history::RECENT)
+            .map(|run| {
+                let end = match (run.end, run.exit_code, run.signal) {
+                    (_, _, Some(signal)) => format!("{} (sig {signal})", wire::name_of(&run.end)),
+                    (End::Succeeded | End::Failed, Some(code), None) => {
+                        format!("{} ({code})", wire::name_of(&run.end))
+                    }
+                    _ => wire::name_of(&run.end),
+                };
+                format!("{} {end} in {}", inert(&run.id), ms(run.duration_ms))
+            })
+            .collect();
+        lines.push(format!("  last: {}", ends.join(", ")));
+    }
+    lines.join("\n")
 }
 
 /// `listening: 127.0.0.1:5173 → http://127.0.0.1:5173/` under an item that listens.

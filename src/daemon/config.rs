@@ -44,6 +44,12 @@ pub struct Config {
     /// Whether `list`, `read` and MCP results look for the TCP ports jobs listen on
     /// (`BGWORK_PORTS=0` turns it off).
     pub ports: bool,
+    /// The usual time past which `run --timeout auto` backgrounds a command at once
+    /// (`BGWORK_AUTO_BACKGROUND_S`, seconds).
+    pub auto_background: Duration,
+    /// How much longer than its usual time a job runs, at least, before its
+    /// running-long notice (`BGWORK_OVERRUN_MARGIN_S`, seconds; beside 3× the usual).
+    pub overrun_margin: Duration,
 }
 
 impl Default for Config {
@@ -64,6 +70,8 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(300),
             write_stall: Duration::from_secs(30),
             ports: true,
+            auto_background: super::history::AUTO_BACKGROUND,
+            overrun_margin: Duration::from_secs(60),
         }
     }
 }
@@ -116,6 +124,12 @@ impl Config {
         }
         if number("BGWORK_PORTS") == Some(0) {
             config.ports = false;
+        }
+        if let Some(n) = number("BGWORK_AUTO_BACKGROUND_S") {
+            config.auto_background = Duration::from_secs(n);
+        }
+        if let Some(n) = number("BGWORK_OVERRUN_MARGIN_S") {
+            config.overrun_margin = Duration::from_secs(n);
         }
         config
     }

@@ -91,6 +91,9 @@ impl Daemon {
                 .and_then(|s| s.reason.clone())
                 .filter(|_| state == State::Queued),
             slurm_job_id: slurm.and_then(|s| s.job_id),
+            expected: None,
+            usual_ms: None,
+            progress: None,
         }
     }
 

@@ -20,6 +20,7 @@
 mod config;
 mod grep;
 mod guard;
+mod history;
 mod items;
 mod monitor;
 mod notices;
@@ -356,6 +357,7 @@ impl Daemon {
             Request::Close { id } => reply(&self.close(&session, &id)),
             Request::Ui { port } => reply(&crate::http::ensure(self, port).await),
             Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),
+            Request::History { cwd, command } => reply(&self.history(&cwd, command.as_deref())),
         };
         Answer {
             line,

@@ -33,8 +33,10 @@ const MIN_SPELL_SAMPLE: Duration = Duration::from_secs(1);
 const BUSY_PERCENT: f64 = 10.0;
 
 impl Daemon {
-    /// Adds what the processes of running items use and listen on.
+    /// Adds what the processes of running items use and listen on, and what the run
+    /// history expects of them.
     pub(crate) async fn observe_items(&self, items: &mut [Item], records: &[Record]) {
+        self.expect_items(items, records);
         let targets: Vec<(usize, PathBuf)> = records
             .iter()
             .enumerate()
@@ -118,13 +120,22 @@ impl Daemon {
             return;
         }
         let mut watch = JobWatch::new(&record, self.config.log_head, fresh);
+        // Far past its usual time (from the run history), one notice says so.
+        let mut overrun = self.overrun_at(&record).map(|(at_ms, expectation)| {
+            let left = at_ms.saturating_sub(crate::paths::now_ms()).max(0) as u64;
+            (Instant::now() + Duration::from_millis(left), expectation)
+        });
         // Its own watch needs no haste: its supervisor reports at the relaxed pace
         // unless someone else waits on the output.
         let mut output = self.watch_output(&[row], super::Pace::Relaxed);
         let mut first = true;
         loop {
             let deadline = watch.quiet_deadline();
-            let wake = deadline.map_or(ALIVE_CHECK, |at| {
+            let next = match (deadline, overrun.as_ref().map(|(at, _)| *at)) {
+                (Some(quiet), Some(long)) => Some(quiet.min(long)),
+                (quiet, long) => quiet.or(long),
+            };
+            let wake = next.map_or(ALIVE_CHECK, |at| {
                 at.saturating_duration_since(Instant::now())
                     .min(ALIVE_CHECK)
             });
@@ -142,6 +153,11 @@ impl Daemon {
             let ended = record.state == State::Ended;
             if ended {
                 forget_env(row);
+            }
+            if !ended && overrun.as_ref().is_some_and(|(at, _)| Instant::now() >= *at) {
+                if let Some((_, expectation)) = overrun.take() {
+                    self.overran(&record, &expectation).await;
+                }
             }
             if grew || watch.log_grew() {
                 // An ended job's last output is still looked at once.

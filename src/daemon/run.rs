@@ -9,6 +9,7 @@
 //! stdin ends), as a shell passes its stdin to a foreground command. A caller that goes
 //! away stops the run, as Ctrl-C in a terminal would.
 
+use super::history::AutoDeadline;
 use super::serve::FrameReader;
 use super::start::Launch;
 use super::Daemon;
@@ -16,7 +17,8 @@ use crate::executor::WriteRefused;
 use crate::output;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{
-    self, Actor, Chunk, RunArgs, RunOutcome, RunReply, RunStdin, State, StdinFrame, WireError,
+    self, Actor, Chunk, RunArgs, RunOutcome, RunReply, RunStdin, State, StdinFrame,
+    TimeoutMode, WireError,
 };
 use base64::Engine;
 use std::time::Duration;
@@ -56,9 +58,26 @@ impl Daemon {
         caller: Caller<'_>,
         ends_shown: &mut super::Shown<'_>,
     ) -> Result<RunReply, WireError> {
-        let timeout = match args.timeout_s {
-            Some(s) => crate::wire::seconds("--timeout", s)?,
-            None => DEFAULT_TIMEOUT,
+        let mut args = args;
+        let (mut timeout, mut auto) = match (args.timeout, args.timeout_s) {
+            (Some(_), Some(_)) => {
+                return Err(WireError::bad_request(
+                    "a run takes a timeout of `auto` or a number of seconds (timeout_s), not both",
+                ))
+            }
+            (Some(TimeoutMode::Auto), None) => {
+                let cwd = super::start::place(&args.start)?.0;
+                match self.auto_deadline(&cwd, &args.start.command, DEFAULT_TIMEOUT) {
+                    AutoDeadline::Foreground(deadline, why) => (deadline, Some((false, why))),
+                    AutoDeadline::Background(why) => {
+                        // Its notice is armed: the caller is not waiting for its end.
+                        args.start.notify = true;
+                        (Duration::ZERO, Some((true, why)))
+                    }
+                }
+            }
+            (None, Some(s)) => (crate::wire::seconds("--timeout", s)?, None),
+            (None, None) => (DEFAULT_TIMEOUT, None),
         };
         if args.start.slurm.is_some() {
             return Err(WireError::bad_request(
@@ -74,6 +93,17 @@ impl Daemon {
         let row = self
             .launch(session, &args.start, launch, Some(&mut *ends_shown))
             .await?;
+        if let Some((true, why)) = &auto {
+            if let Some(full) = self.no_room(session)? {
+                // Promoted at once, it would be killed: it waits as with no history.
+                timeout = DEFAULT_TIMEOUT;
+                let why = format!(
+                    "{why}; but {full}: waited in the foreground up to the plain {} s instead",
+                    DEFAULT_TIMEOUT.as_secs()
+                );
+                auto = Some((false, why));
+            }
+        }
         let forward = args.stdin == RunStdin::Forward;
         let mut stdin_open = forward;
         if !forward {
@@ -120,9 +150,19 @@ impl Daemon {
                         shown = to;
                     }
                 }
-                let reply = self.finish_run(session, row, shown, timeout).await?;
+                let mut reply = self.finish_run(session, row, shown, timeout).await?;
                 if reply.outcome == RunOutcome::Ended {
                     ends_shown.push(row);
+                }
+                if let Some((background, why)) = auto {
+                    if background && reply.outcome == RunOutcome::Promoted {
+                        let id = &reply.item.id;
+                        reply.message = format!(
+                            "{id} runs in the background, its notice armed (`bgwork read {id}`, \
+                             `bgwork wait {id}`)"
+                        );
+                    }
+                    reply.timeout_choice = Some(format!("timeout auto: {why}"));
                 }
                 Ok(reply)
             }
@@ -283,7 +323,27 @@ impl Daemon {
             item,
             output,
             message,
+            timeout_choice: None,
         })
+    }
+
+    /// Why a run of `session` promoted now would be killed (its session or the daemon
+    /// at its limit), counting the run itself; none when there is room.
+    fn no_room(&self, session: &str) -> Result<Option<String>, WireError> {
+        let inner = self.lock();
+        if Self::counted(&inner, session)?.len() > self.config.max_running {
+            return Ok(Some(format!(
+                "the session is at its limit of {} running items",
+                self.config.max_running
+            )));
+        }
+        if self.over_total_cap(&inner)? {
+            return Ok(Some(format!(
+                "the daemon is at its cap of {} running items across all sessions",
+                self.config.max_running_total
+            )));
+        }
+        Ok(None)
     }
 
     /// Asks a job's supervisor to stop it now (TERM, KILL after `grace`).

@@ -85,9 +85,9 @@ impl Daemon {
             // No window (or a job handed to Slurm, which starts it when it will): the id at once (the job is `starting` until its process runs),
             // and nothing is shown, so nothing counts as read.
             let record = self.lock().store.get(row)?;
-            let item = record
-                .map(|r| self.item(&r))
-                .ok_or_else(|| WireError::internal("record vanished"))?;
+            let record = record.ok_or_else(|| WireError::internal("record vanished"))?;
+            let mut item = self.item(&record);
+            self.expect_items(std::slice::from_mut(&mut item), &[record]);
             return Ok(StartReply {
                 item,
                 output: String::new(),
@@ -688,7 +688,7 @@ fn limit_error(max: usize, session: &str, root: &str, running: &[String]) -> Wir
 /// Where a job runs: its working directory (a request with none runs in the daemon
 /// user's home, never in the daemon's own folder; a relative one is refused, never
 /// interpreted) and, for a pane, its terminal's size.
-fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), WireError> {
+pub(super) fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), WireError> {
     let cwd = args
         .cwd
         .clone()

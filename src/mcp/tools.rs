@@ -74,11 +74,15 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
             "Run a command in the foreground and return its output and exit status. If it is \
              still running after `timeout_s` (default 60) it moves to the background and you \
              get its id instead (outcome `promoted`), so a slow command never blocks you for \
-             longer than the timeout.",
+             longer than the timeout. With `timeout: \"auto\"` bgwork decides from how long \
+             this command took here before: one that usually takes over 15 s goes to the \
+             background at once with its notice armed (do other work meanwhile), a quicker \
+             one is waited for up to 3× its usual time; `timeout_choice` says which and why.",
             schema(
                 json!({
                     "command": command,
                     "timeout_s": {"type": "number", "minimum": 0, "description": "Seconds to wait before it moves to the background (default 60)"},
+                    "timeout": {"type": "string", "enum": ["auto"], "description": "\"auto\": choose from this command's history in this folder instead of timeout_s (background at once if it usually takes over 15 s, else wait up to 3× its usual time, else 60 s without history)"},
                     "notify": {"type": "boolean", "description": "If it is promoted to the background, fire one notice when it ends (default false)"},
                     "name": name,
                     "cwd": cwd,
@@ -247,6 +251,20 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
             ),
         ),
         (
+            "history",
+            "How long commands took in a folder before: for each, its runs, median and p90 \
+             duration, and last ends (`expected` says it in one line, as `start` and `list` \
+             show it for running work). Use it to decide whether to wait for a command or \
+             start it in the background.",
+            schema(
+                json!({
+                    "command": {"type": "string", "description": "Only this command (blanks and surrounding spaces do not matter); default: every command run in the folder, the most recent first"},
+                    "cwd": cwd
+                }),
+                &[],
+            ),
+        ),
+        (
             "agent_start",
             "Start a sub-agent (sub-N): a child agent command run in the background. Its own \
              work is filed under this session (BGWORK_SESSION is set for it), and the text it \
@@ -269,7 +287,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
 pub fn annotations(name: &str) -> ToolAnnotations {
     let base = ToolAnnotations::new().open_world(false);
     match name {
-        "list" | "read" | "wait" | "notices" => base.read_only(true),
+        "list" | "read" | "wait" | "notices" | "history" => base.read_only(true),
         "stop" => base.read_only(false).destructive(true),
         "resize" | "dismiss" => base.read_only(false).destructive(false).idempotent(true),
         "send" | "monitor" => base.read_only(false).destructive(false),
@@ -370,10 +388,23 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
         "run" => Request::Run(RunArgs {
             start: local(start_args(&a)?),
             timeout_s: a.number("timeout_s")?,
+            timeout: match a.text("timeout")?.as_deref() {
+                None => None,
+                Some("auto") => Some(wire::TimeoutMode::Auto),
+                Some(other) => {
+                    return Err(WireError::bad_request(format!(
+                        "timeout takes \"auto\", not {other:?}; give seconds as timeout_s"
+                    )))
+                }
+            },
             stream: false,
             // The model has no stdin to give: the command reads end-of-input.
             stdin: wire::RunStdin::Closed,
         }),
+        "history" => Request::History {
+            cwd: absolute("cwd", a.text("cwd")?.as_deref().unwrap_or("."))?,
+            command: a.text("command")?,
+        },
         "list" => Request::List {
             all: a.flag("all")?,
             all_sessions: false,

@@ -6,11 +6,13 @@
 //! so a crash can never keep one without the other. Schema changes are migrations in
 //! [`schema`], applied in order and counted in `PRAGMA user_version`.
 
+mod history;
 mod monitors;
 mod notices;
 mod schema;
 mod sessions;
 
+pub use history::COMMANDS_LISTED;
 pub use monitors::{mode_text, MonitorRow, ScanProgress, Watched};
 pub use sessions::sub_session_name;
 
@@ -590,8 +592,9 @@ impl Store {
         Ok(())
     }
 
-    /// Ends a record and writes its notice in one transaction. Returns false (and
-    /// changes nothing) when the record had already ended: an end is recorded once.
+    /// Ends a record and writes its notice and its run (the history) in one
+    /// transaction. Returns false (and changes nothing) when the record had already
+    /// ended: an end is recorded once.
     pub fn settle(&mut self, row: i64, settlement: &Settlement) -> Result<bool> {
         let tx = self.conn.transaction()?;
         let changed = tx
@@ -618,6 +621,7 @@ impl Store {
                 settlement.peak_rss.map(|n| n.min(i64::MAX as u64) as i64),
             ])?;
         if changed == 1 {
+            history::add_run(&tx, row, settlement)?;
             if let Some(notice) = &settlement.notice {
                 tx.prepare_cached(
                     "INSERT OR IGNORE INTO notices(key, row, session, item, end_kind, exit_code,

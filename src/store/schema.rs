@@ -158,6 +158,22 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE items ADD COLUMN peak_rss INTEGER;
     ALTER TABLE items ADD COLUMN quiet_after_ms INTEGER;
     ALTER TABLE items ADD COLUMN max_runtime_ms INTEGER;",
+    // 9: the run history: each ended job or pane under its folder and normalised
+    // command (see `store/history.rs`), kept apart from the records `gc` deletes.
+    "CREATE TABLE runs(
+        hrow        INTEGER PRIMARY KEY AUTOINCREMENT,
+        cwd         TEXT NOT NULL,
+        command     TEXT NOT NULL,
+        session     TEXT NOT NULL,
+        item        TEXT NOT NULL,
+        started_at  INTEGER NOT NULL,
+        ended_at    INTEGER NOT NULL,
+        duration_ms INTEGER,
+        end_kind    TEXT NOT NULL,
+        exit_code   INTEGER,
+        signal      INTEGER
+    );
+    CREATE INDEX runs_by_command ON runs(cwd, command, hrow);",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

@@ -113,6 +113,13 @@ pub enum Request {
         #[serde(default)]
         stop_work: bool,
     },
+    /// The run history of a folder: every command run there, or `command`'s alone
+    /// (contract §13).
+    History {
+        cwd: String,
+        #[serde(default)]
+        command: Option<String>,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -267,12 +274,25 @@ pub struct RunArgs {
     /// Seconds before promotion (default 60).
     #[serde(default)]
     pub timeout_s: Option<f64>,
+    /// `auto`: the deadline the command's history calls for (contract §13), instead
+    /// of `timeout_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<TimeoutMode>,
     /// Stream output as `{"chunk":…}` lines before the final reply.
     #[serde(default)]
     pub stream: bool,
     /// The command's stdin: closed at once (the default), or the caller's own.
     #[serde(default)]
     pub stdin: RunStdin,
+}
+
+/// A deadline a `run` asks bgwork to choose.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutMode {
+    /// From the command's history: background at once when it usually takes long,
+    /// else up to 3× its usual time in the foreground, else the plain default.
+    Auto,
 }
 
 /// What a foreground `run` gives the command as its stdin.
@@ -319,6 +339,9 @@ pub struct RunReply {
     /// The output not streamed yet (all of it when not streaming).
     pub output: String,
     pub message: String,
+    /// With `timeout: auto`: which deadline history chose, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_choice: Option<String>,
 }
 
 /// One piece of streamed `run` output.
@@ -486,6 +509,16 @@ pub struct Item {
     /// Why Slurm has not started a queued item yet (`squeue`'s reason, e.g. `Resources`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_reason: Option<String>,
+    /// What the run history says of an item not yet ended, in one line: "usually 41 s
+    /// (5 runs; 2 of the last 5 failed)" (contract §13).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+    /// The median duration (ms) of its command's runs that ended by themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usual_ms: Option<u64>,
+    /// A running item against its usual time: "running 1m20s, usually 41 s".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }
 
 /// What an item's processes use and listen on, each field left out when unknown or
@@ -539,6 +572,46 @@ pub struct UiReply {
     pub port: u16,
     /// The daemon served it already (this call started nothing).
     pub already_serving: bool,
+}
+
+/// `history`: the commands of a folder, the most recently run first.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct HistoryReply {
+    pub cwd: String,
+    pub commands: Vec<CommandHistory>,
+}
+
+/// The kept runs of one command in a folder.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct CommandHistory {
+    /// The command as kept: blanks collapsed, lines trimmed.
+    pub command: String,
+    /// Runs kept (the newest, at most 20).
+    pub runs: usize,
+    /// The median and p90 duration (ms) of the runs that ended by themselves
+    /// (`succeeded` or `failed`); absent when none did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p90_ms: Option<u64>,
+    /// The one line a `start` reply shows.
+    pub expected: String,
+    /// The newest runs first.
+    pub last: Vec<PastRun>,
+}
+
+/// One ended run of a command.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct PastRun {
+    pub id: String,
+    pub session: String,
+    pub end: End,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Absent when unknown (a `lost` item).
+    pub duration_ms: Option<u64>,
+    pub started_at: String,
+    pub ended_at: String,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

@@ -1,0 +1,200 @@
+//! What the run history (see [`crate::history`]) tells callers: `history`, the
+//! expectation of items not yet ended (in `start`, `list` and MCP), the one notice of
+//! a job running far past its usual time, and the deadline of `run --timeout auto`
+//! (contract §13).
+
+use super::Daemon;
+use crate::history::{human_ms, Expectation, Run};
+use crate::paths::{now_ms, rfc3339};
+use crate::store::Record;
+use crate::wire::{CommandHistory, HistoryReply, Item, Kind, PastRun, State, WireError};
+use std::time::Duration;
+
+/// Past this usual time (`BGWORK_AUTO_BACKGROUND_S`), `run --timeout auto` backgrounds
+/// the command at once: waiting on it costs more than backgrounding does.
+pub const AUTO_BACKGROUND: Duration = Duration::from_secs(15);
+/// The shortest foreground deadline `run --timeout auto` gives (3× a tiny usual time
+/// would promote a command that is merely slowed by a busy machine).
+const AUTO_FLOOR: Duration = Duration::from_secs(1);
+
+/// The deadline `run --timeout auto` chose, with the words that say why.
+pub(crate) enum AutoDeadline {
+    /// Background at once, with its notice armed.
+    Background(String),
+    /// Wait in the foreground this long, then promote (or kill) as any run.
+    Foreground(Duration, String),
+}
+
+impl Daemon {
+    /// `history`: the commands run in `cwd` (or `command` alone), newest first.
+    pub(crate) fn history(
+        &self,
+        cwd: &str,
+        command: Option<&str>,
+    ) -> Result<HistoryReply, WireError> {
+        crate::paths::require_absolute(cwd, "cwd")?;
+        let inner = self.lock();
+        let keys = match command {
+            Some(command) => vec![crate::history::normalise(command)],
+            None => inner.store.run_commands(cwd)?,
+        };
+        let mut commands = Vec::new();
+        for key in keys {
+            let runs = inner.store.runs(cwd, &key)?;
+            let Some(expectation) = Expectation::of(&runs) else {
+                continue;
+            };
+            commands.push(CommandHistory {
+                command: key,
+                runs: expectation.runs,
+                median_ms: expectation.usual_ms,
+                p90_ms: expectation.p90_ms,
+                expected: expectation.line(),
+                last: runs.iter().map(past_run).collect(),
+            });
+        }
+        Ok(HistoryReply {
+            cwd: cwd.to_string(),
+            commands,
+        })
+    }
+
+    /// What history expects of `command` in `cwd`; none without runs (or when the store
+    /// cannot say).
+    pub(crate) fn expectation(&self, cwd: &str, command: &str) -> Option<Expectation> {
+        let runs = self.lock().store.runs(cwd, command).ok()?;
+        Expectation::of(&runs)
+    }
+
+    /// Adds to each job or pane not yet ended what history expects of it, and how far
+    /// it has got against that.
+    pub(crate) fn expect_items(&self, items: &mut [Item], records: &[Record]) {
+        for (item, record) in items.iter_mut().zip(records) {
+            if record.state == State::Ended || !matches!(record.kind, Kind::Job | Kind::Pane) {
+                continue;
+            }
+            let Some(expectation) = self.expectation(&record.cwd, &record.command) else {
+                continue;
+            };
+            item.expected = Some(expectation.line());
+            item.usual_ms = expectation.usual_ms;
+            if record.state == State::Running {
+                let running = now_ms().saturating_sub(record.started_at).max(0) as u64;
+                item.progress = expectation.progress(running);
+            }
+        }
+    }
+
+    /// The deadline of `run --timeout auto` for `command` in `cwd`.
+    pub(crate) fn auto_deadline(&self, cwd: &str, command: &str, plain: Duration) -> AutoDeadline {
+        let Some(expectation) = self.expectation(cwd, command) else {
+            return AutoDeadline::Foreground(
+                plain,
+                format!(
+                    "no history of this command in this folder: waited up to the plain {} s",
+                    plain.as_secs_f64()
+                ),
+            );
+        };
+        let Some(usual) = expectation.usual_ms.map(Duration::from_millis) else {
+            return AutoDeadline::Foreground(
+                plain,
+                format!(
+                    "history has {} of it but none ended by itself (no usual time): waited up \
+                     to the plain {} s",
+                    runs_text(expectation.runs),
+                    plain.as_secs_f64()
+                ),
+            );
+        };
+        let threshold = self.config.auto_background;
+        let usual_text = format!("usually {} here", human_ms(usual.as_millis() as u64));
+        if usual > threshold {
+            return AutoDeadline::Background(format!(
+                "{usual_text} ({}), longer than the {} s worth waiting for: backgrounded at \
+                 once, its notice armed",
+                runs_text(expectation.runs),
+                threshold.as_secs_f64()
+            ));
+        }
+        let deadline = (usual * 3).max(AUTO_FLOOR);
+        AutoDeadline::Foreground(
+            deadline,
+            format!(
+                "{usual_text} ({}), under the {} s worth backgrounding: waited in the \
+                 foreground up to 3× that ({})",
+                runs_text(expectation.runs),
+                threshold.as_secs_f64(),
+                human_ms(deadline.as_millis() as u64)
+            ),
+        )
+    }
+
+    /// When a running job counts as running long (see [`Expectation::overrun_after`]),
+    /// as milliseconds since the epoch; none without a usual time.
+    pub(crate) fn overrun_at(&self, record: &Record) -> Option<(i64, Expectation)> {
+        if !matches!(record.kind, Kind::Job | Kind::Pane) {
+            return None;
+        }
+        let expectation = self.expectation(&record.cwd, &record.command)?;
+        let after = expectation
+            .overrun_after(self.config.overrun_margin)?
+            .as_millis() as i64;
+        Some((record.started_at.saturating_add(after), expectation))
+    }
+
+    /// The one notice of a job running far past its usual time, with its last lines;
+    /// none for one that listens on a port (a server has no usual end).
+    pub(crate) async fn overran(&self, record: &Record, expectation: &Expectation) {
+        if !self.listening_of(record).await.is_empty() {
+            return;
+        }
+        let running = now_ms().saturating_sub(record.started_at).max(0) as u64;
+        let usual = expectation.usual_ms.unwrap_or_default();
+        let text = format!(
+            "{} has run {}, over 3× its usual {} ({}): it may be stuck (`bgwork read {}`, \
+             `bgwork stop {}`)",
+            record.id,
+            human_ms(running),
+            human_ms(usual),
+            runs_text(expectation.runs),
+            record.id,
+            record.id
+        );
+        let log = crate::output::log_path(&record.job_dir);
+        let (head, dropped) = (self.config.log_head, self.lock().dropped(record));
+        let tail = tokio::task::spawn_blocking(move || crate::output::tail(&log, head, dropped))
+            .await
+            .unwrap_or_default();
+        let key = format!("overrun:{}", record.row);
+        let added = self
+            .lock()
+            .store
+            .add_event_notice(record.row, &key, &text, &tail);
+        match added {
+            Ok(true) => self.bump(),
+            Ok(false) => {}
+            Err(e) => crate::note!("bgwork daemon: could not record a running-long notice: {e}"),
+        }
+    }
+}
+
+fn runs_text(runs: usize) -> String {
+    match runs {
+        1 => "1 run".to_string(),
+        n => format!("{n} runs"),
+    }
+}
+
+fn past_run(run: &Run) -> PastRun {
+    PastRun {
+        id: run.item.clone(),
+        session: run.session.clone(),
+        end: run.end,
+        exit_code: run.exit_code,
+        signal: run.signal,
+        duration_ms: run.duration_ms,
+        started_at: rfc3339(run.started_at),
+        ended_at: rfc3339(run.ended_at),
+    }
+}

@@ -6,6 +6,7 @@ mod core_load;
 mod ends;
 mod faults;
 mod harness_hooks;
+mod history;
 mod hostile;
 mod hostile15;
 mod mcp;

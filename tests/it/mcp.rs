@@ -120,6 +120,7 @@ fn tools_list_offers_every_call_with_a_schema_and_a_description() {
             "resize",
             "dismiss",
             "restart",
+            "history",
             "agent_start"
         ]
     );

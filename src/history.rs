@@ -106,7 +106,9 @@ impl Expectation {
     pub fn line(&self) -> String {
         let runs = plural(self.runs, "run");
         let Some(usual) = self.usual_ms else {
-            return format!("no usual time: {runs}, none ended by itself (stopped, signaled or lost)");
+            return format!(
+                "no usual time: {runs}, none ended by itself (stopped, signaled or lost)"
+            );
         };
         let failed = match (self.recent_failed, self.recent) {
             (0, _) => String::new(),

@@ -89,7 +89,7 @@ the session has no room under its limit. Ctrl-C stops it.
 
 `--timeout auto` chooses from the command's history in this folder (`bgwork history`):
 background at once (its notice armed) when it usually takes longer than 15 s
-(BGWORK_AUTO_BACKGROUND_S), else wait up to 3× its usual time; the plain 60 s without
+(BGWORK_AUTO_BACKGROUND_S), else wait up to 3 times its usual time; the plain 60 s without
 history. It says which it chose and why.
 
 Examples:
@@ -586,7 +586,7 @@ Example:
 pub struct RunCmd {
     /// Seconds in the foreground before moving to the background [default: 60]; `auto`:
     /// from the command's history here (background at once when it usually takes longer
-    /// than 15 s, else wait up to 3× its usual time)
+    /// than 15 s, else wait up to 3 times its usual time)
     #[arg(long, value_name = "S|auto", value_parser = timeout_arg)]
     pub timeout: Option<TimeoutArg>,
     #[command(flatten)]
@@ -965,7 +965,8 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 Some(TimeoutArg::Seconds(s)) => Some(s),
                 _ => None,
             },
-            timeout: matches!(run.timeout, Some(TimeoutArg::Auto)).then_some(wire::TimeoutMode::Auto),
+            timeout: matches!(run.timeout, Some(TimeoutArg::Auto))
+                .then_some(wire::TimeoutMode::Auto),
             stream: !json,
             // As a shell does: the command reads this process's stdin.
             stdin: wire::RunStdin::Forward,

@@ -539,7 +539,10 @@ fn history_text(reply: &wire::HistoryReply) -> String {
     }
     let mut lines = vec![format!("in {}", inert(&reply.cwd))];
     for command in &reply.commands {
-        let ms = |ms: Option<u64>| ms.map(crate::history::human_ms).unwrap_or_else(|| "-".into());
+        let ms = |ms: Option<u64>| {
+            ms.map(crate::history::human_ms)
+                .unwrap_or_else(|| "-".into())
+        };
         lines.push(format!(
             "{}\n  {}; median {}, p90 {}",
             inert(&command.command),

@@ -154,7 +154,11 @@ impl Daemon {
             if ended {
                 forget_env(row);
             }
-            if !ended && overrun.as_ref().is_some_and(|(at, _)| Instant::now() >= *at) {
+            if !ended
+                && overrun
+                    .as_ref()
+                    .is_some_and(|(at, _)| Instant::now() >= *at)
+            {
                 if let Some((_, expectation)) = overrun.take() {
                     self.overran(&record, &expectation).await;
                 }

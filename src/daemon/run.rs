@@ -17,8 +17,8 @@ use crate::executor::WriteRefused;
 use crate::output;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{
-    self, Actor, Chunk, RunArgs, RunOutcome, RunReply, RunStdin, State, StdinFrame,
-    TimeoutMode, WireError,
+    self, Actor, Chunk, RunArgs, RunOutcome, RunReply, RunStdin, State, StdinFrame, TimeoutMode,
+    WireError,
 };
 use base64::Engine;
 use std::time::Duration;
@@ -59,26 +59,25 @@ impl Daemon {
         ends_shown: &mut super::Shown<'_>,
     ) -> Result<RunReply, WireError> {
         let mut args = args;
-        let (mut timeout, mut auto) = match (args.timeout, args.timeout_s) {
-            (Some(_), Some(_)) => {
-                return Err(WireError::bad_request(
+        let (mut timeout, mut auto) =
+            match (args.timeout, args.timeout_s) {
+                (Some(_), Some(_)) => return Err(WireError::bad_request(
                     "a run takes a timeout of `auto` or a number of seconds (timeout_s), not both",
-                ))
-            }
-            (Some(TimeoutMode::Auto), None) => {
-                let cwd = super::start::place(&args.start)?.0;
-                match self.auto_deadline(&cwd, &args.start.command, DEFAULT_TIMEOUT) {
-                    AutoDeadline::Foreground(deadline, why) => (deadline, Some((false, why))),
-                    AutoDeadline::Background(why) => {
-                        // Its notice is armed: the caller is not waiting for its end.
-                        args.start.notify = true;
-                        (Duration::ZERO, Some((true, why)))
+                )),
+                (Some(TimeoutMode::Auto), None) => {
+                    let cwd = super::start::place(&args.start)?.0;
+                    match self.auto_deadline(&cwd, &args.start.command, DEFAULT_TIMEOUT) {
+                        AutoDeadline::Foreground(deadline, why) => (deadline, Some((false, why))),
+                        AutoDeadline::Background(why) => {
+                            // Its notice is armed: the caller is not waiting for its end.
+                            args.start.notify = true;
+                            (Duration::ZERO, Some((true, why)))
+                        }
                     }
                 }
-            }
-            (None, Some(s)) => (crate::wire::seconds("--timeout", s)?, None),
-            (None, None) => (DEFAULT_TIMEOUT, None),
-        };
+                (None, Some(s)) => (crate::wire::seconds("--timeout", s)?, None),
+                (None, None) => (DEFAULT_TIMEOUT, None),
+            };
         if args.start.slurm.is_some() {
             return Err(WireError::bad_request(
                 "`run` runs in the foreground on this machine: `start --on slurm` sends work \

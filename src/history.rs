@@ -39,6 +39,20 @@ pub fn normalise(command: &str) -> String {
     key
 }
 
+/// The key of a folder: the path with `.` components, repeated and trailing slashes
+/// dropped (`/a/./b/` is `/a/b`); `..` and links are left as they are (the job's `cwd`
+/// was taken as given).
+pub fn normalise_folder(cwd: &str) -> String {
+    let parts: Vec<&str> = cwd
+        .split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect();
+    match cwd.starts_with('/') {
+        true => format!("/{}", parts.join("/")),
+        false => parts.join("/"),
+    }
+}
+
 /// One ended run of a command, as kept.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -159,14 +173,11 @@ fn plural(n: usize, word: &str) -> String {
 
 /// A duration for a person: `0.4 s`, `4.2 s`, `41 s`, `1m20s`, `2h05m`.
 pub fn human_ms(ms: u64) -> String {
-    let seconds = ms / 1000;
+    let seconds = ms.saturating_add(500) / 1000;
     match ms {
         0..=9_949 => format!("{:.1} s", ms as f64 / 1000.0),
-        9_950..=59_499 => format!("{} s", (ms + 500) / 1000),
-        59_500..=3_599_999 => {
-            let seconds = (ms + 500) / 1000;
-            format!("{}m{:02}s", seconds / 60, seconds % 60)
-        }
+        9_950..=59_499 => format!("{seconds} s"),
+        59_500..=3_599_499 => format!("{}m{:02}s", seconds / 60, seconds % 60),
         _ => format!("{}h{:02}m", seconds / 3600, (seconds % 3600) / 60),
     }
 }
@@ -194,6 +205,9 @@ mod tests {
         assert_eq!(normalise("  pytest\t -q"), "pytest -q");
         assert_eq!(normalise("cd x\n\n  make  all \n"), "cd x\nmake all");
         assert_ne!(normalise("cd x\nmake"), normalise("cd x make"));
+        assert_eq!(normalise_folder("/a/./b//c/"), "/a/b/c");
+        assert_eq!(normalise_folder("/"), "/");
+        assert_eq!(normalise_folder("/a/../b"), "/a/../b");
     }
 
     #[test]
@@ -215,6 +229,12 @@ mod tests {
         let e = Expectation::of(&stopped).unwrap();
         assert_eq!(e.usual_ms, None);
         assert_eq!(e.overrun_after(minute), None);
+        assert_eq!(human_ms(400), "0.4 s");
+        assert_eq!(human_ms(59_499), "59 s");
+        assert_eq!(human_ms(59_500), "1m00s");
+        assert_eq!(human_ms(3_599_400), "59m59s");
+        assert_eq!(human_ms(3_599_500), "1h00m");
+        assert!(!human_ms(u64::MAX).is_empty());
         let one = Expectation::of(&[run(End::Succeeded, 2_000)]).unwrap();
         assert_eq!(one.line(), "usually 2.0 s (1 run)");
         assert_eq!(one.overrun_after(minute), Some(Duration::from_secs(62)));

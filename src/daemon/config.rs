@@ -5,6 +5,9 @@
 
 use std::time::Duration;
 
+/// The largest value (seconds) taken for a timing policy of the run history: a day.
+const MAX_POLICY_S: f64 = 86_400.0;
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Running jobs, panes and monitors per session.
@@ -45,7 +48,7 @@ pub struct Config {
     /// (`BGWORK_PORTS=0` turns it off).
     pub ports: bool,
     /// The usual time past which `run --timeout auto` backgrounds a command at once
-    /// (`BGWORK_AUTO_BACKGROUND_S`, seconds).
+    /// (`BGWORK_AUTO_BACKGROUND_S`, seconds, fractions allowed).
     pub auto_background: Duration,
     /// How much longer than its usual time a job runs, at least, before its
     /// running-long notice (`BGWORK_OVERRUN_MARGIN_S`, seconds; beside 3× the usual).
@@ -125,11 +128,15 @@ impl Config {
         if number("BGWORK_PORTS") == Some(0) {
             config.ports = false;
         }
-        if let Some(n) = number("BGWORK_AUTO_BACKGROUND_S") {
-            config.auto_background = Duration::from_secs(n);
+        let seconds = std::env::var("BGWORK_AUTO_BACKGROUND_S")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .and_then(|s| Duration::try_from_secs_f64(s.min(MAX_POLICY_S)).ok());
+        if let Some(threshold) = seconds {
+            config.auto_background = threshold;
         }
         if let Some(n) = number("BGWORK_OVERRUN_MARGIN_S") {
-            config.overrun_margin = Duration::from_secs(n);
+            config.overrun_margin = Duration::from_secs_f64((n as f64).min(MAX_POLICY_S));
         }
         config
     }

@@ -19,7 +19,7 @@ const AUTO_FLOOR: Duration = Duration::from_secs(1);
 
 /// The deadline `run --timeout auto` chose, with the words that say why.
 pub(crate) enum AutoDeadline {
-    /// Background at once, with its notice armed.
+    /// Background at once, with its notice armed (the words say why, not what).
     Background(String),
     /// Wait in the foreground this long, then promote (or kill) as any run.
     Foreground(Duration, String),
@@ -54,7 +54,7 @@ impl Daemon {
             });
         }
         Ok(HistoryReply {
-            cwd: cwd.to_string(),
+            cwd: crate::history::normalise_folder(cwd),
             commands,
         })
     }
@@ -111,8 +111,7 @@ impl Daemon {
         let usual_text = format!("usually {} here", human_ms(usual.as_millis() as u64));
         if usual > threshold {
             return AutoDeadline::Background(format!(
-                "{usual_text} ({}), longer than the {} s worth waiting for: backgrounded at \
-                 once, its notice armed",
+                "{usual_text} ({}), longer than the {} s worth waiting for",
                 runs_text(expectation.runs),
                 threshold.as_secs_f64()
             ));
@@ -167,10 +166,13 @@ impl Daemon {
             .await
             .unwrap_or_default();
         let key = format!("overrun:{}", record.row);
-        let added = self
-            .lock()
-            .store
-            .add_event_notice(record.row, &key, &text, &tail);
+        let mut inner = self.lock();
+        if !matches!(inner.store.get(record.row), Ok(Some(r)) if r.state != State::Ended) {
+            // It ended meanwhile: its end says the rest.
+            return;
+        }
+        let added = inner.store.add_event_notice(record.row, &key, &text, &tail);
+        drop(inner);
         match added {
             Ok(true) => self.bump(),
             Ok(false) => {}

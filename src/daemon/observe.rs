@@ -121,9 +121,10 @@ impl Daemon {
         }
         let mut watch = JobWatch::new(&record, self.config.log_head, fresh);
         // Far past its usual time (from the run history), one notice says so.
-        let mut overrun = self.overrun_at(&record).map(|(at_ms, expectation)| {
+        let mut overrun = self.overrun_at(&record).and_then(|(at_ms, expectation)| {
             let left = at_ms.saturating_sub(crate::paths::now_ms()).max(0) as u64;
-            (Instant::now() + Duration::from_millis(left), expectation)
+            let at = Instant::now().checked_add(Duration::from_millis(left))?;
+            Some((at, expectation))
         });
         // Its own watch needs no haste: its supervisor reports at the relaxed pace
         // unless someone else waits on the output.

@@ -92,17 +92,25 @@ impl Daemon {
         let row = self
             .launch(session, &args.start, launch, Some(&mut *ends_shown))
             .await?;
-        if let Some((true, why)) = &auto {
-            if let Some(full) = self.no_room(session)? {
-                // Promoted at once, it would be killed: it waits as with no history.
-                timeout = DEFAULT_TIMEOUT;
-                let why = format!(
-                    "{why}; but {full}: waited in the foreground up to the plain {} s instead",
-                    DEFAULT_TIMEOUT.as_secs()
-                );
-                auto = Some((false, why));
-            }
-        }
+        auto = match auto {
+            Some((true, why)) => Some(match self.no_room(session)? {
+                None => (
+                    true,
+                    format!("{why}: backgrounded at once, its notice armed"),
+                ),
+                Some(full) => {
+                    // Promoted at once, it would be killed: it waits as with no history.
+                    timeout = DEFAULT_TIMEOUT;
+                    let plain = DEFAULT_TIMEOUT.as_secs();
+                    let why = format!(
+                        "{why}, but {full}: waited in the foreground up to the plain {plain} s \
+                         instead (its notice armed)"
+                    );
+                    (false, why)
+                }
+            }),
+            other => other,
+        };
         let forward = args.stdin == RunStdin::Forward;
         let mut stdin_open = forward;
         if !forward {

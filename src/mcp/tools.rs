@@ -253,8 +253,8 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
         (
             "history",
             "How long commands took in a folder before: for each, its runs, median and p90 \
-             duration, and last ends (`expected` says it in one line, as `start` and `list` \
-             show it for running work). Use it to decide whether to wait for a command or \
+             duration, and its newest 5 ends in `last` (`expected` says it in one line, as \
+             `start` and `list` show it for running work). Use it to decide whether to wait for a command or \
              start it in the background.",
             schema(
                 json!({
@@ -352,6 +352,14 @@ pub fn slim(reply: &mut Value) {
     slim_item(reply);
     if let Some(Value::Array(items)) = reply.get_mut("items") {
         items.iter_mut().for_each(slim_item);
+    }
+    // A history names the newest few ends of each command.
+    if let Some(Value::Array(commands)) = reply.get_mut("commands") {
+        for command in commands {
+            if let Some(Value::Array(last)) = command.get_mut("last") {
+                last.truncate(crate::history::RECENT);
+            }
+        }
     }
 }
 

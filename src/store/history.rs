@@ -4,7 +4,7 @@
 //! leaves it alone.
 
 use super::{end_str, parse_end, Result, Settlement, Store};
-use crate::history::{normalise, Run, RUNS_KEPT, RUNS_TOTAL};
+use crate::history::{normalise, normalise_folder, Run, RUNS_KEPT, RUNS_TOTAL};
 use crate::wire::End;
 use rusqlite::{params, OptionalExtension, Transaction};
 
@@ -39,7 +39,7 @@ pub(super) fn add_run(tx: &Transaction, row: i64, settlement: &Settlement) -> Re
     if kind != "job" && kind != "pane" {
         return Ok(());
     }
-    let command = normalise(&command);
+    let (cwd, command) = (normalise_folder(&cwd), normalise(&command));
     // A lost item's end is when the daemon found out, not when the work ended.
     let duration = (settlement.end != End::Lost)
         .then(|| settlement.ended_at.saturating_sub(started_at).max(0));
@@ -73,25 +73,28 @@ pub(super) fn add_run(tx: &Transaction, row: i64, settlement: &Settlement) -> Re
 }
 
 impl Store {
-    /// The kept runs of `command` (normalised here) in `cwd`, newest first.
+    /// The kept runs of `command` in `cwd` (both normalised here), newest first.
     pub fn runs(&self, cwd: &str, command: &str) -> Result<Vec<Run>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT session, item, started_at, ended_at, duration_ms, end_kind, exit_code,
                     signal
              FROM runs WHERE cwd = ?1 AND command = ?2 ORDER BY hrow DESC LIMIT ?3",
         )?;
-        let rows = stmt.query_map(params![cwd, normalise(command), RUNS_KEPT as i64], |r| {
-            Ok(Run {
-                session: r.get(0)?,
-                item: r.get(1)?,
-                started_at: r.get(2)?,
-                ended_at: r.get(3)?,
-                duration_ms: r.get::<_, Option<i64>>(4)?.map(|n| n.max(0) as u64),
-                end: parse_end(5, &r.get::<_, String>(5)?)?,
-                exit_code: r.get(6)?,
-                signal: r.get(7)?,
-            })
-        })?;
+        let rows = stmt.query_map(
+            params![normalise_folder(cwd), normalise(command), RUNS_KEPT as i64],
+            |r| {
+                Ok(Run {
+                    session: r.get(0)?,
+                    item: r.get(1)?,
+                    started_at: r.get(2)?,
+                    ended_at: r.get(3)?,
+                    duration_ms: r.get::<_, Option<i64>>(4)?.map(|n| n.max(0) as u64),
+                    end: parse_end(5, &r.get::<_, String>(5)?)?,
+                    exit_code: r.get(6)?,
+                    signal: r.get(7)?,
+                })
+            },
+        )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -102,7 +105,10 @@ impl Store {
             "SELECT command FROM runs WHERE cwd = ?1 GROUP BY command
              ORDER BY max(hrow) DESC LIMIT ?2",
         )?;
-        let rows = stmt.query_map(params![cwd, COMMANDS_LISTED as i64], |r| r.get(0))?;
+        let rows = stmt.query_map(
+            params![normalise_folder(cwd), COMMANDS_LISTED as i64],
+            |r| r.get(0),
+        )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 }

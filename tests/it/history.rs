@@ -241,14 +241,20 @@ fn issue26_2_no_running_long_notice_for_a_server_or_work_always_stopped() {
     let home = Home::new().with("BGWORK_OVERRUN_MARGIN_S", "0");
     let project = Project::new();
     let dir = project.dir();
-    // A server: its command once ended quickly, now it listens on a port.
-    project.step("sleep 0.2");
+    // A server: its command once ended by itself after 2 s, now it listens on a port
+    // (well before 3× that: a loaded machine starts Python slowly).
+    project.step("sleep 2");
     run_in(&home, &project, &[], STEP);
     project.step("exec python3 -m http.server 0 --bind 127.0.0.1");
+    let began = Instant::now();
     let server = home.start_with(&["--cwd", &dir], STEP);
     eventually(Duration::from_secs(20), || {
         listed(&home, &server)["listening"].is_array()
     });
+    assert!(
+        began.elapsed() < Duration::from_secs(6),
+        "the server listened too late for this test"
+    );
     // Work stopped every time has no usual time.
     let stopped = home.start_with(&["--cwd", &dir], "sleep 50");
     home.json(&["stop", &stopped]);
@@ -256,8 +262,10 @@ fn issue26_2_no_running_long_notice_for_a_server_or_work_always_stopped() {
     assert!(again["usual_ms"].is_null(), "{again}");
     let line = again["expected"].as_str().unwrap();
     assert!(line.starts_with("no usual time"), "{again}");
-    // Well past 3× the server's usual 0.2 s: nothing is said.
-    let notices = home.json(&["notices", "--wait", "3"]);
+    // Until well past 3× the server's usual 2 s: nothing is said.
+    let until = Duration::from_secs(8).saturating_sub(began.elapsed());
+    let wait = format!("{}", until.as_secs_f64().max(1.0));
+    let notices = home.json(&["notices", "--wait", &wait]);
     assert_eq!(notices["notices"], json!([]), "{notices}");
 }
 

@@ -650,3 +650,36 @@ fn a_fifo_in_place_of_the_strips_port_file_does_not_hold_up_the_daemon() {
     let id = home.start("echo served");
     assert_eq!(home.wait_end(&id)["end"], "succeeded");
 }
+
+#[test]
+fn issue26_2_the_strip_lists_what_history_expects_of_running_work() {
+    let home = Home::new();
+    let served = ui(&home);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = token(served["url"].as_str().unwrap());
+    let host = format!("127.0.0.1:{port}");
+    let auth = format!("X-Bgwork-Token: {token}\r\n");
+    let flag = home.path().join("long");
+    let command = format!("test -e {} && sleep 60; true", flag.display());
+    home.json(&["run", "--", &command]);
+    std::fs::write(&flag, "").unwrap();
+    let id = home.start(&command);
+    let (status, _, body) = get(port, "/api/items", &host, &auth);
+    assert_eq!(status, 200);
+    let list: Value = serde_json::from_str(&body).unwrap();
+    let item = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == id.as_str())
+        .cloned()
+        .unwrap();
+    assert!(
+        item["expected"].as_str().unwrap().starts_with("usually "),
+        "{item}"
+    );
+    assert!(
+        item["progress"].as_str().unwrap().starts_with("running "),
+        "{item}"
+    );
+}

@@ -117,7 +117,8 @@ function render() {
       fragment.push(group);
     }
     // A row whose item did not change is the same element (a click on it lands).
-    const signature = JSON.stringify([item, view.selected && key(view.selected) === key(item)]);
+    // `progress` changes with every list; the row shows the age and `expected` instead.
+    const signature = JSON.stringify([{ ...item, progress: undefined }, view.selected && key(view.selected) === key(item)]);
     const old = view.rows.get(key(item));
     const node = old && old.signature === signature ? old.node : row(item);
     node.querySelector('.age').textContent = ageText(item);
@@ -153,6 +154,7 @@ function row(item) {
     el('span', { class: 'age', title: item.started_at }),
     item.pid ? el('span', {}, `pid ${item.pid}`) : null,
     ...ports(item),
+    item.expected ? el('span', { class: 'expected' }, item.expected) : null,
     item.cpu_ms !== undefined && item.cpu_ms !== null ? el('span', {}, `cpu ${(item.cpu_ms / 1000).toFixed(1)}s`) : null,
     item.rss_bytes ? el('span', {}, `mem ${bytes(item.rss_bytes)}`) : null,
   ];

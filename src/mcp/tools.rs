@@ -19,7 +19,9 @@ end and last lines of any work that ended since your last call (at most 10 a res
 `notices_note` says how many more wait). A notice is a report, not a request to start more \
 work. Use `wait` (it blocks, with a \
 bound) only when your next step needs the result. A command that ends in a few seconds should \
-just run with `run`.";
+just run with `run`; when you do not know how long a command takes, `run` with `timeout: \
+\"auto\"` decides from how long it took here before (`start`, `list` and `history` show that \
+too, as `expected`).";
 
 /// Every tool, in the order `tools/list` gives them.
 pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {

@@ -124,7 +124,8 @@ pub fn under_scheduler(
                 if let Some(name) = name.to_str() {
                     spec.env.remove(name);
                 }
-                spec.env_bytes.push([STANDARD.encode(raw), STANDARD.encode(value.as_bytes())]);
+                spec.env_bytes
+                    .push([STANDARD.encode(raw), STANDARD.encode(value.as_bytes())]);
             }
         }
     }
@@ -181,7 +182,10 @@ mod tests {
         job.env_bytes = vec![[STANDARD.encode("ODD"), STANDARD.encode([0xff])]];
         let slurm = vec![
             (OsString::from("ODD"), OsString::from("slurms")),
-            (OsString::from("SLURM_JOB_ID"), OsString::from_vec(vec![b'4', 0xfe])),
+            (
+                OsString::from("SLURM_JOB_ID"),
+                OsString::from_vec(vec![b'4', 0xfe]),
+            ),
         ];
         under_scheduler(&mut job, slurm);
         // The caller's ODD (bytes) wins; Slurm's SLURM_JOB_ID (bytes) replaces the text.

@@ -252,7 +252,10 @@ mod tests {
         let answer = std::fs::read(dir.path().join(SEALED_FILE)).unwrap();
         let text = String::from_utf8_lossy(&answer);
         assert!(!text.contains("s3cr3t"), "{text}");
-        assert!(!text.contains(&STANDARD.encode("s3cr3t-value-42")), "{text}");
+        assert!(
+            !text.contains(&STANDARD.encode("s3cr3t-value-42")),
+            "{text}"
+        );
         assert_eq!(open(&secret, &answer).unwrap(), values());
         // Asked again, it has nothing more to give.
         std::fs::remove_file(dir.path().join(SEALED_FILE)).unwrap();

@@ -22,12 +22,12 @@ pub use options::choose;
 pub use scheduler::parse_exit_code;
 
 use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused, Writes};
-use handover::{Held, Values};
 use crate::job_dir::JobDir;
 use crate::paths::now_ms;
 use crate::supervisor::{self, tree::TreeRecord};
 use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::{Actor, End, SlurmArgs};
+use handover::{Held, Values};
 use scheduler::{find_by_name, job_info, slurm_call, JobInfo, Queue, Seen, Watch};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

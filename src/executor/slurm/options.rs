@@ -264,7 +264,10 @@ const OWN_OPTIONS: [(&str, &str); 19] = [
         "cluster",
         "bgwork follows its jobs on the cluster of SLURM_CONF: set SLURM_CONF for another",
     ),
-    ("wait", "sbatch would not answer until the job ends: bgwork waits itself"),
+    (
+        "wait",
+        "sbatch would not answer until the job ends: bgwork waits itself",
+    ),
     ("test-only", NO_JOB),
     ("help", NO_JOB),
     ("usage", NO_JOB),
@@ -426,7 +429,10 @@ mod tests {
             ("--open=append", "open-mode"),
         ] {
             let why = check_sbatch_arg(arg).expect_err(arg);
-            assert!(why.contains(&format!("sets --{own} itself")), "{arg}: {why}");
+            assert!(
+                why.contains(&format!("sets --{own} itself")),
+                "{arg}: {why}"
+            );
         }
     }
 
@@ -441,12 +447,23 @@ mod tests {
         assert!(check_sbatch_arg("--hold=yes")
             .unwrap_err()
             .contains("takes no value"));
-        for arg in ["evil.sh", "-", "--", "--=x", "-E", "-vE", "--no-such-option=1"] {
+        for arg in [
+            "evil.sh",
+            "-",
+            "--",
+            "--=x",
+            "-E",
+            "-vE",
+            "--no-such-option=1",
+        ] {
             assert!(check_sbatch_arg(arg).is_err(), "{arg}");
         }
         // Ambiguous prefixes, which sbatch refuses too, are named.
         let why = check_sbatch_arg("--cpu=2").unwrap_err();
-        assert!(why.contains("ambiguous") && why.contains("--cpus-per-task"), "{why}");
+        assert!(
+            why.contains("ambiguous") && why.contains("--cpus-per-task"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -480,7 +497,11 @@ mod tests {
             // The value of a short option is the rest, whatever it holds.
             "-pJ",
         ] {
-            assert!(check_sbatch_arg(arg).is_ok(), "{arg}: {:?}", check_sbatch_arg(arg));
+            assert!(
+                check_sbatch_arg(arg).is_ok(),
+                "{arg}: {:?}",
+                check_sbatch_arg(arg)
+            );
         }
     }
 

@@ -1029,7 +1029,8 @@ fn issue22_7_slurm_job_sees_slurms_own_variables_beside_the_callers() {
             "2",
         ],
         "echo id=$SLURM_JOB_ID; echo nodes=$SLURM_JOB_NODELIST; echo cpus=$SLURM_CPUS_ON_NODE; \
-         echo submit=$SLURM_SUBMIT_DIR; echo environment=$ENVIRONMENT",
+         echo submit=$SLURM_SUBMIT_DIR; echo environment=$ENVIRONMENT; \
+         echo prolog=$BGWORK_TEST_PROLOG",
     );
     let id = item["id"].as_str().unwrap().to_string();
     let job = item["slurm_job_id"].as_str().unwrap().to_string();
@@ -1050,6 +1051,8 @@ fn issue22_7_slurm_job_sees_slurms_own_variables_beside_the_callers() {
     assert_eq!(lines[3], format!("submit={cwd_text}"), "{output}");
     // A name both set that is not Slurm's own of this job: the caller's.
     assert_eq!(lines[4], "environment=mine", "{output}");
+    // What the site's task prolog exports (scripts/slurm-cluster sets one).
+    assert_eq!(lines[5], format!("prolog=prolog-of-{job}"), "{output}");
 }
 
 #[test]
@@ -1070,7 +1073,9 @@ fn issue22_8_sbatch_arg_abbreviated_and_grouped_forms_are_refused() {
         assert_eq!(code, "bad_request", "{arg}");
         assert!(message.contains(arg), "{arg}: {message}");
         assert!(
-            message.contains(&format!("sets {own} itself")) || message.contains("ambiguous"),
+            message.contains(&format!("sets {own} itself"))
+                || message.contains(&format!("does not take {own}:"))
+                || message.contains("ambiguous"),
             "{arg}: {message}"
         );
     }

@@ -363,7 +363,10 @@ fn check_sbatch_arg(arg: &str) -> Result<(), String> {
     }
     for name in sbatch_options(arg)? {
         if let Some((_, why)) = OWN_OPTIONS.iter().find(|(own, _)| *own == name) {
-            return Err(format!("bgwork sets --{name} itself ({why})"));
+            return Err(match *why == NAME_AND_FILES || *why == ENVIRONMENT {
+                true => format!("bgwork sets --{name} itself ({why})"),
+                false => format!("bgwork does not take --{name}: {why}"),
+            });
         }
     }
     Ok(())
@@ -429,10 +432,9 @@ mod tests {
             ("--open=append", "open-mode"),
         ] {
             let why = check_sbatch_arg(arg).expect_err(arg);
-            assert!(
-                why.contains(&format!("sets --{own} itself")),
-                "{arg}: {why}"
-            );
+            let named = why.contains(&format!("sets --{own} itself"))
+                || why.contains(&format!("does not take --{own}:"));
+            assert!(named, "{arg}: {why}");
         }
     }
 

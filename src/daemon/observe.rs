@@ -87,6 +87,13 @@ impl Daemon {
         if candidates.is_empty() {
             return Vec::new();
         }
+        let candidates: Vec<Record> = candidates
+            .into_iter()
+            .filter(|r| twin.same_env(Path::new(&r.job_dir)))
+            .collect();
+        if candidates.is_empty() {
+            return Vec::new();
+        }
         let dirs: Vec<PathBuf> = candidates
             .iter()
             .map(|r| PathBuf::from(&r.job_dir))
@@ -140,9 +147,6 @@ impl Daemon {
                 _ => return,
             };
             let ended = record.state == State::Ended;
-            if ended {
-                forget_env(row);
-            }
             if grew || watch.log_grew() {
                 // An ended job's last output is still looked at once.
                 watch.output_came(&self, &record).await;
@@ -311,59 +315,44 @@ impl Daemon {
     }
 }
 
-/// What makes a running item the twin of a new start.
+/// What makes a running item the twin of a new start: its session, kind, command and
+/// folder, and the whole environment it was given (the caller's and `--env`), compared
+/// by the salted digest in its `job.json`.
 pub(crate) struct Twin<'a> {
     pub kind: Kind,
     pub command: &'a str,
     pub cwd: &'a str,
-    /// The `--env` variables: another value (`PORT=3001`) is another server.
-    pub env: &'a std::collections::BTreeMap<String, String>,
+    pub env_names: Vec<String>,
+    /// The environment the new job would be given (see `start::job_env`): another
+    /// value (`PORT=3001`, from `--env` or the caller) is another server.
+    pub env: (std::collections::BTreeMap<String, String>, Vec<[String; 2]>),
 }
 
 impl Twin<'_> {
+    /// What the record says (the environment is [`Twin::same_env`]'s, off the lock).
     fn matches(&self, session: &str, record: &Record) -> bool {
-        let names: Vec<&String> = self.env.keys().collect();
-        let known = env_fingerprint_of(record.row);
         record.session == session
             && record.kind == self.kind
             && record.state == State::Running
             && record.command == self.command
             && record.cwd == self.cwd
-            && record.env_names.iter().collect::<Vec<_>>() == names
-            && known.is_none_or(|known| known == fingerprint(self.env))
+            && record.env_names == self.env_names
     }
-}
 
-/// The fingerprints of the `--env` values of jobs this daemon started (in memory only,
-/// with a key of this process: values are never recorded, not even hashed on disk). A
-/// job taken back after a restart is compared by the names of its variables alone.
-fn env_fingerprints() -> &'static std::sync::Mutex<std::collections::HashMap<i64, u64>> {
-    static PRINTS: OnceLock<std::sync::Mutex<std::collections::HashMap<i64, u64>>> =
-        OnceLock::new();
-    PRINTS.get_or_init(Default::default)
-}
-
-fn fingerprint(env: &std::collections::BTreeMap<String, String>) -> u64 {
-    use std::hash::BuildHasher;
-    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
-    KEY.get_or_init(Default::default).hash_one(env)
-}
-
-fn env_fingerprint_of(row: i64) -> Option<u64> {
-    let prints = env_fingerprints().lock().unwrap_or_else(|p| p.into_inner());
-    prints.get(&row).copied()
-}
-
-/// Remembers the `--env` values of a job just started (see [`Twin`]).
-pub(crate) fn remember_env(row: i64, env: &std::collections::BTreeMap<String, String>) {
-    let mut prints = env_fingerprints().lock().unwrap_or_else(|p| p.into_inner());
-    prints.insert(row, fingerprint(env));
-}
-
-/// Forgets what [`remember_env`] kept of an ended job.
-pub(crate) fn forget_env(row: i64) {
-    let mut prints = env_fingerprints().lock().unwrap_or_else(|p| p.into_inner());
-    prints.remove(&row);
+    /// Whether the job in `job_dir` was given this environment (a job described
+    /// without a digest is never a twin: starting a second copy harms less than
+    /// refusing another server).
+    fn same_env(&self, job_dir: &Path) -> bool {
+        use std::io::Read;
+        let path = crate::job_dir::JobDir(job_dir).record();
+        let mut text = Vec::new();
+        let read = crate::paths::open_untrusted(&path)
+            .and_then(|file| file.take(1 << 20).read_to_end(&mut text));
+        read.ok()
+            .and_then(|_| crate::wire::control::decode::<crate::wire::control::JobRecord>(&text).ok())
+            .and_then(|described| described.env_digest)
+            .is_some_and(|digest| crate::environ::digest_matches(&digest, &self.env.0, &self.env.1))
+    }
 }
 
 /// What a watcher knows of its job between wakes.

@@ -1,0 +1,123 @@
+//! Issue 22, items 9, 10 and 12 to 16: servers that are not duplicates, the port a
+//! port-in-use notice names, `run` on a full disk, the strip's port and cookie, a quiet
+//! spell across a restart, and idle connections at the open-file cap.
+
+use crate::util::{eventually, Home};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A python server on an ephemeral port of `host`.
+fn server(host: &str) -> String {
+    format!("exec python3 -m http.server 0 --bind {host}")
+}
+
+/// Waits until `id` listens somewhere, and returns where.
+fn listening_soon(home: &Home, id: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    eventually(PATIENCE, || {
+        found = home.item(id)["listening"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        !found.is_empty()
+    });
+    found
+}
+
+/// `bgwork --json start -- COMMAND` with `vars` added to the caller's environment.
+fn start_with_env(home: &Home, vars: &[(&str, &str)], options: &[&str], command: &str) -> Value {
+    let mut args = vec!["--json", "start"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["--", command]);
+    let mut call = home.command(&args);
+    for (k, v) in vars {
+        call.env(k, v);
+    }
+    let output = call.output().expect("run bgwork");
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).expect("a JSON reply")
+}
+
+#[test]
+fn issue22_9_a_start_with_another_environment_is_another_server_also_after_a_restart() {
+    let home = Home::new();
+    let command = server("127.0.0.1");
+    let first = start_with_env(&home, &[("PORT", "18801")], &["--env", "MODE=dev"], &command);
+    let first = first["id"].as_str().unwrap().to_string();
+    listening_soon(&home, &first);
+
+    // The caller's own environment is part of the job's identity.
+    let other = start_with_env(&home, &[("PORT", "18802")], &["--env", "MODE=dev"], &command);
+    assert_ne!(other["id"], first.as_str(), "PORT=18802 is another server: {other}");
+    assert!(other.get("already_running").is_none(), "{other}");
+    let twin = start_with_env(&home, &[("PORT", "18801")], &["--env", "MODE=dev"], &command);
+    assert_eq!(twin["id"], first.as_str(), "{twin}");
+    assert_eq!(twin["already_running"], true);
+
+    // After a restart the identity is still whole: another --env value is another
+    // server, the same environment is the twin.
+    home.kill_daemon();
+    home.start_daemon();
+    eventually(PATIENCE, || home.item(&first)["state"] == "running");
+    let after = start_with_env(&home, &[("PORT", "18801")], &["--env", "MODE=prod"], &command);
+    assert_ne!(after["id"], first.as_str(), "MODE=prod is another server: {after}");
+    let caller = start_with_env(&home, &[("PORT", "18803")], &["--env", "MODE=dev"], &command);
+    assert_ne!(caller["id"], first.as_str(), "PORT=18803 is another server: {caller}");
+    let twin = start_with_env(&home, &[("PORT", "18801")], &["--env", "MODE=dev"], &command);
+    assert_eq!(twin["id"], first.as_str(), "{twin}");
+    assert_eq!(twin["already_running"], true);
+
+    // What is kept is a digest: no value is on disk.
+    let job_json = std::fs::read_dir(home.path().join("jobs"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path().join("job.json")).unwrap_or_default())
+        .collect::<String>();
+    assert!(job_json.contains("env_digest"), "{job_json}");
+    assert!(!job_json.contains("18801") && !job_json.contains("dev"), "{job_json}");
+}
+
+/// Sends one HTTP/1.1 request to the strip; returns its status code.
+fn http_status(port: u16, request: &str) -> u16 {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {answer:?}"))
+}
+
+fn ui(home: &Home) -> (u16, String) {
+    let served = home.json(&["ui", "--no-open"]);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = served["url"].as_str().unwrap().split("token=").nth(1).unwrap().to_string();
+    (port, token)
+}
+
+#[test]
+fn issue22_14_a_cookie_of_the_same_name_set_by_another_page_does_not_lock_the_strip_out() {
+    let home = Home::new();
+    let (port, token) = ui(&home);
+    // A page on another port of 127.0.0.1 set `bgwork_token_PORT=x; Path=/api`: the
+    // browser sends it first (the longer path), then the strip's own.
+    let name = format!("bgwork_token_{port}");
+    let request = format!(
+        "GET /api/items HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+         Cookie: {name}=shadowed; {name}={token}\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(http_status(port, &request), 200);
+    // Only wrong values are still refused.
+    let request = format!(
+        "GET /api/items HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+         Cookie: {name}=shadowed; {name}=also-wrong\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(http_status(port, &request), 401);
+}

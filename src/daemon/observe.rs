@@ -248,10 +248,14 @@ impl Daemon {
         let own = record.row;
         let command = record.command.clone();
         let holder = tokio::task::spawn_blocking(move || {
-            let ports = ports_in(&line).unwrap_or_else(|| listened_ports_in(&command));
+            let ports = ports_in(&line).unwrap_or_else(|| {
+                let ports = listened_ports_in(&command).into_iter();
+                ports.map(|port| Named { port, on: None }).collect()
+            });
             let found = ports
                 .iter()
-                .find_map(|&port| holder_of(port, own, &twins).map(|h| (port, h)));
+                .find_map(|named| holder_of(named, own, &twins).map(|h| (named.port, h)));
+            let ports: Vec<u16> = ports.iter().map(|named| named.port).collect();
             (line, ports, found)
         })
         .await;
@@ -545,18 +549,104 @@ fn in_use_line(bytes: &[u8]) -> Option<String> {
     Some(line.chars().take(500).collect())
 }
 
-/// Port numbers a line names (`:3000`, `port 3000`), the last first.
-fn ports_in(line: &str) -> Option<Vec<u16>> {
-    static PATTERN: OnceLock<Regex> = OnceLock::new();
-    let pattern = PATTERN
-        .get_or_init(|| Regex::new(r"(?i)(?::|port\s*:?\s*)(\d{1,5})\b").expect("a valid pattern"));
-    let mut ports: Vec<u16> = pattern
-        .captures_iter(line)
-        .filter_map(|c| c.get(1)?.as_str().parse().ok())
-        .filter(|&p| p > 0)
-        .collect();
-    ports.reverse();
+/// A port a line names, with the address it names it on (none: any address, as in
+/// `:8080` or `port 5173`).
+#[derive(Debug, Clone, PartialEq)]
+struct Named {
+    port: u16,
+    /// The addresses meant (`localhost` means both loopbacks).
+    on: Option<Vec<std::net::IpAddr>>,
+}
+
+/// Ports a line names (`127.0.0.1:3000`, `[::1]:3000`, `:::3000`, `:8080`, `port
+/// 3000`), the last first. A number after a colon counts only when what comes before
+/// the colon is an address, a host name or nothing: `07:15:29,411` is a time of day.
+fn ports_in(line: &str) -> Option<Vec<Named>> {
+    static WORDS: OnceLock<Regex> = OnceLock::new();
+    static COLON: OnceLock<Regex> = OnceLock::new();
+    let words = WORDS.get_or_init(|| Regex::new(r"(?i)\bport\s*:?\s*(\d{1,5})\b").expect("a valid pattern"));
+    let colon = COLON.get_or_init(|| {
+        Regex::new(r"([0-9A-Za-z.:\[\]*_-]*):(\d{1,5})\b").expect("a valid pattern")
+    });
+    let mut found: Vec<(usize, Named)> = Vec::new();
+    for c in words.captures_iter(line) {
+        if let Some(port) = c.get(1).and_then(|p| p.as_str().parse().ok()) {
+            found.push((c.get(0).map_or(0, |m| m.start()), Named { port, on: None }));
+        }
+    }
+    for c in colon.captures_iter(line) {
+        let (Some(before), Some(port)) = (c.get(1), c.get(2)) else {
+            continue;
+        };
+        // A number followed by `.`, `,` or `:` and a digit is a time or a figure.
+        let after = &line[port.end()..];
+        let mut rest = after.chars();
+        if matches!((rest.next(), rest.next()), (Some('.' | ',' | ':'), Some(d)) if d.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(port) = port.as_str().parse::<u16>() else {
+            continue;
+        };
+        if let Some(on) = address_before(before.as_str()) {
+            found.push((before.start(), Named { port, on }));
+        }
+    }
+    found.retain(|(_, named)| named.port > 0);
+    found.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+    let ports: Vec<Named> = found.into_iter().map(|(_, named)| named).collect();
     (!ports.is_empty()).then_some(ports)
+}
+
+/// What the text before a `:PORT` names: `Some(None)` any address (nothing, `*`, a host
+/// name), `Some(Some(addresses))` an address, `None` no address at all (`07:15`).
+fn address_before(text: &str) -> Option<Option<Vec<std::net::IpAddr>>> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let text = text.trim_start_matches(['(', '\'', '"']);
+    if text.is_empty() || text == "*" {
+        return Some(None);
+    }
+    if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+        return inner.parse::<Ipv6Addr>().ok().map(|ip| Some(vec![IpAddr::V6(ip)]));
+    }
+    // Node's `:::3000`: the address `::` before the port's colon.
+    if text == "::" || text == ":" {
+        return Some(Some(vec![IpAddr::V6(Ipv6Addr::UNSPECIFIED)]));
+    }
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(Some(vec![ip]));
+    }
+    if text.eq_ignore_ascii_case("localhost") {
+        return Some(Some(vec![
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ]));
+    }
+    // A host name has a letter and no colon; digits alone (`07`) or a time are none.
+    let host = !text.contains(':') && text.chars().any(|c| c.is_ascii_alphabetic());
+    host.then_some(None)
+}
+
+/// Whether a bind to `named` fails because of a socket listening on `listening`: the
+/// same address, or a wildcard on either side (IPv6's `::` takes IPv4 too).
+fn conflicts(named: &Named, listening: std::net::SocketAddr) -> bool {
+    use std::net::IpAddr;
+    if listening.port() != named.port {
+        return false;
+    }
+    let Some(on) = &named.on else {
+        return true;
+    };
+    let plain = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    let held = plain(listening.ip());
+    on.iter().any(|&ip| {
+        let ip = plain(ip);
+        ip == held
+            || (held.is_unspecified() && (held.is_ipv6() || ip.is_ipv4()))
+            || (ip.is_unspecified() && (ip.is_ipv6() || held.is_ipv4()))
+    })
 }
 
 /// Numbers in a command that some process listens on (`http.server 8000`), for an
@@ -573,12 +663,12 @@ fn listened_ports_in(command: &str) -> Vec<u16> {
         .collect()
 }
 
-/// Who listens on `port`: an item of this daemon (any session; not `own`), else a pid
+/// Who listens where a bind to `named` fails: an item of this daemon (any session; not `own`), else a pid
 /// and its name, else the uid of a process bgwork cannot look into.
-fn holder_of(port: u16, own: i64, running: &[Record]) -> Option<String> {
+fn holder_of(named: &Named, own: i64, running: &[Record]) -> Option<String> {
     let listeners: Vec<observe::Listener> = observe::listeners()
         .into_iter()
-        .filter(|l| l.address.port() == port)
+        .filter(|l| conflicts(named, l.address))
         .collect();
     let first = listeners.first()?;
     let inodes: std::collections::HashSet<u64> = listeners.iter().map(|l| l.inode).collect();
@@ -680,15 +770,33 @@ mod tests {
 
     #[test]
     fn ports_named_by_error_lines() {
+        let first = |line: &str| ports_in(line).map(|p| p[0].port);
         let node = "Error: listen EADDRINUSE: address already in use :::3000";
-        assert_eq!(ports_in(node), Some(vec![3000]));
+        assert_eq!(first(node), Some(3000));
         let go = "listen tcp 127.0.0.1:8080: bind: address already in use";
-        assert_eq!(ports_in(go), Some(vec![8080]));
+        assert_eq!(first(go), Some(8080));
+        assert_eq!(first("listen tcp :8080: bind: address already in use"), Some(8080));
         let words = "OSError: [Errno 98] Address already in use (port 5173)";
-        assert_eq!(ports_in(words), Some(vec![5173]));
+        assert_eq!(first(words), Some(5173));
         assert_eq!(ports_in("OSError: [Errno 98] Address already in use"), None);
+        let logged = "07:15:29,411 ERROR [Errno 98] Address already in use";
+        assert_eq!(ports_in(logged), None);
+        let both = "2026-12-01 07:15:29.411 bind [::1]:18960 failed: address already in use";
+        let named = ports_in(both).unwrap();
+        assert_eq!(named.len(), 1, "{named:?}");
+        let v6: std::net::SocketAddr = "[::1]:18960".parse().unwrap();
+        let v4: std::net::SocketAddr = "127.0.0.1:18960".parse().unwrap();
+        let any: std::net::SocketAddr = "0.0.0.0:18960".parse().unwrap();
+        assert!(conflicts(&named[0], v6) && !conflicts(&named[0], v4));
+        let loopback4 = &ports_in("bind 127.0.0.1:18960: in use").unwrap()[0];
+        assert!(conflicts(loopback4, v4) && conflicts(loopback4, any) && !conflicts(loopback4, v6));
+        assert!(conflicts(&first_named("localhost:18960"), v6));
         assert!(in_use_line(b"ok\nlisten EADDRINUSE :::3000\nmore")
             .is_some_and(|l| l == "listen EADDRINUSE :::3000"));
+    }
+
+    fn first_named(line: &str) -> Named {
+        ports_in(line).unwrap().remove(0)
     }
 
     #[test]

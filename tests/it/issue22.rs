@@ -121,3 +121,54 @@ fn issue22_14_a_cookie_of_the_same_name_set_by_another_page_does_not_lock_the_st
     );
     assert_eq!(http_status(port, &request), 401);
 }
+
+/// Pulls notices until one is about `id`; returns its text.
+fn notice_of(home: &Home, id: &str) -> String {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let reply = home.json(&["notices"]);
+        let found = reply["notices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["item"] == id)
+            .cloned();
+        if let Some(found) = found {
+            return found["text"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no notice of {id}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn issue22_10_a_port_in_use_notice_names_the_port_and_holder_by_address() {
+    let home = Home::new();
+    // A log line's time of day is no port.
+    let job = home.start("echo '07:15:29,411 ERROR [Errno 98] Address already in use'; sleep 30");
+    let text = notice_of(&home, &job);
+    assert!(!text.contains("port 29") && !text.contains("port 15"), "{text}");
+    assert!(text.contains("already in use"), "{text}");
+
+    // A server on [::1]:P does not hold 127.0.0.1:P (nor the other way round).
+    let Ok(six) = std::net::TcpListener::bind("[::1]:0") else {
+        eprintln!("no IPv6 loopback here: the address half of this test did not run");
+        return;
+    };
+    let port = six.local_addr().unwrap().port();
+    let job = home.start(&format!(
+        "echo 'bind 127.0.0.1:{port} failed: address already in use'; sleep 30"
+    ));
+    let text = notice_of(&home, &job);
+    assert!(text.contains(&format!("port {port}")), "{text}");
+    assert!(
+        !text.contains(&format!("pid {}", std::process::id())),
+        "the [::1] listener named as the holder of 127.0.0.1:{port}: {text}"
+    );
+    // The same address is named by its holder.
+    let job = home.start(&format!(
+        "echo 'listen tcp [::1]:{port}: bind: address already in use'; sleep 30"
+    ));
+    let text = notice_of(&home, &job);
+    assert!(text.contains(&format!("pid {}", std::process::id())), "{text}");
+}

@@ -173,6 +173,13 @@ pub(super) fn token(path: &Path) -> std::io::Result<String> {
             }
         }
     }
+    fresh_token(path)
+}
+
+/// A new random token, written in `path` (0600) in place of the one there: the strip
+/// moved to another port, which another user may have taken, and an open page sends
+/// the old token there.
+pub(super) fn fresh_token(path: &Path) -> std::io::Result<String> {
     let mut random = [0u8; 32];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut random))?;

@@ -539,6 +539,11 @@ pub struct UiReply {
     pub port: u16,
     /// The daemon served it already (this call started nothing).
     pub already_serving: bool,
+    /// The port an earlier daemon of the home served it on, which was taken when this
+    /// daemon started: the strip moved, with a new token (an open page must be reopened
+    /// at `url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<u16>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]

@@ -172,3 +172,36 @@ fn issue22_10_a_port_in_use_notice_names_the_port_and_holder_by_address() {
     let text = notice_of(&home, &job);
     assert!(text.contains(&format!("pid {}", std::process::id())), "{text}");
 }
+
+#[test]
+fn issue22_13_a_strip_whose_port_was_taken_across_a_restart_moves_with_a_new_token() {
+    let home = Home::new();
+    let (port, token) = ui(&home);
+    home.kill_daemon();
+    // Another program (another user's, say) takes the port while the daemon is down.
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).expect("take the port");
+    home.start_daemon();
+    let run = home.run(&["--json", "ui", "--no-open"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let served = run.json();
+    let new_port = served["port"].as_u64().unwrap() as u16;
+    assert_ne!(new_port, port);
+    assert_eq!(served["moved_from"], port, "{served}");
+    let new_token = served["url"].as_str().unwrap().split("token=").nth(1).unwrap();
+    assert_ne!(new_token, token, "the strip moved with the token an open page sends");
+    assert!(
+        run.stderr.contains(&format!("moved from port {port}")) && run.stderr.contains("new token"),
+        "{}",
+        run.stderr
+    );
+    // The old token opens nothing on the new port; the new one does.
+    let request = |token: &str| {
+        format!(
+            "GET /api/items HTTP/1.1\r\nHost: 127.0.0.1:{new_port}\r\n\
+             X-Bgwork-Token: {token}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    assert_eq!(http_status(new_port, &request(&token)), 401);
+    assert_eq!(http_status(new_port, &request(new_token)), 200);
+    drop(squatter);
+}

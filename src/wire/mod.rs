@@ -297,6 +297,11 @@ pub struct StdinFrame {
     /// The caller's stdin ended after these bytes.
     #[serde(default)]
     pub eof: bool,
+    /// The caller can no longer show the run's output (its stdout failed: a full disk)
+    /// and asks that the run go on in the background now, as at its deadline; the text
+    /// says why. A caller that does not forward its stdin may send this frame too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detach: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

@@ -205,3 +205,32 @@ fn issue22_13_a_strip_whose_port_was_taken_across_a_restart_moves_with_a_new_tok
     assert_eq!(http_status(new_port, &request(new_token)), 200);
     drop(squatter);
 }
+
+#[test]
+fn issue22_12_run_on_a_full_disk_says_so_and_the_command_goes_on_to_its_own_end() {
+    let home = Home::new();
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let output = home
+        .command(&["run", "--", "echo first; sleep 1; echo second; exit 3"])
+        .stdout(full)
+        .output()
+        .expect("run bgwork");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(stderr.contains("promoted to the background"), "{stderr}");
+    let id = stderr
+        .split_whitespace()
+        .find(|w| w.starts_with("bg-"))
+        .expect("the id on stderr")
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .to_string();
+    // The command was not stopped: it ends as itself.
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 3);
+    // What stdout could not take is still unread.
+    let read = home.json(&["read", &id]);
+    let text = read["output"].as_str().unwrap();
+    assert!(text.contains("first") && text.contains("second"), "{read}");
+}

@@ -129,6 +129,8 @@ impl Daemon {
         // unless someone else waits on the output.
         let mut output = self.watch_output(&[row], super::Pace::Relaxed);
         let mut first = true;
+        // A job a restarted daemon takes back, before its first look.
+        let mut taken_back = !fresh;
         loop {
             let deadline = watch.quiet_deadline();
             let wake = deadline.map_or(ALIVE_CHECK, |at| {
@@ -147,6 +149,12 @@ impl Daemon {
                 _ => return,
             };
             let ended = record.state == State::Ended;
+            if taken_back && !ended && deadline.is_some_and(|at| Instant::now() >= at) {
+                // The spell passed while the daemon was down: it is told even when the
+                // output resumes now.
+                self.quiet_spell(&mut watch, &record).await;
+            }
+            taken_back = false;
             if grew || watch.log_grew() {
                 // An ended job's last output is still looked at once.
                 watch.output_came(&self, &record).await;
@@ -171,9 +179,11 @@ impl Daemon {
         let sampled = since.elapsed();
         if sampled < MIN_SPELL_SAMPLE {
             // A spell that began before this daemon: measure its CPU for a moment.
+            // The spell happened whatever comes meanwhile (output, or the job's end,
+            // which has a notice of its own).
             tokio::time::sleep(MIN_SPELL_SAMPLE - sampled).await;
             let ended = !matches!(self.lock().store.get(record.row), Ok(Some(r)) if r.state != State::Ended);
-            if watch.log_grew() || ended {
+            if ended {
                 return;
             }
         }

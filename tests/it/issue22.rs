@@ -234,3 +234,40 @@ fn issue22_12_run_on_a_full_disk_says_so_and_the_command_goes_on_to_its_own_end(
     let text = read["output"].as_str().unwrap();
     assert!(text.contains("first") && text.contains("second"), "{read}");
 }
+
+#[test]
+fn issue22_15_a_quiet_spell_that_passed_while_the_daemon_was_down_is_told_when_output_resumes() {
+    let home = Home::new();
+    let go = home.path().join("go");
+    let command = format!(
+        "echo before; while [ ! -e {} ]; do sleep 0.05; done; echo after; sleep 60",
+        go.display()
+    );
+    let id = home.start_with(&["--quiet-after", "2s"], &command);
+    let log = home.json(&["read", &id])["log_path"].as_str().unwrap().to_string();
+    eventually(PATIENCE, || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("before"))
+    });
+    home.kill_daemon();
+    // The spell of 2 s passes while no daemon runs.
+    eventually(PATIENCE, || {
+        std::fs::metadata(&log)
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at.elapsed().unwrap_or_default() > Duration::from_millis(2500))
+    });
+    home.start_daemon();
+    // Output resumes at once, within the first second of the new daemon.
+    std::fs::write(&go, "").unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let reply = home.json(&["notices"]);
+        let quiet = reply["notices"].as_array().unwrap().iter().any(|n| {
+            n["item"] == id.as_str() && n["text"].as_str().unwrap_or("").contains("printed nothing")
+        });
+        if quiet {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the quiet spell of {id} was never told");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

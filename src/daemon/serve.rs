@@ -6,8 +6,9 @@
 //! connection goes on. `notices --follow` and `wait` watch the client's side of the
 //! connection, so a client that goes away ends them and leaves everything else as it was.
 //!
-//! Bounds: at most `max_connections` clients at once (the next one gets a refusal
-//! line); a connection with no request in flight is closed after `idle_timeout`; a
+//! Bounds: at most `max_connections` clients at once (at the cap the oldest idle
+//! connection is closed for the next one, which gets a refusal line only when none is
+//! idle); a connection with no request in flight is closed after `idle_timeout`; a
 //! reply is written in chunks, and a client that takes no byte of it for `write_stall`
 //! is dropped. Accept errors (out of file descriptors) back off and are logged once
 //! per burst.
@@ -38,6 +39,8 @@ const FD_RESERVE: u64 = 64;
 const WRITE_CHUNK: usize = 64 << 10;
 /// The longest pause between two attempts to accept while accepting fails.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// How long a connection at the cap waits for the idle one that gives way to close.
+const GIVE_WAY_WAIT: Duration = Duration::from_secs(2);
 /// A burst of accept failures is over when none happened for this long.
 const ACCEPT_QUIET: Duration = Duration::from_secs(2);
 
@@ -234,8 +237,15 @@ pub async fn run(
                         Some(slot) => {
                             tokio::spawn(async move { serve_client(daemon, stream, me, slot).await });
                         }
+                        // At the cap the oldest idle connection gives way, so that idle
+                        // connections (one client's hundreds) never lock others out.
                         None => {
-                            tokio::spawn(refuse(stream, cap));
+                            tokio::spawn(async move {
+                                match Slot::make_room(&daemon, cap, GIVE_WAY_WAIT).await {
+                                    Some(slot) => serve_client(daemon, stream, me, slot).await,
+                                    None => refuse(stream, cap).await,
+                                }
+                            });
                         }
                     }
                 }
@@ -307,6 +317,85 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// A slot at the cap: the oldest idle connection is asked to give way (one, once
+    /// one is idle: a connection just accepted may not wait for its request yet), and
+    /// the slot is taken as soon as one is free; none after `patience` (every
+    /// connection is busy).
+    async fn make_room(daemon: &Arc<Daemon>, cap: usize, patience: Duration) -> Option<Slot> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut asked = false;
+        loop {
+            if let Some(slot) = Slot::take(daemon, cap) {
+                return Some(slot);
+            }
+            if !asked {
+                asked = daemon.idle.close_oldest();
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// The connections that wait for a request (no request in flight, no claim held), by
+/// when they began to wait: at the connection cap the oldest is closed for a new one.
+#[derive(Default)]
+pub(crate) struct IdleConnections {
+    waiting: std::sync::Mutex<(u64, std::collections::BTreeMap<u64, Arc<tokio::sync::Notify>>)>,
+}
+
+impl IdleConnections {
+    /// Registers a connection that begins to wait; it is idle while the guard lives.
+    fn begin(&self) -> IdleGuard<'_> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = waiting.0;
+        waiting.0 += 1;
+        let told = Arc::new(tokio::sync::Notify::new());
+        waiting.1.insert(seq, told.clone());
+        IdleGuard {
+            list: self,
+            seq,
+            told,
+        }
+    }
+
+    /// Tells the oldest idle connection to close; false when none is idle.
+    pub(crate) fn close_oldest(&self) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        match waiting.1.pop_first() {
+            Some((_, told)) => {
+                // A permit is kept when the connection is not awaiting yet.
+                told.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+struct IdleGuard<'a> {
+    list: &'a IdleConnections,
+    seq: u64,
+    told: Arc<tokio::sync::Notify>,
+}
+
+impl IdleGuard<'_> {
+    /// Resolves when this connection must give way.
+    async fn told_to_close(&self) {
+        self.told.notified().await
+    }
+}
+
+impl Drop for IdleGuard<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.list.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.1.remove(&self.seq);
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.connections.fetch_sub(1, Ordering::AcqRel);
@@ -370,9 +459,16 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
         let frame = if daemon.holds_claims(token) {
             reader.next().await
         } else {
-            match tokio::time::timeout(daemon.config.idle_timeout, reader.next()).await {
-                Ok(frame) => frame,
-                Err(_) => return,
+            let idle = daemon.idle.begin();
+            tokio::select! {
+                waited = tokio::time::timeout(daemon.config.idle_timeout, reader.next()) => {
+                    match waited {
+                        Ok(frame) => frame,
+                        Err(_) => return,
+                    }
+                }
+                // The cap is reached and this is the oldest idle connection.
+                _ = idle.told_to_close() => return,
             }
         };
         let line = match frame {

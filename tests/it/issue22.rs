@@ -271,3 +271,31 @@ fn issue22_15_a_quiet_spell_that_passed_while_the_daemon_was_down_is_told_when_o
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn issue22_16_at_the_open_file_cap_an_idle_connection_gives_way_to_a_new_one() {
+    let home = Home::new();
+    // A hard limit of 256 open files, which the daemon cannot raise.
+    let bin = crate::util::BIN;
+    let mut command = std::process::Command::new("bash");
+    command
+        .arg("-c")
+        .arg(format!("ulimit -n 256 && '{bin}' list >/dev/null"))
+        .env("BGWORK_HOME", home.path())
+        .env("BGWORK_SESSION", &home.session)
+        .stdin(std::process::Stdio::null());
+    for (k, v) in &home.env {
+        command.env(k, v);
+    }
+    assert!(command.status().unwrap().success());
+    let idle: Vec<std::os::unix::net::UnixStream> = (0..400)
+        .map(|_| std::os::unix::net::UnixStream::connect(home.socket()).unwrap())
+        .collect();
+    let started = Instant::now();
+    let status = home.run(&["--json", "status"]);
+    assert_eq!(status.code, 0, "{}{}", status.stdout, status.stderr);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // And again: the daemon keeps serving new callers.
+    assert_eq!(home.run(&["list"]).code, 0);
+    drop(idle);
+}

@@ -769,6 +769,26 @@ impl WireError {
     }
 }
 
+/// The id a mistyped one was meant to be: `bg4`, `BG-4`, `bg_4`, `bg 4` → `bg-4` (as for
+/// `mon-` and `sub-`), and a bare number `4` → `bg-4`; none when it looks like no id.
+pub fn id_meant(id: &str) -> Option<String> {
+    let number = |text: &str| {
+        let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+        let plain = text.trim_start_matches('0');
+        digits.then(|| if plain.is_empty() { "0" } else { plain }.to_string())
+    };
+    let id = id.trim();
+    if let Some(n) = number(id) {
+        return Some(format!("bg-{n}"));
+    }
+    let lower = id.to_ascii_lowercase();
+    ["bg", "mon", "sub"].iter().find_map(|prefix| {
+        let rest = lower.strip_prefix(prefix)?;
+        let n = number(rest.trim_start_matches(['-', '_', ' ', '.', ':']))?;
+        Some(format!("{prefix}-{n}"))
+    })
+}
+
 /// The most seconds any `--timeout`, `--grace` or `notices --wait` takes (a day).
 pub const MAX_SECONDS: f64 = 86_400.0;
 

@@ -30,3 +30,27 @@ fn issue25_an_id_typed_without_its_dash_is_answered_with_the_one_meant() {
     // The item was not touched by any of them.
     assert_eq!(home.item("bg-1")["state"], "running");
 }
+
+#[test]
+fn issue25_a_pane_resized_to_fewer_rows_keeps_the_cursors_row_and_scrolls() {
+    let home = Home::new();
+    let id = home.start_with(
+        &["--pty", "--cols", "80", "--rows", "30"],
+        "for i in $(seq 1 25); do echo line-$i; done; printf 'prompt> '; sleep 60",
+    );
+    let reply = home
+        .run(&["--json", "wait", &id, "--until", "prompt>", "--timeout", "20"])
+        .json();
+    assert_eq!(reply["reason"], "matched", "{reply}");
+    home.json(&["resize", &id, "--cols", "80", "--rows", "10"]);
+    let screen = home.json(&["read", &id, "--screen"])["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let lines: Vec<&str> = screen.lines().map(str::trim_end).collect();
+    // As a terminal does: the newest rows and the prompt stay, the oldest scroll away.
+    assert!(lines.contains(&"prompt>"), "{screen}");
+    assert!(lines.contains(&"line-25") && lines.contains(&"line-17"), "{screen}");
+    assert!(!lines.contains(&"line-1"), "{screen}");
+    assert!(lines.len() <= 10, "{screen}");
+}

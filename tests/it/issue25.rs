@@ -54,3 +54,57 @@ fn issue25_a_pane_resized_to_fewer_rows_keeps_the_cursors_row_and_scrolls() {
     assert!(!lines.contains(&"line-1"), "{screen}");
     assert!(lines.len() <= 10, "{screen}");
 }
+
+#[test]
+fn issue25_the_readmes_install_lines_work_as_written_in_a_fresh_home() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let install = readme.split("## Install").nth(1).expect("an Install section");
+    let block = install.split("```").nth(1).expect("a code block");
+    let home = tempfile::tempdir().unwrap();
+    let bin = home.path().join(".cargo/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let comment = regex::Regex::new(r"\s+#\s.*$").unwrap();
+    let mut ran = 0;
+    for line in block.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let line = comment.replace(line, "");
+        if line.starts_with("cargo install") {
+            // What `cargo install` puts in place (building it again takes minutes).
+            std::os::unix::fs::symlink(crate::util::BIN, bin.join("bgwork")).unwrap();
+            continue;
+        }
+        let output = std::process::Command::new("bash")
+            .args(["-c", &line])
+            .env_clear()
+            .env("HOME", home.path())
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "`{line}` failed in a fresh HOME: {output:?}");
+        ran += 1;
+    }
+    assert!(ran >= 2, "{block}");
+    // `man bgwork` finds the page, and a new interactive bash completes `bgwork`.
+    let man = std::process::Command::new("man")
+        .args(["-w", "bgwork"])
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let found = String::from_utf8_lossy(&man.stdout);
+    assert!(
+        man.status.success() && found.starts_with(&home.path().display().to_string()),
+        "man does not find the page: {man:?}"
+    );
+    let bash = std::process::Command::new("bash")
+        .args(["-i", "-c", "complete -p bgwork"])
+        .env_clear()
+        .env("HOME", home.path())
+        .env("PATH", &path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let complete = String::from_utf8_lossy(&bash.stdout);
+    assert!(complete.contains("_bgwork"), "no completion: {bash:?}");
+}

@@ -81,6 +81,7 @@ impl Daemon {
                     .display()
                     .to_string()
             }),
+            folder: (!record.job_dir.is_empty()).then(|| record.job_dir.clone()),
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
             already_ended: None,
             lost_reason,

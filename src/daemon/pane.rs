@@ -392,6 +392,7 @@ impl Daemon {
             dropped_bytes: 0,
             clipped: false,
             log_path: log.display().to_string(),
+            folder: log.parent().map(|dir| dir.display().to_string()),
             report: self.item_as(session, &record).report,
             output_base64: None,
             output_bytes: None,

@@ -471,6 +471,10 @@ pub struct Item {
     pub env_names: Vec<String>,
     #[serde(default)]
     pub log_path: Option<String>,
+    /// The item's folder (`jobs/N` of the home, numbered by its record's row, apart from
+    /// its id): its log, status file and `job.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_requested: Option<bool>,
     /// Set in a stop's reply when the item had ended before the stop.
@@ -566,6 +570,9 @@ pub struct ReadReply {
     pub dropped_bytes: u64,
     pub clipped: bool,
     pub log_path: String,
+    /// The item's folder, where its log lies (see [`Item::folder`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
     /// The end's one-line report when the item has ended.
     #[serde(default)]
     pub report: Option<String>,

@@ -108,3 +108,20 @@ fn issue25_the_readmes_install_lines_work_as_written_in_a_fresh_home() {
     let complete = String::from_utf8_lossy(&bash.stdout);
     assert!(complete.contains("_bgwork"), "no completion: {bash:?}");
 }
+
+#[test]
+fn issue25_list_and_read_say_where_an_items_folder_is() {
+    let home = Home::new();
+    // Another session's job takes the first folder: this session's bg-1 is in another.
+    let other = home.run(&["--session", "other", "--json", "start", "--", "echo other"]);
+    assert_eq!(other.code, 0, "{}", other.stderr);
+    let id = home.start("echo mine");
+    home.wait_end(&id);
+    let item = home.item(&id);
+    let folder = item["folder"].as_str().expect("a folder in list --json").to_string();
+    let described = std::fs::read_to_string(std::path::Path::new(&folder).join("job.json")).unwrap();
+    assert!(described.contains("\"id\":\"bg-1\"") && described.contains("echo mine"), "{described}");
+    assert!(!folder.ends_with("/1"), "{folder}: the first folder is the other session's");
+    let read = home.json(&["read", &id]);
+    assert_eq!(read["folder"], folder.as_str(), "{read}");
+}

@@ -125,3 +125,21 @@ fn issue25_list_and_read_say_where_an_items_folder_is() {
     let read = home.json(&["read", &id]);
     assert_eq!(read["folder"], folder.as_str(), "{read}");
 }
+
+#[test]
+fn issue25_the_strip_shows_failed_runs_by_default_marks_them_in_the_feed_and_has_a_readable_chart() {
+    let home = Home::new();
+    let seen = crate::strip::browser(&home, "failures", &[]);
+    let ids: Vec<&str> = seen["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let (bad, fine, live) = (ids[0], ids[1], ids[2]);
+    assert_eq!(seen["tab"], "Now", "{seen}");
+    let shown: Vec<&str> = seen["shown"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(shown.contains(&bad) && shown.contains(&live), "{seen}");
+    assert!(!shown.contains(&fine), "a run that succeeded is not in the default tab: {seen}");
+    assert_eq!(seen["failed_class"], "failed", "{seen}");
+    assert!(seen["failed_text"].as_str().unwrap().contains('✗'), "{seen}");
+    assert!(seen["fine_class"].is_null(), "{seen}");
+    assert!(seen["chart"]["height"].as_f64().unwrap() >= 150.0, "{seen}");
+    let labels = seen["labels"].to_string();
+    assert!(labels.contains("60 min ago") && labels.contains("now"), "{seen}");
+}

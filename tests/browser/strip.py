@@ -218,7 +218,7 @@ def failures(page, url):
     failed_text = feed.inner_text()
     fine_class = page.locator(f'#feed li[data-id="{fine}"]').get_attribute("class")
     box = page.locator("#chart").bounding_box()
-    labels = page.locator("#chart text").all_inner_texts()
+    labels = page.locator("#chart text").evaluate_all("texts => texts.map(t => t.textContent)")
     cli("stop", live)
     return {"ids": [bad, fine, live], "tab": tab, "shown": shown, "failed_class": failed_class,
             "failed_text": failed_text, "fine_class": fine_class, "chart": box, "labels": labels}

@@ -97,7 +97,11 @@ pub fn digest(text: &BTreeMap<String, String>, pairs: &[[String; 2]]) -> String 
 }
 
 /// Whether `stored` (a [`digest`]) is the digest of this environment.
-pub fn digest_matches(stored: &str, text: &BTreeMap<String, String>, pairs: &[[String; 2]]) -> bool {
+pub fn digest_matches(
+    stored: &str,
+    text: &BTreeMap<String, String>,
+    pairs: &[[String; 2]],
+) -> bool {
     let Some((salt, hash)) = stored.split_once(':') else {
         return false;
     };

@@ -363,7 +363,9 @@ impl Twin<'_> {
         let read = crate::paths::open_untrusted(&path)
             .and_then(|file| file.take(1 << 20).read_to_end(&mut text));
         read.ok()
-            .and_then(|_| crate::wire::control::decode::<crate::wire::control::JobRecord>(&text).ok())
+            .and_then(|_| {
+                crate::wire::control::decode::<crate::wire::control::JobRecord>(&text).ok()
+            })
             .and_then(|described| described.env_digest)
             .is_some_and(|digest| crate::environ::digest_matches(&digest, &self.env.0, &self.env.1))
     }
@@ -574,7 +576,8 @@ struct Named {
 fn ports_in(line: &str) -> Option<Vec<Named>> {
     static WORDS: OnceLock<Regex> = OnceLock::new();
     static COLON: OnceLock<Regex> = OnceLock::new();
-    let words = WORDS.get_or_init(|| Regex::new(r"(?i)\bport\s*:?\s*(\d{1,5})\b").expect("a valid pattern"));
+    let words = WORDS
+        .get_or_init(|| Regex::new(r"(?i)\bport\s*:?\s*(\d{1,5})\b").expect("a valid pattern"));
     let colon = COLON.get_or_init(|| {
         Regex::new(r"([0-9A-Za-z.:\[\]*_-]*):(\d{1,5})\b").expect("a valid pattern")
     });
@@ -591,7 +594,8 @@ fn ports_in(line: &str) -> Option<Vec<Named>> {
         // A number followed by `.`, `,` or `:` and a digit is a time or a figure.
         let after = &line[port.end()..];
         let mut rest = after.chars();
-        if matches!((rest.next(), rest.next()), (Some('.' | ',' | ':'), Some(d)) if d.is_ascii_digit()) {
+        if matches!((rest.next(), rest.next()), (Some('.' | ',' | ':'), Some(d)) if d.is_ascii_digit())
+        {
             continue;
         }
         let Ok(port) = port.as_str().parse::<u16>() else {
@@ -616,7 +620,10 @@ fn address_before(text: &str) -> Option<Option<Vec<std::net::IpAddr>>> {
         return Some(None);
     }
     if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
-        return inner.parse::<Ipv6Addr>().ok().map(|ip| Some(vec![IpAddr::V6(ip)]));
+        return inner
+            .parse::<Ipv6Addr>()
+            .ok()
+            .map(|ip| Some(vec![IpAddr::V6(ip)]));
     }
     // Node's `:::3000`: the address `::` before the port's colon.
     if text == "::" || text == ":" {
@@ -785,7 +792,10 @@ mod tests {
         assert_eq!(first(node), Some(3000));
         let go = "listen tcp 127.0.0.1:8080: bind: address already in use";
         assert_eq!(first(go), Some(8080));
-        assert_eq!(first("listen tcp :8080: bind: address already in use"), Some(8080));
+        assert_eq!(
+            first("listen tcp :8080: bind: address already in use"),
+            Some(8080)
+        );
         let words = "OSError: [Errno 98] Address already in use (port 5173)";
         assert_eq!(first(words), Some(5173));
         assert_eq!(ports_in("OSError: [Errno 98] Address already in use"), None);

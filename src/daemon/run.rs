@@ -142,7 +142,9 @@ impl Daemon {
             Some(Interrupt::Detach(why)) => {
                 // Not a Ctrl-C: the caller only cannot show the output (a full disk).
                 // The run is decided as at its deadline, now.
-                let reply = self.finish_run(session, row, shown, timeout, Some(why)).await?;
+                let reply = self
+                    .finish_run(session, row, shown, timeout, Some(why))
+                    .await?;
                 if reply.outcome == RunOutcome::Ended {
                     ends_shown.push(row);
                 }
@@ -272,9 +274,9 @@ impl Daemon {
             if self.wait_for(KILL_WAIT, |d| d.has_ended(row)).await {
                 // Its end is a stop by the agent's own deadline; its report says so.
                 let detail = match &detached {
-                    Some(_) => format!(
-                        "killed since its caller could not show its output and {full}"
-                    ),
+                    Some(_) => {
+                        format!("killed since its caller could not show its output and {full}")
+                    }
                     None => format!("{KILLED_AT_DEADLINE} {seconds} s deadline: {full}"),
                 };
                 self.lock().store.set_detail(row, &detail)?;

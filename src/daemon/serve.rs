@@ -344,7 +344,10 @@ impl Slot {
 /// when they began to wait: at the connection cap the oldest is closed for a new one.
 #[derive(Default)]
 pub(crate) struct IdleConnections {
-    waiting: std::sync::Mutex<(u64, std::collections::BTreeMap<u64, Arc<tokio::sync::Notify>>)>,
+    waiting: std::sync::Mutex<(
+        u64,
+        std::collections::BTreeMap<u64, Arc<tokio::sync::Notify>>,
+    )>,
 }
 
 impl IdleConnections {

@@ -20,7 +20,11 @@ fn listening_soon(home: &Home, id: &str) -> Vec<String> {
     eventually(PATIENCE, || {
         found = home.item(id)["listening"]
             .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default();
         !found.is_empty()
     });
@@ -45,15 +49,34 @@ fn start_with_env(home: &Home, vars: &[(&str, &str)], options: &[&str], command:
 fn issue22_9_a_start_with_another_environment_is_another_server_also_after_a_restart() {
     let home = Home::new();
     let command = server("127.0.0.1");
-    let first = start_with_env(&home, &[("PORT", "18801")], &["--env", "MODE=dev"], &command);
+    let first = start_with_env(
+        &home,
+        &[("PORT", "18801")],
+        &["--env", "MODE=dev"],
+        &command,
+    );
     let first = first["id"].as_str().unwrap().to_string();
     listening_soon(&home, &first);
 
     // The caller's own environment is part of the job's identity.
-    let other = start_with_env(&home, &[("PORT", "18802")], &["--env", "MODE=dev"], &command);
-    assert_ne!(other["id"], first.as_str(), "PORT=18802 is another server: {other}");
+    let other = start_with_env(
+        &home,
+        &[("PORT", "18802")],
+        &["--env", "MODE=dev"],
+        &command,
+    );
+    assert_ne!(
+        other["id"],
+        first.as_str(),
+        "PORT=18802 is another server: {other}"
+    );
     assert!(other.get("already_running").is_none(), "{other}");
-    let twin = start_with_env(&home, &[("PORT", "18801")], &["--env", "MODE=dev"], &command);
+    let twin = start_with_env(
+        &home,
+        &[("PORT", "18801")],
+        &["--env", "MODE=dev"],
+        &command,
+    );
     assert_eq!(twin["id"], first.as_str(), "{twin}");
     assert_eq!(twin["already_running"], true);
 
@@ -62,11 +85,34 @@ fn issue22_9_a_start_with_another_environment_is_another_server_also_after_a_res
     home.kill_daemon();
     home.start_daemon();
     eventually(PATIENCE, || home.item(&first)["state"] == "running");
-    let after = start_with_env(&home, &[("PORT", "18801")], &["--env", "MODE=prod"], &command);
-    assert_ne!(after["id"], first.as_str(), "MODE=prod is another server: {after}");
-    let caller = start_with_env(&home, &[("PORT", "18803")], &["--env", "MODE=dev"], &command);
-    assert_ne!(caller["id"], first.as_str(), "PORT=18803 is another server: {caller}");
-    let twin = start_with_env(&home, &[("PORT", "18801")], &["--env", "MODE=dev"], &command);
+    let after = start_with_env(
+        &home,
+        &[("PORT", "18801")],
+        &["--env", "MODE=prod"],
+        &command,
+    );
+    assert_ne!(
+        after["id"],
+        first.as_str(),
+        "MODE=prod is another server: {after}"
+    );
+    let caller = start_with_env(
+        &home,
+        &[("PORT", "18803")],
+        &["--env", "MODE=dev"],
+        &command,
+    );
+    assert_ne!(
+        caller["id"],
+        first.as_str(),
+        "PORT=18803 is another server: {caller}"
+    );
+    let twin = start_with_env(
+        &home,
+        &[("PORT", "18801")],
+        &["--env", "MODE=dev"],
+        &command,
+    );
     assert_eq!(twin["id"], first.as_str(), "{twin}");
     assert_eq!(twin["already_running"], true);
 
@@ -77,13 +123,18 @@ fn issue22_9_a_start_with_another_environment_is_another_server_also_after_a_res
         .map(|e| std::fs::read_to_string(e.path().join("job.json")).unwrap_or_default())
         .collect::<String>();
     assert!(job_json.contains("env_digest"), "{job_json}");
-    assert!(!job_json.contains("18801") && !job_json.contains("dev"), "{job_json}");
+    assert!(
+        !job_json.contains("18801") && !job_json.contains("dev"),
+        "{job_json}"
+    );
 }
 
 /// Sends one HTTP/1.1 request to the strip; returns its status code.
 fn http_status(port: u16, request: &str) -> u16 {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     stream.write_all(request.as_bytes()).unwrap();
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
@@ -98,7 +149,13 @@ fn http_status(port: u16, request: &str) -> u16 {
 fn ui(home: &Home) -> (u16, String) {
     let served = home.json(&["ui", "--no-open"]);
     let port = served["port"].as_u64().unwrap() as u16;
-    let token = served["url"].as_str().unwrap().split("token=").nth(1).unwrap().to_string();
+    let token = served["url"]
+        .as_str()
+        .unwrap()
+        .split("token=")
+        .nth(1)
+        .unwrap()
+        .to_string();
     (port, token)
 }
 
@@ -147,7 +204,10 @@ fn issue22_10_a_port_in_use_notice_names_the_port_and_holder_by_address() {
     // A log line's time of day is no port.
     let job = home.start("echo '07:15:29,411 ERROR [Errno 98] Address already in use'; sleep 30");
     let text = notice_of(&home, &job);
-    assert!(!text.contains("port 29") && !text.contains("port 15"), "{text}");
+    assert!(
+        !text.contains("port 29") && !text.contains("port 15"),
+        "{text}"
+    );
     assert!(text.contains("already in use"), "{text}");
 
     // A server on [::1]:P does not hold 127.0.0.1:P (nor the other way round).
@@ -173,7 +233,10 @@ fn issue22_10_a_port_in_use_notice_names_the_port_and_holder_by_address() {
         "echo 'listen tcp [::1]:{port}: bind: address already in use'; sleep 30"
     ));
     let text = notice_of(&home, &job);
-    assert!(text.contains(&format!("pid {}", std::process::id())), "{text}");
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
 }
 
 #[test]
@@ -190,8 +253,16 @@ fn issue22_13_a_strip_whose_port_was_taken_across_a_restart_moves_with_a_new_tok
     let new_port = served["port"].as_u64().unwrap() as u16;
     assert_ne!(new_port, port);
     assert_eq!(served["moved_from"], port, "{served}");
-    let new_token = served["url"].as_str().unwrap().split("token=").nth(1).unwrap();
-    assert_ne!(new_token, token, "the strip moved with the token an open page sends");
+    let new_token = served["url"]
+        .as_str()
+        .unwrap()
+        .split("token=")
+        .nth(1)
+        .unwrap();
+    assert_ne!(
+        new_token, token,
+        "the strip moved with the token an open page sends"
+    );
     assert!(
         run.stderr.contains(&format!("moved from port {port}")) && run.stderr.contains("new token"),
         "{}",
@@ -212,7 +283,10 @@ fn issue22_13_a_strip_whose_port_was_taken_across_a_restart_moves_with_a_new_tok
 #[test]
 fn issue22_12_run_on_a_full_disk_says_so_and_the_command_goes_on_to_its_own_end() {
     let home = Home::new();
-    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
     let output = home
         .command(&["run", "--", "echo first; sleep 1; echo second; exit 3"])
         .stdout(full)
@@ -248,7 +322,10 @@ fn issue22_15_a_quiet_spell_that_passed_while_the_daemon_was_down_is_told_when_o
         go.display()
     );
     let id = home.start_with(&["--quiet-after", "2s"], &command);
-    let log = home.json(&["read", &id])["log_path"].as_str().unwrap().to_string();
+    let log = home.json(&["read", &id])["log_path"]
+        .as_str()
+        .unwrap()
+        .to_string();
     eventually(PATIENCE, || {
         std::fs::read_to_string(&log).is_ok_and(|t| t.contains("before"))
     });
@@ -272,7 +349,10 @@ fn issue22_15_a_quiet_spell_that_passed_while_the_daemon_was_down_is_told_when_o
         if quiet {
             break;
         }
-        assert!(Instant::now() < deadline, "the quiet spell of {id} was never told");
+        assert!(
+            Instant::now() < deadline,
+            "the quiet spell of {id} was never told"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

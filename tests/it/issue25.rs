@@ -39,7 +39,15 @@ fn issue25_a_pane_resized_to_fewer_rows_keeps_the_cursors_row_and_scrolls() {
         "for i in $(seq 1 25); do echo line-$i; done; printf 'prompt> '; sleep 60",
     );
     let reply = home
-        .run(&["--json", "wait", &id, "--until", "prompt>", "--timeout", "20"])
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "prompt>",
+            "--timeout",
+            "20",
+        ])
         .json();
     assert_eq!(reply["reason"], "matched", "{reply}");
     home.json(&["resize", &id, "--cols", "80", "--rows", "10"]);
@@ -50,15 +58,22 @@ fn issue25_a_pane_resized_to_fewer_rows_keeps_the_cursors_row_and_scrolls() {
     let lines: Vec<&str> = screen.lines().map(str::trim_end).collect();
     // As a terminal does: the newest rows and the prompt stay, the oldest scroll away.
     assert!(lines.contains(&"prompt>"), "{screen}");
-    assert!(lines.contains(&"line-25") && lines.contains(&"line-17"), "{screen}");
+    assert!(
+        lines.contains(&"line-25") && lines.contains(&"line-17"),
+        "{screen}"
+    );
     assert!(!lines.contains(&"line-1"), "{screen}");
     assert!(lines.len() <= 10, "{screen}");
 }
 
 #[test]
 fn issue25_the_readmes_install_lines_work_as_written_in_a_fresh_home() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let install = readme.split("## Install").nth(1).expect("an Install section");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let install = readme
+        .split("## Install")
+        .nth(1)
+        .expect("an Install section");
     let block = install.split("```").nth(1).expect("a code block");
     let home = tempfile::tempdir().unwrap();
     let bin = home.path().join(".cargo/bin");
@@ -80,7 +95,10 @@ fn issue25_the_readmes_install_lines_work_as_written_in_a_fresh_home() {
             .env("PATH", &path)
             .output()
             .unwrap();
-        assert!(output.status.success(), "`{line}` failed in a fresh HOME: {output:?}");
+        assert!(
+            output.status.success(),
+            "`{line}` failed in a fresh HOME: {output:?}"
+        );
         ran += 1;
     }
     assert!(ran >= 2, "{block}");
@@ -118,28 +136,58 @@ fn issue25_list_and_read_say_where_an_items_folder_is() {
     let id = home.start("echo mine");
     home.wait_end(&id);
     let item = home.item(&id);
-    let folder = item["folder"].as_str().expect("a folder in list --json").to_string();
-    let described = std::fs::read_to_string(std::path::Path::new(&folder).join("job.json")).unwrap();
-    assert!(described.contains("\"id\":\"bg-1\"") && described.contains("echo mine"), "{described}");
-    assert!(!folder.ends_with("/1"), "{folder}: the first folder is the other session's");
+    let folder = item["folder"]
+        .as_str()
+        .expect("a folder in list --json")
+        .to_string();
+    let described =
+        std::fs::read_to_string(std::path::Path::new(&folder).join("job.json")).unwrap();
+    assert!(
+        described.contains("\"id\":\"bg-1\"") && described.contains("echo mine"),
+        "{described}"
+    );
+    assert!(
+        !folder.ends_with("/1"),
+        "{folder}: the first folder is the other session's"
+    );
     let read = home.json(&["read", &id]);
     assert_eq!(read["folder"], folder.as_str(), "{read}");
 }
 
 #[test]
-fn issue25_the_strip_shows_failed_runs_by_default_marks_them_in_the_feed_and_has_a_readable_chart() {
+fn issue25_the_strip_shows_failed_runs_by_default_marks_them_in_the_feed_and_has_a_readable_chart()
+{
     let home = Home::new();
     let seen = crate::strip::browser(&home, "failures", &[]);
-    let ids: Vec<&str> = seen["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let ids: Vec<&str> = seen["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     let (bad, fine, live) = (ids[0], ids[1], ids[2]);
     assert_eq!(seen["tab"], "Now", "{seen}");
-    let shown: Vec<&str> = seen["shown"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let shown: Vec<&str> = seen["shown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     assert!(shown.contains(&bad) && shown.contains(&live), "{seen}");
-    assert!(!shown.contains(&fine), "a run that succeeded is not in the default tab: {seen}");
+    assert!(
+        !shown.contains(&fine),
+        "a run that succeeded is not in the default tab: {seen}"
+    );
     assert_eq!(seen["failed_class"], "failed", "{seen}");
-    assert!(seen["failed_text"].as_str().unwrap().contains('✗'), "{seen}");
+    assert!(
+        seen["failed_text"].as_str().unwrap().contains('✗'),
+        "{seen}"
+    );
     assert!(seen["fine_class"].is_null(), "{seen}");
     assert!(seen["chart"]["height"].as_f64().unwrap() >= 150.0, "{seen}");
     let labels = seen["labels"].to_string();
-    assert!(labels.contains("60 min ago") && labels.contains("now"), "{seen}");
+    assert!(
+        labels.contains("60 min ago") && labels.contains("now"),
+        "{seen}"
+    );
 }

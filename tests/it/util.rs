@@ -258,7 +258,10 @@ pub fn not_run(test: &str, why: &str) {
 
 /// The name of the test running on this thread (the harness names its threads so).
 pub fn this_test() -> String {
-    std::thread::current().name().unwrap_or("a test").to_string()
+    std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string()
 }
 
 /// Whether a test that needs root (to mount a small tmpfs) is skipped: it is when the

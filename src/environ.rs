@@ -79,9 +79,11 @@ pub fn without_names(pairs: &[[String; 2]], names: &BTreeMap<String, String>) ->
         .collect()
 }
 
-/// Variables left out of a job's identity: its own id (every item has another) and
-/// `_`, which a shell sets to the command it runs.
-const NOT_IDENTITY: &[&str] = &["BGWORK_ITEM", "_"];
+/// Variables left out of a job's identity: its own id (every item has another), and
+/// a shell's bookkeeping, which says where the caller stood, not what the job does:
+/// `_` (the command a shell runs), `PWD` and `OLDPWD` (the job's folder is compared on
+/// its own; `bash -c` sets `PWD` to it), `SHLVL`.
+const NOT_IDENTITY: &[&str] = &["BGWORK_ITEM", "_", "PWD", "OLDPWD", "SHLVL"];
 
 /// A salted digest of the environment a job is given (`text` and the base64 `pairs`),
 /// written `SALT:SHA256` in hex: what tells two starts of one command apart (`PORT=3001`

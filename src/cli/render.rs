@@ -221,13 +221,26 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
         };
         return Ok(ExitCode::from(code.clamp(0, 255) as u8));
     }
-    if json {
-        print_text(&wire::to_json_text(&reply));
-    } else {
-        let _ = out.write_all(inert_lines(&reply.output).as_bytes());
-        if reply.outcome != RunOutcome::Ended {
-            eprintln!("[{}]", inert(&reply.message));
+    let mut text = match json {
+        true => wire::to_json_text(&reply),
+        false => inert_lines(&reply.output).into_owned(),
+    };
+    if json && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let printed = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    if let Err(e) = printed {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            // A full disk: the reply is lost, which the caller must hear of.
+            eprintln!(
+                "bgwork: the run's reply could not be written to stdout ({e}): {}",
+                inert(&reply.message)
+            );
+            return Ok(ExitCode::from(1));
         }
+    }
+    if !json && reply.outcome != RunOutcome::Ended {
+        eprintln!("[{}]", inert(&reply.message));
     }
     let code = match reply.outcome {
         RunOutcome::Ended => match (reply.item.exit_code, reply.item.signal) {

@@ -318,19 +318,21 @@ impl Slot {
 }
 
 impl Slot {
-    /// A slot at the cap: the oldest idle connection is asked to give way (one, once
-    /// one is idle: a connection just accepted may not wait for its request yet), and
-    /// the slot is taken as soon as one is free; none after `patience` (every
-    /// connection is busy).
+    /// A slot at the cap: the oldest idle connection is asked to give way, and hands its
+    /// slot over to this one (so that no other caller waiting at the cap takes it); a
+    /// connection just accepted may not wait for its request yet, so asking goes on
+    /// until one is idle. None after `patience` (every connection is busy).
     async fn make_room(daemon: &Arc<Daemon>, cap: usize, patience: Duration) -> Option<Slot> {
         let deadline = tokio::time::Instant::now() + patience;
-        let mut asked = false;
         loop {
             if let Some(slot) = Slot::take(daemon, cap) {
                 return Some(slot);
             }
-            if !asked {
-                asked = daemon.idle.close_oldest();
+            if let Some(handed) = daemon.idle.close_oldest() {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if let Ok(Ok(slot)) = tokio::time::timeout(left, handed).await {
+                    return Some(slot);
+                }
             }
             if tokio::time::Instant::now() >= deadline {
                 return None;
@@ -340,13 +342,16 @@ impl Slot {
     }
 }
 
+/// Where an idle connection told to give way sends its slot.
+type Handover = tokio::sync::oneshot::Sender<Slot>;
+
 /// The connections that wait for a request (no request in flight, no claim held), by
 /// when they began to wait: at the connection cap the oldest is closed for a new one.
 #[derive(Default)]
 pub(crate) struct IdleConnections {
     waiting: std::sync::Mutex<(
         u64,
-        std::collections::BTreeMap<u64, Arc<tokio::sync::Notify>>,
+        std::collections::BTreeMap<u64, tokio::sync::oneshot::Sender<Handover>>,
     )>,
 }
 
@@ -356,39 +361,45 @@ impl IdleConnections {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         let seq = waiting.0;
         waiting.0 += 1;
-        let told = Arc::new(tokio::sync::Notify::new());
-        waiting.1.insert(seq, told.clone());
+        let (tell, told) = tokio::sync::oneshot::channel();
+        waiting.1.insert(seq, tell);
         IdleGuard {
             list: self,
             seq,
-            told,
+            told: Some(told),
         }
     }
 
-    /// Tells the oldest idle connection to close; false when none is idle.
-    pub(crate) fn close_oldest(&self) -> bool {
+    /// Tells the oldest idle connection to close and hand its slot over: the slot
+    /// comes on the receiver; none when no connection is idle.
+    fn close_oldest(&self) -> Option<tokio::sync::oneshot::Receiver<Slot>> {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        match waiting.1.pop_first() {
-            Some((_, told)) => {
-                // A permit is kept when the connection is not awaiting yet.
-                told.notify_one();
-                true
+        while let Some((_, tell)) = waiting.1.pop_first() {
+            let (handover, handed) = tokio::sync::oneshot::channel();
+            if tell.send(handover).is_ok() {
+                return Some(handed);
             }
-            None => false,
         }
+        None
     }
 }
 
 struct IdleGuard<'a> {
     list: &'a IdleConnections,
     seq: u64,
-    told: Arc<tokio::sync::Notify>,
+    told: Option<tokio::sync::oneshot::Receiver<Handover>>,
 }
 
 impl IdleGuard<'_> {
-    /// Resolves when this connection must give way.
-    async fn told_to_close(&self) {
-        self.told.notified().await
+    /// Resolves, with where its slot goes, when this connection must give way.
+    async fn told_to_close(&mut self) -> Handover {
+        match self.told.as_mut() {
+            Some(told) => match told.await {
+                Ok(handover) => handover,
+                Err(_) => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
     }
 }
 
@@ -432,7 +443,8 @@ async fn refuse(stream: UnixStream, cap: usize) {
     let _ = write_reply(&mut writer, &line, Duration::from_secs(1)).await;
 }
 
-async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: Slot) {
+async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Slot) {
+    let mut slot = Some(slot);
     let peer = stream.peer_cred().map(|c| c.uid());
     let (read_half, mut writer) = stream.into_split();
     let stall = daemon.config.write_stall;
@@ -462,7 +474,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
         let frame = if daemon.holds_claims(token) {
             reader.next().await
         } else {
-            let idle = daemon.idle.begin();
+            let mut idle = daemon.idle.begin();
             tokio::select! {
                 waited = tokio::time::timeout(daemon.config.idle_timeout, reader.next()) => {
                     match waited {
@@ -470,8 +482,14 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
                         Err(_) => return,
                     }
                 }
-                // The cap is reached and this is the oldest idle connection.
-                _ = idle.told_to_close() => return,
+                // The cap is reached and this is the oldest idle connection: its slot
+                // goes to the new one.
+                handover = idle.told_to_close() => {
+                    if let Some(slot) = slot.take() {
+                        let _ = handover.send(slot);
+                    }
+                    return;
+                }
             }
         };
         let line = match frame {

@@ -131,6 +131,70 @@ pub fn under_scheduler(
     }
 }
 
+/// Variables left out of a job's identity: its own id (every item has another), and
+/// a shell's bookkeeping, which says where the caller stood, not what the job does:
+/// `_` (the command a shell runs), `PWD` and `OLDPWD` (the job's folder is compared on
+/// its own; `bash -c` sets `PWD` to it), `SHLVL`.
+const NOT_IDENTITY: &[&str] = &["BGWORK_ITEM", "_", "PWD", "OLDPWD", "SHLVL"];
+
+/// A salted digest of the environment a job is given (`text` and the base64 `pairs`),
+/// written `SALT:SHA256` in hex: what tells two starts of one command apart (`PORT=3001`
+/// is another server) without keeping a value anywhere.
+pub fn digest(text: &BTreeMap<String, String>, pairs: &[[String; 2]]) -> String {
+    let mut salt = [0u8; 16];
+    if let Err(e) = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut salt))
+    {
+        crate::note!("bgwork daemon: no random salt for an environment digest ({e})");
+    }
+    format!("{}:{}", hex(&salt), salted(&salt, text, pairs))
+}
+
+/// Whether `stored` (a [`digest`]) is the digest of this environment.
+pub fn digest_matches(
+    stored: &str,
+    text: &BTreeMap<String, String>,
+    pairs: &[[String; 2]],
+) -> bool {
+    let Some((salt, hash)) = stored.split_once(':') else {
+        return false;
+    };
+    let salt: Option<Vec<u8>> = (0..salt.len())
+        .step_by(2)
+        .map(|at| u8::from_str_radix(salt.get(at..at + 2)?, 16).ok())
+        .collect();
+    salt.is_some_and(|salt| salted(&salt, text, pairs) == hash)
+}
+
+fn salted(salt: &[u8], text: &BTreeMap<String, String>, pairs: &[[String; 2]]) -> String {
+    use sha2::Digest;
+    let mut all: Vec<(Vec<u8>, Vec<u8>)> = text
+        .iter()
+        .map(|(k, v)| (k.clone().into_bytes(), v.clone().into_bytes()))
+        .collect();
+    for [name, value] in pairs {
+        let (name, value) = (STANDARD.decode(name), STANDARD.decode(value));
+        if let (Ok(name), Ok(value)) = (name, value) {
+            all.push((name, value));
+        }
+    }
+    all.retain(|(name, _)| !NOT_IDENTITY.iter().any(|n| n.as_bytes() == name.as_slice()));
+    all.sort();
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(salt);
+    for (name, value) in &all {
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name);
+        hasher.update((value.len() as u64).to_le_bytes());
+        hasher.update(value);
+    }
+    hex(&hasher.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,8 @@ mod faults;
 mod harness_hooks;
 mod hostile;
 mod hostile15;
+mod issue22;
+mod issue25;
 mod mcp;
 mod mcp_hostile;
 mod monitors;

@@ -15,7 +15,10 @@ use std::time::Duration;
 /// `BGWORK_TEST_SLURM=1`.
 pub fn cluster(test: &str) -> Option<String> {
     if std::env::var("BGWORK_TEST_SLURM").as_deref() != Ok("1") {
-        eprintln!("{test}: NOT RUN: set BGWORK_TEST_SLURM=1 with a cluster up (scripts/slurm-cluster start)");
+        crate::util::not_run(
+            test,
+            "set BGWORK_TEST_SLURM=1 with a cluster up (scripts/slurm-cluster start)",
+        );
         return None;
     }
     let conf = std::env::var("BGWORK_TEST_SLURM_CONF").unwrap_or_else(|_| {

@@ -1024,6 +1024,14 @@ fn ui(
         request: Request::Ui { port },
     };
     let reply: wire::UiReply = Client::connect(paths)?.call(&envelope)?;
+    if let Some(old) = reply.moved_from {
+        eprintln!(
+            "bgwork: the work strip moved from port {old} (taken by another program) to \
+             {}, with a new token: a page left open on port {old} no longer works; open \
+             the address below",
+            reply.port
+        );
+    }
     if json {
         render::print_text(&wire::to_json_text(&reply));
     } else {

@@ -160,11 +160,16 @@ fn print<T: DeserializeOwned + Serialize>(
 /// ended in time, 0 when it was promoted, 1 when it was killed.
 fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode, WireError> {
     client.send(envelope)?;
+    // Stdin frames and a detach frame share one writer, a whole line at a time.
+    let writer = std::sync::Arc::new(std::sync::Mutex::new(client.writer()?));
     if matches!(&envelope.request, Request::Run(args) if args.stdin == wire::RunStdin::Forward) {
-        let writer = client.writer()?;
-        std::thread::spawn(move || forward_stdin(writer));
+        let writer = writer.clone();
+        std::thread::spawn(move || forward_stdin(&writer));
     }
     let mut out = std::io::stdout();
+    // Why stdout could not take the output (a full disk): the run was asked to go on in
+    // the background, and nothing more goes to stdout.
+    let mut detached: Option<String> = None;
     let reply: RunReply = loop {
         let line = client.next_line()?.ok_or_else(|| {
             WireError::new(
@@ -180,25 +185,66 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
                     .unwrap_or_default(),
                 None => inert_lines(&chunk.chunk).into_owned().into_bytes(),
             };
-            if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
+            if detached.is_some() {
+                continue;
+            }
+            match out.write_all(&bytes).and_then(|()| out.flush()) {
+                Ok(()) => {}
                 // Whoever read this stdout went away (`run … | head`): so does the run,
                 // and the daemon stops its job as the person's Ctrl-C would.
-                return Ok(ExitCode::from(141));
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    return Ok(ExitCode::from(141))
+                }
+                // A full disk (or a failing device) is no reader going away: the command
+                // goes on in the background, and the caller is told so on stderr.
+                Err(e) => {
+                    let why = format!("the run's output could not be written to stdout ({e})");
+                    let frame = wire::StdinFrame {
+                        detach: Some(why.clone()),
+                        ..wire::StdinFrame::default()
+                    };
+                    let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
+                    let _ = writer.write_all(&wire::encode_line(&frame));
+                    detached = Some(why);
+                }
             }
             continue;
         }
         break wire::decode_reply(&line)?;
     };
-    if json {
-        print_text(&wire::to_json_text(&reply));
-    } else {
-        let _ = out.write_all(inert_lines(&reply.output).as_bytes());
-        if let Some(choice) = &reply.timeout_choice {
-            eprintln!("[{}]", inert(choice));
+    if detached.is_some() {
+        // Stdout takes nothing: the end (or the promotion) is said on stderr.
+        eprintln!("bgwork: {}", inert(&reply.message));
+        let code = match (reply.outcome, reply.item.exit_code, reply.item.signal) {
+            (RunOutcome::Ended, Some(code), _) => code,
+            (RunOutcome::Ended, None, Some(signal)) => 128 + signal,
+            _ => 1,
+        };
+        return Ok(ExitCode::from(code.clamp(0, 255) as u8));
+    }
+    let mut text = match json {
+        true => wire::to_json_text(&reply),
+        false => inert_lines(&reply.output).into_owned(),
+    };
+    if json && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let printed = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    if let Err(e) = printed {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            // A full disk: the reply is lost, which the caller must hear of.
+            eprintln!(
+                "bgwork: the run's reply could not be written to stdout ({e}): {}",
+                inert(&reply.message)
+            );
+            return Ok(ExitCode::from(1));
         }
-        if reply.outcome != RunOutcome::Ended {
-            eprintln!("[{}]", inert(&reply.message));
-        }
+    }
+    if let (false, Some(choice)) = (json, &reply.timeout_choice) {
+        eprintln!("[{}]", inert(choice));
+    }
+    if !json && reply.outcome != RunOutcome::Ended {
+        eprintln!("[{}]", inert(&reply.message));
     }
     let code = match reply.outcome {
         RunOutcome::Ended => match (reply.item.exit_code, reply.item.signal) {
@@ -214,7 +260,7 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
 
 /// Passes this process's stdin on to a run, until it ends (or cannot be read: a closed
 /// or unreadable stdin is an ended one), then says end-of-input.
-fn forward_stdin(mut writer: std::os::unix::net::UnixStream) {
+fn forward_stdin(writer: &std::sync::Mutex<std::os::unix::net::UnixStream>) {
     use std::io::Read;
     let mut stdin = std::io::stdin().lock();
     let mut buffer = vec![0u8; 64 << 10];
@@ -227,7 +273,9 @@ fn forward_stdin(mut writer: std::os::unix::net::UnixStream) {
         let frame = wire::StdinFrame {
             stdin: base64::engine::general_purpose::STANDARD.encode(&buffer[..n]),
             eof: n == 0,
+            detach: None,
         };
+        let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
         if writer.write_all(&wire::encode_line(&frame)).is_err() || n == 0 {
             return;
         }

@@ -81,6 +81,7 @@ impl Daemon {
                     .display()
                     .to_string()
             }),
+            folder: (!record.job_dir.is_empty()).then(|| record.job_dir.clone()),
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
             already_ended: None,
             lost_reason,
@@ -104,10 +105,22 @@ impl Daemon {
             Some((path, own_id)) => (sub_session_name(session, path), own_id),
             None => (session.to_string(), id),
         };
-        inner
-            .store
-            .find_in(session, &owner, own_id)?
-            .ok_or_else(|| WireError::unknown_id(id))
+        if let Some(record) = inner.store.find_in(session, &owner, own_id)? {
+            return Ok(record);
+        }
+        // `bg4`, `BG-4`, `bg_4` or `4`: the id it was meant to be, when there is one.
+        let meant = crate::wire::id_meant(own_id)
+            .filter(|meant| meant != own_id)
+            .filter(|meant| matches!(inner.store.find_in(session, &owner, meant), Ok(Some(_))));
+        let mut error = WireError::unknown_id(id);
+        if let Some(meant) = meant {
+            let full = match id.rsplit_once('/') {
+                Some((path, _)) => format!("{path}/{meant}"),
+                None => meant,
+            };
+            error.message = format!("no item {id} in this session: did you mean {full}?");
+        }
+        Err(error)
     }
 
     pub(crate) async fn list(

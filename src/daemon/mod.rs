@@ -131,6 +131,8 @@ pub struct Daemon {
     next_token: AtomicI64,
     /// Client connections being served.
     pub(crate) connections: AtomicUsize,
+    /// The connections waiting for a request, oldest first (one gives way at the cap).
+    pub(crate) idle: serve::IdleConnections,
     big_replies: Arc<Semaphore>,
     /// The work strip, once served (`ui`, `daemon --http`).
     pub(crate) http: tokio::sync::Mutex<Option<crate::http::Serving>>,
@@ -165,6 +167,7 @@ impl Daemon {
             stopping_all: Default::default(),
             next_token: AtomicI64::new(1),
             connections: AtomicUsize::new(0),
+            idle: Default::default(),
             big_replies: Arc::new(Semaphore::new(BIG_REPLIES)),
             http: tokio::sync::Mutex::new(None),
         };

@@ -89,6 +89,13 @@ impl Daemon {
         if candidates.is_empty() {
             return Vec::new();
         }
+        let candidates: Vec<Record> = candidates
+            .into_iter()
+            .filter(|r| twin.same_env(Path::new(&r.job_dir)))
+            .collect();
+        if candidates.is_empty() {
+            return Vec::new();
+        }
         let dirs: Vec<PathBuf> = candidates
             .iter()
             .map(|r| PathBuf::from(&r.job_dir))
@@ -130,6 +137,8 @@ impl Daemon {
         // unless someone else waits on the output.
         let mut output = self.watch_output(&[row], super::Pace::Relaxed);
         let mut first = true;
+        // A job a restarted daemon takes back, before its first look.
+        let mut taken_back = !fresh;
         loop {
             let deadline = watch.quiet_deadline();
             let next = match (deadline, overrun.as_ref().map(|(at, _)| *at)) {
@@ -152,8 +161,10 @@ impl Daemon {
                 _ => return,
             };
             let ended = record.state == State::Ended;
-            if ended {
-                forget_env(row);
+            if taken_back && !ended && deadline.is_some_and(|at| Instant::now() >= at) {
+                // The spell passed while the daemon was down: it is told even when the
+                // output resumes now.
+                self.quiet_spell(&mut watch, &record).await;
             }
             if !ended
                 && overrun
@@ -164,6 +175,7 @@ impl Daemon {
                     self.overran(&record, &expectation).await;
                 }
             }
+            taken_back = false;
             if grew || watch.log_grew() {
                 // An ended job's last output is still looked at once.
                 watch.output_came(&self, &record).await;
@@ -188,9 +200,11 @@ impl Daemon {
         let sampled = since.elapsed();
         if sampled < MIN_SPELL_SAMPLE {
             // A spell that began before this daemon: measure its CPU for a moment.
+            // The spell happened whatever comes meanwhile (output, or the job's end,
+            // which has a notice of its own).
             tokio::time::sleep(MIN_SPELL_SAMPLE - sampled).await;
             let ended = !matches!(self.lock().store.get(record.row), Ok(Some(r)) if r.state != State::Ended);
-            if watch.log_grew() || ended {
+            if ended {
                 return;
             }
         }
@@ -265,10 +279,14 @@ impl Daemon {
         let own = record.row;
         let command = record.command.clone();
         let holder = tokio::task::spawn_blocking(move || {
-            let ports = ports_in(&line).unwrap_or_else(|| listened_ports_in(&command));
+            let ports = ports_in(&line).unwrap_or_else(|| {
+                let ports = listened_ports_in(&command).into_iter();
+                ports.map(|port| Named { port, on: None }).collect()
+            });
             let found = ports
                 .iter()
-                .find_map(|&port| holder_of(port, own, &twins).map(|h| (port, h)));
+                .find_map(|named| holder_of(named, own, &twins).map(|h| (named.port, h)));
+            let ports: Vec<u16> = ports.iter().map(|named| named.port).collect();
             (line, ports, found)
         })
         .await;
@@ -332,59 +350,46 @@ impl Daemon {
     }
 }
 
-/// What makes a running item the twin of a new start.
+/// What makes a running item the twin of a new start: its session, kind, command and
+/// folder, and the whole environment it was given (the caller's and `--env`), compared
+/// by the salted digest in its `job.json`.
 pub(crate) struct Twin<'a> {
     pub kind: Kind,
     pub command: &'a str,
     pub cwd: &'a str,
-    /// The `--env` variables: another value (`PORT=3001`) is another server.
-    pub env: &'a std::collections::BTreeMap<String, String>,
+    pub env_names: Vec<String>,
+    /// The environment the new job would be given (see `start::job_env`): another
+    /// value (`PORT=3001`, from `--env` or the caller) is another server.
+    pub env: (std::collections::BTreeMap<String, String>, Vec<[String; 2]>),
 }
 
 impl Twin<'_> {
+    /// What the record says (the environment is [`Twin::same_env`]'s, off the lock).
     fn matches(&self, session: &str, record: &Record) -> bool {
-        let names: Vec<&String> = self.env.keys().collect();
-        let known = env_fingerprint_of(record.row);
         record.session == session
             && record.kind == self.kind
             && record.state == State::Running
             && record.command == self.command
             && record.cwd == self.cwd
-            && record.env_names.iter().collect::<Vec<_>>() == names
-            && known.is_none_or(|known| known == fingerprint(self.env))
+            && record.env_names == self.env_names
     }
-}
 
-/// The fingerprints of the `--env` values of jobs this daemon started (in memory only,
-/// with a key of this process: values are never recorded, not even hashed on disk). A
-/// job taken back after a restart is compared by the names of its variables alone.
-fn env_fingerprints() -> &'static std::sync::Mutex<std::collections::HashMap<i64, u64>> {
-    static PRINTS: OnceLock<std::sync::Mutex<std::collections::HashMap<i64, u64>>> =
-        OnceLock::new();
-    PRINTS.get_or_init(Default::default)
-}
-
-fn fingerprint(env: &std::collections::BTreeMap<String, String>) -> u64 {
-    use std::hash::BuildHasher;
-    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
-    KEY.get_or_init(Default::default).hash_one(env)
-}
-
-fn env_fingerprint_of(row: i64) -> Option<u64> {
-    let prints = env_fingerprints().lock().unwrap_or_else(|p| p.into_inner());
-    prints.get(&row).copied()
-}
-
-/// Remembers the `--env` values of a job just started (see [`Twin`]).
-pub(crate) fn remember_env(row: i64, env: &std::collections::BTreeMap<String, String>) {
-    let mut prints = env_fingerprints().lock().unwrap_or_else(|p| p.into_inner());
-    prints.insert(row, fingerprint(env));
-}
-
-/// Forgets what [`remember_env`] kept of an ended job.
-pub(crate) fn forget_env(row: i64) {
-    let mut prints = env_fingerprints().lock().unwrap_or_else(|p| p.into_inner());
-    prints.remove(&row);
+    /// Whether the job in `job_dir` was given this environment (a job described
+    /// without a digest is never a twin: starting a second copy harms less than
+    /// refusing another server).
+    fn same_env(&self, job_dir: &Path) -> bool {
+        use std::io::Read;
+        let path = crate::job_dir::JobDir(job_dir).record();
+        let mut text = Vec::new();
+        let read = crate::paths::open_untrusted(&path)
+            .and_then(|file| file.take(1 << 20).read_to_end(&mut text));
+        read.ok()
+            .and_then(|_| {
+                crate::wire::control::decode::<crate::wire::control::JobRecord>(&text).ok()
+            })
+            .and_then(|described| described.env_digest)
+            .is_some_and(|digest| crate::environ::digest_matches(&digest, &self.env.0, &self.env.1))
+    }
 }
 
 /// What a watcher knows of its job between wakes.
@@ -577,18 +582,109 @@ fn in_use_line(bytes: &[u8]) -> Option<String> {
     Some(line.chars().take(500).collect())
 }
 
-/// Port numbers a line names (`:3000`, `port 3000`), the last first.
-fn ports_in(line: &str) -> Option<Vec<u16>> {
-    static PATTERN: OnceLock<Regex> = OnceLock::new();
-    let pattern = PATTERN
-        .get_or_init(|| Regex::new(r"(?i)(?::|port\s*:?\s*)(\d{1,5})\b").expect("a valid pattern"));
-    let mut ports: Vec<u16> = pattern
-        .captures_iter(line)
-        .filter_map(|c| c.get(1)?.as_str().parse().ok())
-        .filter(|&p| p > 0)
-        .collect();
-    ports.reverse();
+/// A port a line names, with the address it names it on (none: any address, as in
+/// `:8080` or `port 5173`).
+#[derive(Debug, Clone, PartialEq)]
+struct Named {
+    port: u16,
+    /// The addresses meant (`localhost` means both loopbacks).
+    on: Option<Vec<std::net::IpAddr>>,
+}
+
+/// Ports a line names (`127.0.0.1:3000`, `[::1]:3000`, `:::3000`, `:8080`, `port
+/// 3000`), the last first. A number after a colon counts only when what comes before
+/// the colon is an address, a host name or nothing: `07:15:29,411` is a time of day.
+fn ports_in(line: &str) -> Option<Vec<Named>> {
+    static WORDS: OnceLock<Regex> = OnceLock::new();
+    static COLON: OnceLock<Regex> = OnceLock::new();
+    let words = WORDS
+        .get_or_init(|| Regex::new(r"(?i)\bport\s*:?\s*(\d{1,5})\b").expect("a valid pattern"));
+    let colon = COLON.get_or_init(|| {
+        Regex::new(r"([0-9A-Za-z.:\[\]*_-]*):(\d{1,5})\b").expect("a valid pattern")
+    });
+    let mut found: Vec<(usize, Named)> = Vec::new();
+    for c in words.captures_iter(line) {
+        if let Some(port) = c.get(1).and_then(|p| p.as_str().parse().ok()) {
+            found.push((c.get(0).map_or(0, |m| m.start()), Named { port, on: None }));
+        }
+    }
+    for c in colon.captures_iter(line) {
+        let (Some(before), Some(port)) = (c.get(1), c.get(2)) else {
+            continue;
+        };
+        // A number followed by `.`, `,` or `:` and a digit is a time or a figure.
+        let after = &line[port.end()..];
+        let mut rest = after.chars();
+        if matches!((rest.next(), rest.next()), (Some('.' | ',' | ':'), Some(d)) if d.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(port) = port.as_str().parse::<u16>() else {
+            continue;
+        };
+        if let Some(on) = address_before(before.as_str()) {
+            found.push((before.start(), Named { port, on }));
+        }
+    }
+    found.retain(|(_, named)| named.port > 0);
+    found.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+    let ports: Vec<Named> = found.into_iter().map(|(_, named)| named).collect();
     (!ports.is_empty()).then_some(ports)
+}
+
+/// What the text before a `:PORT` names: `Some(None)` any address (nothing, `*`, a host
+/// name), `Some(Some(addresses))` an address, `None` no address at all (`07:15`).
+fn address_before(text: &str) -> Option<Option<Vec<std::net::IpAddr>>> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let text = text.trim_start_matches(['(', '\'', '"']);
+    if text.is_empty() || text == "*" {
+        return Some(None);
+    }
+    if let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+        return inner
+            .parse::<Ipv6Addr>()
+            .ok()
+            .map(|ip| Some(vec![IpAddr::V6(ip)]));
+    }
+    // Node's `:::3000`: the address `::` before the port's colon.
+    if text == "::" || text == ":" {
+        return Some(Some(vec![IpAddr::V6(Ipv6Addr::UNSPECIFIED)]));
+    }
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(Some(vec![ip]));
+    }
+    if text.eq_ignore_ascii_case("localhost") {
+        return Some(Some(vec![
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ]));
+    }
+    // A host name has a letter and no colon; digits alone (`07`) or a time are none.
+    let host = !text.contains(':') && text.chars().any(|c| c.is_ascii_alphabetic());
+    host.then_some(None)
+}
+
+/// Whether a bind to `named` fails because of a socket listening on `listening`: the
+/// same address, or a wildcard on either side (IPv6's `::` takes IPv4 too).
+fn conflicts(named: &Named, listening: std::net::SocketAddr) -> bool {
+    use std::net::IpAddr;
+    if listening.port() != named.port {
+        return false;
+    }
+    let Some(on) = &named.on else {
+        return true;
+    };
+    let plain = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    let held = plain(listening.ip());
+    on.iter().any(|&ip| {
+        let ip = plain(ip);
+        ip == held
+            || (held.is_unspecified() && (held.is_ipv6() || ip.is_ipv4()))
+            || (ip.is_unspecified() && (ip.is_ipv6() || held.is_ipv4()))
+    })
 }
 
 /// Numbers in a command that some process listens on (`http.server 8000`), for an
@@ -605,12 +701,12 @@ fn listened_ports_in(command: &str) -> Vec<u16> {
         .collect()
 }
 
-/// Who listens on `port`: an item of this daemon (any session; not `own`), else a pid
+/// Who listens where a bind to `named` fails: an item of this daemon (any session; not `own`), else a pid
 /// and its name, else the uid of a process bgwork cannot look into.
-fn holder_of(port: u16, own: i64, running: &[Record]) -> Option<String> {
+fn holder_of(named: &Named, own: i64, running: &[Record]) -> Option<String> {
     let listeners: Vec<observe::Listener> = observe::listeners()
         .into_iter()
-        .filter(|l| l.address.port() == port)
+        .filter(|l| conflicts(named, l.address))
         .collect();
     let first = listeners.first()?;
     let inodes: std::collections::HashSet<u64> = listeners.iter().map(|l| l.inode).collect();
@@ -712,15 +808,36 @@ mod tests {
 
     #[test]
     fn ports_named_by_error_lines() {
+        let first = |line: &str| ports_in(line).map(|p| p[0].port);
         let node = "Error: listen EADDRINUSE: address already in use :::3000";
-        assert_eq!(ports_in(node), Some(vec![3000]));
+        assert_eq!(first(node), Some(3000));
         let go = "listen tcp 127.0.0.1:8080: bind: address already in use";
-        assert_eq!(ports_in(go), Some(vec![8080]));
+        assert_eq!(first(go), Some(8080));
+        assert_eq!(
+            first("listen tcp :8080: bind: address already in use"),
+            Some(8080)
+        );
         let words = "OSError: [Errno 98] Address already in use (port 5173)";
-        assert_eq!(ports_in(words), Some(vec![5173]));
+        assert_eq!(first(words), Some(5173));
         assert_eq!(ports_in("OSError: [Errno 98] Address already in use"), None);
+        let logged = "07:15:29,411 ERROR [Errno 98] Address already in use";
+        assert_eq!(ports_in(logged), None);
+        let both = "2026-12-01 07:15:29.411 bind [::1]:18960 failed: address already in use";
+        let named = ports_in(both).unwrap();
+        assert_eq!(named.len(), 1, "{named:?}");
+        let v6: std::net::SocketAddr = "[::1]:18960".parse().unwrap();
+        let v4: std::net::SocketAddr = "127.0.0.1:18960".parse().unwrap();
+        let any: std::net::SocketAddr = "0.0.0.0:18960".parse().unwrap();
+        assert!(conflicts(&named[0], v6) && !conflicts(&named[0], v4));
+        let loopback4 = &ports_in("bind 127.0.0.1:18960: in use").unwrap()[0];
+        assert!(conflicts(loopback4, v4) && conflicts(loopback4, any) && !conflicts(loopback4, v6));
+        assert!(conflicts(&first_named("localhost:18960"), v6));
         assert!(in_use_line(b"ok\nlisten EADDRINUSE :::3000\nmore")
             .is_some_and(|l| l == "listen EADDRINUSE :::3000"));
+    }
+
+    fn first_named(line: &str) -> Named {
+        ports_in(line).unwrap().remove(0)
     }
 
     #[test]

@@ -188,14 +188,14 @@ impl Screen {
         });
         let (cols, rows) = source.size_at(fed);
         if parser.screen().size() != (rows, cols) {
-            parser.screen_mut().set_size(rows, cols);
+            set_size(parser, rows, cols);
         }
         let mut at = fed;
         let mut rest: &[u8] = &bytes;
         for &(offset, cols, rows) in source.sizes.iter().filter(|s| s.0 > fed && s.0 <= len) {
             let (now, later) = rest.split_at(((offset - at) as usize).min(rest.len()));
             parser.process(now);
-            parser.screen_mut().set_size(rows, cols);
+            set_size(parser, rows, cols);
             rest = later;
             at = offset;
         }
@@ -203,6 +203,19 @@ impl Screen {
         self.fed = len;
         parser.screen().contents()
     }
+}
+
+/// Resizes a screen as a terminal does: with fewer rows than the cursor's, the top rows
+/// scroll away so that the cursor's row (a prompt, the newest output) stays on screen;
+/// vt100 alone would drop the bottom rows.
+fn set_size(parser: &mut vt100::Parser, rows: u16, cols: u16) {
+    let (row, _) = parser.screen().cursor_position();
+    if row >= rows {
+        let by = row - rows + 1;
+        // Scroll up (SU) and move the cursor up (CUU) with the text.
+        parser.process(format!("\x1b[{by}S\x1b[{by}A").as_bytes());
+    }
+    parser.screen_mut().set_size(rows, cols);
 }
 
 /// Where feeding `bytes` can start and give the same screen as feeding them all: just
@@ -379,6 +392,7 @@ impl Daemon {
             dropped_bytes: 0,
             clipped: false,
             log_path: log.display().to_string(),
+            folder: log.parent().map(|dir| dir.display().to_string()),
             report: self.item_as(session, &record).report,
             output_base64: None,
             output_bytes: None,

@@ -329,6 +329,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
         dropped_bytes: skipped,
         clipped,
         log_path: path.display().to_string(),
+        folder: path.parent().map(|dir| dir.display().to_string()),
         report: plan.report,
         output_base64: base64,
         output_bytes: frame.as_ref().map(|bytes| bytes.len() as u64),

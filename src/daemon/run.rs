@@ -46,6 +46,8 @@ enum Interrupt {
     Gone,
     /// The caller sent something that is not a stdin frame.
     Bad(WireError),
+    /// The caller can no longer show the output and asks for the background now.
+    Detach(String),
 }
 
 impl Daemon {
@@ -125,9 +127,20 @@ impl Daemon {
             let more = move |d: &Daemon| d.has_ended(row) || (stream && d.log_len_of(row) > seen);
             tokio::select! {
                 _ = self.wait_for_item(row, left, more) => {}
-                frame = next_frame(caller.reader, forward) => match frame {
+                frame = next_frame(caller.reader) => match frame {
                     Ok(Some(line)) => {
-                        let taken = self.take_stdin(row, &line, &mut stdin_open, deadline).await;
+                        let frame = match stdin_frame(&line) {
+                            Ok(frame) => frame,
+                            Err(e) => break Some(Interrupt::Bad(e)),
+                        };
+                        if let Some(why) = frame.detach {
+                            break Some(Interrupt::Detach(why));
+                        }
+                        if !forward {
+                            // Stdin of a run that takes none goes nowhere.
+                            continue;
+                        }
+                        let taken = self.take_stdin(row, frame, &mut stdin_open, deadline).await;
                         if let Err(e) = taken {
                             break Some(Interrupt::Bad(e));
                         }
@@ -157,20 +170,23 @@ impl Daemon {
                         shown = to;
                     }
                 }
-                let mut reply = self.finish_run(session, row, shown, timeout).await?;
+                let mut reply = self.finish_run(session, row, shown, timeout, None).await?;
                 if reply.outcome == RunOutcome::Ended {
                     ends_shown.push(row);
                 }
-                if let Some((background, why)) = auto {
-                    if background && reply.outcome == RunOutcome::Promoted {
-                        let id = &reply.item.id;
-                        reply.message = format!(
-                            "{id} runs in the background, its notice armed (`bgwork read {id}`, \
-                             `bgwork wait {id}`)"
-                        );
-                    }
-                    reply.timeout_choice = Some(format!("timeout auto: {why}"));
+                auto_choice(&mut reply, auto);
+                Ok(reply)
+            }
+            Some(Interrupt::Detach(why)) => {
+                // Not a Ctrl-C: the caller only cannot show the output (a full disk).
+                // The run is decided as at its deadline, now.
+                let mut reply = self
+                    .finish_run(session, row, shown, timeout, Some(why))
+                    .await?;
+                if reply.outcome == RunOutcome::Ended {
+                    ends_shown.push(row);
                 }
+                auto_choice(&mut reply, auto);
                 Ok(reply)
             }
             Some(interrupt) => {
@@ -178,8 +194,10 @@ impl Daemon {
                 // stop it, as Ctrl-C in its terminal would.
                 self.stop_now(row, CALLER_GONE_GRACE, Actor::Person);
                 Err(match interrupt {
-                    Interrupt::Gone => WireError::bad_request("the caller went away"),
                     Interrupt::Bad(e) => e,
+                    Interrupt::Gone | Interrupt::Detach(_) => {
+                        WireError::bad_request("the caller went away")
+                    }
                 })
             }
         }
@@ -191,15 +209,10 @@ impl Daemon {
     async fn take_stdin(
         &self,
         row: i64,
-        line: &[u8],
+        frame: StdinFrame,
         open: &mut bool,
         deadline: tokio::time::Instant,
     ) -> Result<(), WireError> {
-        let frame: StdinFrame = serde_json::from_slice(line).map_err(|e| {
-            WireError::bad_request(format!(
-                "malformed stdin of a run: {e}; send {{\"stdin\":BASE64}} lines, the last with \"eof\":true"
-            ))
-        })?;
         let data = base64::engine::general_purpose::STANDARD
             .decode(frame.stdin.as_bytes())
             .map_err(|e| WireError::bad_request(format!("stdin of a run is not base64: {e}")))?;
@@ -269,6 +282,7 @@ impl Daemon {
         row: i64,
         shown: u64,
         timeout: Duration,
+        detached: Option<String>,
     ) -> Result<RunReply, WireError> {
         // A deadline never wins over an end that already happened.
         let mut full = format!(
@@ -298,7 +312,12 @@ impl Daemon {
             self.stop_now(row, Duration::ZERO, Actor::Agent);
             if self.wait_for(KILL_WAIT, |d| d.has_ended(row)).await {
                 // Its end is a stop by the agent's own deadline; its report says so.
-                let detail = format!("{KILLED_AT_DEADLINE} {seconds} s deadline: {full}");
+                let detail = match &detached {
+                    Some(_) => {
+                        format!("killed since its caller could not show its output and {full}")
+                    }
+                    None => format!("{KILLED_AT_DEADLINE} {seconds} s deadline: {full}"),
+                };
                 self.lock().store.set_detail(row, &detail)?;
             }
         }
@@ -306,23 +325,36 @@ impl Daemon {
         let len = self.shown_until(row, shown, len);
         let output = self.text_between(row, shown, len);
         let mut inner = self.lock();
-        inner.store.set_cursor(session, row, len)?;
+        // Output streamed to a caller that could not show it is still unread.
+        if detached.is_none() {
+            inner.store.set_cursor(session, row, len)?;
+        }
         let record = inner
             .store
             .get(row)?
             .ok_or_else(|| WireError::internal("record vanished"))?;
         let item = self.item(&record);
+        let when = match &detached {
+            Some(why) => format!("{why}; {} still runs", item.id),
+            None => format!("{} still runs after {seconds} s", item.id),
+        };
         let message = match outcome {
             RunOutcome::Ended => item.report.clone().unwrap_or_default(),
             RunOutcome::Promoted => format!(
-                "{} still runs after {seconds} s: promoted to the background (`bgwork read {}`, `bgwork wait {}`)",
-                item.id, item.id, item.id
+                "{when}: promoted to the background (`bgwork read {}`, `bgwork wait {}`)",
+                item.id, item.id
             ),
-            RunOutcome::Killed => format!(
-                "{} ran past {seconds} s and was killed: {}",
-                item.id,
-                full.replacen(" was at ", " is at ", 1)
-            ),
+            RunOutcome::Killed => match &detached {
+                Some(why) => format!(
+                    "{why}; it could not go on in the background and was killed: {}",
+                    full.replacen(" was at ", " is at ", 1)
+                ),
+                None => format!(
+                    "{} ran past {seconds} s and was killed: {}",
+                    item.id,
+                    full.replacen(" was at ", " is at ", 1)
+                ),
+            },
         };
         debug_assert!(outcome != RunOutcome::Ended || record.state == State::Ended);
         Ok(RunReply {
@@ -445,13 +477,31 @@ impl Daemon {
     }
 }
 
-/// The caller's next stdin line; `None` when it closed the connection. A caller that
-/// sends no stdin (`forward` false) is only watched for going away: what it sends stays
-/// unread, for the connection's next request. Cancel-safe (see [`FrameReader`]).
-async fn next_frame(reader: &mut FrameReader, forward: bool) -> Result<Option<Vec<u8>>, WireError> {
-    if !forward {
-        reader.closed().await;
-        return Ok(None);
-    }
+/// The caller's next line (a [`StdinFrame`]); `None` when it closed the connection.
+/// Cancel-safe (see [`FrameReader`]).
+async fn next_frame(reader: &mut FrameReader) -> Result<Option<Vec<u8>>, WireError> {
     reader.next().await
+}
+
+fn stdin_frame(line: &[u8]) -> Result<StdinFrame, WireError> {
+    serde_json::from_slice(line).map_err(|e| {
+        WireError::bad_request(format!(
+            "malformed stdin of a run: {e}; send {{\"stdin\":BASE64}} lines, the last with \"eof\":true"
+        ))
+    })
+}
+
+/// What `--timeout auto` chose, said in the reply of its run (`auto`: whether it
+/// backgrounded at once, and why).
+fn auto_choice(reply: &mut RunReply, auto: Option<(bool, String)>) {
+    let Some((background, why)) = auto else {
+        return;
+    };
+    if background && reply.outcome == RunOutcome::Promoted {
+        let id = &reply.item.id;
+        reply.message = format!(
+            "{id} runs in the background, its notice armed (`bgwork read {id}`, `bgwork wait {id}`)"
+        );
+    }
+    reply.timeout_choice = Some(format!("timeout auto: {why}"));
 }

@@ -6,8 +6,9 @@
 //! connection goes on. `notices --follow` and `wait` watch the client's side of the
 //! connection, so a client that goes away ends them and leaves everything else as it was.
 //!
-//! Bounds: at most `max_connections` clients at once (the next one gets a refusal
-//! line); a connection with no request in flight is closed after `idle_timeout`; a
+//! Bounds: at most `max_connections` clients at once (at the cap the oldest idle
+//! connection is closed for the next one, which gets a refusal line only when none is
+//! idle); a connection with no request in flight is closed after `idle_timeout`; a
 //! reply is written in chunks, and a client that takes no byte of it for `write_stall`
 //! is dropped. Accept errors (out of file descriptors) back off and are logged once
 //! per burst.
@@ -38,6 +39,8 @@ const FD_RESERVE: u64 = 64;
 const WRITE_CHUNK: usize = 64 << 10;
 /// The longest pause between two attempts to accept while accepting fails.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(100);
+/// How long a connection at the cap waits for the idle one that gives way to close.
+const GIVE_WAY_WAIT: Duration = Duration::from_secs(2);
 /// A burst of accept failures is over when none happened for this long.
 const ACCEPT_QUIET: Duration = Duration::from_secs(2);
 
@@ -234,8 +237,15 @@ pub async fn run(
                         Some(slot) => {
                             tokio::spawn(async move { serve_client(daemon, stream, me, slot).await });
                         }
+                        // At the cap the oldest idle connection gives way, so that idle
+                        // connections (one client's hundreds) never lock others out.
                         None => {
-                            tokio::spawn(refuse(stream, cap));
+                            tokio::spawn(async move {
+                                match Slot::make_room(&daemon, cap, GIVE_WAY_WAIT).await {
+                                    Some(slot) => serve_client(daemon, stream, me, slot).await,
+                                    None => refuse(stream, cap).await,
+                                }
+                            });
                         }
                     }
                 }
@@ -307,6 +317,99 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// A slot at the cap: the oldest idle connection is asked to give way, and hands its
+    /// slot over to this one (so that no other caller waiting at the cap takes it); a
+    /// connection just accepted may not wait for its request yet, so asking goes on
+    /// until one is idle. None after `patience` (every connection is busy).
+    async fn make_room(daemon: &Arc<Daemon>, cap: usize, patience: Duration) -> Option<Slot> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            if let Some(slot) = Slot::take(daemon, cap) {
+                return Some(slot);
+            }
+            if let Some(handed) = daemon.idle.close_oldest() {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if let Ok(Ok(slot)) = tokio::time::timeout(left, handed).await {
+                    return Some(slot);
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+/// Where an idle connection told to give way sends its slot.
+type Handover = tokio::sync::oneshot::Sender<Slot>;
+
+/// The connections that wait for a request (no request in flight, no claim held), by
+/// when they began to wait: at the connection cap the oldest is closed for a new one.
+#[derive(Default)]
+pub(crate) struct IdleConnections {
+    waiting: std::sync::Mutex<(
+        u64,
+        std::collections::BTreeMap<u64, tokio::sync::oneshot::Sender<Handover>>,
+    )>,
+}
+
+impl IdleConnections {
+    /// Registers a connection that begins to wait; it is idle while the guard lives.
+    fn begin(&self) -> IdleGuard<'_> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = waiting.0;
+        waiting.0 += 1;
+        let (tell, told) = tokio::sync::oneshot::channel();
+        waiting.1.insert(seq, tell);
+        IdleGuard {
+            list: self,
+            seq,
+            told: Some(told),
+        }
+    }
+
+    /// Tells the oldest idle connection to close and hand its slot over: the slot
+    /// comes on the receiver; none when no connection is idle.
+    fn close_oldest(&self) -> Option<tokio::sync::oneshot::Receiver<Slot>> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some((_, tell)) = waiting.1.pop_first() {
+            let (handover, handed) = tokio::sync::oneshot::channel();
+            if tell.send(handover).is_ok() {
+                return Some(handed);
+            }
+        }
+        None
+    }
+}
+
+struct IdleGuard<'a> {
+    list: &'a IdleConnections,
+    seq: u64,
+    told: Option<tokio::sync::oneshot::Receiver<Handover>>,
+}
+
+impl IdleGuard<'_> {
+    /// Resolves, with where its slot goes, when this connection must give way.
+    async fn told_to_close(&mut self) -> Handover {
+        match self.told.as_mut() {
+            Some(told) => match told.await {
+                Ok(handover) => handover,
+                Err(_) => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for IdleGuard<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.list.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.1.remove(&self.seq);
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.connections.fetch_sub(1, Ordering::AcqRel);
@@ -340,7 +443,8 @@ async fn refuse(stream: UnixStream, cap: usize) {
     let _ = write_reply(&mut writer, &line, Duration::from_secs(1)).await;
 }
 
-async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: Slot) {
+async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Slot) {
+    let mut slot = Some(slot);
     let peer = stream.peer_cred().map(|c| c.uid());
     let (read_half, mut writer) = stream.into_split();
     let stall = daemon.config.write_stall;
@@ -370,9 +474,22 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
         let frame = if daemon.holds_claims(token) {
             reader.next().await
         } else {
-            match tokio::time::timeout(daemon.config.idle_timeout, reader.next()).await {
-                Ok(frame) => frame,
-                Err(_) => return,
+            let mut idle = daemon.idle.begin();
+            tokio::select! {
+                waited = tokio::time::timeout(daemon.config.idle_timeout, reader.next()) => {
+                    match waited {
+                        Ok(frame) => frame,
+                        Err(_) => return,
+                    }
+                }
+                // The cap is reached and this is the oldest idle connection: its slot
+                // goes to the new one.
+                handover = idle.told_to_close() => {
+                    if let Some(slot) = slot.take() {
+                        let _ = handover.send(slot);
+                    }
+                    return;
+                }
             }
         };
         let line = match frame {

@@ -10,6 +10,7 @@ use crate::redact;
 use crate::store::{NewRecord, Record, Settlement};
 use crate::wire::control::{self, JobRecord, JobSpec, PaneSize, PROTOCOL};
 use crate::wire::{End, ErrorCode, Item, Kind, StartArgs, StartReply, State, WireError};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -179,7 +180,8 @@ impl Daemon {
             },
             command: &args.command,
             cwd: &cwd,
-            env: &args.env,
+            env_names: args.env.keys().cloned().collect(),
+            env: job_env(args),
         };
         let refuse_duplicate = launch.refuse_duplicate && !launch.sub_agent;
         let listening = match refuse_duplicate {
@@ -304,7 +306,6 @@ impl Daemon {
         if limits != (None, None) {
             inner.store.set_limits(record.row, limits.0, limits.1)?;
         }
-        super::observe::remember_env(record.row, &args.env);
         Ok(Recorded::New(Box::new(record), sub_session))
     }
 
@@ -353,14 +354,7 @@ impl Daemon {
         pane: Option<PaneSize>,
         limits: (Option<u64>, Option<u64>),
     ) -> JobSpec {
-        let (mut env, env_bytes) = match &args.inherit_env {
-            Some(env) => (env.clone(), args.inherit_env_bytes.clone()),
-            None => {
-                let own = CallerEnv::of_this_process();
-                (own.text, own.bytes)
-            }
-        };
-        env.extend(args.env.clone());
+        let (mut env, env_bytes) = job_env(args);
         // A job knows its session and its id, so that a `bgwork` call inside it files
         // its work under the same session (a sub-agent's own session is set below).
         env.insert("BGWORK_SESSION".into(), record.session.clone());
@@ -517,7 +511,23 @@ pub(crate) fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
 
 /// Writes the job's own description into its folder, so that a daemon whose database
 /// was lost can take the job back (`JobDir::RECORD`).
+/// The environment a job is given before bgwork adds its own variables: the caller's
+/// (as text, and as base64 pairs what is not UTF-8), with the `--env` variables over it.
+pub(crate) fn job_env(args: &StartArgs) -> (BTreeMap<String, String>, Vec<[String; 2]>) {
+    let (mut env, env_bytes) = match &args.inherit_env {
+        Some(env) => (env.clone(), args.inherit_env_bytes.clone()),
+        None => {
+            let own = CallerEnv::of_this_process();
+            (own.text, own.bytes)
+        }
+    };
+    env.extend(args.env.clone());
+    let env_bytes = environ::without_names(&env_bytes, &env);
+    (env, env_bytes)
+}
+
 fn write_job_record(job_dir: &Path, record: &Record, args: &StartArgs) -> Result<(), String> {
+    let (env, env_bytes) = job_env(args);
     let description = JobRecord {
         session: record.session.clone(),
         id: record.id.clone(),
@@ -532,6 +542,7 @@ fn write_job_record(job_dir: &Path, record: &Record, args: &StartArgs) -> Result
         rows: record.rows,
         secret_names: args.secrets.clone(),
         keep_raw_log: args.keep_raw_log,
+        env_digest: Some(environ::digest(&env, &env_bytes)),
     };
     std::fs::write(
         crate::job_dir::JobDir(job_dir).record(),

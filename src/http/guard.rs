@@ -57,8 +57,13 @@ pub(super) async fn check(State(web): State<Arc<Web>>, request: Request, next: N
         }
     }
     let by_header = header_token(headers);
-    let token = by_header.or_else(|| cookie_token(headers, &cookie_name(web.port)));
-    if !token.is_some_and(|t| same(t, &web.token)) {
+    // Every cookie of the name is tried: a page on another port of 127.0.0.1 can set
+    // one of the same name (with a longer `Path`, which the browser sends first).
+    let allowed = match by_header {
+        Some(given) => same(given, &web.token),
+        None => cookie_tokens(headers, &cookie_name(web.port)).any(|t| same(t, &web.token)),
+    };
+    if !allowed {
         return refuse(
             StatusCode::UNAUTHORIZED,
             "no valid token: open the address `bgwork ui` prints (it carries the token)",
@@ -136,13 +141,15 @@ fn header_token(headers: &HeaderMap) -> Option<&str> {
         .and_then(|v| v.strip_prefix("Bearer "))
 }
 
-fn cookie_token<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+/// The values of every cookie called `name` (a browser sends all the cookies of that
+/// name whose path matches, longest path first).
+fn cookie_tokens<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item = &'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
+        .filter_map(move |pair| pair.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
 /// Compares in time that does not depend on where the texts differ.
@@ -166,6 +173,13 @@ pub(super) fn token(path: &Path) -> std::io::Result<String> {
             }
         }
     }
+    fresh_token(path)
+}
+
+/// A new random token, written in `path` (0600) in place of the one there: the strip
+/// moved to another port, which another user may have taken, and an open page sends
+/// the old token there.
+pub(super) fn fresh_token(path: &Path) -> std::io::Result<String> {
     let mut random = [0u8; 32];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut random))?;

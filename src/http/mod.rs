@@ -32,6 +32,8 @@ const MAX_CONNECTIONS: usize = 64;
 pub(crate) struct Serving {
     port: u16,
     token: String,
+    /// The port an earlier daemon served on, which was taken (so the token is new).
+    moved_from: Option<u16>,
 }
 
 /// What every handler shares.
@@ -59,10 +61,14 @@ pub(crate) async fn ensure(daemon: &Arc<Daemon>, port: Option<u16>) -> Result<Ui
     }
     let home = daemon.paths.home.clone();
     let wanted = port.or_else(|| served_port(&home)).unwrap_or(0);
+    let mut moved_from = None;
     let listener = match bind(wanted) {
         // The port of an earlier daemon may be taken by now: any free one will do,
         // unless the caller asked for that one.
-        Err(_) if port.is_none() && wanted != 0 => bind(0),
+        Err(_) if port.is_none() && wanted != 0 => {
+            moved_from = Some(wanted);
+            bind(0)
+        }
         bound => bound,
     }
     .map_err(|e| {
@@ -71,7 +77,13 @@ pub(crate) async fn ensure(daemon: &Arc<Daemon>, port: Option<u16>) -> Result<Ui
              with `bgwork ui --port N`, or leave it out for a free one"
         ))
     })?;
-    let token = guard::token(&home.join(TOKEN_FILE)).map_err(|e| {
+    // A page left open on the old port sends its token there, maybe to another user's
+    // server by now: the new port comes with a new token.
+    let token = match moved_from {
+        Some(_) => guard::fresh_token(&home.join(TOKEN_FILE)),
+        None => guard::token(&home.join(TOKEN_FILE)),
+    }
+    .map_err(|e| {
         WireError::internal(format!(
             "cannot keep the work strip's token in {}: {e}",
             home.join(TOKEN_FILE).display()
@@ -104,7 +116,11 @@ pub(crate) async fn ensure(daemon: &Arc<Daemon>, port: Option<u16>) -> Result<Ui
         }
     });
     let _ = std::fs::write(home.join(SERVED_FILE), port.to_string());
-    let made = Serving { port, token };
+    let made = Serving {
+        port,
+        token,
+        moved_from,
+    };
     let answer = reply(&made, false);
     *serving = Some(made);
     Ok(answer)
@@ -117,10 +133,17 @@ pub(crate) async fn resume(daemon: &Arc<Daemon>, addr: Option<u16>) {
         return;
     }
     match ensure(daemon, addr).await {
-        Ok(reply) => crate::note!(
-            "bgwork daemon: the work strip is served at {}",
-            reply.address
-        ),
+        Ok(reply) => match reply.moved_from {
+            Some(old) => crate::note!(
+                "bgwork daemon: port {old} of the work strip was taken: it is served at {} \
+                 with a new token (`bgwork ui` prints the new address)",
+                reply.address
+            ),
+            None => crate::note!(
+                "bgwork daemon: the work strip is served at {}",
+                reply.address
+            ),
+        },
         Err(e) => crate::note!("bgwork daemon: {}", e.message),
     }
 }
@@ -149,6 +172,7 @@ fn reply(serving: &Serving, already: bool) -> UiReply {
         address,
         port: serving.port,
         already_serving: already,
+        moved_from: serving.moved_from,
     }
 }
 

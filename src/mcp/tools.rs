@@ -26,7 +26,7 @@ too, as `expected`).";
 /// Every tool, in the order `tools/list` gives them.
 pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
     let id = |what: &str| json!({"type": "string", "description": what});
-    let verbose = json!({"type": "boolean", "description": "Also return each item's cwd, session, env_names and log_path (default false: results are kept short)"});
+    let verbose = json!({"type": "boolean", "description": "Also return each item's cwd, session, env_names, log_path and folder (default false: results are kept short)"});
     let command = json!({"type": "string", "description": "The shell command line, run by `bash -c` (pipes, globs, && and $VARS work)"});
     let notify = json!({"type": "boolean", "description": "Fire one notice when it ends; it arrives in the `notices` of a later tool result (default false)"});
     let name = json!({"type": "string", "description": "A short name shown in lists and notices (default: the command)"});
@@ -304,7 +304,7 @@ pub fn annotations(name: &str) -> ToolAnnotations {
 const MCP_GREP_MATCHES: usize = 100;
 const MCP_GREP_BYTES: usize = 32 << 10;
 
-const VERBOSE_FIELDS: [&str; 4] = ["log_path", "env_names", "cwd", "session"];
+const VERBOSE_FIELDS: [&str; 5] = ["log_path", "folder", "env_names", "cwd", "session"];
 
 /// Adds what a model needs spelled out: the URL of each address an item listens on,
 /// and, for a `start` answered with the running item, what happened.

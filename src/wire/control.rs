@@ -76,6 +76,11 @@ pub struct JobRecord {
     pub secret_names: Vec<String>,
     #[serde(default)]
     pub keep_raw_log: bool,
+    /// A salted digest of the environment the job was given (`SALT:SHA256`, both hex;
+    /// never the values), so that a start is told from its running twin by its whole
+    /// identity, after a daemon restart too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_digest: Option<String>,
 }
 
 /// The name of a job's description in its folder.

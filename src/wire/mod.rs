@@ -317,6 +317,11 @@ pub struct StdinFrame {
     /// The caller's stdin ended after these bytes.
     #[serde(default)]
     pub eof: bool,
+    /// The caller can no longer show the run's output (its stdout failed: a full disk)
+    /// and asks that the run go on in the background now, as at its deadline; the text
+    /// says why. A caller that does not forward its stdin may send this frame too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detach: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -489,6 +494,10 @@ pub struct Item {
     pub env_names: Vec<String>,
     #[serde(default)]
     pub log_path: Option<String>,
+    /// The item's folder (`jobs/N` of the home, numbered by its record's row, apart from
+    /// its id): its log, status file and `job.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_requested: Option<bool>,
     /// Set in a stop's reply when the item had ended before the stop.
@@ -572,6 +581,11 @@ pub struct UiReply {
     pub port: u16,
     /// The daemon served it already (this call started nothing).
     pub already_serving: bool,
+    /// The port an earlier daemon of the home served it on, which was taken when this
+    /// daemon started: the strip moved, with a new token (an open page must be reopened
+    /// at `url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<u16>,
 }
 
 /// `history`: the commands of a folder, the most recently run first.
@@ -629,6 +643,9 @@ pub struct ReadReply {
     pub dropped_bytes: u64,
     pub clipped: bool,
     pub log_path: String,
+    /// The item's folder, where its log lies (see [`Item::folder`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
     /// The end's one-line report when the item has ended.
     #[serde(default)]
     pub report: Option<String>,
@@ -830,6 +847,26 @@ impl WireError {
     pub fn internal(message: impl std::fmt::Display) -> Self {
         Self::new(ErrorCode::Internal, message.to_string())
     }
+}
+
+/// The id a mistyped one was meant to be: `bg4`, `BG-4`, `bg_4`, `bg 4` → `bg-4` (as for
+/// `mon-` and `sub-`), and a bare number `4` → `bg-4`; none when it looks like no id.
+pub fn id_meant(id: &str) -> Option<String> {
+    let number = |text: &str| {
+        let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+        let plain = text.trim_start_matches('0');
+        digits.then(|| if plain.is_empty() { "0" } else { plain }.to_string())
+    };
+    let id = id.trim();
+    if let Some(n) = number(id) {
+        return Some(format!("bg-{n}"));
+    }
+    let lower = id.to_ascii_lowercase();
+    ["bg", "mon", "sub"].iter().find_map(|prefix| {
+        let rest = lower.strip_prefix(prefix)?;
+        let n = number(rest.trim_start_matches(['-', '_', ' ', '.', ':']))?;
+        Some(format!("{prefix}-{n}"))
+    })
 }
 
 /// The most seconds any `--timeout`, `--grace` or `notices --wait` takes (a day).

@@ -202,6 +202,28 @@ def sessions(page, url):
     return {"heads": heads}
 
 
+def failures(page, url):
+    """The default tab shows running work and the runs that failed; the notices feed
+    marks a failure; the chart is big enough to read."""
+    bad = start("--", "echo broken; exit 3")
+    fine = start("--", "echo fine")
+    live = start("--window", "0", "--", "sleep 600")
+    row(page, live).wait_for(timeout=5000)
+    row(page, bad).wait_for(timeout=5000)
+    tab = page.locator("#filters button.on").inner_text()
+    shown = page.locator(".row").evaluate_all("rows => rows.map(r => r.dataset.id)")
+    feed = page.locator(f'#feed li[data-id="{bad}"]')
+    feed.wait_for(timeout=5000)
+    failed_class = feed.get_attribute("class")
+    failed_text = feed.inner_text()
+    fine_class = page.locator(f'#feed li[data-id="{fine}"]').get_attribute("class")
+    box = page.locator("#chart").bounding_box()
+    labels = page.locator("#chart text").evaluate_all("texts => texts.map(t => t.textContent)")
+    cli("stop", live)
+    return {"ids": [bad, fine, live], "tab": tab, "shown": shown, "failed_class": failed_class,
+            "failed_text": failed_text, "fine_class": fine_class, "chart": box, "labels": labels}
+
+
 def screenshot(page, url, out):
     """The page with a few real jobs, for the README."""
     web = start("--name", "dev server", "--", "python3 -m http.server 0 --bind 127.0.0.1")

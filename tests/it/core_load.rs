@@ -496,13 +496,16 @@ fn issue11_idle_connections_are_closed_and_followers_are_not() {
 fn issue11_connections_past_the_cap_get_a_clear_refusal() {
     let home = Home::new().with("BGWORK_MAX_CONNECTIONS", "8");
     home.start_daemon();
+    // Busy connections (a request in flight: an idle one would give way, issue 22.16).
     let mut held: Vec<Conn> = (0..8)
         .map(|_| {
             let mut conn = Conn::open(&home);
             conn.call(json!({"session": "test", "op": "status"}));
+            conn.send(json!({"session": "test", "op": "notices", "wait_s": 60}));
             conn
         })
         .collect();
+
     let refused = home.run(&["status"]);
     assert_eq!(refused.code, 1, "{}", refused.stdout);
     assert!(

@@ -9,6 +9,8 @@ mod harness_hooks;
 mod history;
 mod hostile;
 mod hostile15;
+mod issue22;
+mod issue25;
 mod mcp;
 mod mcp_hostile;
 mod monitors;

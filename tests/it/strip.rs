@@ -234,7 +234,7 @@ fn daemon_http_refuses_an_address_off_loopback() {
 }
 
 /// Runs a scenario of `tests/browser/strip.py` against this home's strip.
-fn browser(home: &Home, scenario: &str, extra: &[&str]) -> Value {
+pub fn browser(home: &Home, scenario: &str, extra: &[&str]) -> Value {
     let _one = BROWSER.lock().unwrap_or_else(|p| p.into_inner());
     let python = std::env::var("BGWORK_TEST_PYTHON").expect(
         "BGWORK_TEST_PYTHON names a Python with `playwright` (and Debian's chromium): \

@@ -241,6 +241,29 @@ pub fn has_socket(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// Says that `test` did not run and why, on stderr and, when `BGWORK_TEST_NOT_RUN`
+/// names a file (`scripts/test` sets one), in a line of it: the run ends with the list,
+/// so a test that returned early never counts as passed.
+pub fn not_run(test: &str, why: &str) {
+    eprintln!("{test}: NOT RUN: {why}");
+    if let Some(path) = std::env::var_os("BGWORK_TEST_NOT_RUN") {
+        let line = format!("{test}: {why}\n");
+        let file = std::fs::OpenOptions::new().append(true).open(path);
+        // One short write in append mode: lines of tests running at once never mix.
+        if let Ok(mut file) = file {
+            let _ = std::io::Write::write_all(&mut file, line.as_bytes());
+        }
+    }
+}
+
+/// The name of the test running on this thread (the harness names its threads so).
+pub fn this_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string()
+}
+
 /// Whether a test that needs root (to mount a small tmpfs) is skipped: it is when the
 /// mount failed and this is no root, with the reason printed; as root a failed mount is
 /// a failure.
@@ -258,7 +281,7 @@ pub fn skipped_without_root(mounted: bool) -> bool {
         !root,
         "mounting a small tmpfs failed although this runs as root"
     );
-    eprintln!("skipped: this test mounts a small tmpfs, which needs root");
+    not_run(&this_test(), "it mounts a small tmpfs, which needs root");
     true
 }
 

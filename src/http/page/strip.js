@@ -8,7 +8,9 @@ const MAX_LINES = 5000;
 
 const view = {
   items: [],
-  filter: 'running',
+  // Running work and the runs that failed in the last hour: what a person most wants
+  // to see.
+  filter: 'now',
   limit: PAGE_ROWS,
   selected: null, // {session, id}
   rows: new Map(), // the row elements shown, by item
@@ -53,6 +55,11 @@ async function api(path, body) {
 
 const key = (item) => `${item.session}\u0000${item.id}`;
 const running = (item) => item.state !== 'ended';
+// Ends that went wrong (not a stop someone asked for).
+const FAILED = new Set(['failed', 'signaled', 'lost', 'spawn_failed']);
+const failed = (item) => !running(item) && FAILED.has(item.end);
+const RECENT_MS = 3600 * 1000;
+const recent = (item) => item.ended_at && Date.now() - Date.parse(item.ended_at) < RECENT_MS;
 const stateName = (item) => (running(item) ? item.state : item.end || 'ended');
 
 function age(from, to) {
@@ -87,8 +94,13 @@ async function refresh() {
 }
 
 function shown() {
-  const items = view.items.filter((item) => view.filter === 'all'
-    || (view.filter === 'running') === running(item));
+  const keep = {
+    now: (item) => running(item) || (failed(item) && recent(item)),
+    running,
+    ended: (item) => !running(item),
+    all: () => true,
+  }[view.filter] || running;
+  const items = view.items.filter(keep);
   // Sessions in name order, a sub-agent's `S/sub-N` right under `S` (before `S-2`, which
   // sorts between them byte by byte), newest first within.
   const order = (session) => session.replace(/\/sub-(?=\d+(\/|$))/g, '\u0000');
@@ -128,7 +140,8 @@ function render() {
   view.rows = kept;
   const groups = fragment.map((g) => el('div', { class: g.sub ? 'group sub' : 'group' }, g.head, ...g.rows));
   if (items.length === 0) {
-    groups.push(el('p', { class: 'hint' }, view.filter === 'running' ? 'Nothing is running.' : 'Nothing here.'));
+    const empty = { now: 'Nothing is running, and nothing failed in the last hour.', running: 'Nothing is running.' };
+    groups.push(el('p', { class: 'hint' }, empty[view.filter] || 'Nothing here.'));
   }
   $('groups').replaceChildren(...groups);
   const rest = items.length - Math.min(items.length, view.limit);
@@ -214,43 +227,60 @@ function alertLine(text) {
 
 // ---- the chart and the notices ----
 
+// Items running in each minute of the last hour, as bars with a scale (failed runs in
+// the fail colour on top), big enough to read.
 function renderChart() {
   const now = Date.now();
   const buckets = 60;
-  const counts = new Array(buckets).fill(0);
-  const spans = view.items.map((i) => [Date.parse(i.started_at), i.ended_at ? Date.parse(i.ended_at) : now]);
+  const [w, h, left, bottom, top] = [300, 150, 26, 18, 8];
+  const spans = view.items.map((i) => [Date.parse(i.started_at), i.ended_at ? Date.parse(i.ended_at) : now, failed(i)]);
+  const counts = [];
   for (let b = 0; b < buckets; b++) {
     const t = now - (buckets - 1 - b) * 60000;
-    counts[b] = spans.filter(([s, e]) => s <= t && e >= t - 60000).length;
+    const during = spans.filter(([s, e]) => s <= t && e >= t - 60000);
+    counts.push([during.length, during.filter(([, , bad]) => bad).length]);
   }
-  const top = Math.max(1, ...counts);
-  const svg = $('chart');
+  const most = Math.max(1, ...counts.map(([n]) => n));
   const ns = 'http://www.w3.org/2000/svg';
-  const bars = counts.map((n, b) => {
-    const rect = document.createElementNS(ns, 'rect');
-    const h = (n / top) * 60;
-    rect.setAttribute('x', (b * 300) / buckets + 0.5);
-    rect.setAttribute('width', 300 / buckets - 1);
-    rect.setAttribute('y', 62 - h);
-    rect.setAttribute('height', h);
-    const title = document.createElementNS(ns, 'title');
-    title.textContent = `${n} running ${buckets - 1 - b} min ago`;
-    rect.append(title);
-    return rect;
+  const make = (tag, attrs, text) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const plot = h - bottom - top;
+  const y = (n) => top + plot - (n / most) * plot;
+  const width = (w - left) / buckets;
+  const parts = [];
+  for (const n of new Set([0, Math.ceil(most / 2), most])) {
+    parts.push(make('line', { x1: left, x2: w, y1: y(n), y2: y(n) }));
+    parts.push(make('text', { x: left - 4, y: y(n) + 4, 'text-anchor': 'end' }, String(n)));
+  }
+  counts.forEach(([n, bad], b) => {
+    const x = left + b * width + 0.5;
+    const bar = make('rect', { x, width: width - 1, y: y(n), height: y(0) - y(n) });
+    bar.append(make('title', {}, `${n} running ${buckets - 1 - b} min ago${bad ? `, ${bad} of them failed` : ''}`));
+    parts.push(bar);
+    if (bad) parts.push(make('rect', { class: 'failed', x, width: width - 1, y: y(n), height: y(0) - y(bad) }));
   });
-  const label = document.createElementNS(ns, 'text');
-  label.setAttribute('x', 3);
-  label.setAttribute('y', 11);
-  label.textContent = `max ${top}`;
-  svg.replaceChildren(...bars, label);
+  parts.push(make('text', { x: left, y: h - 4 }, '60 min ago'));
+  parts.push(make('text', { x: (left + w) / 2, y: h - 4, 'text-anchor': 'middle' }, '30'));
+  parts.push(make('text', { x: w, y: h - 4, 'text-anchor': 'end' }, 'now'));
+  $('chart').replaceChildren(...parts);
 }
 
+// The newest ends, a failed one marked as such (colour, a mark and its class).
 function renderFeed() {
   const ended = view.items.filter((i) => i.ended_at && i.report)
     .sort((a, b) => Date.parse(b.ended_at) - Date.parse(a.ended_at)).slice(0, 40);
-  $('feed').replaceChildren(...ended.map((i) => el('li', { 'data-id': i.id },
-    el('time', { datetime: i.ended_at }, new Date(i.ended_at).toLocaleTimeString()),
-    i.session === 'default' ? '' : `[${i.session}] `, i.report)));
+  $('feed').replaceChildren(...ended.map((i) => el('li', {
+    'data-id': i.id,
+    'data-end': i.end,
+    class: failed(i) ? 'failed' : null,
+  },
+  el('time', { datetime: i.ended_at }, new Date(i.ended_at).toLocaleTimeString()),
+  el('span', { class: 'mark', 'aria-label': failed(i) ? 'failed' : i.end }, failed(i) ? '✗' : i.end === 'succeeded' ? '✓' : '■'),
+  i.session === 'default' ? '' : `[${i.session}] `, i.report)));
 }
 
 // ---- the selected item ----

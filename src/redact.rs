@@ -566,12 +566,36 @@ pub fn private_key_open(bytes: &[u8]) -> bool {
         .is_some_and(|line| line.as_bytes().starts_with(b"-----BEGIN"))
 }
 
+/// Whether a private key is open after `bytes`, given whether one was open before
+/// them: their last key line is a BEGIN line, or they have none and one was open.
+pub fn private_key_open_after(bytes: &[u8], open_before: bool) -> bool {
+    match key_lines().find_iter(bytes).last() {
+        Some(line) => line.as_bytes().starts_with(b"-----BEGIN"),
+        None => open_before,
+    }
+}
+
 /// Where the first END line of a private key in `bytes` ends.
 pub fn private_key_end(bytes: &[u8]) -> Option<usize> {
     key_lines()
         .find_iter(bytes)
         .find(|line| line.as_bytes().starts_with(b"-----END"))
         .map(|line| line.end())
+}
+
+/// Where in `bytes` masking may change what a reader is shown: every run that begins
+/// like a token shape (whole or cut short) and every private key, as `[start, end)`,
+/// in order of their starts. Text outside them is shown as it is.
+pub fn sensitive_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let begun = r"(?-u)\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*";
+    let mut spans: Vec<(usize, usize)> = compiled(&RE, begun)
+        .find_iter(bytes)
+        .map(|found| (found.start(), found.end()))
+        .collect();
+    spans.extend(private_keys(bytes));
+    spans.sort_unstable();
+    spans
 }
 
 /// Where a token shape that more output could complete begins at the end of `bytes`.

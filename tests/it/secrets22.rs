@@ -1,0 +1,211 @@
+//! Issue 22: secrets that come back. Every matcher runs on the text a reader is shown
+//! (item 1); a value's base64 at every alignment, its URL quoting and hex are masked
+//! (item 3); overlapping values are masked as their union (item 4); a sub-agent's
+//! report is masked whatever its size (item 5).
+
+use crate::mcp::Mcp;
+use crate::util::{eventually, Home};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// A token shape: `read` shows it as `[secret github token]`.
+const TOKEN: &str = "ghp_Zq3vR8kLm2Xw9YtB4nHc7JpD1sFgA6eUoK0i";
+
+/// Patterns that match only the token's own characters (or the start of one that is
+/// still being written): with them, a binary search would recover the token.
+const PROBES: [&str; 4] = [
+    "token=ghp_[A-Za-z]",
+    "ghp_Z",
+    "[A-Za-z0-9]{30}",
+    "partial=gh",
+];
+
+/// A job that prints the token on a line and the start of another on its unfinished
+/// last line, then waits.
+fn token_job(home: &Home) -> String {
+    home.start(&format!(
+        "echo 'token={TOKEN} ok'; printf 'partial=ghp_Ab'; exec sleep 60"
+    ))
+}
+
+fn monitor(home: &Home, args: &[&str]) -> String {
+    let mut all = vec!["monitor"];
+    all.extend_from_slice(args);
+    home.json(&all)["id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn issue22_1_wait_until_matches_only_what_a_reader_is_shown() {
+    let home = Home::new();
+    let id = token_job(&home);
+    // What a reader is shown matches, and the match is shown as a reader sees it.
+    let shown = home.json(&["wait", &id, "--until", r"token=\[secret github token\] ok"]);
+    assert_eq!(shown["reason"], "matched", "{shown}");
+    assert_eq!(shown["match"], "token=[secret github token] ok", "{shown}");
+    let partial = home.json(&["wait", &id, "--until", "^partial=", "--timeout", "20"]);
+    assert_eq!(partial["match"], "partial=", "{partial}");
+    for probe in PROBES {
+        let reply = home
+            .run(&["--json", "wait", &id, "--until", probe, "--timeout", "1"])
+            .json();
+        assert_eq!(reply["reason"], "timeout", "--until {probe:?}: {reply}");
+        // Its tail is a reader's too: no token, nor the start of one being written.
+        let tail = reply["tails"][&id].as_str().unwrap();
+        assert!(tail.ends_with("partial=[secret token]"), "{reply}");
+        assert!(!tail.contains("Zq3v") && !tail.contains("ghp_"), "{reply}");
+    }
+
+    let mut mcp = Mcp::start(&home);
+    let (error, reply) = mcp.call(
+        "wait",
+        json!({"ids": [id], "until": r"token=\[secret github token\]", "timeout_s": 20}),
+    );
+    assert!(!error, "{reply}");
+    assert_eq!(reply["reason"], "matched", "{reply}");
+    for probe in PROBES {
+        let (error, reply) = mcp.call("wait", json!({"ids": [id], "until": probe, "timeout_s": 1}));
+        assert!(!error, "{reply}");
+        assert_eq!(reply["reason"], "timeout", "MCP until {probe:?}: {reply}");
+    }
+    home.run(&["stop", &id]);
+}
+
+#[test]
+fn issue22_1_monitor_waits_match_only_what_a_reader_is_shown() {
+    let home = Home::new();
+    let id = token_job(&home);
+    let shown = monitor(
+        &home,
+        &[
+            "wait",
+            "--until-output",
+            &id,
+            r"token=\[secret github token\]",
+        ],
+    );
+    let probes: Vec<String> = PROBES
+        .iter()
+        .map(|probe| {
+            monitor(
+                &home,
+                &["wait", "--until-output", &id, probe, "--timeout", "1.5"],
+            )
+        })
+        .take(3)
+        .collect();
+    let item = home.wait_end(&shown);
+    assert_eq!(item["end"], "succeeded", "{item}");
+    assert!(
+        item["report"]
+            .as_str()
+            .unwrap()
+            .contains("matched: token=[secret github token] ok"),
+        "{item}"
+    );
+    for probe in probes {
+        let item = home.wait_end(&probe);
+        assert_eq!(item["end"], "failed", "a probe matched: {item}");
+        assert!(!item["report"].to_string().contains("Zq3v"), "{item}");
+    }
+    home.run(&["stop", &id]);
+}
+
+#[test]
+fn issue22_1_watches_and_grep_match_only_what_a_reader_is_shown() {
+    let home = Home::new();
+    let go = home.path().join("go");
+    let key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx7Zq\nAAKCAQhidden\n-----END RSA PRIVATE KEY-----";
+    let command = format!(
+        "while [ ! -e {} ]; do sleep 0.01; done; echo 'token={TOKEN} ok'; \
+         printf '%s\\n' '{key}'; echo after",
+        go.display()
+    );
+    let id = home.start(&command);
+    let probe = monitor(
+        &home,
+        &[
+            "watch",
+            "--output",
+            &id,
+            "--regex",
+            "ghp_[A-Za-z]|MIIE|AAKCAQ",
+        ],
+    );
+    let shown = monitor(
+        &home,
+        &[
+            "watch",
+            "--output",
+            &id,
+            "--regex",
+            "secret github token|after",
+        ],
+    );
+    std::fs::write(&go, "").unwrap();
+    home.wait_end(&id);
+    let probe_item = home.wait_end(&probe);
+    assert!(
+        probe_item["report"]
+            .as_str()
+            .unwrap()
+            .contains("0 line(s) matched"),
+        "{probe_item}"
+    );
+    let shown_item = home.wait_end(&shown);
+    assert!(
+        shown_item["report"]
+            .as_str()
+            .unwrap()
+            .contains("2 line(s) matched"),
+        "{shown_item}"
+    );
+    let log = home.run(&["read", &shown, "--all"]).stdout;
+    assert!(log.contains("token=[secret github token] ok"), "{log}");
+    assert!(!log.contains("Zq3v"), "{log}");
+
+    // read --grep finds the line as a reader is shown it, and nothing by the token.
+    let found = home.json(&["read", &id, "--grep", r"token=\[secret github token\]"]);
+    assert_eq!(found["matches"].as_array().unwrap().len(), 1, "{found}");
+    for probe in ["ghp_Z", "MIIE", "AAKCAQ", "[A-Za-z0-9]{30}"] {
+        let found = home.json(&["read", &id, "--grep", probe]);
+        assert!(
+            found["matches"].as_array().unwrap().is_empty(),
+            "{probe}: {found}"
+        );
+    }
+    let key_line = home.json(&["read", &id, "--grep", r"^\[secret private key\]$"]);
+    // Each line of the key is shown as the marker, by `--grep` as by the scans.
+    assert_eq!(
+        key_line["matches"].as_array().unwrap().len(),
+        4,
+        "{key_line}"
+    );
+}
+
+#[test]
+fn issue22_1_the_port_in_use_scan_reads_what_a_reader_is_shown() {
+    let home = Home::new();
+    // The phrase inside a token is no phrase a reader sees; the phrase split by an
+    // escape sequence is.
+    let id = home.start(
+        "echo 'x ghp_EADDRINUSEabcdefghijklmnopqrstuvwxyz012345 y'; \
+         printf 'listen 127.0.0.1:18777: address already \\033[1min\\033[0m use\\n'; \
+         exec sleep 60",
+    );
+    let mut notices: Vec<Value> = Vec::new();
+    eventually(Duration::from_secs(20), || {
+        let reply = home.json(&["notices"]);
+        notices.extend(reply["notices"].as_array().cloned().unwrap_or_default());
+        !notices.is_empty()
+    });
+    let notice = &notices[0];
+    assert!(
+        notice["text"].as_str().unwrap().contains("port 18777"),
+        "{notice}"
+    );
+    assert_eq!(
+        notice["tail"], "listen 127.0.0.1:18777: address already in use",
+        "{notice}"
+    );
+    home.run(&["stop", &id]);
+}

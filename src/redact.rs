@@ -379,8 +379,13 @@ fn encodings_of(value: &str) -> Vec<Vec<u8>> {
         hex(bytes, false),
         hex(bytes, true),
     ];
-    for engine in [STANDARD_NO_PAD, URL_SAFE_NO_PAD] {
-        forms.extend((0..3).filter_map(|offset| base64_middle(bytes, offset, &engine)));
+    for (engine, padded) in [(STANDARD_NO_PAD, STANDARD), (URL_SAFE_NO_PAD, URL_SAFE)] {
+        for offset in 0..3 {
+            forms.extend(base64_middle(bytes, offset, &engine));
+            // The value at the end of the encoded text: its last characters are its own.
+            forms.extend(base64_end(bytes, offset, &engine));
+            forms.extend(base64_end(bytes, offset, &padded));
+        }
     }
     for safe in [&b""[..], b"/"] {
         for plus in [false, true] {
@@ -427,6 +432,21 @@ fn base64_middle(
     let back = usize::from(input.len() % 3 != 0);
     let middle = encoded.get(front..encoded.len().checked_sub(back)?)?;
     (middle.len() >= MIN_BASE64_MIDDLE).then(|| middle.to_vec())
+}
+
+/// The base64 of `bytes` after `offset` (0, 1 or 2) other bytes, when they end the
+/// encoded text: from the first character that depends on `bytes` alone to the end
+/// (padding included, with a padding engine).
+fn base64_end(
+    bytes: &[u8],
+    offset: usize,
+    engine: &base64::engine::GeneralPurpose,
+) -> Option<Vec<u8>> {
+    let mut input = vec![0u8; offset];
+    input.extend_from_slice(bytes);
+    let encoded = engine.encode(&input).into_bytes();
+    let end = encoded.get([0, 2, 3][offset]..)?;
+    (end.len() >= MIN_BASE64_MIDDLE).then(|| end.to_vec())
 }
 
 /// `bytes` in hex, two digits a byte (`xxd -p` on one line, `od -An -tx1` without

@@ -209,3 +209,132 @@ fn issue22_1_the_port_in_use_scan_reads_what_a_reader_is_shown() {
     );
     home.run(&["stop", &id]);
 }
+
+/// A password with characters every encoding changes (a space, `/`, `+`, `&`).
+const PW: &str = "Tr0ub4dor&3 x/y+z";
+
+#[test]
+fn issue22_3_what_curl_base64_python_and_xxd_print_of_a_value_is_masked() {
+    let home = Home::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = format!(
+        r#"python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 & server=$!
+for i in $(seq 200); do curl -s -o /dev/null http://127.0.0.1:{port}/ && break; sleep 0.05; done
+for user in u us usr; do
+  curl -sv -u "$user:$PW" -o /dev/null http://127.0.0.1:{port}/ 2>&1 | grep -i '^> authorization' | sed "s/^/auth[$user]: /"
+done
+kill $server
+for pre in '' x xy; do printf '%s%s' "$pre" "$PW" | base64 -w0 | sed "s/^/b64[$pre]: /"; echo; done
+for pre in '' x xy; do printf '%s%s' "$pre" "$PW" | basenc --base64url -w0 | sed "s/^/b64url[$pre]: /"; echo; done
+python3 -c 'import os, urllib.parse as u
+v = os.environ["PW"]
+print("quote:", u.quote(v)); print("quote-strict:", u.quote(v, safe=""))
+print("quote_plus:", u.quote_plus(v)); print("quote_plus-slash:", u.quote_plus(v, safe="/"))'
+printf '%s' "$PW" | xxd -p | sed 's/^/hex: /'
+printf '%s' "$PW" | xxd -p -u | sed 's/^/HEX: /'
+echo end"#
+    );
+    let env = format!("PW={PW}");
+    let id = home.start_with(&["--env", &env], &script);
+    let item = home.wait_end(&id);
+    assert_eq!(item["end"], "succeeded", "{item}");
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    let labels = [
+        "auth[u]",
+        "auth[us]",
+        "auth[usr]",
+        "b64[]",
+        "b64[x]",
+        "b64[xy]",
+        "b64url[]",
+        "b64url[x]",
+        "b64url[xy]",
+        "quote",
+        "quote-strict",
+        "quote_plus",
+        "quote_plus-slash",
+        "hex",
+        "HEX",
+    ];
+    for label in labels {
+        let line = text
+            .lines()
+            .find(|line| line.starts_with(&format!("{label}: ")))
+            .unwrap_or_else(|| panic!("no {label} line in:\n{text}"));
+        assert!(
+            line.contains("[secret PW]"),
+            "{label} is not masked:\n{text}"
+        );
+        // What is left shown: the label, the encoded prefix (`Basic`, the user), and
+        // at most a character or two on each side that mix in other bytes.
+        let rest = line.replacen("[secret PW]", "", 1);
+        let allowed = label.len() + 2 + if label.starts_with("auth") { 38 } else { 3 };
+        assert!(rest.len() <= allowed, "{label} shows too much: {line}");
+    }
+    assert!(text.contains("\nend\n"), "{text}");
+}
+
+#[test]
+fn issue22_4_overlapping_values_show_no_part_of_either() {
+    let home = Home::new();
+    let id = home.start_with(
+        &["--env", "A=AAAAAAbbbbbb1234", "--env", "B=bbbbbb1234CCCCCC"],
+        "echo 'x AAAAAAbbbbbb1234CCCCCC y'; echo 'a AAAAAAbbbbbb1234 b bbbbbb1234CCCCCC c'",
+    );
+    home.wait_end(&id);
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(
+        text.starts_with("x [secret A, B] y\na [secret A] b [secret B] c\n"),
+        "{text}"
+    );
+}
+
+/// The tail of the notice of a sub-agent that wrote its report with `write`.
+fn report_notice(home: &Home, write: &str) -> String {
+    let env = format!("TOKEN={PW}");
+    let agent = home.json(&["agent", "start", "--env", &env, "--", write]);
+    let id = agent["id"].as_str().unwrap().to_string();
+    let mut notices = Value::Null;
+    eventually(Duration::from_secs(60), || {
+        notices = home.json(&["notices"]);
+        notices["notices"].as_array().is_some_and(|n| !n.is_empty())
+    });
+    assert_eq!(notices["notices"][0]["item"], id.as_str(), "{notices}");
+    notices["notices"][0]["tail"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn issue22_5_a_report_over_16_mib_reaches_the_parent_masked() {
+    let home = Home::new();
+    let tail = report_notice(
+        &home,
+        "{ head -c 17825792 /dev/zero | tr '\\0' x; echo; echo \"report: $TOKEN\"; } \
+         > \"$BGWORK_REPORT\"",
+    );
+    assert!(tail.ends_with("report: [secret TOKEN]\n"), "{tail:.300}");
+    assert!(!tail.contains(PW), "the report's notice shows the secret");
+}
+
+#[test]
+fn issue22_5_a_report_cut_inside_a_token_shows_no_part_of_it() {
+    let home = Home::new();
+    // The notice shows the report's last 16 KiB, which begin 20 bytes into the token.
+    let write = format!(
+        "{{ printf '%s ' '{TOKEN}'; head -c {} /dev/zero | tr '\\0' y; }} > \"$BGWORK_REPORT\"",
+        (16 << 10) + 20 - TOKEN.len() - 1
+    );
+    let tail = report_notice(&home, &write);
+    assert!(tail.contains("yyyy"), "{tail:.300}");
+    assert!(
+        !tail.contains(&TOKEN[20..]),
+        "the notice shows the token's end: {tail:.300}"
+    );
+    assert!(
+        !tail.contains(&TOKEN[30..]),
+        "the notice shows the token's end: {tail:.300}"
+    );
+}

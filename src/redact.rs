@@ -618,6 +618,15 @@ pub fn sensitive_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
     spans
 }
 
+/// Whether [`mask_shapes_bytes`] (or a cut token, or a private key's line) could change
+/// anything in `bytes`: false when they hold no start of a token shape and no key line,
+/// so that a scan need not look at their lines one by one.
+pub fn may_hold_shapes(bytes: &[u8]) -> bool {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let starts = r"(?-u)sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-|-----(?:BEGIN|END)";
+    compiled(&RE, starts).is_match(bytes)
+}
+
 /// Where a token shape that more output could complete begins at the end of `bytes`.
 pub fn unfinished_token(bytes: &[u8]) -> Option<usize> {
     static RE: OnceLock<Regex> = OnceLock::new();

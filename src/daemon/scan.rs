@@ -74,6 +74,11 @@ pub(crate) struct LineScan {
     /// handed out (a reader is shown the whole key as one marker).
     in_key: bool,
     key_checked: bool,
+    /// The chunk being fed holds nothing that masking could change (no start of a
+    /// token shape, no key line, none across its junction with the line in progress).
+    clean_chunk: bool,
+    /// The line in progress took bytes from a chunk that was not clean.
+    partial_dirty: bool,
 }
 
 impl LineScan {
@@ -107,6 +112,23 @@ impl LineScan {
     /// lies between held no data) and hands each finished line and frame to `each`,
     /// which returns true to stop; returns whether it stopped.
     pub fn feed(
+        &mut self,
+        at: u64,
+        bytes: &[u8],
+        each: &mut impl FnMut(Seen, &str) -> bool,
+    ) -> bool {
+        self.clean_chunk = !crate::redact::may_hold_shapes(bytes) && {
+            // A token's start across the junction of the line in progress and `bytes`.
+            let mut junction = self.partial[self.partial.len().saturating_sub(16)..].to_vec();
+            junction.extend_from_slice(&bytes[..bytes.len().min(16)]);
+            !crate::redact::may_hold_shapes(&junction)
+        };
+        let stop = self.feed_lines(at, bytes, each);
+        self.clean_chunk = false;
+        stop
+    }
+
+    fn feed_lines(
         &mut self,
         at: u64,
         bytes: &[u8],
@@ -168,6 +190,9 @@ impl LineScan {
             return false;
         }
         self.partial_offered = true;
+        if !self.partial_dirty && !self.in_key {
+            return each(Seen::Partial, &clean_text(&self.partial));
+        }
         match reader_text(&self.partial, Edge::Open, self.in_key) {
             Some(text) => each(Seen::Partial, &text),
             None => false,
@@ -193,6 +218,7 @@ impl LineScan {
     /// drops them anyway, and a hole read as zeros must not fill a line.
     fn keep(&mut self, bytes: &[u8]) {
         let before = self.partial.len();
+        self.partial_dirty |= !self.clean_chunk;
         let room = MAX_LINE.saturating_sub(before);
         let all_kept = if bytes.contains(&0) {
             let mut data = bytes.iter().filter(|&&b| b != 0);
@@ -211,6 +237,9 @@ impl LineScan {
 
     /// Hands out a whole line that lies in the chunk being fed.
     fn hand_out_line(&mut self, bytes: &[u8], each: &mut impl FnMut(Seen, &str) -> bool) -> bool {
+        if self.clean_chunk && !self.in_key {
+            return each(Seen::Line, &clean_text(bytes));
+        }
         let in_key = self.in_key;
         self.in_key = crate::redact::private_key_open_after(bytes, in_key);
         match reader_text(bytes, Edge::Whole, in_key) {
@@ -221,12 +250,18 @@ impl LineScan {
 
     fn hand_out(&mut self, seen: Seen, each: &mut impl FnMut(Seen, &str) -> bool) -> bool {
         let in_key = self.in_key;
-        self.in_key = crate::redact::private_key_open_after(&self.partial, in_key);
         let edge = match self.cut {
             true => Edge::Cut,
             false => Edge::Whole,
         };
-        let stop = match reader_text(&self.partial, edge, in_key) {
+        let text = match self.partial_dirty || in_key {
+            true => {
+                self.in_key = crate::redact::private_key_open_after(&self.partial, in_key);
+                reader_text(&self.partial, edge, in_key)
+            }
+            false => Some(clean_text(&self.partial)),
+        };
+        let stop = match text {
             Some(mut line) => {
                 if self.cut {
                     line.to_mut().push_str(CUT_MARK);
@@ -236,6 +271,7 @@ impl LineScan {
             None => false,
         };
         self.partial.clear();
+        self.partial_dirty = false;
         self.partial_offered = false;
         self.cut = false;
         stop
@@ -284,6 +320,15 @@ pub(crate) fn reader_text(bytes: &[u8], edge: Edge, in_key: bool) -> Option<Cow<
         text.to_mut().push_str(crate::redact::CUT_TOKEN);
     }
     Some(text)
+}
+
+/// [`reader_text`] of a line known to hold nothing that masking changes.
+fn clean_text(bytes: &[u8]) -> Cow<'_, str> {
+    let plain = !bytes.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f);
+    match plain {
+        true => String::from_utf8_lossy(bytes),
+        false => Cow::Owned(crate::output::readable(bytes)),
+    }
 }
 
 /// Whether a private key is open at `offset` of a log: its BEGIN line within the 8 KiB

@@ -429,7 +429,7 @@ fn base64_middle(
     // at 1 (a group of prefix, v0, v1), the first three at 2 (prefix, prefix, v0).
     let front = [0, 2, 3][offset];
     // The last character mixes in the bytes that follow, unless the value ends a group.
-    let back = usize::from(input.len() % 3 != 0);
+    let back = usize::from(!input.len().is_multiple_of(3));
     let middle = encoded.get(front..encoded.len().checked_sub(back)?)?;
     (middle.len() >= MIN_BASE64_MIDDLE).then(|| middle.to_vec())
 }

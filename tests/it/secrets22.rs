@@ -338,3 +338,34 @@ fn issue22_5_a_report_cut_inside_a_token_shows_no_part_of_it() {
         "the notice shows the token's end: {tail:.300}"
     );
 }
+
+#[test]
+fn issue22_5_the_start_window_and_a_quiet_notice_show_no_start_of_a_token() {
+    let home = Home::new();
+    let started = home.json(&[
+        "start",
+        "--window",
+        "3000",
+        "--quiet-after",
+        "1s",
+        "--",
+        "echo first; printf 'key=ghp_Ab'; exec sleep 60",
+    ]);
+    let output = started["output"].as_str().unwrap();
+    assert!(output.starts_with("first\n"), "{started}");
+    assert!(
+        !output.contains("ghp_"),
+        "the window shows a token's start: {started}"
+    );
+    let id = started["id"].as_str().unwrap().to_string();
+    let mut notices: Vec<Value> = Vec::new();
+    eventually(Duration::from_secs(20), || {
+        let reply = home.json(&["notices"]);
+        notices.extend(reply["notices"].as_array().cloned().unwrap_or_default());
+        !notices.is_empty()
+    });
+    let tail = notices[0]["tail"].as_str().unwrap();
+    assert!(tail.ends_with("key=[secret token]"), "{notices:?}");
+    assert!(!tail.contains("ghp_"), "{notices:?}");
+    home.run(&["stop", &id]);
+}

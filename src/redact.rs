@@ -171,15 +171,25 @@ impl Secrets {
     fn mask_into(&self, bytes: &[u8], out: &mut Vec<u8>, whole: bool, carry: &mut Carry) -> usize {
         let held = self.first_unfinished(bytes, 0, whole);
         let begun = std::mem::take(carry);
-        let first = (begun.len > 0).then_some(Span {
+        let first = (begun.len > 0).then(|| Span {
             start: 0,
             end: begun.len,
-            names: begun.names,
+            names: begun.names.clone(),
         });
+        // Bytes from here on may be held back (at most the longest form's length − 1).
+        let may_hold = bytes.len().saturating_sub(self.longest.saturating_sub(1));
         let mut cursor = 0;
         for span in self.spans(bytes, first) {
             if span.start >= held {
                 break;
+            }
+            if span.end > held && span.start >= may_hold {
+                // More output may extend this span: it is held whole, to be one marker.
+                out.extend_from_slice(&bytes[cursor..span.start]);
+                if span.start == 0 {
+                    *carry = begun;
+                }
+                return span.start;
             }
             out.extend_from_slice(&bytes[cursor..span.start]);
             out.extend_from_slice(&self.marker(&span.names));
@@ -722,6 +732,14 @@ mod tests {
         let pairs = [("A", "AAAAAAbbbbbb1234"), ("B", "bbbbbb1234CCCCCC")];
         let text = b"<AAAAAAbbbbbb1234CCCCCC>";
         assert_eq!(&*secrets(&pairs).mask(text), b"<[secret A, B]>");
+        // Written a byte at a time, each value is still one marker.
+        let bytes: Vec<&[u8]> = b"<AAAAAAbbbbbb1234CCCCCC> AAAAAAbbbbbb1234|"
+            .chunks(1)
+            .collect();
+        assert_eq!(
+            stream(secrets(&pairs), &bytes),
+            b"<[secret A, B]> [secret A]|"
+        );
         for cut in 0..=text.len() {
             for cut2 in cut..=text.len() {
                 let out = stream(

@@ -742,7 +742,13 @@ impl Scan<'_, '_> {
         // a long line, a running job's unfinished last line) is shown as a marker.
         let (mut start, mut end) = (segment.start, segment.end);
         let mut cut_before = false;
-        if let Some((_, token_end)) = self.token_across(start) {
+        // No token crosses a line break: a segment that starts a line cuts none.
+        let starts_line = start > 0 && self.buf[start - 1] == b'\n';
+        let across = match starts_line {
+            true => None,
+            false => self.token_across(start),
+        };
+        if let Some((_, token_end)) = across {
             start = token_end.min(end);
             cut_before = true;
         }

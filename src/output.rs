@@ -400,12 +400,29 @@ pub fn last_lines(text: &str, n: usize) -> String {
     text[start..].to_string()
 }
 
-/// The readable last lines of a log (up to [`TAIL_BYTES`]), starting at a line.
+/// The readable last lines of a log (up to [`TAIL_BYTES`]), starting at a line. A
+/// token its start would cut is left out, and one its end may cut (a job still writing
+/// it) is shown as `[secret token]`, so no part of either is shown.
 pub fn tail(path: &Path, head: u64, dropped: u64) -> String {
     let len = log_len(path);
+    let view = LogView {
+        path,
+        len,
+        head,
+        dropped,
+    };
     let from = len.saturating_sub(TAIL_BYTES);
-    let (bytes, _) = read_range(path, from, len, head, dropped);
-    let text = readable(&bytes);
+    let (cut, _) = view.token_edges(from, len, false);
+    let from = from + cut;
+    let (mut bytes, _) = read_range(path, from, len, head, dropped);
+    let unfinished = crate::redact::unfinished_token(&bytes);
+    if let Some(start) = unfinished {
+        bytes.truncate(start);
+    }
+    let mut text = readable(&bytes);
+    if unfinished.is_some() {
+        text.push_str(crate::redact::CUT_TOKEN);
+    }
     if from == 0 {
         return text;
     }

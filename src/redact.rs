@@ -3,10 +3,13 @@
 //! is shown.
 //!
 //! How it works. [`Secrets`] holds every form of every known value (the value, its
-//! base64 with and without padding, its URL-encoded and JSON-escaped forms, the value
-//! without surrounding blanks, and for values of several lines each line and the
-//! `\r\n` a terminal makes of them) in one Aho-Corasick automaton (leftmost-longest,
-//! so a secret that contains another wins). The
+//! base64 at each of the three alignments it can take inside encoded text, in both
+//! alphabets, its URL-quoted forms with the two common safe sets, its hex, its
+//! JSON-escaped form, the value without surrounding blanks, and for values of several
+//! lines each line and the `\r\n` a terminal makes of them) in one Aho-Corasick
+//! automaton, searched for every match, overlapping ones included: the union of all
+//! matches is masked, overlapping matches merged into one masked span, so two values
+//! that share bytes show no part of either. The
 //! supervisor feeds it the job's output as it comes ([`StreamMask`]): a value split
 //! across two writes is still found, because the bytes at the end of a chunk that could
 //! begin a form (at most the longest form's length − 1) are held back until more output
@@ -33,27 +36,49 @@ pub const MAX_SECRET_LEN: usize = 8 << 10;
 /// An `--env` value shorter than this (leaving out surrounding blanks) is not masked
 /// (`1`, `true`, `3000`, `debug`).
 pub const MIN_ENV_SECRET_LEN: usize = 8;
+/// The shortest stable middle of a misaligned base64 form that is masked (a value of
+/// 4 bytes after a prefix of 1 or 2 bytes leaves 4 or 5 characters, which ordinary
+/// text holds too often).
+pub const MIN_BASE64_MIDDLE: usize = 6;
 
 /// The known secret values of one job and every form of them that is masked.
+#[derive(Clone)]
 pub struct Secrets {
     automaton: AhoCorasick,
-    /// For each pattern of the automaton, its replacement (`[secret NAME]`).
-    markers: Vec<Vec<u8>>,
+    /// For each pattern of the automaton (each form, in sorted order), the index of
+    /// the name it masks in `names`.
+    owner: Vec<usize>,
+    names: Vec<String>,
     /// Every form, sorted, to find the bytes at the end of a chunk that begin one.
     sorted: Vec<Vec<u8>>,
     longest: usize,
+}
+
+/// A masked span that ran past what a stream could write yet: the first `len` bytes
+/// held back are the rest of it, masked whatever follows (`names`: whose values).
+#[derive(Default, Debug, Clone)]
+pub struct Carry {
+    len: usize,
+    names: Vec<usize>,
+}
+
+/// One span to mask: `[start, end)` and the values (by name) found in it.
+struct Span {
+    start: usize,
+    end: usize,
+    names: Vec<usize>,
 }
 
 impl Secrets {
     /// The masking of `(name, value)` pairs; `None` when there is nothing to mask.
     pub fn new(pairs: &[[String; 2]]) -> Option<Secrets> {
         let mut forms: Vec<(Vec<u8>, usize)> = Vec::new();
-        let mut names: Vec<&str> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
         for [name, value] in pairs {
             if value.is_empty() {
                 continue;
             }
-            names.push(name);
+            names.push(name.clone());
             for form in forms_of(value) {
                 forms.push((form, names.len() - 1));
             }
@@ -66,21 +91,19 @@ impl Secrets {
         }
         // A contiguous NFA: a DFA of a long repetitive secret takes minutes to build,
         // and the NFA scanned ordinary output faster (in a debug build; its prefilter
-        // does most of the work).
+        // does most of the work). Standard semantics, for the overlapping search.
         let automaton = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostLongest)
+            .match_kind(MatchKind::Standard)
             .kind(Some(AhoCorasickKind::ContiguousNFA))
             .build(forms.iter().map(|(form, _)| form))
             .ok()?;
-        let markers = forms
-            .iter()
-            .map(|(_, name)| format!("[secret {}]", names[*name]).into_bytes())
-            .collect();
+        let owner = forms.iter().map(|(_, name)| *name).collect();
         let longest = forms.iter().map(|(form, _)| form.len()).max().unwrap_or(0);
         let sorted = forms.into_iter().map(|(form, _)| form).collect();
         Some(Secrets {
             automaton,
-            markers,
+            owner,
+            names,
             sorted,
             longest,
         })
@@ -92,33 +115,150 @@ impl Secrets {
             return Cow::Borrowed(bytes);
         }
         let mut out = Vec::with_capacity(bytes.len());
-        self.mask_into(bytes, &mut out, true);
+        self.mask_into(bytes, &mut out, true, &mut Carry::default());
         Cow::Owned(out)
+    }
+
+    /// The marker of a span: `[secret NAME]`, or `[secret A, B]` for a span where the
+    /// values of several names overlap.
+    fn marker(&self, names: &[usize]) -> Vec<u8> {
+        let names: Vec<&str> = names.iter().map(|&n| self.names[n].as_str()).collect();
+        format!("[secret {}]", names.join(", ")).into_bytes()
+    }
+
+    /// Every match in `bytes`, overlapping ones included, with `first` (a span begun
+    /// before `bytes`, or one that more output would complete), merged where they
+    /// overlap, in order.
+    fn spans(&self, bytes: &[u8], first: Option<Span>) -> Vec<Span> {
+        let mut all: Vec<Span> = first.into_iter().collect();
+        for found in self.automaton.find_overlapping_iter(bytes) {
+            all.push(Span {
+                start: found.start(),
+                end: found.end(),
+                names: vec![self.owner[found.pattern().as_usize()]],
+            });
+        }
+        // A match inside another (a value that holds another, a form's stable middle)
+        // adds nothing to mask, nor a name to the marker.
+        all.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
+        let mut reach = 0;
+        all.retain(|span| {
+            let outside = span.end > reach;
+            reach = reach.max(span.end);
+            outside
+        });
+        let mut merged: Vec<Span> = Vec::with_capacity(all.len());
+        for span in all {
+            match merged.last_mut() {
+                Some(last) if span.start < last.end => {
+                    last.end = last.end.max(span.end);
+                    for name in span.names {
+                        if !last.names.contains(&name) {
+                            last.names.push(name);
+                        }
+                    }
+                }
+                _ => merged.push(span),
+            }
+        }
+        merged
     }
 
     /// Appends the masked `bytes` to `out` up to where what follows could still begin
     /// a form (unless `whole`); returns that position: the bytes from it on are held.
-    fn mask_into(&self, bytes: &[u8], out: &mut Vec<u8>, whole: bool) -> usize {
-        // `held`: the first position at or after `cursor` from which the rest may begin
-        // a form, found afresh only when a match moved the cursor past it.
+    /// `carry`: the held bytes' first ones that continue a span already masked (in
+    /// and out).
+    fn mask_into(&self, bytes: &[u8], out: &mut Vec<u8>, whole: bool, carry: &mut Carry) -> usize {
+        let held = self.first_unfinished(bytes, 0, whole);
+        let begun = std::mem::take(carry);
+        let first = (begun.len > 0).then(|| Span {
+            start: 0,
+            end: begun.len,
+            names: begun.names.clone(),
+        });
+        // Bytes from here on may be held back (at most the longest form's length − 1).
+        let may_hold = bytes.len().saturating_sub(self.longest.saturating_sub(1));
         let mut cursor = 0;
-        let mut held = self.first_unfinished(bytes, 0, whole);
-        for found in self.automaton.find_iter(bytes) {
-            if held < cursor {
-                held = self.first_unfinished(bytes, cursor, whole);
-            }
-            if found.start() >= held {
+        for span in self.spans(bytes, first) {
+            if span.start >= held {
                 break;
             }
-            out.extend_from_slice(&bytes[cursor..found.start()]);
-            out.extend_from_slice(&self.markers[found.pattern().as_usize()]);
-            cursor = found.end();
-        }
-        if held < cursor {
-            held = self.first_unfinished(bytes, cursor, whole);
+            if span.end > held && span.start >= may_hold {
+                // More output may extend this span: it is held whole, to be one marker.
+                out.extend_from_slice(&bytes[cursor..span.start]);
+                if span.start == 0 {
+                    *carry = begun;
+                }
+                return span.start;
+            }
+            out.extend_from_slice(&bytes[cursor..span.start]);
+            out.extend_from_slice(&self.marker(&span.names));
+            if span.end > held {
+                // More output may yet extend this span: its rest is held, masked.
+                *carry = Carry {
+                    len: span.end - held,
+                    names: span.names,
+                };
+                return held;
+            }
+            cursor = span.end;
         }
         out.extend_from_slice(&bytes[cursor..held]);
         held
+    }
+
+    /// The output ended: `bytes` (what was held, with `carry`) masked into `out`, and
+    /// the start of a form that the output ended in too, once it is
+    /// [`MIN_SECRET_LEN`] bytes long (a job killed in the middle of printing one).
+    fn finish_into(&self, bytes: &[u8], out: &mut Vec<u8>, carry: Carry) {
+        let near_end = bytes.len().saturating_sub(self.longest.saturating_sub(1));
+        let begun = (near_end..bytes.len().saturating_sub(MIN_SECRET_LEN - 1))
+            .find_map(|at| Some(at).zip(self.longer_form_begun_by(&bytes[at..])));
+        let mut cursor = 0;
+        let mut spans = self.spans(
+            bytes,
+            (carry.len > 0).then_some(Span {
+                start: 0,
+                end: carry.len,
+                names: carry.names,
+            }),
+        );
+        if let Some((at, index)) = begun {
+            let tail = Span {
+                start: at,
+                end: bytes.len(),
+                names: vec![self.owner[index]],
+            };
+            spans = self.spans_with(spans, tail);
+        }
+        for span in spans {
+            out.extend_from_slice(&bytes[cursor..span.start]);
+            out.extend_from_slice(&self.marker(&span.names));
+            cursor = span.end;
+        }
+        out.extend_from_slice(&bytes[cursor..]);
+    }
+
+    /// `spans` (merged, in order) with `tail` (running to the end) merged in.
+    fn spans_with(&self, mut spans: Vec<Span>, mut tail: Span) -> Vec<Span> {
+        while let Some(last) = spans.last() {
+            if last.end <= tail.start {
+                break;
+            }
+            let last = spans.pop().expect("a last span");
+            if last.start >= tail.start {
+                // Inside the tail: nothing to add.
+                continue;
+            }
+            tail.start = last.start;
+            for name in last.names.into_iter().rev() {
+                if !tail.names.contains(&name) {
+                    tail.names.insert(0, name);
+                }
+            }
+        }
+        spans.push(tail);
+        spans
     }
 
     /// The first position at or after `from`, near the end of `bytes`, from which the
@@ -154,6 +294,7 @@ impl Secrets {
 pub struct StreamMask {
     secrets: Secrets,
     held: Vec<u8>,
+    carry: Carry,
 }
 
 impl StreamMask {
@@ -161,6 +302,7 @@ impl StreamMask {
         StreamMask {
             secrets,
             held: Vec::new(),
+            carry: Carry::default(),
         }
     }
 
@@ -176,12 +318,12 @@ impl StreamMask {
                 self.held.extend_from_slice(&chunk[held..]);
                 return &chunk[..held];
             }
-            let held = self.secrets.mask_into(chunk, out, false);
+            let held = self.secrets.mask_into(chunk, out, false, &mut self.carry);
             self.held.extend_from_slice(&chunk[held..]);
         } else {
             let mut bytes = std::mem::take(&mut self.held);
             bytes.extend_from_slice(chunk);
-            let held = self.secrets.mask_into(&bytes, out, false);
+            let held = self.secrets.mask_into(&bytes, out, false, &mut self.carry);
             bytes.drain(..held);
             self.held = bytes;
         }
@@ -194,23 +336,8 @@ impl StreamMask {
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         out.clear();
         let bytes = std::mem::take(&mut self.held);
-        let secrets = &self.secrets;
-        let mut cursor = 0;
-        for found in secrets.automaton.find_iter(&bytes) {
-            out.extend_from_slice(&bytes[cursor..found.start()]);
-            out.extend_from_slice(&secrets.markers[found.pattern().as_usize()]);
-            cursor = found.end();
-        }
-        let rest = &bytes[cursor..];
-        let begun = (0..rest.len().saturating_sub(MIN_SECRET_LEN - 1))
-            .find_map(|at| Some(at).zip(secrets.longer_form_begun_by(&rest[at..])));
-        match begun {
-            Some((at, index)) => {
-                out.extend_from_slice(&rest[..at]);
-                out.extend_from_slice(&secrets.markers[index]);
-            }
-            None => out.extend_from_slice(rest),
-        }
+        let carry = std::mem::take(&mut self.carry);
+        self.secrets.finish_into(&bytes, out, carry);
     }
 
     /// The values masked.
@@ -247,21 +374,36 @@ fn forms_of(value: &str) -> Vec<Vec<u8>> {
     forms
 }
 
-/// A value as it is, base64, URL-encoded and JSON-escaped (and with `\r\n` line ends,
-/// as a terminal prints it).
+/// A value as it is, in base64 (both alphabets, every alignment), URL-quoted (both
+/// common safe sets, a space as `%20` or `+`, hex digits in either case), in hex (either
+/// case) and JSON-escaped (and with `\r\n` line ends, as a terminal prints it).
 fn encodings_of(value: &str) -> Vec<Vec<u8>> {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
     let bytes = value.as_bytes();
-    let padded = base64::engine::general_purpose::STANDARD.encode(bytes);
     let mut forms = vec![
         bytes.to_vec(),
-        padded.trim_end_matches('=').as_bytes().to_vec(),
-        padded.clone().into_bytes(),
-        base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(bytes)
-            .into_bytes(),
-        url_encoded(bytes, true),
-        url_encoded(bytes, false),
+        STANDARD.encode(bytes).into_bytes(),
+        STANDARD_NO_PAD.encode(bytes).into_bytes(),
+        URL_SAFE.encode(bytes).into_bytes(),
+        URL_SAFE_NO_PAD.encode(bytes).into_bytes(),
+        hex(bytes, false),
+        hex(bytes, true),
     ];
+    for (engine, padded) in [(STANDARD_NO_PAD, STANDARD), (URL_SAFE_NO_PAD, URL_SAFE)] {
+        for offset in 0..3 {
+            forms.extend(base64_middle(bytes, offset, &engine));
+            // The value at the end of the encoded text: its last characters are its own.
+            forms.extend(base64_end(bytes, offset, &engine));
+            forms.extend(base64_end(bytes, offset, &padded));
+        }
+    }
+    for safe in [&b""[..], b"/"] {
+        for plus in [false, true] {
+            for upper in [false, true] {
+                forms.push(url_quoted(bytes, safe, plus, upper));
+            }
+        }
+    }
     let json = serde_json::to_string(value).unwrap_or_default();
     if json.len() >= 2 {
         forms.push(json.as_bytes()[1..json.len() - 1].to_vec());
@@ -280,13 +422,66 @@ fn encodings_of(value: &str) -> Vec<Vec<u8>> {
     forms
 }
 
-/// Percent-encoding of every byte but the unreserved ones (RFC 3986), in upper or
-/// lower case hex.
-fn url_encoded(bytes: &[u8], upper: bool) -> Vec<u8> {
+/// The characters of the base64 of `bytes`, when they follow `offset` (0, 1 or 2)
+/// other bytes in the encoded text, that depend on `bytes` alone: whatever precedes
+/// and follows, they are in the encoding (`Basic base64(user:PW)` holds PW's middle
+/// for offset 2, whatever `user:` is). `None` when that middle is shorter than
+/// [`MIN_BASE64_MIDDLE`].
+fn base64_middle(
+    bytes: &[u8],
+    offset: usize,
+    engine: &base64::engine::GeneralPurpose,
+) -> Option<Vec<u8>> {
+    let mut input = vec![0u8; offset];
+    input.extend_from_slice(bytes);
+    let encoded = engine.encode(&input).into_bytes();
+    // The first characters mix the prefix's bits in: none at offset 0, the first two
+    // at 1 (a group of prefix, v0, v1), the first three at 2 (prefix, prefix, v0).
+    let front = [0, 2, 3][offset];
+    // The last character mixes in the bytes that follow, unless the value ends a group.
+    let back = usize::from(!input.len().is_multiple_of(3));
+    let middle = encoded.get(front..encoded.len().checked_sub(back)?)?;
+    (middle.len() >= MIN_BASE64_MIDDLE).then(|| middle.to_vec())
+}
+
+/// The base64 of `bytes` after `offset` (0, 1 or 2) other bytes, when they end the
+/// encoded text: from the first character that depends on `bytes` alone to the end
+/// (padding included, with a padding engine).
+fn base64_end(
+    bytes: &[u8],
+    offset: usize,
+    engine: &base64::engine::GeneralPurpose,
+) -> Option<Vec<u8>> {
+    let mut input = vec![0u8; offset];
+    input.extend_from_slice(bytes);
+    let encoded = engine.encode(&input).into_bytes();
+    let end = encoded.get([0, 2, 3][offset]..)?;
+    (end.len() >= MIN_BASE64_MIDDLE).then(|| end.to_vec())
+}
+
+/// `bytes` in hex, two digits a byte (`xxd -p` on one line, `od -An -tx1` without
+/// blanks).
+fn hex(bytes: &[u8], upper: bool) -> Vec<u8> {
+    let digits: &[u8; 16] = match upper {
+        true => b"0123456789ABCDEF",
+        false => b"0123456789abcdef",
+    };
+    bytes
+        .iter()
+        .flat_map(|&b| [digits[usize::from(b >> 4)], digits[usize::from(b & 15)]])
+        .collect()
+}
+
+/// Percent-encoding of every byte but the unreserved ones (RFC 3986) and `safe`, in
+/// upper or lower case hex; with `plus`, a space is `+` (`application/x-www-form-urlencoded`,
+/// Python's `quote_plus`), else `%20`.
+fn url_quoted(bytes: &[u8], safe: &[u8], plus: bool, upper: bool) -> Vec<u8> {
     let mut out = String::new();
     for &b in bytes {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || safe.contains(&b) {
             out.push(b as char);
+        } else if b == b' ' && plus {
+            out.push('+');
         } else if upper {
             out.push_str(&format!("%{b:02X}"));
         } else {
@@ -401,12 +596,45 @@ pub fn private_key_open(bytes: &[u8]) -> bool {
         .is_some_and(|line| line.as_bytes().starts_with(b"-----BEGIN"))
 }
 
+/// Whether a private key is open after `bytes`, given whether one was open before
+/// them: their last key line is a BEGIN line, or they have none and one was open.
+pub fn private_key_open_after(bytes: &[u8], open_before: bool) -> bool {
+    match key_lines().find_iter(bytes).last() {
+        Some(line) => line.as_bytes().starts_with(b"-----BEGIN"),
+        None => open_before,
+    }
+}
+
 /// Where the first END line of a private key in `bytes` ends.
 pub fn private_key_end(bytes: &[u8]) -> Option<usize> {
     key_lines()
         .find_iter(bytes)
         .find(|line| line.as_bytes().starts_with(b"-----END"))
         .map(|line| line.end())
+}
+
+/// Where in `bytes` masking may change what a reader is shown: every run that begins
+/// like a token shape (whole or cut short) and every private key, as `[start, end)`,
+/// in order of their starts. Text outside them is shown as it is.
+pub fn sensitive_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let begun = r"(?-u)\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*";
+    let mut spans: Vec<(usize, usize)> = compiled(&RE, begun)
+        .find_iter(bytes)
+        .map(|found| (found.start(), found.end()))
+        .collect();
+    spans.extend(private_keys(bytes));
+    spans.sort_unstable();
+    spans
+}
+
+/// Whether [`mask_shapes_bytes`] (or a cut token, or a private key's line) could change
+/// anything in `bytes`: false when they hold no start of a token shape and no key line,
+/// so that a scan need not look at their lines one by one.
+pub fn may_hold_shapes(bytes: &[u8]) -> bool {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let starts = r"(?-u)sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-|-----(?:BEGIN|END)";
+    compiled(&RE, starts).is_match(bytes)
 }
 
 /// Where a token shape that more output could complete begins at the end of `bytes`.
@@ -478,8 +706,9 @@ mod tests {
     fn the_longer_of_two_overlapping_secrets_wins_even_split() {
         let both = || secrets(&[("A", "abcdef"), ("B", "abcdefghij")]);
         assert_eq!(stream(both(), &[b"..abcdef", b"ghij.."]), b"..[secret B]..");
-        assert_eq!(stream(both(), &[b"..abcdef", b"gh"]), b"..[secret A]gh");
-        assert_eq!(stream(both(), &[b"..abcdef"]), b"..[secret A]");
+        // The output ended inside B: what of it was printed is masked.
+        assert_eq!(stream(both(), &[b"..abcdef", b"gh"]), b"..[secret B]");
+        assert_eq!(stream(both(), &[b"..abcdef", b"; "]), b"..[secret A]; ");
         let inner = secrets(&[("A", "cde1"), ("B", "xabcde1x")]);
         assert_eq!(
             stream(inner, &[b"xab", b"cde1x cde1"]),
@@ -496,6 +725,85 @@ mod tests {
             &*s.mask(text.as_bytes()),
             b"[secret T] [secret T] [secret T]"
         );
+    }
+
+    #[test]
+    fn issue22_4_overlapping_values_are_masked_as_their_union_however_split() {
+        let pairs = [("A", "AAAAAAbbbbbb1234"), ("B", "bbbbbb1234CCCCCC")];
+        let text = b"<AAAAAAbbbbbb1234CCCCCC>";
+        assert_eq!(&*secrets(&pairs).mask(text), b"<[secret A, B]>");
+        // Written a byte at a time, each value is still one marker.
+        let bytes: Vec<&[u8]> = b"<AAAAAAbbbbbb1234CCCCCC> AAAAAAbbbbbb1234|"
+            .chunks(1)
+            .collect();
+        assert_eq!(
+            stream(secrets(&pairs), &bytes),
+            b"<[secret A, B]> [secret A]|"
+        );
+        for cut in 0..=text.len() {
+            for cut2 in cut..=text.len() {
+                let out = stream(
+                    secrets(&pairs),
+                    &[&text[..cut], &text[cut..cut2], &text[cut2..]],
+                );
+                let shown = String::from_utf8_lossy(&out).into_owned();
+                assert!(
+                    shown.starts_with("<[secret A"),
+                    "cuts {cut} {cut2}: {shown}"
+                );
+                assert!(shown.ends_with("]>"), "cuts {cut} {cut2}: {shown}");
+                for piece in ["AAA", "bbb", "123", "CC"] {
+                    assert!(!shown.contains(piece), "cuts {cut} {cut2}: {shown}");
+                }
+            }
+        }
+        // A chain of overlaps is one span; a value inside another names the outer one.
+        let chain = secrets(&[("X", "abcabcab"), ("Y", "cabcabca")]);
+        assert_eq!(&*chain.mask(b"-abcabcabcabcab-"), b"-[secret X, Y]-");
+        let inner = secrets(&[("A", "cde1"), ("B", "xabcde1x")]);
+        assert_eq!(&*inner.mask(b"xabcde1x"), b"[secret B]");
+    }
+
+    #[test]
+    fn issue22_3_base64_at_every_alignment_both_alphabets_is_masked() {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+        let value = "p>?s~w0rd/+é";
+        let s = secrets(&[("PW", value)]);
+        for prefix in ["", "u", "us", "user:", "admin:", "x:"] {
+            for suffix in ["", "\n", "@host", "?"] {
+                let plain = format!("{prefix}{value}{suffix}");
+                for encoded in [STANDARD.encode(&plain), URL_SAFE_NO_PAD.encode(&plain)] {
+                    let text = format!("Authorization: Basic {encoded}");
+                    let masked = String::from_utf8(s.mask(text.as_bytes()).into_owned()).unwrap();
+                    assert!(masked.contains("[secret PW]"), "{plain:?}: {masked}");
+                    // At most two characters on each side mix in other bytes.
+                    let visible =
+                        masked.len() - "Authorization: Basic ".len() - "[secret PW]".len();
+                    let other = (prefix.len() + suffix.len()) * 4 / 3 + 6;
+                    assert!(visible <= other, "{plain:?}: {masked}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn issue22_3_url_quoting_with_both_safe_sets_and_hex_are_masked() {
+        let s = secrets(&[("T", "a b/c+d")]);
+        for form in [
+            "a%20b%2Fc%2Bd",
+            "a%20b/c%2Bd",
+            "a+b%2Fc%2Bd",
+            "a+b/c%2Bd",
+            "a%20b%2fc%2bd",
+            "6120622f632b64",
+            "6120622F632B64",
+        ] {
+            assert_eq!(
+                &*s.mask(format!("<{form}>").as_bytes()),
+                b"<[secret T]>",
+                "{form}"
+            );
+        }
     }
 
     #[test]

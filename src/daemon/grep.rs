@@ -424,6 +424,9 @@ struct Scan<'s, 'r> {
     text_used: usize,
     /// Where private keys lie in `buf` (found when a line of it is first shown).
     keys: std::cell::OnceCell<Vec<(usize, usize)>>,
+    /// Where masking may change what `read` shows of `buf` (tokens, keys, a token cut
+    /// by its start), so those lines are searched as shown (with `redact`).
+    sensitive: std::cell::OnceCell<Vec<(usize, usize)>>,
     /// The bytes of the log just before `buf` (when it goes on from them), to find a
     /// token that `buf`'s start cuts.
     before_buf: Vec<u8>,
@@ -451,6 +454,7 @@ impl Search<'_> {
             found: Found::default(),
             text_used: 0,
             keys: std::cell::OnceCell::new(),
+            sensitive: std::cell::OnceCell::new(),
             before_buf: Vec::new(),
         };
         // A running job's log grows (and its middle is released) while the records are
@@ -580,6 +584,51 @@ impl Scan<'_, '_> {
         self.bad_utf8 = None;
         self.unplain = None;
         self.keys = std::cell::OnceCell::new();
+        self.sensitive = std::cell::OnceCell::new();
+    }
+
+    /// Where masking may change what `read` shows of `buf` (none without `redact`).
+    fn sensitive(&self) -> &[(usize, usize)] {
+        self.sensitive.get_or_init(|| {
+            if !self.search.redact {
+                return Vec::new();
+            }
+            let mut spans = crate::redact::sensitive_spans(&self.buf);
+            if let Some((_, end)) = self.token_across(0) {
+                spans.insert(0, (0, end));
+            }
+            // Merged where they overlap: disjoint, in order, so ends are in order too.
+            let mut merged: Vec<(usize, usize)> = Vec::with_capacity(spans.len());
+            for (start, end) in spans {
+                match merged.last_mut() {
+                    Some(last) if start < last.1 => last.1 = last.1.max(end),
+                    _ => merged.push((start, end)),
+                }
+            }
+            merged
+        })
+    }
+
+    /// The first span of [`Self::sensitive`] that ends after `pos`.
+    fn sensitive_after(&self, pos: usize) -> Option<(usize, usize)> {
+        let spans = self.sensitive();
+        spans
+            .get(spans.partition_point(|&(_, e)| e <= pos))
+            .copied()
+    }
+
+    /// Whether masking may change what `read` shows of `buf[start..end]`.
+    fn is_sensitive(&self, start: usize, end: usize) -> bool {
+        let end = end.max(start + 1);
+        self.sensitive_after(start).is_some_and(|(s, _)| s < end)
+    }
+
+    /// The text a match is looked for in: the line as `read` shows it.
+    fn match_text(&self, segment: Segment) -> Cow<'_, str> {
+        match self.is_sensitive(segment.start, segment.end) {
+            true => self.shown_text(segment),
+            false => render(&self.buf[segment.start..segment.end]),
+        }
     }
 
     /// The data goes on at `start`, past bytes that are gone (the dropped middle, or a
@@ -693,7 +742,13 @@ impl Scan<'_, '_> {
         // a long line, a running job's unfinished last line) is shown as a marker.
         let (mut start, mut end) = (segment.start, segment.end);
         let mut cut_before = false;
-        if let Some((_, token_end)) = self.token_across(start) {
+        // No token crosses a line break: a segment that starts a line cuts none.
+        let starts_line = start > 0 && self.buf[start - 1] == b'\n';
+        let across = match starts_line {
+            true => None,
+            false => self.token_across(start),
+        };
+        if let Some((_, token_end)) = across {
             start = token_end.min(end);
             cut_before = true;
         }
@@ -758,11 +813,7 @@ impl Scan<'_, '_> {
 
     /// Whether a segment matches, as `read` shows it.
     fn matches(&self, segment: Segment) -> bool {
-        self.search
-            .regex
-            .text
-            .is_match(&render(&self.buf[segment.start..segment.end]))
-            && self.still_matches(segment)
+        self.search.regex.text.is_match(&self.match_text(segment)) && self.still_matches(segment)
     }
 
     /// Whether a segment that matched still matches once its tokens are masked: a
@@ -892,7 +943,9 @@ impl Scan<'_, '_> {
             _ => first_unplain(&self.buf[pos..end]).map_or(end, |k| pos + k),
         };
         (self.bad_utf8, self.unplain) = (Some(bad_utf8), Some(unplain));
-        let first = bad_utf8.min(unplain).min(end);
+        // Lines that masking may change are searched as shown, not where they lie.
+        let sensitive = self.sensitive_after(pos).map_or(end, |(s, _)| s.max(pos));
+        let first = bad_utf8.min(unplain).min(sensitive).min(end);
         if first == end {
             return end;
         }
@@ -935,7 +988,10 @@ impl Scan<'_, '_> {
         while at < end && block.len() < BLOCK {
             let segment = self.segment_at(at, end);
             lines.push((block.len(), segment));
-            render_into(&mut block, &self.buf[segment.start..segment.end]);
+            match self.is_sensitive(segment.start, segment.end) {
+                true => block.push_str(&self.shown_text(segment)),
+                false => render_into(&mut block, &self.buf[segment.start..segment.end]),
+            }
             block.push('\n');
             at = segment.next;
         }

@@ -560,26 +560,35 @@ fn cpu_of(job_dir: &Path) -> u64 {
     observe::usage(&observe::job_pids(job_dir)).cpu_ms
 }
 
-/// The first line of `bytes` that says an address is in use.
+/// The first line of `bytes` that says an address is in use, as a reader is shown it
+/// (the phrase is looked for in that text, like every matcher: see
+/// `scan::reader_text`).
 fn in_use_line(bytes: &[u8]) -> Option<String> {
     static PATTERN: OnceLock<regex::bytes::Regex> = OnceLock::new();
     let pattern = PATTERN.get_or_init(|| {
         regex::bytes::Regex::new(r"(?i)EADDRINUSE|address already in use").expect("a valid pattern")
     });
-    let found = pattern.find(bytes)?;
-    let start = bytes[..found.start()]
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |at| at + 1);
-    let end = bytes[found.end()..]
-        .iter()
-        .position(|&b| b == b'\n')
-        .map_or(bytes.len(), |at| found.end() + at);
-    // Token shapes masked before the line is cut, so that no cut leaves a token's
-    // first characters too short to be recognised.
-    let line = crate::redact::mask_shapes_bytes(&bytes[start..end]);
-    let line = String::from_utf8_lossy(&line);
-    Some(line.chars().take(500).collect())
+    // Plain text that does not hold the phrase cannot show it (masking adds none).
+    if !output::maybe_controls(bytes, true) && !pattern.is_match(bytes) {
+        return None;
+    }
+    let mut in_key = false;
+    let mut lines = bytes.split(|&b| b == b'\n').peekable();
+    while let Some(line) = lines.next() {
+        let edge = match lines.peek() {
+            Some(_) => super::scan::Edge::Whole,
+            None => super::scan::Edge::Open,
+        };
+        let text = super::scan::reader_text(line, edge, in_key);
+        in_key = crate::redact::private_key_open_after(line, in_key);
+        match text {
+            Some(text) if pattern.is_match(text.as_bytes()) => {
+                return Some(text.chars().take(500).collect());
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A port a line names, with the address it names it on (none: any address, as in

@@ -15,6 +15,8 @@ use std::path::Path;
 
 /// The most of a sub-agent's report a notice carries: its end.
 const REPORT_MAX: u64 = 16 << 10;
+/// How far before the cut a report's reader looks for a token that the cut splits.
+const TOKEN_CONTEXT: u64 = 256;
 
 /// What a sub-agent's report gives its notice.
 pub(crate) enum Report {
@@ -75,19 +77,30 @@ fn open(path: &Path) -> Result<Option<File>, String> {
     Ok(Some(file))
 }
 
-/// The report's last [`REPORT_MAX`] bytes as readable text.
+/// The report's last [`REPORT_MAX`] bytes as readable text (token shapes masked; the
+/// supervisor masked the job's known values in the file itself).
 fn text(file: &File, path: &Path) -> Report {
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let from = len.saturating_sub(REPORT_MAX);
-    let mut bytes = vec![0u8; (len - from) as usize];
-    let filled = match crate::output::read_full_at(file, &mut bytes, from) {
+    let mut from = len.saturating_sub(REPORT_MAX);
+    // A little before the cut is read too, to see a token shape the cut would split.
+    let lead = from.min(TOKEN_CONTEXT);
+    let mut bytes = vec![0u8; (len - from + lead) as usize];
+    let filled = match crate::output::read_full_at(file, &mut bytes, from - lead) {
         Ok(filled) => filled,
         Err(e) => return Report::Refused(format!("[bgwork: report could not be read: {e}]")),
     };
     bytes.truncate(filled);
     if from > 0 {
-        // Start at a character, not inside one.
-        let start = bytes.iter().position(|&b| b & 0xc0 != 0x80).unwrap_or(0);
+        // Start past a token the cut splits (none of it is shown), at a character.
+        let mut start = (lead as usize).min(bytes.len());
+        if let Some((_, end)) = crate::redact::token_across(&bytes, start) {
+            start = end;
+        }
+        start += bytes[start..]
+            .iter()
+            .position(|&b| b & 0xc0 != 0x80)
+            .unwrap_or(0);
+        from = from - lead + start as u64;
         bytes.drain(..start);
     }
     let text = output::readable(&bytes);

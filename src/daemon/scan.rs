@@ -70,6 +70,15 @@ pub(crate) struct LineScan {
     partial_offered: bool,
     /// The line in progress is longer than [`MAX_LINE`]: its rest was left out.
     cut: bool,
+    /// A private key began on an earlier line and has not ended: its lines are not
+    /// handed out (a reader is shown the whole key as one marker).
+    in_key: bool,
+    key_checked: bool,
+    /// The chunk being fed holds nothing that masking could change (no start of a
+    /// token shape, no key line, none across its junction with the line in progress).
+    clean_chunk: bool,
+    /// The line in progress took bytes from a chunk that was not clean.
+    partial_dirty: bool,
 }
 
 impl LineScan {
@@ -79,6 +88,18 @@ impl LineScan {
             line_start: offset,
             ..LineScan::default()
         }
+    }
+
+    /// Whether the scan starts past the source's beginning and has not been told yet
+    /// whether a private key is open there ([`Self::set_in_key`], [`key_open_at`]).
+    pub fn needs_key_check(&self) -> bool {
+        !self.key_checked && self.offset > 0
+    }
+
+    /// A private key is (or is not) open where the scan starts.
+    pub fn set_in_key(&mut self, open: bool) {
+        self.key_checked = true;
+        self.in_key = open;
     }
 
     /// Starts again at `offset` (a truncated or replaced file), forgetting the line in
@@ -91,6 +112,23 @@ impl LineScan {
     /// lies between held no data) and hands each finished line and frame to `each`,
     /// which returns true to stop; returns whether it stopped.
     pub fn feed(
+        &mut self,
+        at: u64,
+        bytes: &[u8],
+        each: &mut impl FnMut(Seen, &str) -> bool,
+    ) -> bool {
+        self.clean_chunk = !crate::redact::may_hold_shapes(bytes) && {
+            // A token's start across the junction of the line in progress and `bytes`.
+            let mut junction = self.partial[self.partial.len().saturating_sub(16)..].to_vec();
+            junction.extend_from_slice(&bytes[..bytes.len().min(16)]);
+            !crate::redact::may_hold_shapes(&junction)
+        };
+        let stop = self.feed_lines(at, bytes, each);
+        self.clean_chunk = false;
+        stop
+    }
+
+    fn feed_lines(
         &mut self,
         at: u64,
         bytes: &[u8],
@@ -130,7 +168,7 @@ impl LineScan {
                     let whole = self.partial.is_empty() && k <= MAX_LINE;
                     let stop = if whole && !rest[..k].contains(&0) {
                         // The whole line is in this chunk: no copy.
-                        each(Seen::Line, &text(&rest[..k]))
+                        self.hand_out_line(&rest[..k], each)
                     } else {
                         self.keep(&rest[..k]);
                         self.hand_out(Seen::Line, each)
@@ -152,7 +190,13 @@ impl LineScan {
             return false;
         }
         self.partial_offered = true;
-        each(Seen::Partial, &text(&self.partial))
+        if !self.partial_dirty && !self.in_key {
+            return each(Seen::Partial, &clean_text(&self.partial));
+        }
+        match reader_text(&self.partial, Edge::Open, self.in_key) {
+            Some(text) => each(Seen::Partial, &text),
+            None => false,
+        }
     }
 
     /// The source ended: its unterminated last line is a line.
@@ -174,6 +218,7 @@ impl LineScan {
     /// drops them anyway, and a hole read as zeros must not fill a line.
     fn keep(&mut self, bytes: &[u8]) {
         let before = self.partial.len();
+        self.partial_dirty |= !self.clean_chunk;
         let room = MAX_LINE.saturating_sub(before);
         let all_kept = if bytes.contains(&0) {
             let mut data = bytes.iter().filter(|&&b| b != 0);
@@ -190,28 +235,109 @@ impl LineScan {
         }
     }
 
-    fn hand_out(&mut self, seen: Seen, each: &mut impl FnMut(Seen, &str) -> bool) -> bool {
-        let mut line = text(&self.partial);
-        if self.cut {
-            line.to_mut().push_str(CUT_MARK);
+    /// Hands out a whole line that lies in the chunk being fed.
+    fn hand_out_line(&mut self, bytes: &[u8], each: &mut impl FnMut(Seen, &str) -> bool) -> bool {
+        if self.clean_chunk && !self.in_key {
+            return each(Seen::Line, &clean_text(bytes));
         }
-        let stop = each(seen, &line);
+        let in_key = self.in_key;
+        self.in_key = crate::redact::private_key_open_after(bytes, in_key);
+        match reader_text(bytes, Edge::Whole, in_key) {
+            Some(text) => each(Seen::Line, &text),
+            None => false,
+        }
+    }
+
+    fn hand_out(&mut self, seen: Seen, each: &mut impl FnMut(Seen, &str) -> bool) -> bool {
+        let in_key = self.in_key;
+        let edge = match self.cut {
+            true => Edge::Cut,
+            false => Edge::Whole,
+        };
+        let text = match self.partial_dirty || in_key {
+            true => {
+                self.in_key = crate::redact::private_key_open_after(&self.partial, in_key);
+                reader_text(&self.partial, edge, in_key)
+            }
+            false => Some(clean_text(&self.partial)),
+        };
+        let stop = match text {
+            Some(mut line) => {
+                if self.cut {
+                    line.to_mut().push_str(CUT_MARK);
+                }
+                each(seen, &line)
+            }
+            None => false,
+        };
         self.partial.clear();
+        self.partial_dirty = false;
         self.partial_offered = false;
         self.cut = false;
         stop
     }
 }
 
-/// A line as text for matching: escapes stripped, invalid UTF-8 replaced; plain text
-/// (the usual case) is borrowed, not copied.
-fn text(bytes: &[u8]) -> Cow<'_, str> {
-    let plain = !bytes.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f);
-    if plain {
-        String::from_utf8_lossy(bytes)
-    } else {
-        Cow::Owned(crate::output::plain_text(bytes))
+/// How a piece of a line handed to a matcher ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Edge {
+    /// At a line break, a `\r`, or the end of a source that ended.
+    Whole,
+    /// At the end of what was written so far: more may come.
+    Open,
+    /// At the cut of a line longer than [`MAX_LINE`].
+    Cut,
+}
+
+/// The text a reader is shown of one line of a log (or file), which is what every
+/// matcher (`wait --until`, monitors, the port-in-use scan) must look at, so that no
+/// pattern finds what a reader may not see: [`output::readable`]'s text (escapes
+/// stripped, invalid UTF-8 replaced, token shapes masked), with a token that the
+/// piece's end cuts held back (`Open`: as a read of a running job holds it) or shown
+/// as `[secret token]` (`Cut`), and a line inside a private key (`in_key`: one began
+/// on an earlier line) not shown at all (`None`), as a read shows the whole key as one
+/// marker. Plain text with no token (the usual case) is borrowed, not copied.
+pub(crate) fn reader_text(bytes: &[u8], edge: Edge, in_key: bool) -> Option<Cow<'_, str>> {
+    if in_key {
+        let end = crate::redact::private_key_end(bytes)?;
+        let rest = reader_text(&bytes[end..], edge, false)?;
+        return Some(Cow::Owned(format!("{}{rest}", crate::redact::PRIVATE_KEY)));
     }
+    let mut shown = bytes;
+    let mut cut_token = false;
+    if edge != Edge::Whole {
+        if let Some(start) = crate::redact::unfinished_token(bytes) {
+            shown = &bytes[..start];
+            cut_token = edge == Edge::Cut;
+        }
+    }
+    let plain = !shown.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f);
+    let mut text = match crate::redact::mask_shapes_bytes(shown) {
+        Cow::Borrowed(_) if plain => String::from_utf8_lossy(shown),
+        _ => Cow::Owned(crate::output::readable(shown)),
+    };
+    if cut_token {
+        text.to_mut().push_str(crate::redact::CUT_TOKEN);
+    }
+    Some(text)
+}
+
+/// [`reader_text`] of a line known to hold nothing that masking changes.
+fn clean_text(bytes: &[u8]) -> Cow<'_, str> {
+    let plain = !bytes.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f);
+    match plain {
+        true => String::from_utf8_lossy(bytes),
+        false => Cow::Owned(crate::output::readable(bytes)),
+    }
+}
+
+/// Whether a private key is open at `offset` of a log: its BEGIN line within the 8 KiB
+/// before it, with no END line after (so a scan that starts or resumes there shows
+/// none of the key's lines).
+pub(crate) fn key_open_at(path: &std::path::Path, offset: u64, head: u64, dropped: u64) -> bool {
+    let from = offset.saturating_sub(8 << 10);
+    let (before, _) = crate::output::read_range(path, from, offset, head, dropped);
+    crate::redact::private_key_open(&before)
 }
 
 /// Reads into `buf` up to [`CHUNK`] bytes of data that `file` holds in `[from, to)`,

@@ -399,8 +399,17 @@ impl Daemon {
         let dropped = inner.dropped(&record);
         let mut len = output::log_len(&path);
         if record.state != State::Ended {
-            // Not half a character: the rest comes with the next read.
-            len = output::text_end(&path, 0, len, self.config.log_head, dropped);
+            // Not half a character: the rest comes with the next read; nor the start of
+            // a token still being written (the read that follows shows it whole, masked).
+            let head = self.config.log_head;
+            let view = output::LogView {
+                path: &path,
+                len,
+                head,
+                dropped,
+            };
+            len = view.token_edges(0, len, true).1;
+            len = output::text_end(&path, 0, len, head, dropped);
         }
         let max = output::DEFAULT_MAX_BYTES;
         let excerpt = output::excerpt(&path, 0, len, self.config.log_head, dropped, max);

@@ -238,15 +238,21 @@ impl Daemon {
 /// Reads up to [`STEP`] bytes of `[offset, len)` of a log and matches what it finds.
 fn advance(scan: &mut Scan, path: &Path, len: u64, gap: Range<u64>, regex: &Regex) -> Step {
     let mut matched = None;
+    // The lines come as a reader is shown them (see `scan::reader_text`).
     let mut each = |_: Seen, line: &str| {
         let hit = regex.is_match(line);
         if hit {
-            matched = Some(crate::redact::mask_shapes(line.to_string()));
+            matched = Some(line.to_string());
         }
         hit
     };
     if scan.file.is_none() {
         scan.file = File::open(path).ok();
+    }
+    if scan.lines.needs_key_check() {
+        let (head, dropped) = (gap.start, gap.end - gap.start);
+        let open = super::scan::key_open_at(path, scan.lines.offset, head, dropped);
+        scan.lines.set_in_key(open);
     }
     let Some(file) = &scan.file else {
         return Step {

@@ -42,9 +42,6 @@ use std::time::{Duration, Instant};
 /// stdin, so that the daemon can spawn it without a hook between fork and exec.
 pub const LAUNCH_FD: i32 = 0;
 
-/// The largest sub-agent report that is masked (a bigger one is left as it is).
-const REPORT_MASK_MAX: u64 = 16 << 20;
-
 /// Output is read from the pipe in chunks of this size.
 const READ_CHUNK: usize = 1 << 20;
 /// Output progress goes to the daemon at most this often while output streams, when
@@ -577,11 +574,10 @@ impl Supervisor {
     }
 
     /// A sub-agent's report (the file its `BGWORK_REPORT` names) becomes the notice of
-    /// its end: it is masked like the output, in place, before the end is told. Outside
-    /// input: a link, a FIFO or a file over [`REPORT_MASK_MAX`] is left alone.
+    /// its end: it is masked like the output, whatever its size (a chunk at a time,
+    /// through a mask of its own), into a new file renamed over it, before the end is
+    /// told. Outside input: a link or a FIFO is left alone (the daemon refuses it).
     fn mask_report(&self) {
-        use std::io::{Read, Write};
-        use std::os::unix::fs::OpenOptionsExt;
         let (Some(mask), Some(path)) = (&self.mask, self.spec.env.get("BGWORK_REPORT")) else {
             return;
         };
@@ -589,37 +585,35 @@ impl Supervisor {
         let Ok(file) = crate::paths::open_untrusted(path) else {
             return;
         };
-        let mut text = Vec::new();
-        let read = file.take(REPORT_MASK_MAX + 1).read_to_end(&mut text);
-        if read.is_err() || text.len() as u64 > REPORT_MASK_MAX {
-            crate::note!("bgwork supervise: the report was not masked (unreadable or too big)");
-            return;
-        }
-        let std::borrow::Cow::Owned(masked) = mask.secrets().mask(&text) else {
-            return;
-        };
         let temp = path.with_extension("masking");
         let _ = std::fs::remove_file(&temp);
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&temp)
-            .and_then(|mut file| file.write_all(&masked))
-            .and_then(|()| std::fs::rename(&temp, path));
-        if let Err(e) = written {
-            crate::note!("bgwork supervise: could not mask the report: {e}");
-            let _ = std::fs::remove_file(&temp);
-            // A report that cannot be masked is not left in clear for the notice.
-            let _ = std::fs::OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-                .open(path)
-                .and_then(|mut file| {
-                    file.write_all(b"[bgwork: the report held a secret and could not be masked]\n")
-                });
+        match mask_file(file, &temp, mask.secrets()) {
+            Ok(false) => {
+                let _ = std::fs::remove_file(&temp);
+            }
+            Ok(true) => {
+                if let Err(e) = std::fs::rename(&temp, path) {
+                    self.report_unmasked(path, &temp, &e);
+                }
+            }
+            Err(e) => self.report_unmasked(path, &temp, &e),
         }
+    }
+
+    /// A report that could not be masked is not left in clear for the notice.
+    fn report_unmasked(&self, path: &Path, temp: &Path, e: &std::io::Error) {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        crate::note!("bgwork supervise: could not mask the report: {e}");
+        let _ = std::fs::remove_file(temp);
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(path)
+            .and_then(|mut file| {
+                file.write_all(b"[bgwork: the report held a secret and could not be masked]\n")
+            });
     }
 
     /// The output ended (or will no longer be read): what the mask held back, to the log.
@@ -1115,4 +1109,60 @@ pub fn read_status(job_dir: &Path, owner: &str) -> Option<Result<ExitStatus, Str
 /// A pace the daemon asked for, within [`PROGRESS_INTERVAL`] and [`SLOWEST_PACE`].
 fn pace_of(every_ms: u64) -> Duration {
     Duration::from_millis(every_ms).clamp(PROGRESS_INTERVAL, SLOWEST_PACE)
+}
+
+/// Writes `file` masked by `secrets` into the new file `temp`, a chunk at a time (memory
+/// stays bounded whatever the file's size); false (and `temp` left to remove) when the
+/// masked text is the same as the file's.
+fn mask_file(file: File, temp: &Path, secrets: &Secrets) -> std::io::Result<bool> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(temp)?;
+    let mut stream = StreamMask::new(secrets.clone());
+    let (mut chunk, mut masked) = (vec![0u8; READ_CHUNK], Vec::new());
+    let (mut read_len, mut written_len) = (0u64, 0u64);
+    let mut reader = &file;
+    loop {
+        let n = match reader.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        read_len += n as u64;
+        let piece = stream.push(&chunk[..n], &mut masked);
+        written_len += piece.len() as u64;
+        out.write_all(piece)?;
+    }
+    stream.finish(&mut masked);
+    written_len += masked.len() as u64;
+    out.write_all(&masked)?;
+    drop(out);
+    if read_len != written_len {
+        return Ok(true);
+    }
+    same_bytes(&file, temp).map(|same| !same)
+}
+
+/// Whether `file` and the file at `other` hold the same bytes.
+fn same_bytes(file: &File, other: &Path) -> std::io::Result<bool> {
+    let other = File::open(other)?;
+    let (mut a, mut b) = (vec![0u8; READ_CHUNK], vec![0u8; READ_CHUNK]);
+    let mut at = 0u64;
+    loop {
+        let n = crate::output::read_full_at(file, &mut a, at)?;
+        let m = crate::output::read_full_at(&other, &mut b, at)?;
+        if n != m || a[..n] != b[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+        at += n as u64;
+    }
 }

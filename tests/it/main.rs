@@ -22,6 +22,7 @@ mod panes_hostile;
 mod restart;
 mod search;
 mod secrets;
+mod secrets22;
 mod security;
 mod security_hostile;
 mod sessions;

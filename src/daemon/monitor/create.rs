@@ -129,7 +129,12 @@ impl Daemon {
         let mut progress = ScanProgress::default();
         let (condition, target, target_row) = match (&args.condition, args.mode) {
             (Condition::Output { id }, _) => {
-                let record = Self::find(&self.lock(), session, id)?;
+                let (record, dropped) = {
+                    let inner = self.lock();
+                    let record = Self::find(&inner, session, id)?;
+                    let dropped = inner.dropped(&record);
+                    (record, dropped)
+                };
                 if watch {
                     if record.state == State::Ended {
                         return Err(WireError::new(
@@ -139,7 +144,8 @@ impl Daemon {
                             ),
                         ));
                     }
-                    progress.offset = output::log_len(&output::log_path(&record.job_dir));
+                    let path = output::log_path(&record.job_dir);
+                    progress.offset = watch_start(&path, self.config.log_head, dropped);
                 }
                 (Watched::Output, id.clone(), Some(record.row))
             }
@@ -235,4 +241,17 @@ fn check_path(path: &str, watch: bool) -> Result<(), WireError> {
         )));
     }
     Ok(())
+}
+
+/// Where a watch of a log begins: its end, or the start of a token shape the job is
+/// still writing there, so that the watch sees the token whole (and masked), never its
+/// rest alone.
+fn watch_start(path: &std::path::Path, head: u64, dropped: u64) -> u64 {
+    let len = output::log_len(path);
+    let from = len.saturating_sub(256);
+    let (bytes, _) = output::read_range(path, from, len, head, dropped);
+    match crate::redact::unfinished_token(&bytes) {
+        Some(start) if bytes.len() as u64 == len - from => from + start as u64,
+        _ => len,
+    }
 }

@@ -41,6 +41,8 @@ pub(crate) struct LogSource {
     pub id: String,
     path: Option<PathBuf>,
     file: Option<File>,
+    /// The log's dropped middle as last read.
+    dropped: u64,
 }
 
 impl LogSource {
@@ -50,7 +52,13 @@ impl LogSource {
             id,
             path: None,
             file: None,
+            dropped: 0,
         }
+    }
+
+    /// The log's path, once looked up, and its dropped middle as last read.
+    pub fn path(&self) -> Option<(&Path, u64)> {
+        self.path.as_deref().map(|path| (path, self.dropped))
     }
 
     /// What the log holds past `offset`: a chunk of it, or whether the item ended.
@@ -75,6 +83,7 @@ impl LogSource {
                 }
             }
         };
+        self.dropped = dropped;
         let Some(path) = &self.path else {
             return Ok(Next::Idle);
         };

@@ -66,6 +66,10 @@ impl LineMonitor {
                 Next::Data(at) if buf.is_empty() => self.lines.skip_to(at),
                 Next::Data(at) => {
                     budget = budget.saturating_sub(buf.len() as u64);
+                    if self.lines.needs_key_check() {
+                        let open = self.key_open_at(daemon, self.lines.offset);
+                        self.lines.set_in_key(open);
+                    }
                     if let Some(done) = self.take_in(daemon, Some((at, &buf))) {
                         return done;
                     }
@@ -122,13 +126,13 @@ impl LineMonitor {
             if !regex.is_none_or(|r| r.is_match(line)) {
                 return false;
             }
-            let line = crate::redact::mask_shapes(line.to_string());
+            // The line is what a reader is shown (see `scan::reader_text`).
             if waits {
-                found = Some(matched(&line));
+                found = Some(matched(line));
                 return true;
             }
             if seen == Seen::Line {
-                batch.push_str(&line);
+                batch.push_str(line);
                 batch.push('\n');
                 count += 1;
             }
@@ -198,6 +202,17 @@ impl LineMonitor {
             self.saved_at = Instant::now();
         }
         daemon.bump();
+    }
+
+    /// Whether a private key is open at `offset` of the source (a scan resumed or
+    /// started there shows none of its lines).
+    fn key_open_at(&self, daemon: &Daemon, offset: u64) -> bool {
+        match &self.source {
+            Source::Log(log) => log.path().is_some_and(|(path, dropped)| {
+                crate::daemon::scan::key_open_at(path, offset, daemon.config.log_head, dropped)
+            }),
+            Source::File(follow) => crate::daemon::scan::key_open_at(follow.path(), offset, 0, 0),
+        }
     }
 
     fn file_tail(&self, at: u64) -> Option<Vec<u8>> {

@@ -84,8 +84,9 @@ Examples:
     /// Run COMMAND in the foreground with a deadline; past it, it moves to the background
     #[command(after_help = "\
 Output streams as it comes. Ended in time: exits with the command's own status. Still
-running at the deadline: promoted to a background job (its id is printed), or killed when
-the session has no room under its limit. Ctrl-C stops it.
+running at the deadline: promoted to a background job (its id is printed, and a notice
+comes when it ends), or killed when the session has no room under its limit. Ctrl-C
+stops it.
 
 Examples:
   bgwork run -- cargo build

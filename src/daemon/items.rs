@@ -91,6 +91,7 @@ impl Daemon {
                 .and_then(|s| s.reason.clone())
                 .filter(|_| state == State::Queued),
             slurm_job_id: slurm.and_then(|s| s.job_id),
+            quiet_after_s: record.quiet_after_ms.map(|ms| ms as f64 / 1000.0),
         }
     }
 
@@ -219,7 +220,7 @@ impl Daemon {
 
     /// A session name no record uses and no other front end was given: `base`, else
     /// `base-2`, `base-3`, …
-    pub(crate) fn new_session(&self, base: &str) -> Result<SessionReply, WireError> {
+    pub(crate) fn unique_session(&self, base: &str) -> Result<SessionReply, WireError> {
         let base = base.trim();
         if base.is_empty() || base.len() > 200 || base.contains(['/', '\0']) {
             return Err(WireError::bad_request(
@@ -232,7 +233,10 @@ impl Daemon {
                 1 => base.to_string(),
                 n => format!("{base}-{n}"),
             };
-            if !inner.claimed.contains(&name) && !inner.store.session_used(&name)? {
+            if !inner.claimed.contains(&name)
+                && !inner.store.session_used(&name)?
+                && !inner.store.harness_session_bound(&name)?
+            {
                 inner.claimed.insert(name.clone());
                 return Ok(SessionReply { session: name });
             }

@@ -18,11 +18,12 @@
 //! still holds.
 
 mod config;
+mod delivery;
 mod grep;
 mod guard;
+mod harness;
 mod items;
 mod monitor;
-mod notices;
 mod observe;
 mod output_watch;
 mod pane;
@@ -308,8 +309,17 @@ impl Daemon {
                 reply(&self.list(&session, all, all_sessions).await)
             }
             Request::Read(args) if args.grep.is_some() => return self.grep(&session, args).await,
-            Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id).await),
-            Request::Read(args) => return self.read(&session, args).await,
+            Request::Read(args) if args.screen => {
+                let screen = self.screen(&session, &args.id).await;
+                if screen.as_ref().is_ok_and(|reply| !reply.running) {
+                    // An ended pane's screen shows its end.
+                    if let Ok(record) = Self::find(&self.lock(), &session, &args.id) {
+                        shown.push(record.row);
+                    }
+                }
+                reply(&screen)
+            }
+            Request::Read(args) => return self.read(&session, args, token).await,
             Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),
             // A run needs its connection (streamed output, the caller's stdin): the
             // connection's server handles it.
@@ -351,7 +361,12 @@ impl Daemon {
                 all_ended,
             } => reply(&self.gc_with(older_than_s, all_ended)),
             Request::Restart(args) => reply(&self.restart(&session, args, &mut shown).await),
-            Request::NewSession { base } => reply(&self.new_session(&base)),
+            Request::NewSession {
+                base,
+                harness,
+                server,
+            } => reply(&self.new_session(&base, harness.as_ref(), server.as_ref())),
+            Request::BindHarness { harness } => reply(&self.bind_harness(&session, &harness)),
             Request::Status => reply(&self.status().await),
             Request::Close { id } => reply(&self.close(&session, &id)),
             Request::Ui { port } => reply(&crate::http::ensure(self, port).await),

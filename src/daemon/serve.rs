@@ -436,7 +436,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
                     daemon.release(token, &deliver);
                     return;
                 }
-                daemon.delivered(token, &deliver);
+                daemon.deliver(token, &deliver);
                 if forward {
                     // What the caller sends after the reply is the rest of its stdin.
                     return;
@@ -461,7 +461,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, _slot: S
             daemon.release(token, &answer.deliver);
             return;
         }
-        daemon.delivered(token, &answer.deliver);
+        daemon.deliver(token, &answer.deliver);
     }
 }
 

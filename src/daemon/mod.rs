@@ -11,10 +11,9 @@
 //! is never held across an `await`, nor while a reply is read from a log, encoded or
 //! written.
 //!
-//! Delivery of notices: a reply that carries notices claims them for its connection
-//! (one statement, so concurrent pulls never share one) and marks them delivered once
-//! it has been written; a failed write releases them. `notices --follow` and the MCP
-//! server acknowledge instead (`ack`), and a connection that closes releases what it
+//! Delivery of notices (claim, deliver, acknowledge, release) is in [`delivery`]: a
+//! reply that shows an end delivers its notice once written; clients that take notices
+//! acknowledge what they showed (`ack`), and a connection that closes releases what it
 //! still holds.
 
 mod config;

@@ -8,7 +8,8 @@
 //! acknowledged only after stderr's reader has taken them, right before the exit: a
 //! hook killed first (Escape, a timeout) closes its connection, and the daemon gives
 //! them to the next puller with the same ids. It exits 0 with nothing on stderr when
-//! the wait runs out, when the session has no work armed with `--notify` (left), or
+//! the wait runs out, when the session has no work left that will fire a notice (armed
+//! with `--notify`, a watch, or a job with `--quiet-after`), or
 //! when another rewake hook of the session is waiting already: one waiter per session
 //! holds an `flock` on a file of the socket's folder, which the kernel releases with
 //! the process, however it ends.

@@ -293,9 +293,10 @@ Example:
     Status,
     /// An MCP server on stdio exposing the same calls as tools
     #[command(after_help = "\
-Its session is --session or BGWORK_SESSION when set; otherwise one of its own, named after
-the client and the folder (e.g. claude-code@myproject), which `bgwork list --all-sessions`
-shows.
+Its session is --session or BGWORK_SESSION when set; otherwise its harness's: the session
+the harness's hooks speak for, else one of its own, named after the client and the folder
+(e.g. claude-code@myproject), which `bgwork list --all-sessions` shows and which a server
+the same harness starts again takes over.
 
 Example (Claude Code):
   claude mcp add bgwork -- bgwork mcp")]

@@ -121,6 +121,8 @@ impl Daemon {
         if let Err(e) = self.lock().store.release_claims(token, nrows) {
             crate::note!("bgwork daemon: could not release notices: {e}");
         }
+        // Pending again: a waiter that looked while they were claimed looks again.
+        self.bump();
     }
 
     /// Releases every claim of a connection that closed.

@@ -45,7 +45,7 @@ use crate::executor::local::LocalExecutor;
 use crate::executor::{ExecEvent, JobHandle};
 use crate::paths::Paths;
 use crate::store::{Store, StoreError};
-use crate::wire::{Envelope, Request, WireError};
+use crate::wire::{Actor, Envelope, Request, State, WireError};
 pub(crate) use output_watch::Pace;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
@@ -328,7 +328,20 @@ impl Daemon {
             Request::Monitor(args) => reply(&self.monitor(&session, args).await),
             Request::AgentStart(args) => reply(&self.agent_start(&session, args).await),
             Request::Send(args) => reply(&self.send(&session, &args).await),
-            Request::Stop(args) => reply(&self.stop(&session, &args).await),
+            Request::Stop(args) => {
+                let stopped = self.stop(&session, &args).await;
+                // A reply that says the item ended shows its end, to the agent that asked
+                // (a person's stop leaves the agent its notice).
+                let ended = stopped
+                    .as_ref()
+                    .is_ok_and(|item| item.state == State::Ended);
+                if ended && args.actor == Actor::Agent {
+                    if let Ok(record) = Self::find(&self.lock(), &session, &args.id) {
+                        shown.push(record.row);
+                    }
+                }
+                reply(&stopped)
+            }
             Request::Wait(args) => reply(&self.wait(&session, &args, &mut shown).await),
             Request::Notices {
                 peek,

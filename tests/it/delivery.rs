@@ -75,3 +75,31 @@ fn issue25_a_promoted_run_arms_its_notice_and_says_so() {
     assert_eq!(notices["notices"][0]["item"], id.as_str(), "{notices}");
     assert_eq!(notices["notices"][0]["exit_code"], 9, "{notices}");
 }
+
+#[test]
+fn issue25_a_stop_that_finds_the_item_ended_delivers_its_notice() {
+    let home = Home::new();
+    let id = home.start_with(&["--notify"], "sleep 0.2; exit 2");
+    eventually(Duration::from_secs(10), || {
+        home.item(&id)["state"] == "ended"
+    });
+    let stop = home.run(&["stop", &id]);
+    assert!(stop.stdout.contains("had already ended"), "{}", stop.stdout);
+    assert_eq!(
+        home.json(&["notices"])["notices"],
+        json!([]),
+        "shown by the stop"
+    );
+}
+
+#[test]
+fn issue25_a_persons_stop_leaves_the_agent_its_notice() {
+    let home = Home::new();
+    let id = home.start_with(&["--notify"], "sleep 0.2; exit 2");
+    eventually(Duration::from_secs(10), || {
+        home.item(&id)["state"] == "ended"
+    });
+    home.run(&["stop", &id, "--as", "person"]);
+    let notices = home.json(&["notices"]);
+    assert_eq!(notices["notices"][0]["item"], id.as_str(), "{notices}");
+}

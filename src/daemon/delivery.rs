@@ -108,7 +108,7 @@ impl Daemon {
         if nrows.is_empty() {
             return;
         }
-        if let Err(e) = self.lock().store.mark_delivered(token, nrows, now_ms()) {
+        if let Err(e) = self.lock().store.deliver_claimed(token, nrows, now_ms()) {
             crate::note!("bgwork daemon: could not mark notices delivered: {e}");
         }
     }

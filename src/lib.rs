@@ -17,9 +17,11 @@ macro_rules! note {
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod delivery;
 pub mod end;
 pub mod environ;
 pub mod executor;
+pub mod harness;
 pub mod history;
 pub mod hook;
 pub mod http;

@@ -9,33 +9,34 @@
 
 use super::render::notice_text;
 use crate::client::Client;
-use crate::wire::{self, Envelope, ErrorCode, Notice, Request, WireError};
+use crate::delivery::{show, Delivery, OutKind};
+use crate::wire::{Envelope, ErrorCode, Request, WireError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::process::ExitCode;
-use std::time::Duration;
-
-/// The longest pause between two looks at whether stdout's reader took a notice.
-const DRAIN_POLL_MAX: Duration = Duration::from_millis(50);
-
-nix::ioctl_read_bad!(unread_in_pipe, nix::libc::FIONREAD, nix::libc::c_int);
-nix::ioctl_read_bad!(unsent_on_socket, nix::libc::TIOCOUTQ, nix::libc::c_int);
 
 pub fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode, WireError> {
-    client.send(envelope)?;
-    let acks = !matches!(envelope.request, Request::Notices { peek: true, .. });
+    let peek = matches!(envelope.request, Request::Notices { peek: true, .. });
+    let mut delivery = Delivery::over(client, &envelope.session);
+    if peek {
+        // Shown, not claimed: nothing to acknowledge.
+        delivery.client().send(envelope)?;
+    } else {
+        delivery.follow()?;
+    }
     let stdout = std::io::stdout();
     let kind = OutKind::of(stdout.as_fd());
     loop {
-        if !client.has_buffered() && wait_for_line(client, stdout.as_fd())? == Wait::ReaderGone {
+        let waiting = !delivery.client().has_buffered();
+        if waiting && wait_for_line(delivery.client(), stdout.as_fd())? == Wait::ReaderGone {
             return Ok(ExitCode::SUCCESS);
         }
-        let line = match client.next_line() {
-            Ok(Some(line)) => line,
-            Ok(None) | Err(_) => return Err(daemon_gone()),
+        let notice = match delivery.next_in_stream() {
+            Ok(Some(notice)) => notice,
+            Ok(None) => return Err(daemon_gone()),
+            Err(e) if e.code == ErrorCode::Unavailable => return Err(daemon_gone()),
+            Err(e) => return Err(e),
         };
-        let notice: Notice = wire::decode_reply(&line)?;
         let mut text = if json {
             serde_json::to_string(&notice).unwrap_or_default()
         } else {
@@ -48,14 +49,10 @@ pub fn follow(client: &mut Client, envelope: &Envelope, json: bool) -> Result<Ex
             // The reader went away: this notice was not shown, so it stays pending.
             return Ok(ExitCode::SUCCESS);
         }
-        if acks {
-            let ack = Envelope {
-                session: envelope.session.clone(),
-                request: Request::Ack {
-                    ids: vec![notice.id],
-                },
-            };
-            client.send(&ack).map_err(|_| daemon_gone())?;
+        if !peek {
+            delivery
+                .acknowledge_in_stream(&notice.id)
+                .map_err(|_| daemon_gone())?;
         }
     }
 }
@@ -101,71 +98,5 @@ fn wait_for_line(client: &Client, stdout: BorrowedFd<'_>) -> Result<Wait, WireEr
         if fds[0].revents().is_some_and(|r| !r.is_empty()) {
             return Ok(Wait::Line);
         }
-    }
-}
-
-/// What stdout is, for knowing when a reader has taken what was written.
-#[derive(Clone, Copy)]
-pub(crate) enum OutKind {
-    Pipe,
-    Socket,
-    /// A terminal or a file: written is shown.
-    Other,
-}
-
-impl OutKind {
-    pub(crate) fn of(fd: BorrowedFd<'_>) -> OutKind {
-        use nix::sys::stat::{fstat, SFlag};
-        match fstat(fd) {
-            Ok(stat) => match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
-                SFlag::S_IFIFO => OutKind::Pipe,
-                SFlag::S_IFSOCK => OutKind::Socket,
-                _ => OutKind::Other,
-            },
-            Err(_) => OutKind::Other,
-        }
-    }
-
-    /// Bytes written to stdout that its reader has not taken yet.
-    fn unread(self, fd: BorrowedFd<'_>) -> Option<i32> {
-        use std::os::fd::AsRawFd;
-        let mut n: nix::libc::c_int = 0;
-        // SAFETY: both ioctls write one c_int through the pointer, which is valid.
-        let asked = unsafe {
-            match self {
-                OutKind::Pipe => unread_in_pipe(fd.as_raw_fd(), &mut n),
-                OutKind::Socket => unsent_on_socket(fd.as_raw_fd(), &mut n),
-                OutKind::Other => return Some(0),
-            }
-        };
-        asked.ok().map(|_| n)
-    }
-}
-
-/// Writes one notice to `out` (stdout here, stderr for the rewake hook) and waits until
-/// its reader has taken it; an error means the reader went away first.
-pub(crate) fn show<W: Write + AsFd>(out: &mut W, kind: OutKind, text: &str) -> std::io::Result<()> {
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    let fd = out.as_fd();
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match kind.unread(fd) {
-            Some(0) | None => return Ok(()),
-            Some(_) => {}
-        }
-        let mut fds = [PollFd::new(fd, PollFlags::empty())];
-        let timeout = PollTimeout::try_from(pause).unwrap_or(PollTimeout::NONE);
-        if let Ok(n) = poll(&mut fds, timeout) {
-            let gone = PollFlags::POLLERR | PollFlags::POLLHUP;
-            if n > 0 && fds[0].revents().is_some_and(|r| r.intersects(gone)) {
-                // The reader went away: after taking the notice, or before.
-                return match kind.unread(fd) {
-                    Some(0) => Ok(()),
-                    _ => Err(std::io::ErrorKind::BrokenPipe.into()),
-                };
-            }
-        }
-        pause = (pause * 2).min(DRAIN_POLL_MAX);
     }
 }

@@ -84,8 +84,9 @@ Examples:
     /// Run COMMAND in the foreground with a deadline; past it, it moves to the background
     #[command(after_help = "\
 Output streams as it comes. Ended in time: exits with the command's own status. Still
-running at the deadline: promoted to a background job (its id is printed), or killed when
-the session has no room under its limit. Ctrl-C stops it.
+running at the deadline: promoted to a background job (its id is printed, and a notice
+comes when it ends), or killed when the session has no room under its limit. Ctrl-C
+stops it.
 
 `--timeout auto` chooses from the command's history in this folder (`bgwork history`):
 background at once (its notice armed) when it usually takes longer than 15 s
@@ -318,9 +319,10 @@ Example:
     Status,
     /// An MCP server on stdio exposing the same calls as tools
     #[command(after_help = "\
-Its session is --session or BGWORK_SESSION when set; otherwise one of its own, named after
-the client and the folder (e.g. claude-code@myproject), which `bgwork list --all-sessions`
-shows.
+Its session is --session or BGWORK_SESSION when set; otherwise its harness's: the session
+the harness's hooks speak for, else one of its own, named after the client and the folder
+(e.g. claude-code@myproject), which `bgwork list --all-sessions` shows and which a server
+the same harness starts again takes over.
 
 Example (Claude Code):
   claude mcp add bgwork -- bgwork mcp")]

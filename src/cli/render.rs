@@ -7,6 +7,7 @@
 //! JSON, whose escaping is enough.
 
 use crate::client::Client;
+use crate::delivery::Delivery;
 use crate::observe;
 use crate::wire::{
     self, Ack, End, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request,
@@ -99,6 +100,7 @@ pub fn call_and_print(
         | Request::Dismiss { .. }
         | Request::Shutdown { .. }
         | Request::Ack { .. }
+        | Request::BindHarness { .. }
         | Request::Resize { .. } => print(client, &envelope, json, |ack: &Ack| {
             inert(&ack.message).into_owned()
         }),
@@ -363,7 +365,12 @@ fn pull_notices(
     envelope: &Envelope,
     json: bool,
 ) -> Result<ExitCode, WireError> {
-    let reply: NoticesReply = client.call(envelope)?;
+    let Request::Notices { wait_s, limit, .. } = envelope.request else {
+        unreachable!("called for notices")
+    };
+    let mut delivery = Delivery::over(client, &envelope.session);
+    let claimed = delivery.claim(limit, wait_s)?;
+    let reply = claimed.reply();
     let text = match json {
         true => wire::to_json_text(&reply),
         false => notices_text(&reply),
@@ -382,14 +389,7 @@ fn pull_notices(
             format!("the notices could not be printed ({e}): they stay pending"),
         ));
     }
-    let ids: Vec<String> = reply.notices.iter().map(|n| n.id.clone()).collect();
-    for ids in ids.chunks(wire::MAX_ACK_IDS) {
-        let ack = Envelope {
-            session: envelope.session.clone(),
-            request: Request::Ack { ids: ids.to_vec() },
-        };
-        client.call::<Ack>(&ack)?;
-    }
+    delivery.acknowledge(&claimed.ids())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -95,6 +95,7 @@ impl Daemon {
             expected: None,
             usual_ms: None,
             progress: None,
+            quiet_after_s: record.quiet_after_ms.map(|ms| ms as f64 / 1000.0),
         }
     }
 
@@ -235,7 +236,7 @@ impl Daemon {
 
     /// A session name no record uses and no other front end was given: `base`, else
     /// `base-2`, `base-3`, …
-    pub(crate) fn new_session(&self, base: &str) -> Result<SessionReply, WireError> {
+    pub(crate) fn unique_session(&self, base: &str) -> Result<SessionReply, WireError> {
         let base = base.trim();
         if base.is_empty() || base.len() > 200 || base.contains(['/', '\0']) {
             return Err(WireError::bad_request(
@@ -248,7 +249,10 @@ impl Daemon {
                 1 => base.to_string(),
                 n => format!("{base}-{n}"),
             };
-            if !inner.claimed.contains(&name) && !inner.store.session_used(&name)? {
+            if !inner.claimed.contains(&name)
+                && !inner.store.session_used(&name)?
+                && !inner.store.harness_session_bound(&name)?
+            {
                 inner.claimed.insert(name.clone());
                 return Ok(SessionReply { session: name });
             }

@@ -11,19 +11,19 @@
 //! is never held across an `await`, nor while a reply is read from a log, encoded or
 //! written.
 //!
-//! Delivery of notices: a reply that carries notices claims them for its connection
-//! (one statement, so concurrent pulls never share one) and marks them delivered once
-//! it has been written; a failed write releases them. `notices --follow` and the MCP
-//! server acknowledge instead (`ack`), and a connection that closes releases what it
+//! Delivery of notices (claim, deliver, acknowledge, release) is in [`delivery`]: a
+//! reply that shows an end delivers its notice once written; clients that take notices
+//! acknowledge what they showed (`ack`), and a connection that closes releases what it
 //! still holds.
 
 mod config;
+mod delivery;
 mod grep;
 mod guard;
+mod harness;
 mod history;
 mod items;
 mod monitor;
-mod notices;
 mod observe;
 mod output_watch;
 mod pane;
@@ -46,7 +46,7 @@ use crate::executor::local::LocalExecutor;
 use crate::executor::{ExecEvent, JobHandle};
 use crate::paths::Paths;
 use crate::store::{Store, StoreError};
-use crate::wire::{Envelope, Request, WireError};
+use crate::wire::{Actor, Envelope, Request, State, WireError};
 pub(crate) use output_watch::Pace;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
@@ -312,8 +312,17 @@ impl Daemon {
                 reply(&self.list(&session, all, all_sessions).await)
             }
             Request::Read(args) if args.grep.is_some() => return self.grep(&session, args).await,
-            Request::Read(args) if args.screen => reply(&self.screen(&session, &args.id).await),
-            Request::Read(args) => return self.read(&session, args).await,
+            Request::Read(args) if args.screen => {
+                let screen = self.screen(&session, &args.id).await;
+                if screen.as_ref().is_ok_and(|reply| !reply.running) {
+                    // An ended pane's screen shows its end.
+                    if let Ok(record) = Self::find(&self.lock(), &session, &args.id) {
+                        shown.push(record.row);
+                    }
+                }
+                reply(&screen)
+            }
+            Request::Read(args) => return self.read(&session, args, token).await,
             Request::Resize { id, cols, rows } => reply(&self.resize(&session, &id, cols, rows)),
             // A run needs its connection (streamed output, the caller's stdin): the
             // connection's server handles it.
@@ -323,7 +332,20 @@ impl Daemon {
             Request::Monitor(args) => reply(&self.monitor(&session, args).await),
             Request::AgentStart(args) => reply(&self.agent_start(&session, args).await),
             Request::Send(args) => reply(&self.send(&session, &args).await),
-            Request::Stop(args) => reply(&self.stop(&session, &args).await),
+            Request::Stop(args) => {
+                let stopped = self.stop(&session, &args).await;
+                // A reply that says the item ended shows its end, to the agent that asked
+                // (a person's stop leaves the agent its notice).
+                let ended = stopped
+                    .as_ref()
+                    .is_ok_and(|item| item.state == State::Ended);
+                if ended && args.actor == Actor::Agent {
+                    if let Ok(record) = Self::find(&self.lock(), &session, &args.id) {
+                        shown.push(record.row);
+                    }
+                }
+                reply(&stopped)
+            }
             Request::Wait(args) => reply(&self.wait(&session, &args, &mut shown).await),
             Request::Notices {
                 peek,
@@ -355,7 +377,12 @@ impl Daemon {
                 all_ended,
             } => reply(&self.gc_with(older_than_s, all_ended)),
             Request::Restart(args) => reply(&self.restart(&session, args, &mut shown).await),
-            Request::NewSession { base } => reply(&self.new_session(&base)),
+            Request::NewSession {
+                base,
+                harness,
+                server,
+            } => reply(&self.new_session(&base, harness.as_ref(), server.as_ref())),
+            Request::BindHarness { harness } => reply(&self.bind_harness(&session, &harness)),
             Request::Status => reply(&self.status().await),
             Request::Close { id } => reply(&self.close(&session, &id)),
             Request::Ui { port } => reply(&crate::http::ensure(self, port).await),

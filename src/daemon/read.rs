@@ -49,8 +49,15 @@ struct Plan {
 }
 
 impl Daemon {
-    /// The reply to `read`, encoded (the cursor moves when it reads by cursor).
-    pub(crate) async fn read(self: &Arc<Self>, session: &str, args: ReadArgs) -> Answer {
+    /// The reply to `read`, encoded (the cursor moves when it reads by cursor). A reply
+    /// that says the item ended shows its end: it delivers the end's notice, claimed
+    /// for the connection `token`, once written (contract §4).
+    pub(crate) async fn read(
+        self: &Arc<Self>,
+        session: &str,
+        args: ReadArgs,
+        token: i64,
+    ) -> Answer {
         let max = match read_size(&args) {
             Ok(max) => max,
             Err(e) => return wire::encode_result::<()>(&Err(e)).into(),
@@ -66,6 +73,7 @@ impl Daemon {
         };
         let head = self.config.log_head;
         let (session, row, by_cursor) = (session.to_string(), plan.row, plan.by_cursor);
+        let shows_end = !plan.running;
         let build = move || {
             let (reply, frame) = build_reply(plan, &args, max, head);
             let to = reply.to;
@@ -78,22 +86,29 @@ impl Daemon {
                 .await
                 .map_err(|e| e.to_string())
         };
-        let line = match built {
+        let (line, deliver) = match built {
             Ok((line, to)) => {
                 if by_cursor {
                     if let Err(e) = self.lock().store.set_cursor(&session, row, to) {
                         return wire::encode_result::<()>(&Err(WireError::from(e))).into();
                     }
                 }
-                line
+                let deliver = match shows_end {
+                    true => self.claim_shown_ends(&session, token, &[row]),
+                    false => Vec::new(),
+                };
+                (line, deliver)
             }
-            Err(e) => wire::encode_result::<()>(&Err(WireError::internal(format!(
-                "the read failed: {e}"
-            )))),
+            Err(e) => (
+                wire::encode_result::<()>(&Err(WireError::internal(format!(
+                    "the read failed: {e}"
+                )))),
+                Vec::new(),
+            ),
         };
         Answer {
             line,
-            deliver: Vec::new(),
+            deliver,
             permit,
         }
     }

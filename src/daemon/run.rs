@@ -292,7 +292,7 @@ impl Daemon {
         let outcome = if self.ended_now(row) {
             RunOutcome::Ended
         } else {
-            let inner = self.lock();
+            let mut inner = self.lock();
             let running = Self::counted(&inner, session)?.len();
             if running > self.config.max_running {
                 RunOutcome::Killed
@@ -303,8 +303,13 @@ impl Daemon {
                     self.config.max_running_total
                 );
                 RunOutcome::Killed
-            } else {
+            } else if inner.store.arm_notice(row)? {
+                // The caller was waiting for this result: its end comes as a notice
+                // (armed under the lock an end is settled in, so none is missed).
                 RunOutcome::Promoted
+            } else {
+                // It ended between the look and the lock: the reply shows the end.
+                RunOutcome::Ended
             }
         };
         let seconds = timeout.as_secs_f64();
@@ -341,7 +346,8 @@ impl Daemon {
         let message = match outcome {
             RunOutcome::Ended => item.report.clone().unwrap_or_default(),
             RunOutcome::Promoted => format!(
-                "{when}: promoted to the background (`bgwork read {}`, `bgwork wait {}`)",
+                "{when}: promoted to the background; a notice will come when it ends \
+                 (`bgwork read {}`, `bgwork wait {}`)",
                 item.id, item.id
             ),
             RunOutcome::Killed => match &detached {

@@ -553,7 +553,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
                     daemon.release(token, &deliver);
                     return;
                 }
-                daemon.delivered(token, &deliver);
+                daemon.deliver(token, &deliver);
                 if forward {
                     // What the caller sends after the reply is the rest of its stdin.
                     return;
@@ -578,7 +578,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
             daemon.release(token, &answer.deliver);
             return;
         }
-        daemon.delivered(token, &answer.deliver);
+        daemon.deliver(token, &answer.deliver);
     }
 }
 

@@ -20,8 +20,9 @@ mod rewake;
 pub use rewake::rewake;
 
 use crate::client::{self, Client};
+use crate::delivery::{max_notices_per_turn, notices_note, Delivery};
 use crate::paths::Paths;
-use crate::wire::{Ack, Envelope, Item, Kind, ListReply, Notice, NoticesReply, Request, WireError};
+use crate::wire::{Envelope, Item, Kind, ListReply, Notice, Request, WireError};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -35,16 +36,18 @@ const MAX_EVENT: u64 = 16 << 20;
 /// The most characters of context one turn boundary delivers (Claude Code's cap on
 /// additional context is 10,000).
 const CONTEXT_BUDGET: usize = 9_000;
-/// The default bound on notices per turn boundary.
-const DEFAULT_MAX_NOTICES_PER_TURN: u32 = 10;
 
 /// The session the hook speaks for: `BGWORK_SESSION`, else the harness's session id.
 pub fn session_of(event: &Value) -> String {
+    named_session(event).unwrap_or_else(|| "default".to_string())
+}
+
+/// `BGWORK_SESSION`, else the harness's session id; `None` when neither says.
+fn named_session(event: &Value) -> Option<String> {
     std::env::var("BGWORK_SESSION")
         .ok()
         .filter(|s| !s.is_empty())
         .or_else(|| event["session_id"].as_str().map(String::from))
-        .unwrap_or_else(|| "default".to_string())
 }
 
 /// The harnesses whose hooks bgwork answers.
@@ -84,7 +87,7 @@ impl Harness {
 /// acknowledges them once printed.
 struct Reply {
     output: Option<Value>,
-    shown: Option<(Client, Envelope)>,
+    shown: Option<(Delivery, Vec<String>)>,
 }
 
 /// `bgwork hook claude-code|codex|gemini`.
@@ -146,8 +149,12 @@ pub fn run(paths: &Paths, harness: Harness, wait_on_stop: bool) -> ExitCode {
         .and_then(|()| stdout.flush())
         .is_ok()
     {
-        if let Some((client, ack)) = reply.shown {
-            acknowledge(client, ack, HOOK_DEADLINE.saturating_sub(started.elapsed()));
+        if let Some((delivery, ids)) = reply.shown {
+            acknowledge(
+                delivery,
+                ids,
+                HOOK_DEADLINE.saturating_sub(started.elapsed()),
+            );
         }
     }
     ExitCode::SUCCESS
@@ -155,10 +162,10 @@ pub fn run(paths: &Paths, harness: Harness, wait_on_stop: bool) -> ExitCode {
 
 /// Marks the printed notices delivered, waiting for the daemon at most `patience` (past
 /// it, the hook ends and they are released: at worst shown again, never lost).
-fn acknowledge(mut client: Client, ack: Envelope, patience: Duration) {
+fn acknowledge(mut delivery: Delivery, ids: Vec<String>, patience: Duration) {
     let (done, acked) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = done.send(client.call::<Ack>(&ack).is_ok());
+        let _ = done.send(delivery.acknowledge(&ids).is_ok());
     });
     let patience = patience.max(Duration::from_millis(250));
     if !matches!(acked.recv_timeout(patience), Ok(true)) {
@@ -177,29 +184,6 @@ fn read_event() -> Option<Value> {
         .filter(Value::is_object)
 }
 
-/// The most notices one turn boundary delivers (hooks and MCP results):
-/// `BGWORK_MAX_NOTICES_PER_TURN`, default 10; 0 lifts the bound, a value that is no
-/// number keeps the default. `None`: no bound.
-pub fn max_notices_per_turn() -> Option<u32> {
-    let limit = std::env::var("BGWORK_MAX_NOTICES_PER_TURN")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(DEFAULT_MAX_NOTICES_PER_TURN);
-    (limit > 0).then_some(limit)
-}
-
-/// What follows the notices of a turn boundary: the seeds' advice, and how many more
-/// wait beyond the bound.
-pub fn notices_note(more: u64) -> String {
-    let mut note = String::from(
-        "Each notice is a report of work that ended, not a request to start more work.",
-    );
-    if more > 0 {
-        note.push_str(&format!("\n{more} more pending: `bgwork notices`"));
-    }
-    note
-}
-
 fn respond(
     paths: &Paths,
     harness: Harness,
@@ -213,8 +197,12 @@ fn respond(
         if name == "SessionStart" && harness == Harness::ClaudeCode {
             remember_session(session);
         }
-        let (client, taken) = take_notices(paths, session)?;
-        if taken.notices.is_empty() {
+        let mut delivery = Delivery::connect(paths, session)?;
+        if named_session(event).is_some() {
+            bind_harness(&mut delivery);
+        }
+        let taken = delivery.claim(max_notices_per_turn(), None)?;
+        if taken.is_empty() {
             return Ok(Reply {
                 output: None,
                 shown: None,
@@ -226,15 +214,9 @@ fn respond(
                 "additionalContext": context(&taken.notices, taken.more),
             }
         });
-        let ack = Envelope {
-            session: session.to_string(),
-            request: Request::Ack {
-                ids: taken.notices.into_iter().map(|n| n.id).collect(),
-            },
-        };
         return Ok(Reply {
             output: Some(output),
-            shown: Some((client, ack)),
+            shown: Some((delivery, taken.ids())),
         });
     }
     let mut output = None;
@@ -289,22 +271,20 @@ fn call<T: serde::de::DeserializeOwned>(
     Client::connect(paths)?.call(&envelope)
 }
 
-/// The session's notices (at most [`max_notices_per_turn`]), claimed for the returned
-/// connection until it acknowledges them.
-fn take_notices(paths: &Paths, session: &str) -> Result<(Client, NoticesReply), WireError> {
-    let envelope = Envelope {
-        session: session.to_string(),
-        request: Request::Notices {
-            peek: false,
-            follow: false,
-            wait_s: None,
-            ack: true,
-            limit: max_notices_per_turn(),
-        },
+/// Tells the daemon that the hook's session is the conversation of its harness
+/// process, which the harness's MCP servers then join (contract §11). A hook that
+/// cannot say so still delivers.
+fn bind_harness(delivery: &mut Delivery) {
+    let Some(harness) = crate::harness::harness_of_this_process() else {
+        return;
     };
-    let mut client = Client::connect(paths)?;
-    let taken = client.call(&envelope)?;
-    Ok((client, taken))
+    let request = delivery.envelope(Request::BindHarness { harness });
+    if let Err(e) = delivery.client().call::<crate::wire::Ack>(&request) {
+        crate::note!(
+            "bgwork hook: could not bind the harness's session: {}",
+            e.message
+        );
+    }
 }
 
 fn armed_and_running(paths: &Paths, session: &str) -> Result<Vec<String>, WireError> {

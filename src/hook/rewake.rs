@@ -8,15 +8,15 @@
 //! acknowledged only after stderr's reader has taken them, right before the exit: a
 //! hook killed first (Escape, a timeout) closes its connection, and the daemon gives
 //! them to the next puller with the same ids. It exits 0 with nothing on stderr when
-//! the wait runs out, when the session has no work armed with `--notify` (left), or
+//! the wait runs out, when the session has no work left that will fire a notice (armed
+//! with `--notify`, a watch, or a job with `--quiet-after`), or
 //! when another rewake hook of the session is waiting already: one waiter per session
 //! holds an `flock` on a file of the socket's folder, which the kernel releases with
 //! the process, however it ends.
 
-use crate::cli::follow::{show, OutKind};
-use crate::client::Client;
+use crate::delivery::{max_notices_per_turn, show, Claimed, Delivery, OutKind};
 use crate::paths::Paths;
-use crate::wire::{Ack, Envelope, ListReply, NoticesReply, Request, WireError};
+use crate::wire::{ListReply, Request, WireError};
 use nix::fcntl::{Flock, FlockArg};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::fs::File;
@@ -43,8 +43,8 @@ pub fn rewake(paths: &Paths, max_wait: Duration) -> ExitCode {
         return ExitCode::SUCCESS;
     };
     let session = super::session_of(&event);
-    let mut client = match Client::connect(paths) {
-        Ok(client) => client,
+    let mut delivery = match Delivery::connect(paths, &session) {
+        Ok(delivery) => delivery,
         Err(e) => {
             crate::note!("bgwork hook --rewake: {}", e.message);
             return ExitCode::SUCCESS;
@@ -53,7 +53,7 @@ pub fn rewake(paths: &Paths, max_wait: Duration) -> ExitCode {
     let Some(lock) = Waiter::lock(paths, &session) else {
         return ExitCode::SUCCESS;
     };
-    let told = wait_and_tell(&mut client, &session, max_wait);
+    let told = wait_and_tell(&mut delivery, max_wait);
     drop(lock);
     match told {
         Ok(true) => ExitCode::from(2),
@@ -77,11 +77,7 @@ fn event_within(deadline: Duration) -> Option<serde_json::Value> {
 
 /// Waits until notices come (writes them, acknowledges them: `true`), or until the wait
 /// runs out, nothing armed is left or stderr's reader went away (`false`).
-fn wait_and_tell(
-    client: &mut Client,
-    session: &str,
-    max_wait: Duration,
-) -> Result<bool, WireError> {
+fn wait_and_tell(delivery: &mut Delivery, max_wait: Duration) -> Result<bool, WireError> {
     let deadline = Instant::now() + max_wait;
     // The first look does not wait: with nothing pending and nothing armed, the hook
     // ends at once.
@@ -89,66 +85,57 @@ fn wait_and_tell(
     loop {
         // The daemon claims after its wait, even a wait that timed out: a notice that
         // arrives as the deadline passes is taken, not left behind.
-        let taken = take(client, session, wait)?;
-        if !taken.notices.is_empty() {
-            return tell(client, session, &taken);
+        let claimed = delivery.claim(
+            max_notices_per_turn(),
+            wait.map(|w: Duration| w.as_secs_f64()),
+        )?;
+        if !claimed.is_empty() {
+            return tell(delivery, &claimed);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || reader_gone() {
             return Ok(false);
         }
-        if !armed(client, session)? {
-            // An end records its notice with it: one more take sees any notice of the
+        if !armed(delivery)? {
+            // An end records its notice with it: one more claim sees any notice of the
             // work that was armed a moment ago.
-            let taken = take(client, session, None)?;
-            return if taken.notices.is_empty() {
+            let claimed = delivery.claim(max_notices_per_turn(), None)?;
+            return if claimed.is_empty() {
                 Ok(false)
             } else {
-                tell(client, session, &taken)
+                tell(delivery, &claimed)
             };
         }
         wait = Some(left.min(RECHECK));
     }
 }
 
-fn take(
-    client: &mut Client,
-    session: &str,
-    wait: Option<Duration>,
-) -> Result<NoticesReply, WireError> {
-    let request = Request::Notices {
-        peek: false,
-        follow: false,
-        wait_s: wait.map(|w| w.as_secs_f64()),
-        ack: true,
-        limit: super::max_notices_per_turn(),
-    };
-    client.call(&envelope(session, request))
-}
-
-/// Writes the notices on stderr; once its reader took them, acknowledges them.
-fn tell(client: &mut Client, session: &str, taken: &NoticesReply) -> Result<bool, WireError> {
-    let text = super::context(&taken.notices, taken.more);
+/// Shows the notices on stderr; once its reader took them, acknowledges them.
+fn tell(delivery: &mut Delivery, claimed: &Claimed) -> Result<bool, WireError> {
+    let text = super::context(&claimed.notices, claimed.more);
     let stderr = std::io::stderr();
     let kind = OutKind::of(stderr.as_fd());
     if show(&mut stderr.lock(), kind, &text).is_err() {
         // Nobody read them: they stay pending (the connection's close releases them).
         return Ok(false);
     }
-    let ids = taken.notices.iter().map(|n| n.id.clone()).collect();
-    client.call::<Ack>(&envelope(session, Request::Ack { ids }))?;
+    delivery.acknowledge(&claimed.ids())?;
     Ok(true)
 }
 
-/// Whether the session has running work armed with `--notify` (a watch counts: its
-/// matches fire notices).
-fn armed(client: &mut Client, session: &str) -> Result<bool, WireError> {
-    let request = Request::List {
+/// Whether the session has running work that will fire a notice: armed with
+/// `--notify` (a watch counts: its matches fire notices), or with `--quiet-after`,
+/// whose quiet spells fire notices armed or not.
+fn armed(delivery: &mut Delivery) -> Result<bool, WireError> {
+    let request = delivery.envelope(Request::List {
         all: false,
         all_sessions: false,
-    };
-    let list: ListReply = client.call(&envelope(session, request))?;
-    Ok(list.items.iter().any(|item| item.notify))
+    });
+    let list: ListReply = delivery.client().call(&request)?;
+    Ok(list
+        .items
+        .iter()
+        .any(|item| item.notify || item.quiet_after_s.is_some()))
 }
 
 /// Whether stderr's reader went away (Claude Code ended): nobody would read a notice.
@@ -157,13 +144,6 @@ fn reader_gone() -> bool {
     let mut fds = [PollFd::new(stderr.as_fd(), PollFlags::empty())];
     matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0
         && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP)))
-}
-
-fn envelope(session: &str, request: Request) -> Envelope {
-    Envelope {
-        session: session.to_string(),
-        request,
-    }
 }
 
 /// The one rewake waiter of a session: an exclusive `flock` on

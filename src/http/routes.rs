@@ -74,9 +74,9 @@ impl Web {
         let served = tokio::spawn(async move {
             let token = daemon.new_token();
             let answer = daemon.dispatch(envelope, token).await;
-            // The strip shows no end as a reply of its own: nothing it asks claims a
-            // notice, but whatever a reply claims is delivered as the socket's are.
-            daemon.delivered(token, &answer.deliver);
+            // What the strip shows reaches a person, not the agent: an end a reply of
+            // its own showed (a `read` of an ended job) is still the agent's notice.
+            daemon.release(token, &answer.deliver);
             answer.line
         });
         served.await.unwrap_or_else(|e| {

@@ -18,7 +18,7 @@ mod tools;
 
 use crate::client::{Client, Closer};
 use crate::paths::Paths;
-use crate::wire::{Envelope, ErrorCode, Request, WireError};
+use crate::wire::{Envelope, ErrorCode, ProcessKey, Request, WireError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, InitializeResult,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, Tool,
@@ -74,72 +74,107 @@ pub fn main(session: Option<String>) -> anyhow::Result<()> {
 
 pub struct McpServer {
     paths: Arc<Paths>,
-    /// Decided at the first tool call (the client's name is known by then).
-    session: tokio::sync::OnceCell<String>,
-    /// The daemon connection that takes notices for results, made with the session.
-    notices: tokio::sync::OnceCell<notices::NoticeBox>,
+    /// The session given (`--session`, `BGWORK_SESSION`), which never changes.
+    given: Option<String>,
+    /// The harness process this server runs under, and the server itself: the daemon
+    /// gives the session of that harness (contract §11).
+    harness: Option<ProcessKey>,
+    server: Option<ProcessKey>,
+    /// The session of the last call, and the daemon connection that takes notices for
+    /// its results.
+    current: tokio::sync::Mutex<Option<(String, Arc<notices::NoticeBox>)>>,
 }
 
 impl McpServer {
-    /// A server for `session`, or for a session of its own when none is given.
+    /// A server for `session`, or for the session of its harness when none is given.
     pub fn new(session: Option<String>) -> McpServer {
-        let cell = tokio::sync::OnceCell::new();
-        if let Some(session) = session.filter(|s| !s.is_empty()) {
-            let _ = cell.set(session);
-        }
         McpServer {
             paths: Arc::new(Paths::from_env()),
-            session: cell,
-            notices: tokio::sync::OnceCell::new(),
+            given: session.filter(|s| !s.is_empty()),
+            harness: crate::harness::harness_of_this_process(),
+            server: crate::harness::this_process(),
+            current: tokio::sync::Mutex::new(None),
         }
     }
 
-    /// The notices of `session` (the server's one session).
-    async fn notice_box(&self, session: &str) -> &notices::NoticeBox {
-        self.notices
-            .get_or_init(|| async {
-                notices::NoticeBox::new(self.paths.clone(), session.to_string())
-            })
-            .await
+    /// The notices of the session of the last call.
+    async fn notice_box(&self) -> Option<Arc<notices::NoticeBox>> {
+        self.current.lock().await.as_ref().map(|(_, b)| b.clone())
     }
 
     /// The client's message arrived: the notices on the result before it were seen.
     async fn message_arrived(&self) {
-        if let Some(notices) = self.notices.get() {
+        if let Some(notices) = self.notice_box().await {
             notices.arrived().await;
         }
     }
 
-    /// The session: given, or asked of the daemon once, as `CLIENT@FOLDER` (made
-    /// unique there), so that a person finds it in `bgwork list --all-sessions`.
-    async fn session(&self, context: &RequestContext<RoleServer>) -> String {
+    /// The session of this call, and the notices that ride on its result: the given
+    /// one, else the one the daemon names for this server's harness process, asked at
+    /// every call (a hook may have bound a new conversation of the harness since, as
+    /// Claude Code's `/clear` does); see [`McpServer::ask_session`].
+    async fn session(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> (String, Arc<notices::NoticeBox>) {
+        let mut current = self.current.lock().await;
+        let session = match &self.given {
+            Some(given) => given.clone(),
+            None => {
+                let known = current.as_ref().map(|(session, _)| session.clone());
+                self.ask_session(context, known).await
+            }
+        };
+        match current.as_ref() {
+            Some((same, notices)) if *same == session => (session, notices.clone()),
+            _ => {
+                let notices =
+                    Arc::new(notices::NoticeBox::new(self.paths.clone(), session.clone()));
+                *current = Some((session.clone(), notices.clone()));
+                (session, notices)
+            }
+        }
+    }
+
+    /// Asks the daemon for the session: `CLIENT@FOLDER` (made unique there) when the
+    /// harness process has none yet, so that a person finds it in `bgwork list
+    /// --all-sessions`. With no daemon to ask, the session known so far, else a name no
+    /// other server process has.
+    async fn ask_session(
+        &self,
+        context: &RequestContext<RoleServer>,
+        known: Option<String>,
+    ) -> String {
         let client = context
             .peer
             .peer_info()
             .map(|info| info.client_info.name.clone())
             .unwrap_or_default();
-        self.session
-            .get_or_init(|| async {
-                let base = session_base(&client, std::env::current_dir().ok().as_deref());
-                let paths = self.paths.clone();
-                let asked = base.clone();
-                let claimed = tokio::task::spawn_blocking(move || {
-                    let mut client = Client::connect(&paths)?;
-                    let envelope = Envelope {
-                        session: asked.clone(),
-                        request: Request::NewSession { base: asked },
-                    };
-                    client.call::<crate::wire::SessionReply>(&envelope)
-                })
-                .await;
-                match claimed {
-                    Ok(Ok(reply)) => reply.session,
-                    // No daemon to ask: a name no other server process has.
-                    _ => format!("{base}-{}", std::process::id()),
-                }
-            })
-            .await
-            .clone()
+        let base = session_base(&client, std::env::current_dir().ok().as_deref());
+        if let (Some(known), None) = (&known, &self.harness) {
+            // No harness to follow: the session stays the one first given.
+            return known.clone();
+        }
+        let paths = self.paths.clone();
+        let request = Request::NewSession {
+            base: base.clone(),
+            harness: self.harness.clone(),
+            server: self.server.clone(),
+        };
+        let asked = base.clone();
+        let claimed = tokio::task::spawn_blocking(move || {
+            let mut client = Client::connect(&paths)?;
+            let envelope = Envelope {
+                session: asked,
+                request,
+            };
+            client.call::<crate::wire::SessionReply>(&envelope)
+        })
+        .await;
+        match claimed {
+            Ok(Ok(reply)) => reply.session,
+            _ => known.unwrap_or_else(|| format!("{base}-{}", std::process::id())),
+        }
     }
 
     /// Sends one request to the daemon (on a blocking thread: the client is synchronous).
@@ -281,11 +316,11 @@ impl ServerHandler for McpServer {
                 }
             })
         });
-        let session = self.session(&context).await;
+        let (session, notice_box) = self.session(&context).await;
         let verbose = matches!(args.get("verbose"), Some(Value::Bool(true)));
         let outcome = match tools::request(&name, &args) {
             Ok(Request::Notices { peek: false, .. }) => {
-                let taken = self.notice_box(&session).await.take().await;
+                let taken = notice_box.take().await;
                 let mut reply = serde_json::json!({ "notices": taken.notices });
                 if let Some(note) = taken.note() {
                     reply["notices_note"] = note.into();
@@ -318,7 +353,7 @@ impl ServerHandler for McpServer {
                 (reply["notices"].clone(), reply.get("notices_note").cloned())
             }
             _ => {
-                let taken = self.notice_box(&session).await.take().await;
+                let taken = notice_box.take().await;
                 let note = taken.note().map(Value::from);
                 (taken.notices, note)
             }
@@ -326,7 +361,7 @@ impl ServerHandler for McpServer {
         if context.ct.is_cancelled() {
             // Cancelled while its notices were taken: nobody reads this result, so they
             // are pending again.
-            self.notice_box(&session).await.give_back().await;
+            notice_box.give_back().await;
             let error = outcome.err().unwrap_or_else(cancelled_error);
             return Ok(CallToolResponse::Complete(
                 CallToolResult::structured_error(tools::error_object(&error)),

@@ -7,10 +7,9 @@
 //! delivered. If this server dies first, its connection closes and the daemon releases
 //! them: the next puller gets them again, with the same ids.
 
-use crate::client::Client;
+use crate::delivery::{max_notices_per_turn, Claimed, Delivery};
 use crate::paths::Paths;
-use crate::wire::{Ack, Envelope, ErrorCode, NoticesReply, Request, WireError, MAX_ACK_IDS};
-use serde::de::DeserializeOwned;
+use crate::wire::{ErrorCode, WireError, MAX_ACK_IDS};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
@@ -39,7 +38,7 @@ impl Taken {
         if self.empty && self.more == 0 {
             return None;
         }
-        Some(crate::hook::notices_note(self.more))
+        Some(crate::delivery::notices_note(self.more))
     }
 }
 
@@ -51,7 +50,7 @@ pub struct NoticeBox {
 
 #[derive(Default)]
 struct State {
-    conn: Option<Client>,
+    conn: Option<Delivery>,
     /// Ids of notices sent on results and not acknowledged yet.
     riding: Vec<String>,
 }
@@ -76,7 +75,7 @@ impl NoticeBox {
             while !state.riding.is_empty() {
                 let n = state.riding.len().min(MAX_ACK_IDS);
                 let ids = state.riding[..n].to_vec();
-                let ack = request::<Ack>(state, paths, session, Request::Ack { ids });
+                let ack = with_delivery(state, paths, session, |d| d.acknowledge(&ids));
                 if ack.is_err_and(|e| e.code == ErrorCode::Unavailable) {
                     return;
                 }
@@ -87,18 +86,12 @@ impl NoticeBox {
     }
 
     /// Takes the session's pending notices for a result, at most
-    /// [`crate::hook::max_notices_per_turn`] of them (none when the daemon cannot be
+    /// [`crate::delivery::max_notices_per_turn`] of them (none when the daemon cannot be
     /// reached), and how many stay pending beyond that bound.
     pub async fn take(&self) -> Taken {
         self.with_state(|state, paths, session| {
-            let take = Request::Notices {
-                peek: false,
-                follow: false,
-                wait_s: None,
-                ack: true,
-                limit: crate::hook::max_notices_per_turn(),
-            };
-            match request::<NoticesReply>(state, paths, session, take) {
+            let claim = |d: &mut Delivery| d.claim(max_notices_per_turn(), None);
+            match with_delivery::<Claimed>(state, paths, session, claim) {
                 Ok(reply) => {
                     state
                         .riding
@@ -144,25 +137,21 @@ impl NoticeBox {
     }
 }
 
-/// Sends one request on the kept connection, connecting again once if it broke (an
-/// idle timeout, a restarted daemon).
-fn request<T: DeserializeOwned>(
+/// Does `work` on the kept connection, connecting again once if it broke (an idle
+/// timeout, a restarted daemon).
+fn with_delivery<T>(
     state: &mut State,
     paths: &Paths,
     session: &str,
-    request: Request,
+    mut work: impl FnMut(&mut Delivery) -> Result<T, WireError>,
 ) -> Result<T, WireError> {
-    let envelope = Envelope {
-        session: session.to_string(),
-        request,
-    };
     let mut last = None;
     for _ in 0..2 {
-        let conn = match state.conn.as_mut() {
-            Some(conn) => conn,
-            None => state.conn.insert(Client::connect(paths)?),
+        let delivery = match state.conn.as_mut() {
+            Some(delivery) => delivery,
+            None => state.conn.insert(Delivery::connect(paths, session)?),
         };
-        match conn.call::<T>(&envelope) {
+        match work(delivery) {
             Err(e) if e.code == ErrorCode::Unavailable => {
                 state.conn = None;
                 last = Some(e);

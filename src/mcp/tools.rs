@@ -77,7 +77,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
             "run",
             "Run a command in the foreground and return its output and exit status. If it is \
              still running after `timeout_s` (default 60) it moves to the background and you \
-             get its id instead (outcome `promoted`), so a slow command never blocks you for \
+             get its id instead (outcome `promoted`) and a notice when it ends, so a slow command never blocks you for \
              longer than the timeout. With `timeout: \"auto\"` bgwork decides from how long \
              this command took here before: one that usually takes over 15 s goes to the \
              background at once with its notice armed (do other work meanwhile), a quicker \
@@ -87,7 +87,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "command": command,
                     "timeout_s": {"type": "number", "minimum": 0, "description": "Seconds to wait before it moves to the background (default 60)"},
                     "timeout": {"type": "string", "enum": ["auto"], "description": "\"auto\": choose from this command's history in this folder instead of timeout_s (background at once if it usually takes over 15 s, else wait up to 3× its usual time, else 60 s without history)"},
-                    "notify": {"type": "boolean", "description": "If it is promoted to the background, fire one notice when it ends (default false)"},
+                    "notify": {"type": "boolean", "description": "Fire one notice when it ends (a run promoted to the background always does)"},
                     "name": name,
                     "cwd": cwd,
                     "env": env,
@@ -387,12 +387,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             Some(schema["properties"].as_object()?.keys().cloned().collect())
         })
         .ok_or_else(|| WireError::bad_request(format!("no tool {name}: see tools/list")))?;
-    if let Some(unknown) = args.keys().find(|k| !known.contains(k)) {
-        return Err(WireError::bad_request(format!(
-            "{name} takes no argument {unknown}; it takes {}",
-            known.join(", ")
-        )));
-    }
+    let args = &with_tool_names(name, args, &known)?;
     let a = Args(args);
     if known.iter().any(|k| k == "verbose") {
         a.flag("verbose")?;
@@ -401,8 +396,17 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
         "start" => Request::Start(start_args(&a)?),
         "run" => Request::Run(RunArgs {
             start: local(start_args(&a)?),
-            timeout_s: a.number("timeout_s")?,
-            timeout: match a.text("timeout")?.as_deref() {
+            timeout_s: match (a.number("timeout_s")?, args.get("timeout")) {
+                // The CLI's `--timeout 30` given as `timeout: 30`.
+                (None, Some(Value::Number(n))) => n.as_f64(),
+                (seconds, _) => seconds,
+            },
+            timeout: match (match args.get("timeout") {
+                Some(Value::Number(_)) => None,
+                _ => a.text("timeout")?,
+            })
+            .as_deref()
+            {
                 None => None,
                 Some("auto") => Some(wire::TimeoutMode::Auto),
                 Some(other) => {
@@ -791,6 +795,75 @@ pub fn for_model(message: &str) -> String {
             format!("`{}`", option_name(&caps[1]))
         })
         .into_owned()
+}
+
+/// The arguments under the tools' own names: the CLI's names are taken too (`timeout`
+/// for `timeout_s`, `grace` for `grace_s`, `window` for `window_ms`, `max-bytes` for
+/// `max_bytes`, `secret` for `secrets`). An argument the tool does not take is refused,
+/// naming the one meant: a call that did nothing must not look like one that did.
+fn with_tool_names(
+    tool: &str,
+    args: &Map<String, Value>,
+    known: &[String],
+) -> Result<Map<String, Value>, WireError> {
+    let mut named = Map::new();
+    for (given, value) in args {
+        let Some(name) = tool_name_of(given, known) else {
+            let meant = closest(given, known)
+                .map(|k| format!(" (did you mean `{k}`?)"))
+                .unwrap_or_default();
+            return Err(WireError::bad_request(format!(
+                "{tool} takes no argument `{given}`{meant}, so nothing was done; it takes {}",
+                known.join(", ")
+            )));
+        };
+        if named.insert(name.clone(), value.clone()).is_some() {
+            return Err(WireError::bad_request(format!(
+                "{tool}: `{name}` was given twice (as `{given}` too): give it once, so nothing was done"
+            )));
+        }
+    }
+    Ok(named)
+}
+
+/// The tool's name for an argument named `given`, the tool's own or the CLI's.
+fn tool_name_of(given: &str, known: &[String]) -> Option<String> {
+    let snake = given.trim_start_matches('-').replace('-', "_");
+    let candidates = [
+        snake.clone(),
+        option_name(&snake.replace('_', "-")),
+        format!("{snake}_s"),
+        format!("{snake}_ms"),
+        format!("{snake}s"),
+    ];
+    candidates.into_iter().find(|c| known.contains(c))
+}
+
+/// The known argument nearest to `given` (at most 2 edits away, or one that holds it).
+fn closest<'a>(given: &str, known: &'a [String]) -> Option<&'a String> {
+    let given = given.to_lowercase();
+    known
+        .iter()
+        .map(|k| (edits(&given, k), k))
+        .filter(|(d, k)| *d <= 2 || (given.len() >= 3 && k.contains(given.as_str())))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance of two short names.
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// The tool argument of a CLI option: `grace` → `grace_s`, `until-output` → `until_output`.

@@ -6,12 +6,14 @@
 //! so a crash can never keep one without the other. Schema changes are migrations in
 //! [`schema`], applied in order and counted in `PRAGMA user_version`.
 
+mod harness;
 mod history;
 mod monitors;
 mod notices;
 mod schema;
 mod sessions;
 
+pub use harness::HarnessBinding;
 pub use history::COMMANDS_LISTED;
 pub use monitors::{mode_text, MonitorRow, ScanProgress, Watched};
 pub use sessions::sub_session_name;
@@ -527,6 +529,16 @@ impl Store {
             )?
             .execute([row])?;
         Ok(())
+    }
+
+    /// Arms the end notice of a record that has not ended (a promoted `run`); false
+    /// when it had ended already (its end was settled without one).
+    pub fn arm_notice(&mut self, row: i64) -> Result<bool> {
+        let changed = self
+            .conn
+            .prepare_cached("UPDATE items SET notify = 1 WHERE row = ?1 AND state != 'ended'")?
+            .execute([row])?;
+        Ok(changed == 1)
     }
 
     pub fn set_stop_actor(&mut self, row: i64, actor: Actor) -> Result<()> {

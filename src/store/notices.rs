@@ -1,4 +1,5 @@
-//! The notices outbox: pending notices, claims and delivery.
+//! The notices outbox: pending notices, claims and delivery (the vocabulary of
+//! `daemon/delivery.rs`: claim, deliver, acknowledge, release).
 //!
 //! How it works: a pending notice (`delivered_at IS NULL`) is taken by a CLAIM, one
 //! `UPDATE … RETURNING` that stamps it with the token of the daemon connection that
@@ -133,7 +134,7 @@ impl Store {
     }
 
     /// Marks delivered the notices among `nrows` that `claim` holds.
-    pub fn mark_delivered(&mut self, claim: i64, nrows: &[i64], at: i64) -> Result<()> {
+    pub fn deliver_claimed(&mut self, claim: i64, nrows: &[i64], at: i64) -> Result<()> {
         let tx = self.conn.transaction()?;
         for nrow in nrows {
             tx.prepare_cached(

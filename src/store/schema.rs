@@ -174,6 +174,20 @@ const MIGRATIONS: &[&str] = &[
         signal      INTEGER
     );
     CREATE INDEX runs_by_command ON runs(cwd, command, hrow);",
+    // 10: the session of each harness process (its hooks' session, or the one its MCP
+    // servers made), so that its MCP servers join its hooks and a restarted server
+    // finds its work (contract §11).
+    "CREATE TABLE harness_sessions(
+        session        TEXT PRIMARY KEY,
+        pid            INTEGER NOT NULL,
+        started        INTEGER NOT NULL,
+        boot           TEXT NOT NULL,
+        by_hook        INTEGER NOT NULL,
+        server_pid     INTEGER,
+        server_started INTEGER,
+        bound_at       INTEGER NOT NULL
+    );
+    CREATE INDEX harness_sessions_by_process ON harness_sessions(pid, started);",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

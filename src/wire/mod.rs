@@ -93,9 +93,21 @@ pub enum Request {
         all_ended: bool,
     },
     /// A session name of its own for a new front end (an MCP server): `base`, or
-    /// `base-2`, `base-3`… when that is in use.
+    /// `base-2`, `base-3`… when that is in use. With `harness` (the harness process the
+    /// server runs under) and `server` (the server's own process), the session of that
+    /// harness: the one its hooks speak for, else the one an earlier server of it had
+    /// (a restarted server), else a new one bound to it (contract §11).
     NewSession {
         base: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        harness: Option<ProcessKey>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<ProcessKey>,
+    },
+    /// A hook's word that the envelope's session is the conversation of the harness
+    /// process `harness` (which its MCP servers then join).
+    BindHarness {
+        harness: ProcessKey,
     },
     Status,
     /// Closes a pane as a person closes its terminal window: the pane's processes are
@@ -218,6 +230,16 @@ pub struct RestartReply {
     #[serde(flatten)]
     pub start: StartReply,
     pub restarted: String,
+}
+
+/// One process for its whole life: its pid, its start time (clock ticks after boot)
+/// and the boot it belongs to (`/proc/sys/kernel/random/boot_id`), so that a pid used
+/// again, or a reboot, never names it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ProcessKey {
+    pub pid: u32,
+    pub started: u64,
+    pub boot: String,
 }
 
 /// The reply of `new_session`.
@@ -528,6 +550,9 @@ pub struct Item {
     /// A running item against its usual time: "running 1m20s, usually 41 s".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
+    /// `--quiet-after` in seconds: the job fires a notice each quiet spell (armed or not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_after_s: Option<f64>,
 }
 
 /// What an item's processes use and listen on, each field left out when unknown or

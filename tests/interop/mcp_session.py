@@ -146,6 +146,32 @@ async def main(binary):
             check(name in sessions, f"the session is named {name} ({sorted(sessions)})")
             body(await session.call_tool("list", {}))
     os.rmdir(project)
+
+    # This process stands in for a harness: its hook (run through a shell, as a harness
+    # runs hooks) speaks for the session "interop-harness", and the MCP servers it
+    # starts join that session, a restarted one too.
+    hook_event = {"session_id": "interop-harness", "hook_event_name": "SessionStart",
+                  "cwd": os.getcwd(), "source": "startup"}
+    hooked = subprocess.run(["sh", "-c", f"'{binary}' hook claude-code"], env=env,
+                            input=json.dumps(hook_event), capture_output=True, text=True)
+    check(hooked.returncode == 0, "the SessionStart hook ran")
+    async with stdio_client(StdioServerParameters(command=binary, args=["mcp"], env=env)) as (read, write):
+        async with ClientSession(read, write, client_info=client) as session:
+            await session.initialize()
+            job = body(await session.call_tool("start", {"command": "sleep 0.3; echo via-mcp; exit 3",
+                                                         "notify": True, "window_ms": 0}))["id"]
+    seen = subprocess.run([binary, "--json", "list", "--all", "--session", "interop-harness"], env=env,
+                          capture_output=True, text=True, check=True)
+    check(job in [i["id"] for i in json.loads(seen.stdout)["items"]],
+          "work started through MCP is the hooks' session's")
+    async with stdio_client(StdioServerParameters(command=binary, args=["mcp"], env=env)) as (read, write):
+        async with ClientSession(read, write, client_info=client) as session:
+            await session.initialize()
+            ended = body(await session.call_tool("wait", {"id": job, "timeout_s": 20}))
+            check(ended["reason"] == "ended", "a restarted server still knows the job")
+    later = subprocess.run([binary, "--json", "notices", "--session", "interop-harness"], env=env,
+                           capture_output=True, text=True, check=True)
+    check(json.loads(later.stdout)["notices"] == [], "the wait that showed the end delivered it")
     print("interop session passed", flush=True)
 
 

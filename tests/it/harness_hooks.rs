@@ -792,3 +792,178 @@ fn issue15_7_of_eight_rewake_hooks_started_at_once_one_waits_and_gets_the_notice
     assert_eq!(last.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&last.stderr).contains(&id));
 }
+
+// Issue 22 item 11: one harness session for its hooks and its MCP server.
+
+/// An MCP server started by this test process, which stands in for the harness (as
+/// the hooks above are), with no session given: it finds its harness's session.
+fn mcp_of_this_harness(home: &Home) -> Mcp {
+    let mut command = home.command(&["mcp"]);
+    command.env_remove("BGWORK_SESSION");
+    Mcp::start_as(command, "claude-code")
+}
+
+/// An MCP server of another harness process in the same folder: a `perl` that runs
+/// `bgwork mcp` as its child and waits for it (perl is no shell, so it is the harness).
+fn mcp_of_another_harness(home: &Home) -> Mcp {
+    let template = home.command(&[]);
+    let mut command = Command::new("perl");
+    command.args(["-e", "exit(system(@ARGV) >> 8)", BIN, "mcp"]);
+    for (key, value) in template.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    command.env_remove("BGWORK_SESSION");
+    Mcp::start_as(command, "claude-code")
+}
+
+fn context_of(output: &Output) -> String {
+    stdout_json(output)["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn issue22_11_work_started_through_mcp_is_delivered_by_the_hooks_of_its_harness() {
+    let home = Home::new();
+    let started = hook(
+        &home,
+        "bgwork hook claude-code",
+        &event("claude-code", "SessionStart", &home.session),
+    );
+    assert!(started.status.success());
+    let mut mcp = mcp_of_this_harness(&home);
+    let (error, job) = mcp.call(
+        "start",
+        json!({"command": "sleep 0.5; echo from-mcp; exit 4", "notify": true, "window_ms": 0}),
+    );
+    assert!(!error, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    // The shell tool's own `bgwork` calls (the hook's session) see it.
+    let listed = home.json(&["list", "--all"]);
+    assert!(
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|item| item["id"] == id.as_str()
+                && item["command"].as_str().unwrap().contains("from-mcp")),
+        "{listed}"
+    );
+    eventually(Duration::from_secs(10), || {
+        home.item(&id)["state"] == "ended"
+    });
+    let said = hook(
+        &home,
+        "bgwork hook claude-code",
+        &event("claude-code", "PostToolUse", &home.session),
+    );
+    let context = context_of(&said);
+    assert!(
+        context.contains(&format!("{id} FAILED (exit 4)")),
+        "{context}"
+    );
+    assert!(context.contains("| from-mcp"), "{context}");
+    // Delivered once: the next MCP result does not carry it again.
+    let (_, list) = mcp.call("list", json!({}));
+    assert_eq!(list["notices"], json!([]), "{list}");
+}
+
+#[test]
+fn issue22_11_rewake_wakes_the_agent_for_work_started_through_mcp() {
+    let home = Home::new();
+    hook(
+        &home,
+        "bgwork hook claude-code",
+        &event("claude-code", "UserPromptSubmit", &home.session),
+    );
+    let trigger = home.path().join("trigger");
+    let mut mcp = mcp_of_this_harness(&home);
+    let command = format!(
+        "while [ ! -e '{}' ]; do sleep 0.01; done; echo woke; exit 6",
+        trigger.display()
+    );
+    let (error, job) = mcp.call(
+        "start",
+        json!({"command": command, "notify": true, "window_ms": 0}),
+    );
+    assert!(!error, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    let stop = event("claude-code", "Stop", &home.session);
+    let waiter = spawn_hook(&home, REWAKE, stop.to_string().as_bytes());
+    eventually(Duration::from_secs(10), || waiter_present(&home));
+    std::fs::write(&trigger, "").unwrap();
+    let output = finish_within(waiter, Duration::from_secs(15));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{id} FAILED (exit 6)")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn issue22_11_another_harness_in_the_same_folder_never_shares_the_session() {
+    let home = Home::new();
+    hook(
+        &home,
+        "bgwork hook claude-code",
+        &event("claude-code", "SessionStart", &home.session),
+    );
+    let ours = home.start("sleep 101");
+    let mut other = mcp_of_another_harness(&home);
+    let (_, theirs) = other.call("list", json!({"all": true}));
+    assert_eq!(theirs["items"], json!([]), "{theirs} (ours: {ours})");
+    let (error, job) = other.call(
+        "start",
+        json!({"command": "sleep 0.2; exit 7", "notify": true, "window_ms": 0}),
+    );
+    assert!(!error, "{job}");
+    let listed = home.json(&["list", "--all"]);
+    let commands: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["command"].as_str().unwrap())
+        .collect();
+    assert_eq!(commands, ["sleep 101"], "{listed}");
+    // Its end is its own harness's notice, not ours.
+    let sessions = home.json(&["list", "--all", "--all-sessions"]);
+    eventually(Duration::from_secs(10), || {
+        home.json(&["list", "--all", "--all-sessions"])["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|item| item["command"] == "sleep 0.2; exit 7" && item["state"] == "ended")
+    });
+    let said = hook(
+        &home,
+        "bgwork hook claude-code",
+        &event("claude-code", "PostToolUse", &home.session),
+    );
+    assert!(
+        said.stdout.is_empty(),
+        "{sessions}: {}",
+        String::from_utf8_lossy(&said.stdout)
+    );
+    let (_, theirs) = other.call("notices", json!({}));
+    assert_eq!(theirs["notices"][0]["exit_code"], 7, "{theirs}");
+}
+
+#[test]
+fn issue22_11_rewake_waits_for_the_quiet_notice_of_a_job_not_armed() {
+    let home = Home::new();
+    let id = home.start_with(&["--quiet-after", "1s"], "sleep 30");
+    let stop = event("claude-code", "Stop", &home.session);
+    let output = finish_within(
+        spawn_hook(&home, REWAKE, stop.to_string().as_bytes()),
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&id), "{stderr}");
+    home.run(&["stop", &id]);
+}

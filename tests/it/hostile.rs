@@ -392,6 +392,15 @@ fn issue10_9_output_lost_to_a_full_disk_is_counted_and_said() {
     eventually(Duration::from_secs(30), || {
         home.item(&id)["state"] == "ended"
     });
+    // Taken before the read, which shows the end and so delivers the notice.
+    let notices = home.json(&["notices"]);
+    assert!(
+        notices["notices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("disk full"),
+        "{notices}"
+    );
     let read = home.json(&["read", &id, "--all"]);
     assert!(read["dropped_bytes"].as_u64().unwrap() > 0, "{read}");
     assert!(
@@ -405,14 +414,6 @@ fn issue10_9_output_lost_to_a_full_disk_is_counted_and_said() {
     assert!(
         item["report"].as_str().unwrap().contains("disk full"),
         "{item}"
-    );
-    let notices = home.json(&["notices"]);
-    assert!(
-        notices["notices"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("disk full"),
-        "{notices}"
     );
     let _ = BIN;
     home.json(&["shutdown", "--stop-work"]);

@@ -3,6 +3,7 @@
 
 mod conformance;
 mod core_load;
+mod delivery;
 mod ends;
 mod faults;
 mod harness_hooks;

@@ -371,3 +371,97 @@ fn the_stop_hook_asks_to_wait_for_armed_work_only_when_asked_to() {
     let exported = std::fs::read_to_string(env_file).unwrap();
     assert_eq!(exported, format!("export BGWORK_SESSION='{session}'\n"));
 }
+
+/// A server with no session given, started by this test process (its harness).
+fn server_of_this_harness(home: &Home) -> Mcp {
+    let mut command = home.command(&["mcp"]);
+    command.env_remove("BGWORK_SESSION");
+    Mcp::start_as(command, "claude-code")
+}
+
+/// Whether an item whose command is `command` has ended, in any session.
+fn ended_anywhere(home: &Home, command: &str) -> bool {
+    home.json(&["list", "--all", "--all-sessions"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|item| item["command"] == command && item["state"] == "ended")
+}
+
+#[test]
+fn issue22_11_a_restarted_mcp_server_keeps_its_session_work_and_notices() {
+    let home = Home::new();
+    let mut first = server_of_this_harness(&home);
+    let (_, long) = first.call("start", json!({"command": "sleep 100", "window_ms": 0}));
+    let long = long["id"].as_str().unwrap().to_string();
+    let trigger = home.path().join("trigger");
+    let short = format!(
+        "while [ ! -e '{}' ]; do sleep 0.01; done; exit 5",
+        trigger.display()
+    );
+    let (_, armed) = first.call(
+        "start",
+        json!({"command": short, "notify": true, "window_ms": 0}),
+    );
+    let armed = armed["id"].as_str().unwrap().to_string();
+    // The harness restarts its server (a reconnect, a config reload).
+    drop(first);
+    std::fs::write(&trigger, "").unwrap();
+    crate::util::eventually(std::time::Duration::from_secs(10), || {
+        ended_anywhere(&home, &short)
+    });
+    let mut second = server_of_this_harness(&home);
+    let (_, listed) = second.call("list", json!({}));
+    assert_eq!(listed["items"][0]["id"], long.as_str(), "{listed}");
+    assert_eq!(listed["notices"][0]["item"], armed.as_str(), "{listed}");
+    assert_eq!(listed["notices"][0]["exit_code"], 5, "{listed}");
+    // The client's next message shows that result arrived: its notices are delivered.
+    let (_, again) = second.call("list", json!({}));
+    assert_eq!(again["notices"], json!([]), "{again}");
+    drop(second);
+    // And the daemon restarts too.
+    home.kill_daemon();
+    let mut third = server_of_this_harness(&home);
+    let (_, listed) = third.call("list", json!({}));
+    assert_eq!(listed["items"][0]["id"], long.as_str(), "{listed}");
+    assert_eq!(listed["notices"], json!([]), "delivered once: {listed}");
+    third.call("stop", json!({"id": long}));
+}
+
+#[test]
+fn issue25_mcp_takes_the_cli_argument_names_and_names_the_one_meant() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let (_, job) = mcp.call(
+        "start",
+        json!({"command": "trap '' TERM; sleep 300", "window": 200}),
+    );
+    let id = job["id"].as_str().unwrap().to_string();
+    let (error, refused) = mcp.call("stop", json!({"id": id, "gracee": 1}));
+    assert!(error, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`gracee`") && message.contains("did you mean `grace_s`?"),
+        "{message}"
+    );
+    assert!(message.contains("nothing was done"), "{message}");
+    assert_eq!(home.item(&id)["state"], "running");
+    let (error, stopped) = mcp.call("stop", json!({"id": id, "grace": 0.2}));
+    assert!(!error, "{stopped}");
+    assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
+    assert!(
+        stopped["report"].as_str().unwrap().contains("killed after"),
+        "the CLI's --grace was the grace: {stopped}"
+    );
+    let (error, waited) = mcp.call("wait", json!({"id": id, "timeout": 1}));
+    assert!(!error, "{waited}");
+    let (error, twice) = mcp.call("wait", json!({"id": id, "timeout": 1, "timeout_s": 2}));
+    assert!(
+        error
+            && twice["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("twice"),
+        "{twice}"
+    );
+}

@@ -1,12 +1,20 @@
-//! `notices`: the session's pending notices, each delivered once (pull, with `--wait`),
-//! `notices --follow`, which pushes each one as it is created, and `ack`.
+//! Delivery of notices, the daemon's side: claiming, delivering, releasing and
+//! acknowledging, in one place and one vocabulary (the clients' side is
+//! [`crate::delivery`], the outbox `store/notices.rs`).
 //!
-//! The delivery rule: taking notices is a claim for the connection that sends them
-//! (`Store::claim_notices`), so two pulls never take the same one. A plain reply marks
-//! its claims delivered once it has been written ([`Daemon::delivered`]) and releases
-//! them if the write fails. `--follow` and the MCP server acknowledge each notice they
-//! have shown (`ack`); whatever a connection still holds when it closes is released
-//! ([`Daemon::release_connection`]) and goes to the next puller, with the same id.
+//! - **claim**: pending notices are taken for the connection that sends them
+//!   (`Store::claim_notices`, one statement), so two connections never take the same
+//!   one: a pull (`notices`, [`Daemon::notices`]), a stream (`--follow`,
+//!   [`Daemon::follow_notices`]), and the end notices of records a reply shows
+//!   ([`Daemon::claim_shown_ends`]: `start`, `wait`, `run`, `read`);
+//! - **deliver**: a plain reply's claims are delivered once it has been written
+//!   ([`Daemon::deliver`]);
+//! - **acknowledge** (`ack`): a client that claimed with `ack` (the CLI's pull, a
+//!   follower, the MCP server, the hooks) says which notices it showed, and they are
+//!   delivered ([`Daemon::acknowledge`]);
+//! - **release**: claims of a reply that could not be written ([`Daemon::release`]),
+//!   or that a connection still holds when it closes ([`Daemon::release_connection`]),
+//!   are pending again, with the same id, for the next claim.
 
 use super::serve::{write_reply, FrameReader};
 use super::Daemon;
@@ -78,7 +86,7 @@ impl Daemon {
     }
 
     /// Claims for `token` the end notices of records a reply shows (`start`, `wait`,
-    /// `run`): the reply delivers them once written.
+    /// `run`, `read`): the reply delivers them once written.
     pub(crate) fn claim_shown_ends(&self, session: &str, token: i64, rows: &[i64]) -> Vec<i64> {
         if rows.is_empty() {
             return Vec::new();
@@ -95,12 +103,12 @@ impl Daemon {
         claimed
     }
 
-    /// Marks notices delivered that `token` claimed (their reply was written).
-    pub(crate) fn delivered(&self, token: i64, nrows: &[i64]) {
+    /// Delivers the notices that `token` claimed (their reply was written).
+    pub(crate) fn deliver(&self, token: i64, nrows: &[i64]) {
         if nrows.is_empty() {
             return;
         }
-        if let Err(e) = self.lock().store.mark_delivered(token, nrows, now_ms()) {
+        if let Err(e) = self.lock().store.deliver_claimed(token, nrows, now_ms()) {
             crate::note!("bgwork daemon: could not mark notices delivered: {e}");
         }
     }
@@ -113,6 +121,8 @@ impl Daemon {
         if let Err(e) = self.lock().store.release_claims(token, nrows) {
             crate::note!("bgwork daemon: could not release notices: {e}");
         }
+        // Pending again: a waiter that looked while they were claimed looks again.
+        self.bump();
     }
 
     /// Releases every claim of a connection that closed.
@@ -179,7 +189,7 @@ impl Daemon {
                     })
                     .map_err(WireError::from)
             } else {
-                self.notices_rows(session, token)
+                self.claim_for_stream(session, token)
             };
             let fresh = match fresh {
                 Ok(rows) => rows,
@@ -224,7 +234,7 @@ impl Daemon {
         }
     }
 
-    fn notices_rows(&self, session: &str, token: i64) -> Result<Vec<NoticeRow>, WireError> {
+    fn claim_for_stream(&self, session: &str, token: i64) -> Result<Vec<NoticeRow>, WireError> {
         Ok({
             let shown = self.showing_rows();
             self.lock()

@@ -551,7 +551,7 @@ fn in_use_line(bytes: &[u8]) -> Option<String> {
         .map_or(bytes.len(), |at| found.end() + at);
     // Token shapes masked before the line is cut, so that no cut leaves a token's
     // first characters too short to be recognised.
-    let line = crate::redact::mask_shapes_bytes(&bytes[start..end]);
+    let line = crate::redact::mask_shapes_shown(&bytes[start..end]);
     let line = String::from_utf8_lossy(&line);
     Some(line.chars().take(500).collect())
 }

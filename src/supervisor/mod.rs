@@ -576,7 +576,7 @@ impl Supervisor {
             crate::note!("bgwork supervise: the report was not masked (unreadable or too big)");
             return;
         }
-        let std::borrow::Cow::Owned(masked) = mask.secrets().mask(&text) else {
+        let std::borrow::Cow::Owned(masked) = mask.secrets().mask_shown(&text) else {
             return;
         };
         let temp = path.with_extension("masking");

@@ -19,6 +19,7 @@ mod panes_hostile;
 mod restart;
 mod search;
 mod secrets;
+mod secrets_rendered;
 mod security;
 mod security_hostile;
 mod sessions;

@@ -73,6 +73,10 @@ pub fn render(bytes: &[u8], view: View) -> Rendered {
         cells.at = at as u32;
         parser.advance(&mut cells, std::slice::from_ref(byte));
     }
+    // CAN ends what the bytes left unfinished: a character cut short shows as U+FFFD
+    // (as it always was), an escape sequence nothing.
+    cells.at = bytes.len() as u32;
+    parser.advance(&mut cells, &[0x18]);
     cells.end_line();
     Rendered {
         text: cells.text,
@@ -367,5 +371,8 @@ mod tests {
         let bad = render(b"x\xc3Ay", View::Text);
         assert_eq!(bad.text, "x\u{fffd}Ay");
         assert_eq!(bad.raw_span(1, 5), Some((1, 3)));
+        assert_eq!(text(b"cut \xe2\x9c"), "cut \u{fffd}");
+        assert_eq!(render(b"cut \xe2\x9c", View::Text).raw_span(4, 7), Some((4, 6)));
+        assert_eq!(text(b"red \x1b[3"), "red ");
     }
 }

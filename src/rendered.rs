@@ -372,7 +372,10 @@ mod tests {
         assert_eq!(bad.text, "x\u{fffd}Ay");
         assert_eq!(bad.raw_span(1, 5), Some((1, 3)));
         assert_eq!(text(b"cut \xe2\x9c"), "cut \u{fffd}");
-        assert_eq!(render(b"cut \xe2\x9c", View::Text).raw_span(4, 7), Some((4, 6)));
+        assert_eq!(
+            render(b"cut \xe2\x9c", View::Text).raw_span(4, 7),
+            Some((4, 6))
+        );
         assert_eq!(text(b"red \x1b[3"), "red ");
     }
 }

@@ -120,7 +120,9 @@ fn issue22_2_a_secret_split_by_the_rendering_reaches_no_reader() {
     assert!(window.contains("[secret PW]"), "{window}");
     // Another, whose end is told by a notice.
     let id = home.start_with(&["--secret", "PW", "--notify"], SPLIT_JOB);
-    eventually(Duration::from_secs(20), || home.item(&id)["state"] == "ended");
+    eventually(Duration::from_secs(20), || {
+        home.item(&id)["state"] == "ended"
+    });
 
     let text = home.run(&["read", &id, "--all"]).stdout;
     assert_clean("read", &text);

@@ -277,6 +277,10 @@ impl vte::Perform for Cells {
             }
             b'\r' => self.cursor = 0,
             0x08 => self.cursor = self.cursor.saturating_sub(1),
+            // A terminal moves to the next tab stop, over what the line holds there.
+            b'\t' if self.view == View::Line => {
+                self.cursor = ((self.cursor / 8 + 1) * 8).min(LINE_CELLS)
+            }
             b'\t' => self.put('\t', (self.at, self.at + 1)),
             _ => {}
         }
@@ -338,6 +342,7 @@ mod tests {
             b"pw=xxxter22\rpw=hun\n",
             b"pw=hunXer22\x08\x08\x08\x08\x08ter22.",
             b"pw=hunxxxxx\x1b[5Dter22\n",
+            b"XXXXXXter22\rpw=hun\t\n",
             "pw=hun\u{9b}1mter22.".as_bytes(),
         ];
         for case in cases {

@@ -56,8 +56,15 @@ impl Rendered {
 
 /// Renders `bytes` as `view` shows them.
 pub fn render(bytes: &[u8], view: View) -> Rendered {
+    render_as(bytes, view, true)
+}
+
+/// Renders `bytes`, with the map from text to raw bytes when `mapped` (else `spans`
+/// stays empty: a 16 MiB read's text needs no 128 MiB map).
+fn render_as(bytes: &[u8], view: View, mapped: bool) -> Rendered {
     let mut cells = Cells {
         view,
+        mapped,
         ..Cells::default()
     };
     let mut parser = vte::Parser::new();
@@ -93,7 +100,7 @@ pub fn text(bytes: &[u8]) -> String {
             Err(_) => String::from_utf8_lossy(bytes).into_owned(),
         };
     }
-    render(bytes, View::Text).text
+    render_as(bytes, View::Text, false).text
 }
 
 /// Something found: its raw span and what replaces it.
@@ -219,6 +226,7 @@ const BLANK: (u32, u32) = (0, 0);
 #[derive(Default)]
 struct Cells {
     view: View,
+    mapped: bool,
     /// The raw position of the byte being fed.
     at: u32,
     /// Where the last character or action ended, for a character without bytes of its
@@ -248,7 +256,9 @@ impl Cells {
             let mut utf8 = [0u8; 4];
             let encoded = c.encode_utf8(&mut utf8);
             self.text.push_str(encoded);
-            self.spans.extend(std::iter::repeat_n(span, encoded.len()));
+            if self.mapped {
+                self.spans.extend(std::iter::repeat_n(span, encoded.len()));
+            }
         }
         self.cursor = 0;
     }
@@ -273,7 +283,9 @@ impl vte::Perform for Cells {
             b'\n' => {
                 self.end_line();
                 self.text.push('\n');
-                self.spans.push((self.at, self.at + 1));
+                if self.mapped {
+                    self.spans.push((self.at, self.at + 1));
+                }
             }
             b'\r' => self.cursor = 0,
             0x08 => self.cursor = self.cursor.saturating_sub(1),

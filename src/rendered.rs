@@ -65,6 +65,7 @@ fn render_as(bytes: &[u8], view: View, mapped: bool) -> Rendered {
     let mut cells = Cells {
         view,
         mapped,
+        ground: true,
         ..Cells::default()
     };
     let mut parser = vte::Parser::new();
@@ -76,9 +77,29 @@ fn render_as(bytes: &[u8], view: View, mapped: bool) -> Rendered {
         }
         false => bytes,
     };
-    for (at, byte) in bytes.iter().enumerate() {
+    let mut at = 0;
+    while at < bytes.len() {
+        // In the ground state a run of printable ASCII is one character a byte, in
+        // order: fed at once (most of a log), each character's position counted.
+        let run = match cells.ground {
+            true => bytes[at..]
+                .iter()
+                .position(|&b| !(0x20..0x7f).contains(&b))
+                .unwrap_or(bytes.len() - at),
+            false => 0,
+        };
+        if run > 1 {
+            cells.at = at as u32;
+            cells.bulk = true;
+            parser.advance(&mut cells, &bytes[at..at + run]);
+            cells.bulk = false;
+            at += run;
+            continue;
+        }
         cells.at = at as u32;
-        parser.advance(&mut cells, std::slice::from_ref(byte));
+        cells.ground = false;
+        parser.advance(&mut cells, &bytes[at..at + 1]);
+        at += 1;
     }
     // CAN ends what the bytes left unfinished: a character cut short shows as U+FFFD
     // (as it always was), an escape sequence nothing.
@@ -121,7 +142,11 @@ pub struct Shown<'a> {
 impl<'a> Shown<'a> {
     pub fn new(bytes: &'a [u8]) -> Shown<'a> {
         let views = match crate::output::maybe_controls(bytes, true) {
-            true => vec![render(bytes, View::Text), render(bytes, View::Line)],
+            // The line view differs from the text only where the cursor moves.
+            true => match moves_cursor(bytes) {
+                true => vec![render(bytes, View::Text), render(bytes, View::Line)],
+                false => vec![render(bytes, View::Text)],
+            },
             false => Vec::new(),
         };
         Shown { bytes, views }
@@ -164,6 +189,17 @@ impl<'a> Shown<'a> {
 /// Every place where `find` finds something in what `bytes` show ([`Shown::find`]).
 pub fn shown(bytes: &[u8], find: &dyn Fn(&[u8]) -> Vec<Found>) -> Vec<Found> {
     Shown::new(bytes).find(find)
+}
+
+/// Whether `bytes` may move a line's cursor as [`View::Line`] follows and
+/// [`View::Text`] does not: a tab, or a CSI (7-bit or C1) ending in `C`, `D` or `G`.
+fn moves_cursor(bytes: &[u8]) -> bool {
+    static RE: std::sync::OnceLock<regex::bytes::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::bytes::Regex::new(r"(?-u)\t|(?:\x1b\[|\xc2\x9b)[0-9;:?]*[ -/]*[CDG]")
+            .expect("a valid pattern")
+    });
+    re.is_match(bytes)
 }
 
 /// `bytes` with each span replaced by its marker (spans sorted, apart).
@@ -227,6 +263,11 @@ const BLANK: (u32, u32) = (0, 0);
 struct Cells {
     view: View,
     mapped: bool,
+    /// Whether the parser is surely in its ground state (the last byte printed a
+    /// character or ended a sequence).
+    ground: bool,
+    /// Whether a run of printable ASCII is being fed: `at` moves with each character.
+    bulk: bool,
     /// The raw position of the byte being fed.
     at: u32,
     /// Where the last character or action ended, for a character without bytes of its
@@ -266,6 +307,13 @@ impl Cells {
 
 impl vte::Perform for Cells {
     fn print(&mut self, c: char) {
+        self.ground = true;
+        if self.bulk {
+            let span = (self.at, self.at + 1);
+            self.at += 1;
+            self.settled = span.1;
+            return self.put(c, span);
+        }
         let end = self.at + 1;
         let span = match c {
             '\u{fffd}' => (self.settled, self.at.max(self.settled + 1)),
@@ -300,6 +348,7 @@ impl vte::Perform for Cells {
 
     fn csi_dispatch(&mut self, params: &vte::Params, intermediates: &[u8], _: bool, action: char) {
         self.settled = self.at + 1;
+        self.ground = true;
         if self.view != View::Line || !intermediates.is_empty() {
             return;
         }
@@ -315,6 +364,7 @@ impl vte::Perform for Cells {
 
     fn esc_dispatch(&mut self, _: &[u8], _: bool, _: u8) {
         self.settled = self.at + 1;
+        self.ground = true;
     }
 
     fn osc_dispatch(&mut self, _: &[&[u8]], _: bool) {

@@ -96,6 +96,14 @@ fn render_as(bytes: &[u8], view: View, mapped: bool) -> Rendered {
             at += run;
             continue;
         }
+        // So is a whole CSI sequence (a colour): its one action comes at its last byte.
+        if let Some(len) = cells.ground.then(|| csi_len(&bytes[at..])).flatten() {
+            cells.at = (at + len - 1) as u32;
+            cells.ground = false;
+            parser.advance(&mut cells, &bytes[at..at + len]);
+            at += len;
+            continue;
+        }
         cells.at = at as u32;
         cells.ground = false;
         parser.advance(&mut cells, &bytes[at..at + 1]);
@@ -189,6 +197,17 @@ impl<'a> Shown<'a> {
 /// Every place where `find` finds something in what `bytes` show ([`Shown::find`]).
 pub fn shown(bytes: &[u8], find: &dyn Fn(&[u8]) -> Vec<Found>) -> Vec<Found> {
     Shown::new(bytes).find(find)
+}
+
+/// The length of the CSI sequence `bytes` begin with (`ESC [`, parameters and
+/// intermediates, a final byte), when it is whole and holds no control byte.
+fn csi_len(bytes: &[u8]) -> Option<usize> {
+    if bytes.len() < 3 || bytes[0] != 0x1b || bytes[1] != b'[' {
+        return None;
+    }
+    let body = bytes[2..].iter().position(|b| !(0x20..=0x3f).contains(b))?;
+    let last = bytes[2 + body];
+    (0x40..=0x7e).contains(&last).then_some(body + 3)
 }
 
 /// Whether `bytes` may move a line's cursor as [`View::Line`] follows and
@@ -435,6 +454,10 @@ mod tests {
         );
         let rendered = render(b"ab\x1b[1mcd", View::Text);
         assert_eq!(rendered.raw_span(1, 3), Some((1, 7)));
+        let colours = render(b"a\x1b[1;31mb\x1b[0m\x1b[5Dc\x1b[", View::Line);
+        assert_eq!(colours.text, "cb");
+        assert_eq!(colours.raw_span(0, 1), Some((17, 18)));
+        assert_eq!(render(b"ab\x1b[1Dc", View::Line).text, "ac");
         let bad = render(b"x\xc3Ay", View::Text);
         assert_eq!(bad.text, "x\u{fffd}Ay");
         assert_eq!(bad.raw_span(1, 5), Some((1, 3)));

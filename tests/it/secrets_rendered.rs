@@ -170,7 +170,7 @@ fn issue22_2_a_panes_screen_shows_no_secret_that_colours_or_cursor_moves_split()
     let home = Home::new().with("PW", SECRET);
     let command = r#"A=${PW:0:6}; B=${PW:6}
 printf 'x=%sxxxxx\e[5D%s\n' "$A" "$B"
-printf 'y=%s\n' "$PW" | grep hunt
+printf 'y=%s\n' "$PW" | grep --color=always hunt
 printf 'z=%s' "$A"; sleep 0.3; printf '\e[1m%s\e[0m\n' "$B"
 echo done; sleep 30"#;
     let id = home.start_with(&["--pty", "--secret", "PW"], command);

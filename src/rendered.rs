@@ -66,6 +66,7 @@ fn render_as(bytes: &[u8], view: View, mapped: bool) -> Rendered {
         view,
         mapped,
         ground: true,
+        appended: true,
         ..Cells::default()
     };
     let mut parser = vte::Parser::new();
@@ -294,12 +295,29 @@ struct Cells {
     settled: u32,
     text: String,
     spans: Vec<(u32, u32)>,
+    /// The cells of the line in progress, once something was written over it.
     line: Vec<(char, (u32, u32))>,
     cursor: usize,
+    /// Whether the line in progress is still `text[line_start..]`, only ever appended
+    /// to (most lines: each character costs one push), with `line_len` characters.
+    appended: bool,
+    line_start: usize,
+    line_len: usize,
 }
 
 impl Cells {
     fn put(&mut self, c: char, span: (u32, u32)) {
+        if self.appended {
+            if self.cursor >= self.line_len {
+                while self.line_len < self.cursor {
+                    self.append(' ', BLANK);
+                }
+                self.append(c, span);
+                self.cursor += 1;
+                return;
+            }
+            self.to_cells();
+        }
         if self.cursor < self.line.len() {
             self.line[self.cursor] = (c, span);
         } else {
@@ -311,7 +329,36 @@ impl Cells {
         self.cursor += 1;
     }
 
+    fn append(&mut self, c: char, span: (u32, u32)) {
+        self.text.push(c);
+        if self.mapped {
+            self.spans.extend(std::iter::repeat_n(span, c.len_utf8()));
+        }
+        self.line_len += 1;
+    }
+
+    /// The line in progress, to be written over: from the text into cells.
+    fn to_cells(&mut self) {
+        let tail = self.text.split_off(self.line_start);
+        let spans = match self.mapped {
+            true => self.spans.split_off(self.line_start),
+            false => Vec::new(),
+        };
+        let mut offset = 0;
+        for c in tail.chars() {
+            self.line
+                .push((c, spans.get(offset).copied().unwrap_or(BLANK)));
+            offset += c.len_utf8();
+        }
+        self.appended = false;
+    }
+
     fn end_line(&mut self) {
+        self.cursor = 0;
+        self.line_len = 0;
+        if std::mem::replace(&mut self.appended, true) {
+            return;
+        }
         for (c, span) in self.line.drain(..) {
             let mut utf8 = [0u8; 4];
             let encoded = c.encode_utf8(&mut utf8);
@@ -353,6 +400,7 @@ impl vte::Perform for Cells {
                 if self.mapped {
                     self.spans.push((self.at, self.at + 1));
                 }
+                self.line_start = self.text.len();
             }
             b'\r' => self.cursor = 0,
             0x08 => self.cursor = self.cursor.saturating_sub(1),

@@ -316,7 +316,7 @@ impl Cells {
                 self.cursor += 1;
                 return;
             }
-            self.to_cells();
+            self.unpack_line();
         }
         if self.cursor < self.line.len() {
             self.line[self.cursor] = (c, span);
@@ -338,7 +338,7 @@ impl Cells {
     }
 
     /// The line in progress, to be written over: from the text into cells.
-    fn to_cells(&mut self) {
+    fn unpack_line(&mut self) {
         let tail = self.text.split_off(self.line_start);
         let spans = match self.mapped {
             true => self.spans.split_off(self.line_start),

@@ -4,7 +4,9 @@
 //! between its characters).
 //!
 //! How it works. The bytes are fed to the terminal parser (vte) one at a time, so each
-//! character it prints is known by the bytes that produced it. Escape sequences and
+//! character it prints is known by the bytes that produced it (a run of printable
+//! ASCII, or a whole CSI sequence, met in the parser's ground state is fed at once:
+//! its characters and its one action are known without that). Escape sequences and
 //! controls other than line breaks, tabs, `\r` and backspace show nothing; each line is
 //! a row of cells that `\r` and backspace move back over, as a terminal does
 //! ([`View::Text`], what `read` shows). [`View::Line`] also follows the cursor moves

@@ -32,6 +32,7 @@ pub mod observe;
 pub mod output;
 pub mod paths;
 pub mod redact;
+pub mod rendered;
 pub mod store;
 pub mod supervisor;
 pub mod wire;

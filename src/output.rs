@@ -249,31 +249,9 @@ pub fn readable(bytes: &[u8]) -> String {
 }
 
 /// [`readable`] text with token shapes left as they are (for matching, or for the
-/// person who asked with `--no-redact`).
+/// person who asked with `--no-redact`): the one rendering, [`crate::rendered::text`].
 pub fn plain_text(bytes: &[u8]) -> String {
-    let maybe = maybe_controls(bytes, true);
-    let c1 = maybe && bytes.windows(2).any(is_c1);
-    let plain_already = !maybe
-        || (!c1
-            && !bytes
-                .iter()
-                .any(|&b| (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f));
-    if plain_already {
-        // No escape or control byte (not even a carriage return): nothing to do but
-        // repair the UTF-8.
-        return match std::str::from_utf8(bytes) {
-            Ok(text) => text.to_owned(),
-            Err(_) => String::from_utf8_lossy(bytes).into_owned(),
-        };
-    }
-    let mut plain = PlainText::default();
-    let mut parser = vte::Parser::new();
-    if c1 {
-        parser.advance(&mut plain, &seven_bit(bytes));
-    } else {
-        parser.advance(&mut plain, bytes);
-    }
-    collapse_carriage_returns(&plain.text)
+    crate::rendered::text(bytes)
 }
 
 /// Whether `bytes` may hold a character that acts on a terminal: a C0 control (but a
@@ -288,84 +266,6 @@ pub fn maybe_controls(bytes: &[u8], keep_lines: bool) -> bool {
             found | ((b < 0x20) & !kept) | (b == 0x7f) | (b == 0xc2) | (b == 0xe2)
         })
     })
-}
-
-/// Whether two bytes are a C1 control (U+0080–U+009F) written as UTF-8.
-fn is_c1(pair: &[u8]) -> bool {
-    pair[0] == 0xc2 && (0x80..=0x9f).contains(&pair[1])
-}
-
-/// The bytes with each C1 control written as UTF-8 turned into its 7-bit form (ESC and
-/// a letter: U+009B CSI is `ESC [`, U+009D OSC is `ESC ]`), so the parser drops the
-/// whole sequence it starts, parameters included, as it does for the 7-bit form.
-fn seven_bit(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        if index + 1 < bytes.len() && is_c1(&bytes[index..index + 2]) {
-            out.extend_from_slice(&[0x1b, bytes[index + 1] - 0x40]);
-            index += 2;
-        } else {
-            out.push(bytes[index]);
-            index += 1;
-        }
-    }
-    out
-}
-
-/// Keeps what a terminal would print and the line controls; drops every escape.
-#[derive(Default)]
-struct PlainText {
-    text: String,
-}
-
-impl vte::Perform for PlainText {
-    fn print(&mut self, c: char) {
-        if c != '\u{7f}' {
-            self.text.push(c);
-        }
-    }
-
-    fn execute(&mut self, byte: u8) {
-        if matches!(byte, b'\n' | b'\r' | b'\t' | 0x08) {
-            self.text.push(byte as char);
-        }
-    }
-}
-
-/// Applies `\r` (and backspace) as a terminal would: the text after it overwrites the
-/// line's start.
-pub fn collapse_carriage_returns(text: &str) -> String {
-    if !text.bytes().any(|b| b == b'\r' || b == 0x08) {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len());
-    for (index, line) in text.split('\n').enumerate() {
-        if index > 0 {
-            out.push('\n');
-        }
-        if !line.contains(['\r', '\u{8}']) {
-            out.push_str(line);
-            continue;
-        }
-        let mut cells: Vec<char> = Vec::new();
-        let mut cursor: usize = 0;
-        for c in line.chars() {
-            if c == '\r' {
-                cursor = 0;
-            } else if c == '\u{8}' {
-                cursor = cursor.saturating_sub(1);
-            } else if cursor < cells.len() {
-                cells[cursor] = c;
-                cursor += 1;
-            } else {
-                cells.push(c);
-                cursor += 1;
-            }
-        }
-        out.extend(cells);
-    }
-    out
 }
 
 /// Clips text longer than `max` to its head and tail around an elision line.
@@ -433,7 +333,7 @@ pub fn tail(path: &Path, head: u64, dropped: u64) -> String {
 }
 
 /// How far around a read's edges token shapes are looked for.
-const TOKEN_CONTEXT: u64 = 256;
+const TOKEN_CONTEXT: u64 = 2048;
 /// How far back a read looks for the start of a private key it may begin inside (an
 /// RSA 4096 key takes about 3.3 KB).
 const KEY_CONTEXT: u64 = 8 << 10;
@@ -597,11 +497,11 @@ mod tests {
     fn a_progress_bar_collapses_to_its_last_frame() {
         let frames: String = (0..=100).map(|p| format!("\r{p:3}%")).collect();
         assert_eq!(
-            collapse_carriage_returns(&format!("{frames}\ndone\n")),
+            plain_text(format!("{frames}\ndone\n").as_bytes()),
             "100%\ndone\n"
         );
-        assert_eq!(collapse_carriage_returns("abcdef\rXY\n"), "XYcdef\n");
-        assert_eq!(collapse_carriage_returns("crlf\r\n"), "crlf\n");
+        assert_eq!(plain_text(b"abcdef\rXY\n"), "XYcdef\n");
+        assert_eq!(plain_text(b"crlf\r\n"), "crlf\n");
     }
 
     #[test]

@@ -207,60 +207,6 @@ impl Secrets {
         held
     }
 
-    /// The output ended: `bytes` (what was held, with `carry`) masked into `out`, and
-    /// the start of a form that the output ended in too, once it is
-    /// [`MIN_SECRET_LEN`] bytes long (a job killed in the middle of printing one).
-    fn finish_into(&self, bytes: &[u8], out: &mut Vec<u8>, carry: Carry) {
-        let near_end = bytes.len().saturating_sub(self.longest.saturating_sub(1));
-        let begun = (near_end..bytes.len().saturating_sub(MIN_SECRET_LEN - 1))
-            .find_map(|at| Some(at).zip(self.longer_form_begun_by(&bytes[at..])));
-        let mut cursor = 0;
-        let mut spans = self.spans(
-            bytes,
-            (carry.len > 0).then_some(Span {
-                start: 0,
-                end: carry.len,
-                names: carry.names,
-            }),
-        );
-        if let Some((at, index)) = begun {
-            let tail = Span {
-                start: at,
-                end: bytes.len(),
-                names: vec![self.owner[index]],
-            };
-            spans = self.spans_with(spans, tail);
-        }
-        for span in spans {
-            out.extend_from_slice(&bytes[cursor..span.start]);
-            out.extend_from_slice(&self.marker(&span.names));
-            cursor = span.end;
-        }
-        out.extend_from_slice(&bytes[cursor..]);
-    }
-
-    /// `spans` (merged, in order) with `tail` (running to the end) merged in.
-    fn spans_with(&self, mut spans: Vec<Span>, mut tail: Span) -> Vec<Span> {
-        while let Some(last) = spans.last() {
-            if last.end <= tail.start {
-                break;
-            }
-            let last = spans.pop().expect("a last span");
-            if last.start >= tail.start {
-                // Inside the tail: nothing to add.
-                continue;
-            }
-            tail.start = last.start;
-            for name in last.names.into_iter().rev() {
-                if !tail.names.contains(&name) {
-                    tail.names.insert(0, name);
-                }
-            }
-        }
-        spans.push(tail);
-        spans
-    }
-
     /// The first position at or after `from`, near the end of `bytes`, from which the
     /// rest is the beginning of a longer form (one that more output could complete);
     /// the end of `bytes` when there is none or `bytes` are `whole`.
@@ -289,44 +235,75 @@ impl Secrets {
     }
 }
 
-/// Masks a job's output as it streams: what may begin a secret is held back until the
-/// next chunk shows whether it does.
+/// Masks a job's output as it streams, in what each reader finally shows: the bytes,
+/// their text and a terminal's line ([`crate::rendered::Shown`]), so a value split by
+/// a colour code, a NUL, a `\r` rewrite, a backspace or a cursor move is found, and the
+/// whole raw span that produced it is replaced. What may begin a secret (in any of
+/// those) is held back until the next chunk shows whether it does.
+///
+/// The written bytes of the line in progress (up to [`LINE_CONTEXT`]) are kept as
+/// context: a `\r` or a backspace still to come may join them with new output. Such a
+/// find is masked from the first byte not yet written, so what was written stays (a
+/// piece of a value, never the whole, and only what was already shown) and the rest
+/// is the marker.
 pub struct StreamMask {
     secrets: Secrets,
+    /// The written bytes of the line in progress.
+    line: Vec<u8>,
     held: Vec<u8>,
-    carry: Carry,
 }
+
+/// How many written bytes of the line in progress a rewrite is checked against.
+pub const LINE_CONTEXT: usize = 16 << 10;
+/// The most bytes held back beyond the longest form (escapes between the characters
+/// of what may begin a secret).
+pub const HOLD_MAX: usize = 64 << 10;
 
 impl StreamMask {
     pub fn new(secrets: Secrets) -> StreamMask {
         StreamMask {
             secrets,
+            line: Vec::new(),
             held: Vec::new(),
-            carry: Carry::default(),
         }
     }
 
     /// Masks the next chunk of output: returns what may be written now (`chunk` itself,
-    /// or part of it, when it holds no secret; else `out`, cleared first). At most the
-    /// longest form's length − 1 bytes are kept back.
+    /// or part of it, when it holds no secret and nothing joins it with what came
+    /// before; else `out`, cleared first).
     pub fn push<'a>(&mut self, chunk: &'a [u8], out: &'a mut Vec<u8>) -> &'a [u8] {
         out.clear();
-        if self.held.is_empty() {
-            if self.secrets.automaton.find(chunk).is_none() {
-                // Nothing to replace: no copy, only the start of a form kept back.
-                let held = self.secrets.first_unfinished(chunk, 0, false);
-                self.held.extend_from_slice(&chunk[held..]);
-                return &chunk[..held];
-            }
-            let held = self.secrets.mask_into(chunk, out, false, &mut self.carry);
+        let plain = self.held.is_empty()
+            && !crate::output::maybe_controls(chunk, true)
+            && !crate::output::maybe_controls(&self.line, true);
+        if plain && self.secrets.automaton.find(chunk).is_none() {
+            // Nothing to replace: no copy, only the start of a form kept back.
+            // (Nor the start of a character whose rest has not come.)
+            let held = self
+                .secrets
+                .first_unfinished(chunk, 0, false)
+                .min(chunk.len() - crate::output::unfinished_suffix(chunk));
             self.held.extend_from_slice(&chunk[held..]);
-        } else {
-            let mut bytes = std::mem::take(&mut self.held);
-            bytes.extend_from_slice(chunk);
-            let held = self.secrets.mask_into(&bytes, out, false, &mut self.carry);
-            bytes.drain(..held);
-            self.held = bytes;
+            self.written(&chunk[..held]);
+            return &chunk[..held];
         }
+        let mut bytes = self.line.clone();
+        let context = bytes.len();
+        bytes.append(&mut self.held);
+        bytes.extend_from_slice(chunk);
+        let (mut bytes, hold) = self.masked(bytes, context, false);
+        // Nor an escape sequence or a character whose rest has not come, so that a
+        // marker never lands inside one.
+        let hold = hold.min(bytes.len() - crate::output::unfinished_suffix(&bytes[context..]));
+        let longest = self.secrets.longest;
+        let release = hold
+            .max(context)
+            .max(bytes.len().saturating_sub(longest + HOLD_MAX));
+        out.extend_from_slice(&bytes[context..release]);
+        self.held.extend_from_slice(&bytes[release..]);
+        bytes.truncate(release);
+        bytes.drain(..context);
+        self.written(&bytes);
         out
     }
 
@@ -335,9 +312,33 @@ impl StreamMask {
     /// [`MIN_SECRET_LEN`] bytes long (a job killed in the middle of printing one).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         out.clear();
-        let bytes = std::mem::take(&mut self.held);
-        let carry = std::mem::take(&mut self.carry);
-        self.secrets.finish_into(&bytes, out, carry);
+        let mut bytes = std::mem::take(&mut self.line);
+        let context = bytes.len();
+        bytes.append(&mut self.held);
+        let shown = crate::rendered::Shown::new(&bytes);
+        let begun = |text: &[u8]| {
+            self.secrets
+                .begun_form(text)
+                .map_or(text.len(), |(at, _)| at)
+        };
+        let mut at = shown.unfinished(&begun);
+        let mut marker = None;
+        if at < bytes.len() {
+            marker = Some(self.begun_marker(&bytes));
+            // A find that overlaps the begun form is one span with it (their union).
+            let find = |text: &[u8]| self.secrets.found(text);
+            for hit in shown.find(&find) {
+                if hit.end > at && hit.start < at {
+                    at = hit.start;
+                }
+            }
+            bytes.truncate(at.max(context));
+        }
+        let (mut bytes, _) = self.masked(bytes, context, true);
+        if let Some(marker) = marker {
+            bytes.extend_from_slice(&marker);
+        }
+        out.extend_from_slice(&bytes[context..]);
     }
 
     /// The values masked.
@@ -348,6 +349,123 @@ impl StreamMask {
     /// How many bytes are held back now.
     pub fn held(&self) -> usize {
         self.held.len()
+    }
+
+    /// `bytes` (written context, then what is not written yet) with every secret that
+    /// they show replaced, from the first byte not yet written, and where what may be
+    /// written ends: before what may begin a secret (unless the output is `whole`).
+    /// What is shown again after a replacement is looked at again (a few times, then
+    /// all of it is masked).
+    fn masked(&self, mut bytes: Vec<u8>, context: usize, whole: bool) -> (Vec<u8>, usize) {
+        let find = |text: &[u8]| self.secrets.found(text);
+        let begins = |text: &[u8]| self.secrets.first_unfinished(text, 0, false);
+        let mut done = context;
+        for _ in 0..4 {
+            let shown = crate::rendered::Shown::new(&bytes);
+            let mut limit = match whole {
+                true => bytes.len(),
+                false => shown.unfinished(&begins).max(done),
+            };
+            let mut found: Vec<crate::rendered::Found> = shown
+                .find(&find)
+                .into_iter()
+                .filter(|hit| hit.end > context && hit.start < limit)
+                .collect();
+            // A find that reaches into what may begin a form could grow with more
+            // output (the union of overlapping values): it is held whole, to be one
+            // marker, while it fits in what may be held.
+            let floor = bytes.len().saturating_sub(self.secrets.longest + HOLD_MAX);
+            let may_grow = |hit: &crate::rendered::Found| {
+                !whole && hit.end > limit && hit.start >= floor.max(done).max(context)
+            };
+            if let Some(at) = found.iter().position(may_grow) {
+                limit = found[at].start;
+                found.truncate(at);
+            }
+            let found: Vec<crate::rendered::Found> = found
+                .into_iter()
+                .map(|hit| crate::rendered::Found {
+                    start: hit.start.max(context),
+                    ..hit
+                })
+                .collect();
+            let Some(last) = found.last() else {
+                return (bytes, limit);
+            };
+            let shift: isize = found
+                .iter()
+                .map(|hit| hit.marker.len() as isize - (hit.end - hit.start) as isize)
+                .sum();
+            done = (last.end as isize + shift) as usize;
+            bytes = crate::rendered::replaced(&bytes, &found).into_owned();
+        }
+        bytes.truncate(context);
+        bytes.extend_from_slice(b"[secret]");
+        let end = bytes.len();
+        (bytes, end)
+    }
+
+    /// The marker of the form that the end of what `bytes` show begins.
+    fn begun_marker(&self, bytes: &[u8]) -> Vec<u8> {
+        let mut texts = vec![bytes.to_vec()];
+        if crate::output::maybe_controls(bytes, true) {
+            for view in [crate::rendered::View::Text, crate::rendered::View::Line] {
+                texts.push(crate::rendered::render(bytes, view).text.into_bytes());
+            }
+        }
+        texts
+            .iter()
+            .find_map(|text| self.secrets.begun_form(text))
+            .map_or_else(
+                || b"[secret]".to_vec(),
+                |(_, index)| self.secrets.marker(&[self.secrets.owner[index]]),
+            )
+    }
+
+    /// `bytes` were written: the line in progress goes on with them.
+    fn written(&mut self, bytes: &[u8]) {
+        match memchr::memrchr(b'\n', bytes) {
+            Some(at) => {
+                self.line.clear();
+                self.line.extend_from_slice(&bytes[at + 1..]);
+            }
+            None => self.line.extend_from_slice(bytes),
+        }
+        if self.line.len() > LINE_CONTEXT {
+            let cut = self.line.len() - LINE_CONTEXT;
+            self.line.drain(..cut);
+        }
+    }
+}
+
+/// The search API that [`StreamMask`] and the report's masking use.
+impl Secrets {
+    /// Every known value in `bytes`, as spans with their markers.
+    pub fn found(&self, bytes: &[u8]) -> Vec<crate::rendered::Found> {
+        // Overlapping matches merged: the union of every value's match is one span.
+        self.spans(bytes, None)
+            .into_iter()
+            .map(|span| crate::rendered::Found {
+                start: span.start,
+                end: span.end,
+                marker: self.marker(&span.names),
+            })
+            .collect()
+    }
+
+    /// Every known value replaced in what `bytes` show (for text that is whole: a
+    /// report file).
+    pub fn mask_shown<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        let found = crate::rendered::shown(bytes, &|text| self.found(text));
+        crate::rendered::replaced(bytes, &found)
+    }
+
+    /// Where the end of `bytes` begins a form, once [`MIN_SECRET_LEN`] bytes of it are
+    /// there: that position and the form's index in `sorted`.
+    fn begun_form(&self, bytes: &[u8]) -> Option<(usize, usize)> {
+        let near_end = bytes.len().saturating_sub(self.longest);
+        (near_end..bytes.len().saturating_sub(MIN_SECRET_LEN - 1))
+            .find_map(|at| Some(at).zip(self.longer_form_begun_by(&bytes[at..])))
     }
 }
 
@@ -573,14 +691,74 @@ fn private_keys(bytes: &[u8]) -> Vec<(usize, usize)> {
 /// The marker of a token that a read's start cut (its first bytes were before it).
 pub const CUT_TOKEN: &str = "[secret token]";
 
-/// The token shape that `window` holds across its index `at` (starting before it and
-/// ending after it), as its start and end in `window`.
+/// The token shape that `window` shows across its index `at` (its raw bytes starting
+/// before it and ending after it, in the bytes or in what they render), as its start
+/// and end in `window`.
 pub fn token_across(window: &[u8], at: usize) -> Option<(usize, usize)> {
-    shapes()
-        .find_iter(window)
-        .map(|found| (found.start(), found.end()))
+    crate::rendered::shown(window, &token_finds)
+        .into_iter()
+        .map(|found| (found.start, found.end))
         .take_while(|&(start, _)| start < at)
         .find(|&(_, end)| at < end)
+}
+
+/// Bytes with every token shape and private key that they show replaced: found in the
+/// bytes as they are and in what they render ([`crate::rendered::Shown`]), so a token
+/// split by a colour code, a NUL or a rewrite is masked whole, from its first raw byte
+/// to its last. For the raw bytes a reader is given (`read --raw`, `output_base64`,
+/// the strip, `run`'s stream). Looked at a block of about [`SHOWN_BLOCK`] bytes at a
+/// time, each ending at a line break where one comes soon after.
+pub fn mask_shapes_shown(bytes: &[u8]) -> Cow<'_, [u8]> {
+    if bytes.len() <= SHOWN_BLOCK {
+        let found = crate::rendered::shown(bytes, &shape_finds);
+        return crate::rendered::replaced(bytes, &found);
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let mut end = (at + SHOWN_BLOCK).min(bytes.len());
+        let soon = (end + (64 << 10)).min(bytes.len());
+        if let Some(newline) = memchr::memchr(b'\n', &bytes[end..soon]) {
+            end += newline + 1;
+        }
+        out.extend_from_slice(&mask_shapes_shown(&bytes[at..end]));
+        at = end;
+    }
+    Cow::Owned(out)
+}
+
+/// The size of the blocks [`mask_shapes_shown`] renders.
+pub const SHOWN_BLOCK: usize = 1 << 20;
+
+/// Token shapes in `text`, each with its marker.
+fn token_finds(text: &[u8]) -> Vec<crate::rendered::Found> {
+    shapes()
+        .captures_iter(text)
+        .filter_map(|caps| {
+            let whole = caps.get(0)?;
+            let marker = token_marker(&caps);
+            (marker != whole.as_bytes()).then(|| crate::rendered::Found {
+                start: whole.start(),
+                end: whole.end(),
+                marker,
+            })
+        })
+        .collect()
+}
+
+/// Token shapes and private keys in `text`, each with its marker.
+fn shape_finds(text: &[u8]) -> Vec<crate::rendered::Found> {
+    let mut found = token_finds(text);
+    found.extend(
+        private_keys(text)
+            .into_iter()
+            .map(|(start, end)| crate::rendered::Found {
+                start,
+                end,
+                marker: PRIVATE_KEY.as_bytes().to_vec(),
+            }),
+    );
+    found
 }
 
 fn key_lines() -> &'static Regex {
@@ -637,14 +815,16 @@ pub fn may_hold_shapes(bytes: &[u8]) -> bool {
     compiled(&RE, starts).is_match(bytes)
 }
 
-/// Where a token shape that more output could complete begins at the end of `bytes`.
+/// Where a token shape that more output could complete begins at the end of what
+/// `bytes` show (escapes after it included).
 pub fn unfinished_token(bytes: &[u8]) -> Option<usize> {
     static RE: OnceLock<Regex> = OnceLock::new();
     let unfinished =
         r"(?-u)\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*\z";
-    compiled(&RE, unfinished)
-        .find(bytes)
-        .map(|found| found.start())
+    let re = compiled(&RE, unfinished);
+    let at = crate::rendered::Shown::new(bytes)
+        .unfinished(&|text| re.find(text).map_or(text.len(), |found| found.start()));
+    (at < bytes.len()).then_some(at)
 }
 
 fn token_marker(caps: &Captures) -> Vec<u8> {
@@ -700,6 +880,99 @@ mod tests {
                 assert_eq!(out, b"x=[secret PW];y", "cuts {cut} {cut2}");
             }
         }
+    }
+
+    /// What every reader may show of `bytes`: the bytes, their text, a terminal's line.
+    fn every_view(bytes: &[u8]) -> Vec<String> {
+        use crate::rendered::{render, View};
+        vec![
+            String::from_utf8_lossy(bytes).into_owned(),
+            render(bytes, View::Text).text,
+            render(bytes, View::Line).text,
+        ]
+    }
+
+    #[test]
+    fn issue22_2_a_value_joined_by_the_rendering_is_masked_however_it_is_cut() {
+        let utf16: Vec<u8> = "pw=hunter22-secret;\n"
+            .bytes()
+            .flat_map(|b| [b, 0])
+            .collect();
+        let cases: Vec<Vec<u8>> = vec![
+            b"pw=\x1b[01;31m\x1b[Khunter\x1b[m\x1b[K22-secret;\n".to_vec(),
+            b"pw=h\x1b[1mu\x1b[0mn\x1b[31mt\x1b[0mer22-se\x1b[4mcret;\n".to_vec(),
+            utf16,
+            b"pw=XXXXXX22-secret\rpw=hunter\n".to_vec(),
+            b"pw=hunterXX\x08\x0822-secret\n".to_vec(),
+            b"pw=hunterxxxxx\x1b[5D22-secret\n".to_vec(),
+            b"pw=hunter\x1b]0;title\x0722-secret\n".to_vec(),
+            "pw=hunter\u{9b}1m22-secret\n".as_bytes().to_vec(),
+        ];
+        for case in &cases {
+            for cut in 0..=case.len() {
+                for cut2 in (cut..=case.len()).step_by(3) {
+                    let out = stream(
+                        secrets(&[("PW", "hunter22-secret")]),
+                        &[&case[..cut], &case[cut..cut2], &case[cut2..]],
+                    );
+                    for view in every_view(&out) {
+                        assert!(
+                            !view.contains("hunter22-secret") && !view.contains("hunter22-se"),
+                            "{:?} cut {cut} {cut2}: {view:?}",
+                            String::from_utf8_lossy(case)
+                        );
+                    }
+                    assert!(
+                        every_view(&out)[1].contains("[secret PW]"),
+                        "{:?} cut {cut} {cut2}: {:?}",
+                        String::from_utf8_lossy(case),
+                        String::from_utf8_lossy(&out)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn issue22_2_a_rewrite_of_a_written_line_is_masked_from_what_is_new() {
+        // The line's first write held nothing that may begin the value; the `\r` that
+        // joins it comes later. What was written stays; the joining bytes are masked.
+        let mut mask = StreamMask::new(secrets(&[("PW", "hunter22-secret")]));
+        let mut out = Vec::new();
+        let mut all = mask.push(b"pw=XXXXXX22-secret", &mut out).to_vec();
+        assert_eq!(all, b"pw=XXXXXX22-secret");
+        all.extend_from_slice(mask.push(b"\rpw=hunter\n", &mut out));
+        mask.finish(&mut out);
+        all.extend_from_slice(&out);
+        for view in every_view(&all) {
+            assert!(!view.contains("hunter22"), "{view:?}");
+        }
+    }
+
+    #[test]
+    fn issue22_2_token_shapes_split_by_the_rendering_are_masked_in_raw_bytes() {
+        let token = format!("ghp_{}", "a1B2".repeat(9));
+        let (head, tail) = token.split_at(10);
+        for raw in [
+            format!("t={head}\x1b[31m{tail}\x1b[0m\n"),
+            format!("t={head}\0{tail}\n"),
+            format!("t=XXXXXXXXXX{tail}\rt={head}\n"),
+            format!("t={head}xxxx\x1b[4D{tail}\n"),
+        ] {
+            let masked = mask_shapes_shown(raw.as_bytes());
+            for view in every_view(&masked) {
+                assert!(!view.contains(&token), "{raw:?}: {view:?}");
+            }
+            assert!(
+                every_view(&masked)[1].contains("[secret github token]"),
+                "{raw:?}"
+            );
+        }
+        let raw = format!("t={head}\x1b[31m{tail}\x1b[0m\n");
+        let at = raw.find("\x1b[31m").unwrap();
+        assert!(token_across(raw.as_bytes(), at).is_some());
+        let unfinished = format!("t={head}\x1b[31m");
+        assert_eq!(unfinished_token(unfinished.as_bytes()), Some(2));
     }
 
     #[test]

@@ -608,7 +608,10 @@ pub struct ReadCmd {
     /// The whole output (does not move the read cursor)
     #[arg(long)]
     pub all: bool,
-    /// The exact bytes, escapes and all
+    /// The exact bytes, escapes and all, but secrets and token shapes masked in what
+    /// the bytes show (also when escapes, NULs, \r, backspaces or cursor moves within a
+    /// line split them); not masked: a value put together only by vertical cursor moves
+    /// on a pane's screen
     #[arg(long)]
     pub raw: bool,
     /// Clip the reply to about this many bytes, head and tail kept [default: 32768; with

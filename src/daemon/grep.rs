@@ -32,7 +32,7 @@ use std::sync::Arc;
 /// Bytes read at a time.
 const BUF: usize = 4 << 20;
 /// Bytes looked at around a cut for a token shape that crosses it.
-const TOKEN_CONTEXT: usize = 256;
+const TOKEN_CONTEXT: usize = 2048;
 /// Lines that are not plain text are rendered and searched this many bytes at a time.
 const BLOCK: usize = 64 << 10;
 /// Lines are searched in pieces of at most this many bytes.

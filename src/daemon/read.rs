@@ -278,7 +278,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
                     0 => Vec::new(),
                     _ => redact::CUT_TOKEN.as_bytes().to_vec(),
                 };
-                shown.extend_from_slice(&redact::mask_shapes_bytes(&bytes));
+                shown.extend_from_slice(&redact::mask_shapes_shown(&bytes));
                 shown
             }
         };

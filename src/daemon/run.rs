@@ -449,7 +449,7 @@ impl Daemon {
                 };
                 let (_, end) = log.token_edges(piece_at, to.min(piece_at + PIECE), running);
                 let bytes = output::read_range(&path, piece_at, end, head, dropped).0;
-                (crate::redact::mask_shapes_bytes(&bytes).into_owned(), end)
+                (crate::redact::mask_shapes_shown(&bytes).into_owned(), end)
             })
             .await;
             let Ok((bytes, end)) = piece else {

@@ -124,7 +124,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "tail": {"type": "integer", "minimum": 0, "description": "Only the last N lines (does not move your read position)"},
                     "from": {"type": "integer", "minimum": 0, "description": "From this byte offset of the log (does not move your read position)"},
                     "all": {"type": "boolean", "description": "The whole output from the start (does not move your read position); default false"},
-                    "raw": {"type": "boolean", "description": "The exact bytes, base64-encoded in `output_base64`, escapes and all (default false)"},
+                    "raw": {"type": "boolean", "description": "The exact bytes, base64-encoded in `output_base64`, escapes and all, with secrets and token shapes masked in what they show (default false)"},
                     "max_bytes": {"type": "integer", "minimum": 64, "description": "Clip the reply to about this many bytes, keeping head and tail (default 32768)"},
                     "screen": {"type": "boolean", "description": "A pane's visible screen as text, instead of its output stream (default false)"},
                     "grep": {"type": "string", "description": "Search the whole kept log for lines matching this regex (Rust syntax) instead of reading: returns `matches` with `line` (1-based), `offset` (byte) and `text`, without moving your read position; `truncated` with `next_from` when there were more (pass it as `from`)"},

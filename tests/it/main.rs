@@ -24,6 +24,7 @@ mod restart;
 mod search;
 mod secrets;
 mod secrets22;
+mod secrets_rendered;
 mod security;
 mod security_hostile;
 mod sessions;

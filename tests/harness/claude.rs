@@ -1,0 +1,139 @@
+//! Claude Code (`claude -p`, and interactive in tmux) with the hooks of docs/harnesses.md
+//! and `claude mcp add bgwork -- bgwork mcp`, as the README tells a user.
+
+use crate::server::{call, excerpt, text, ModelServer, Step};
+use crate::setup::{installed, occurrences, World, CLAUDE_CODE};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The secret a job is given: it must never reach the model.
+const SECRET: &str = "hunter2-7d1f0c9e5a";
+
+/// A world with Claude Code set up as a user would: the documented hooks in
+/// `~/.claude/settings.json`, bgwork's MCP server added with `claude mcp add`.
+fn world(test: &str, server: &ModelServer) -> Option<(World, PathBuf)> {
+    let claude = installed(test, CLAUDE_CODE)?;
+    let mut world = World::new();
+    world.write("home/.claude/settings.json", &crate::documented_snippet("claude-code"));
+    world.env = vec![
+        ("ANTHROPIC_BASE_URL".into(), server.url()),
+        ("ANTHROPIC_API_KEY".into(), "sk-ant-api03-scripted-test-key".into()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
+        ("DEPLOY_TOKEN".into(), SECRET.into()),
+    ];
+    let added = world
+        .command(&claude, &["mcp", "add", "bgwork", "--", "bgwork", "mcp"])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "claude mcp add: {added:?}");
+    Some((world, claude))
+}
+
+fn bash(command: &str) -> Step {
+    call("Bash", json!({"command": command, "description": "run"}))
+}
+
+/// `claude -p PROMPT` with the tools the script calls allowed (Claude Code refuses
+/// `--dangerously-skip-permissions` as root).
+fn print_mode(world: &World, claude: &PathBuf, prompt: &str) -> crate::setup::Finished {
+    let mut command = world.command(
+        claude,
+        &["-p", prompt, "--allowedTools", "Bash,ToolSearch,mcp__bgwork"],
+    );
+    command.env("BGWORK_MAX_NOTICES_PER_TURN", "10");
+    world.run(command, Duration::from_secs(120))
+}
+
+#[test]
+fn issue25_1_claude_code_bash_start_notice_once_and_secret_never_sent() {
+    let server = ModelServer::start(vec![
+        bash("bgwork start --notify --secret DEPLOY_TOKEN --name deploy -- 'sleep 2; echo \"token $DEPLOY_TOKEN\"; printf \"%s-%s\\n\" end bash-marker'"),
+        bash("sleep 5"),
+        bash("true"),
+        bash("true"),
+        text("All done."),
+    ]);
+    let Some((world, claude)) = world("claude_code_bash", &server) else {
+        return;
+    };
+    let finished = print_mode(&world, &claude, "start the deploy in the background");
+    server.save("claude_code_bash");
+    assert_eq!(finished.code, 0, "{finished:?}");
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1 started"), "the start's reply reached the model: {}", excerpt(&at(1)));
+    assert_eq!(occurrences(&at(1), "end-bash-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-bash-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+    assert!(at(2).contains("PostToolUse:Bash hook additional context: bgwork:"));
+    assert_eq!(occurrences(&at(4), "end-bash-marker"), 1, "never twice: {}", excerpt(&at(4)));
+    assert!(at(2).contains("[secret DEPLOY_TOKEN]"), "{}", excerpt(&at(2)));
+    assert!(!server.everything_sent().contains(SECRET), "the secret reached the model");
+}
+
+/// The MCP tools Claude Code defers behind its tool search, loaded as a model does.
+const BGWORK_TOOLS: &str =
+    "select:mcp__bgwork__start,mcp__bgwork__read,mcp__bgwork__wait,mcp__bgwork__stop,mcp__bgwork__list";
+
+#[test]
+fn issue25_3_claude_code_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
+    let server = ModelServer::start(vec![
+        call("ToolSearch", json!({"query": BGWORK_TOOLS, "max_results": 5})),
+        call(
+            "mcp__bgwork__start",
+            json!({"command": "sleep 2; printf '%s-%s\\n' end mcp-marker", "notify": true, "name": "quick"}),
+        ),
+        bash("sleep 5"),
+        bash("true"),
+        bash("true"),
+        call(
+            "mcp__bgwork__start",
+            json!({"command": "echo serving-now; sleep 300", "name": "server"}),
+        ),
+        call("mcp__bgwork__read", json!({"id": "bg-2"})),
+        call("mcp__bgwork__wait", json!({"id": "bg-2", "timeout_s": 1})),
+        call("mcp__bgwork__stop", json!({"id": "bg-2", "grace_s": 1})),
+        text("All done."),
+    ]);
+    let Some((world, claude)) = world("claude_code_mcp", &server) else {
+        return;
+    };
+    let finished = print_mode(&world, &claude, "start a quick job through bgwork's tools");
+    server.save("claude_code_mcp");
+    assert_eq!(finished.code, 0, "{finished:?}");
+    // What the model is shown of the tools: their names in the deferred list, then each
+    // loaded one's description and schema once the tool search selected it.
+    let first = server.at(0).raw;
+    for tool in ["start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor"] {
+        assert!(first.contains(&format!("\\nmcp__bgwork__{tool}\\n")) || first.contains(&format!("\\nmcp__bgwork__{tool}\"")), "{tool} not listed");
+    }
+    let tools = server.at(1).body["tools"].clone();
+    let start = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "mcp__bgwork__start")
+        .unwrap_or_else(|| panic!("start not loaded: {tools}"));
+    assert!(start["description"].as_str().unwrap().contains("background"));
+    assert_eq!(start["input_schema"]["required"], json!(["command"]));
+    assert!(start["input_schema"]["properties"]["notify"].is_object());
+    // start, read, wait and stop, each answered as the tool says.
+    assert!(server.at(6).raw.contains("\\\"state\\\":\\\"running\\\""), "{}", excerpt(&server.at(6).raw));
+    assert!(server.at(7).raw.contains("serving-now"), "read: {}", excerpt(&server.at(7).raw));
+    assert!(server.at(8).raw.contains("timed_out") || server.at(8).raw.contains("timeout"), "wait: {}", excerpt(&server.at(8).raw));
+    assert!(server.at(9).raw.contains("stopped"), "stop: {}", excerpt(&server.at(9).raw));
+    // The quick job's end, exactly once, and at the first turn boundary after it.
+    assert_eq!(occurrences(&server.at(9).raw, "end-mcp-marker"), 1, "once: {}", excerpt(&server.at(9).raw));
+    assert_eq!(occurrences(&server.at(2).raw, "end-mcp-marker"), 0);
+    assert_eq!(
+        occurrences(&server.at(3).raw, "end-mcp-marker"),
+        1,
+        "the end of work started through MCP at the next turn boundary (the PostToolUse hook \
+         after `sleep 5`): {}",
+        excerpt(&server.at(3).raw)
+    );
+}

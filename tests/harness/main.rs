@@ -3,6 +3,7 @@
 //! (`server.rs`) whose request log shows exactly what reached the model.
 
 mod claude;
+mod codex;
 mod server;
 mod setup;
 

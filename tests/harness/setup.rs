@@ -100,9 +100,17 @@ impl World {
             .prefix("bgwh")
             .tempdir_in("/tmp")
             .unwrap();
-        for sub in ["home", "project", "bgwork"] {
-            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        for sub in ["home/.cargo/bin", "project", "bgwork"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
+        // Where `cargo install` puts `bgwork`, on PATH as rustup's `~/.profile` line puts
+        // it (harnesses that run `bash -lc` read it again).
+        std::os::unix::fs::symlink(BIN, dir.path().join("home/.cargo/bin/bgwork")).unwrap();
+        std::fs::write(
+            dir.path().join("home/.profile"),
+            "PATH=\"$HOME/.cargo/bin:$PATH\"\n",
+        )
+        .unwrap();
         World {
             dir,
             env: Vec::new(),
@@ -128,9 +136,9 @@ impl World {
     }
 
     /// `exe ARGS` in the project folder with only this world's environment: the user's
-    /// PATH with the `bgwork` under test first, HOME, BGWORK_HOME and `env`.
+    /// PATH with the `bgwork` under test first (in `~/.cargo/bin`), HOME, BGWORK_HOME and `env`.
     pub fn command(&self, exe: &Path, args: &[&str]) -> Command {
-        let bin_dir = Path::new(BIN).parent().unwrap();
+        let bin_dir = self.home().join(".cargo/bin");
         let mut command = Command::new(exe);
         command
             .args(args)
@@ -179,6 +187,10 @@ impl World {
                 panic!("the harness did not end within {limit:?}");
             }
         };
+        if let Some(pid) = self.stray_daemon() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            panic!("a front end of the harness started a daemon (pid {pid}) in the default home, not in BGWORK_HOME: it did not get the user's environment");
+        }
         Finished {
             code: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -188,8 +200,22 @@ impl World {
     }
 }
 
+impl World {
+    /// The pid of a daemon some front end started in the default home of this world's
+    /// HOME (a harness that did not pass `BGWORK_HOME` on to it), if one runs.
+    pub fn stray_daemon(&self) -> Option<i32> {
+        let lock = self.home().join(".local/share/bgwork/daemon.lock");
+        let pid: i32 = std::fs::read_to_string(lock).ok()?.trim().parse().ok()?;
+        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+}
+
 impl Drop for World {
     fn drop(&mut self) {
+        if let Some(pid) = self.stray_daemon() {
+            eprintln!("harness: a daemon ran in the default home of the world's HOME (pid {pid}): stopping it");
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+        }
         if self.bgwork_home().join("daemon.lock").exists()
             || std::fs::read_dir(self.bgwork_home()).is_ok_and(|mut d| d.next().is_some())
         {

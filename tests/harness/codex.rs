@@ -1,0 +1,169 @@
+//! Codex CLI (`codex exec`) with a model provider on the scripted server, the hooks of
+//! docs/harnesses.md in `~/.codex/hooks.json` and bgwork's MCP server in
+//! `~/.codex/config.toml`, as docs/harnesses.md tells a user.
+
+use crate::server::{excerpt, text, ModelServer, Step};
+use crate::setup::{installed, occurrences, World, CODEX};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const SECRET: &str = "hunter2-codex-51ab09";
+
+fn world(test: &str, server: &ModelServer) -> Option<(World, PathBuf)> {
+    let codex = installed(test, CODEX)?;
+    let mut world = World::new();
+    world.write("home/.codex/hooks.json", &crate::documented_snippet("codex"));
+    world.write(
+        "home/.codex/config.toml",
+        &format!(
+            r#"model = "gpt-5.1-codex"
+model_provider = "scripted"
+
+[model_providers.scripted]
+name = "scripted model"
+base_url = "{}/v1"
+wire_api = "responses"
+env_key = "SCRIPTED_API_KEY"
+
+{}"#,
+            server.url(),
+            crate::documented_snippet("codex-mcp")
+        ),
+    );
+    world.env = vec![
+        ("SCRIPTED_API_KEY".into(), "sk-scripted-test-key".into()),
+        ("BGWORK_SESSION".into(), "shop".into()),
+        ("DEPLOY_TOKEN".into(), SECRET.into()),
+    ];
+    Some((world, codex))
+}
+
+fn shell(cmd: &str) -> Step {
+    Step::Call {
+        name: "exec_command".into(),
+        namespace: None,
+        args: json!({"cmd": cmd}),
+    }
+}
+
+fn mcp(tool: &str, args: Value) -> Step {
+    Step::Call {
+        name: tool.into(),
+        namespace: Some("mcp__bgwork".into()),
+        args,
+    }
+}
+
+fn exec(world: &World, codex: &PathBuf, prompt: &str) -> crate::setup::Finished {
+    let command = world.command(
+        codex,
+        &[
+            "exec",
+            "--skip-git-repo-check",
+            // As root the sandbox cannot start; a user's own `bgwork` needs its home
+            // outside the workspace anyway.
+            "--dangerously-bypass-approvals-and-sandbox",
+            // A user trusts a new hook once in the TUI's `/hooks`; `exec` runs only
+            // trusted hooks, and this is how automation trusts them.
+            "--dangerously-bypass-hook-trust",
+            prompt,
+        ],
+    );
+    world.run(command, Duration::from_secs(120))
+}
+
+#[test]
+fn issue25_1_codex_shell_start_notice_once_and_secret_never_sent() {
+    let server = ModelServer::start(vec![
+        shell("bgwork start --notify --secret DEPLOY_TOKEN --name deploy -- 'sleep 2; echo \"token $DEPLOY_TOKEN\"; printf \"%s-%s\\n\" end shell-marker'"),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        text("All done."),
+    ]);
+    let Some((world, codex)) = world("codex_shell", &server) else {
+        return;
+    };
+    let finished = exec(&world, &codex, "start the deploy in the background");
+    server.save("codex_shell");
+    assert_eq!(finished.code, 0, "{finished:?}");
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1 started"), "{}", excerpt(&at(1)));
+    assert_eq!(occurrences(&at(1), "end-shell-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-shell-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+    assert_eq!(occurrences(&at(4), "end-shell-marker"), 1, "never twice: {}", excerpt(&at(4)));
+    assert!(at(2).contains("[secret DEPLOY_TOKEN]"), "{}", excerpt(&at(2)));
+    assert!(!server.everything_sent().contains(SECRET), "the secret reached the model");
+}
+
+#[test]
+fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
+    let server = ModelServer::start(vec![
+        mcp(
+            "start",
+            json!({"command": "sleep 2; printf '%s-%s\\n' end mcp-marker", "notify": true, "name": "quick"}),
+        ),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        mcp(
+            "start",
+            json!({"command": "echo serving-now; sleep 300", "name": "server"}),
+        ),
+        mcp("read", json!({"id": "bg-2"})),
+        mcp("wait", json!({"id": "bg-2", "timeout_s": 1})),
+        mcp("stop", json!({"id": "bg-2", "grace_s": 1})),
+        text("All done."),
+    ]);
+    let Some((world, codex)) = world("codex_mcp", &server) else {
+        return;
+    };
+    let finished = exec(&world, &codex, "start a quick job through bgwork's tools");
+    server.save("codex_mcp");
+    assert_eq!(finished.code, 0, "{finished:?}");
+    // The tools as Codex offers them: one namespace, each tool with its description and
+    // schema.
+    let tools = server.at(0).body["tools"].clone();
+    let namespace = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "mcp__bgwork")
+        .unwrap_or_else(|| panic!("no mcp__bgwork namespace: {tools}"));
+    let names: Vec<&str> = namespace["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for tool in ["start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor"] {
+        assert!(names.contains(&tool), "{tool} not offered: {names:?}");
+    }
+    let start = namespace["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "start")
+        .unwrap();
+    assert!(start["description"].as_str().unwrap().contains("background"));
+    assert_eq!(start["parameters"]["required"], json!(["command"]));
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1"), "start: {}", excerpt(&at(1)));
+    assert!(at(6).contains("serving-now"), "read: {}", excerpt(&at(6)));
+    assert!(at(7).contains("timeout"), "wait: {}", excerpt(&at(7)));
+    assert!(at(8).contains("stopped"), "stop: {}", excerpt(&at(8)));
+    assert_eq!(occurrences(&at(8), "end-mcp-marker"), 1, "once: {}", excerpt(&at(8)));
+    assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-mcp-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+}

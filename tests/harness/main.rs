@@ -4,6 +4,7 @@
 
 mod claude;
 mod codex;
+mod gemini;
 mod server;
 mod setup;
 

@@ -1,0 +1,133 @@
+//! Gemini CLI (`gemini -p`) against the scripted server as its base URL, with the hooks
+//! of docs/harnesses.md and bgwork's MCP server in `~/.gemini/settings.json`.
+
+use crate::server::{excerpt, text, ModelServer, Step};
+use crate::setup::{installed, occurrences, World, GEMINI};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const SECRET: &str = "hunter2-gemini-0c77e1";
+
+fn world(test: &str, server: &ModelServer) -> Option<(World, PathBuf)> {
+    let gemini = installed(test, GEMINI)?;
+    let mut world = World::new();
+    let mut settings: Value = serde_json::from_str(&crate::documented_snippet("gemini")).unwrap();
+    let mcp: Value = serde_json::from_str(&crate::documented_snippet("gemini-mcp")).unwrap();
+    settings["mcpServers"] = mcp["mcpServers"].clone();
+    // What a user's first interactive run asks and keeps: sign in with an API key.
+    settings["security"] = json!({"auth": {"selectedType": "gemini-api-key"}});
+    world.write("home/.gemini/settings.json", &settings.to_string());
+    world.env = vec![
+        ("GEMINI_API_KEY".into(), "scripted-test-key".into()),
+        ("GOOGLE_GEMINI_BASE_URL".into(), server.url()),
+        ("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()),
+        ("BGWORK_SESSION".into(), "shop".into()),
+        ("DEPLOY_TOKEN".into(), SECRET.into()),
+    ];
+    Some((world, gemini))
+}
+
+fn shell(command: &str) -> Step {
+    crate::server::call("run_shell_command", json!({"command": command}))
+}
+
+fn prompt(world: &World, gemini: &PathBuf, prompt: &str) -> crate::setup::Finished {
+    let command = world.command(gemini, &["--approval-mode", "yolo", "-p", prompt]);
+    world.run(command, Duration::from_secs(150))
+}
+
+#[test]
+fn issue25_1_gemini_shell_start_notice_once_and_secret_never_sent() {
+    let server = ModelServer::start(vec![
+        shell("bgwork start --notify --secret DEPLOY_TOKEN --name deploy -- 'sleep 2; echo \"token $DEPLOY_TOKEN\"; printf \"%s-%s\\n\" end shell-marker'"),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        text("All done."),
+    ]);
+    let Some((world, gemini)) = world("gemini_shell", &server) else {
+        return;
+    };
+    let finished = prompt(&world, &gemini, "start the deploy in the background");
+    server.save("gemini_shell");
+    assert_eq!(finished.code, 0, "{finished:?}");
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1 started"), "{}", excerpt(&at(1)));
+    assert_eq!(occurrences(&at(1), "end-shell-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-shell-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+    assert_eq!(occurrences(&at(4), "end-shell-marker"), 1, "never twice: {}", excerpt(&at(4)));
+    assert!(at(2).contains("[secret DEPLOY_TOKEN]"), "{}", excerpt(&at(2)));
+    assert!(!server.everything_sent().contains(SECRET), "the secret reached the model");
+}
+
+fn mcp(tool: &str, args: Value) -> Step {
+    crate::server::call(&format!("mcp_bgwork_{tool}"), args)
+}
+
+#[test]
+fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
+    let server = ModelServer::start(vec![
+        mcp(
+            "start",
+            json!({"command": "sleep 2; printf '%s-%s\\n' end mcp-marker", "notify": true, "name": "quick"}),
+        ),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        mcp(
+            "start",
+            json!({"command": "echo serving-now; sleep 300", "name": "server"}),
+        ),
+        mcp("read", json!({"id": "bg-2"})),
+        mcp("wait", json!({"id": "bg-2", "timeout_s": 1})),
+        mcp("stop", json!({"id": "bg-2", "grace_s": 1})),
+        text("All done."),
+    ]);
+    let Some((world, gemini)) = world("gemini_mcp", &server) else {
+        return;
+    };
+    let finished = prompt(&world, &gemini, "start a quick job through bgwork's tools");
+    server.save("gemini_mcp");
+    assert_eq!(finished.code, 0, "{finished:?}");
+    // The tools as Gemini declares them: `mcp_bgwork_NAME`, with description and schema.
+    let declared: Vec<Value> = server.at(0).body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["functionDeclarations"].as_array().cloned().unwrap_or_default())
+        .collect();
+    for tool in ["start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor"] {
+        let name = format!("mcp_bgwork_{tool}");
+        assert!(declared.iter().any(|d| d["name"] == name), "{name} not declared");
+    }
+    let start = declared
+        .iter()
+        .find(|d| d["name"] == "mcp_bgwork_start")
+        .unwrap();
+    assert!(start["description"].as_str().unwrap().contains("background"));
+    let schema = if start["parametersJsonSchema"].is_object() {
+        &start["parametersJsonSchema"]
+    } else {
+        &start["parameters"]
+    };
+    assert_eq!(schema["required"], json!(["command"]), "{start}");
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1"), "start: {}", excerpt(&at(1)));
+    assert!(at(6).contains("serving-now"), "read: {}", excerpt(&at(6)));
+    assert!(at(7).contains("timeout"), "wait: {}", excerpt(&at(7)));
+    assert!(at(8).contains("stopped"), "stop: {}", excerpt(&at(8)));
+    assert_eq!(occurrences(&at(8), "end-mcp-marker"), 1, "once: {}", excerpt(&at(8)));
+    assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-mcp-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+}

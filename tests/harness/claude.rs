@@ -15,11 +15,20 @@ const SECRET: &str = "hunter2-7d1f0c9e5a";
 fn world(test: &str, server: &ModelServer) -> Option<(World, PathBuf)> {
     let claude = installed(test, CLAUDE_CODE)?;
     let mut world = World::new();
-    world.write("home/.claude/settings.json", &crate::documented_snippet("claude-code"));
+    world.write(
+        "home/.claude/settings.json",
+        &crate::documented_snippet("claude-code"),
+    );
     world.env = vec![
         ("ANTHROPIC_BASE_URL".into(), server.url()),
-        ("ANTHROPIC_API_KEY".into(), "sk-ant-api03-scripted-test-key".into()),
-        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(), "1".into()),
+        (
+            "ANTHROPIC_API_KEY".into(),
+            "sk-ant-api03-scripted-test-key".into(),
+        ),
+        (
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".into(),
+            "1".into(),
+        ),
         ("DEPLOY_TOKEN".into(), SECRET.into()),
     ];
     let added = world
@@ -39,7 +48,12 @@ fn bash(command: &str) -> Step {
 fn print_mode(world: &World, claude: &PathBuf, prompt: &str) -> crate::setup::Finished {
     let mut command = world.command(
         claude,
-        &["-p", prompt, "--allowedTools", "Bash,ToolSearch,mcp__bgwork"],
+        &[
+            "-p",
+            prompt,
+            "--allowedTools",
+            "Bash,ToolSearch,mcp__bgwork",
+        ],
     );
     command.env("BGWORK_MAX_NOTICES_PER_TURN", "10");
     world.run(command, Duration::from_secs(120))
@@ -61,7 +75,11 @@ fn issue25_1_claude_code_bash_start_notice_once_and_secret_never_sent() {
     server.save("claude_code_bash");
     assert_eq!(finished.code, 0, "{finished:?}");
     let at = |step: usize| server.at(step).raw;
-    assert!(at(1).contains("bg-1 started"), "the start's reply reached the model: {}", excerpt(&at(1)));
+    assert!(
+        at(1).contains("bg-1 started"),
+        "the start's reply reached the model: {}",
+        excerpt(&at(1))
+    );
     assert_eq!(occurrences(&at(1), "end-bash-marker"), 0);
     assert_eq!(
         occurrences(&at(2), "end-bash-marker"),
@@ -70,9 +88,21 @@ fn issue25_1_claude_code_bash_start_notice_once_and_secret_never_sent() {
         excerpt(&at(2))
     );
     assert!(at(2).contains("PostToolUse:Bash hook additional context: bgwork:"));
-    assert_eq!(occurrences(&at(4), "end-bash-marker"), 1, "never twice: {}", excerpt(&at(4)));
-    assert!(at(2).contains("[secret DEPLOY_TOKEN]"), "{}", excerpt(&at(2)));
-    assert!(!server.everything_sent().contains(SECRET), "the secret reached the model");
+    assert_eq!(
+        occurrences(&at(4), "end-bash-marker"),
+        1,
+        "never twice: {}",
+        excerpt(&at(4))
+    );
+    assert!(
+        at(2).contains("[secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(2))
+    );
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
 }
 
 /// The MCP tools Claude Code defers behind its tool search, loaded as a model does.
@@ -82,7 +112,10 @@ const BGWORK_TOOLS: &str =
 #[test]
 fn issue25_3_claude_code_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
     let server = ModelServer::start(vec![
-        call("ToolSearch", json!({"query": BGWORK_TOOLS, "max_results": 5})),
+        call(
+            "ToolSearch",
+            json!({"query": BGWORK_TOOLS, "max_results": 5}),
+        ),
         call(
             "mcp__bgwork__start",
             json!({"command": "sleep 2; printf '%s-%s\\n' end mcp-marker", "notify": true, "name": "quick"}),
@@ -108,8 +141,14 @@ fn issue25_3_claude_code_mcp_tools_listed_start_read_wait_stop_and_notice_once()
     // What the model is shown of the tools: their names in the deferred list, then each
     // loaded one's description and schema once the tool search selected it.
     let first = server.at(0).raw;
-    for tool in ["start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor"] {
-        assert!(first.contains(&format!("\\nmcp__bgwork__{tool}\\n")) || first.contains(&format!("\\nmcp__bgwork__{tool}\"")), "{tool} not listed");
+    for tool in [
+        "start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor",
+    ] {
+        assert!(
+            first.contains(&format!("\\nmcp__bgwork__{tool}\\n"))
+                || first.contains(&format!("\\nmcp__bgwork__{tool}\"")),
+            "{tool} not listed"
+        );
     }
     let tools = server.at(1).body["tools"].clone();
     let start = tools
@@ -118,16 +157,40 @@ fn issue25_3_claude_code_mcp_tools_listed_start_read_wait_stop_and_notice_once()
         .iter()
         .find(|t| t["name"] == "mcp__bgwork__start")
         .unwrap_or_else(|| panic!("start not loaded: {tools}"));
-    assert!(start["description"].as_str().unwrap().contains("background"));
+    assert!(start["description"]
+        .as_str()
+        .unwrap()
+        .contains("background"));
     assert_eq!(start["input_schema"]["required"], json!(["command"]));
     assert!(start["input_schema"]["properties"]["notify"].is_object());
     // start, read, wait and stop, each answered as the tool says.
-    assert!(server.at(6).raw.contains("\\\"state\\\":\\\"running\\\""), "{}", excerpt(&server.at(6).raw));
-    assert!(server.at(7).raw.contains("serving-now"), "read: {}", excerpt(&server.at(7).raw));
-    assert!(server.at(8).raw.contains("timed_out") || server.at(8).raw.contains("timeout"), "wait: {}", excerpt(&server.at(8).raw));
-    assert!(server.at(9).raw.contains("stopped"), "stop: {}", excerpt(&server.at(9).raw));
+    assert!(
+        server.at(6).raw.contains("\\\"state\\\":\\\"running\\\""),
+        "{}",
+        excerpt(&server.at(6).raw)
+    );
+    assert!(
+        server.at(7).raw.contains("serving-now"),
+        "read: {}",
+        excerpt(&server.at(7).raw)
+    );
+    assert!(
+        server.at(8).raw.contains("timed_out") || server.at(8).raw.contains("timeout"),
+        "wait: {}",
+        excerpt(&server.at(8).raw)
+    );
+    assert!(
+        server.at(9).raw.contains("stopped"),
+        "stop: {}",
+        excerpt(&server.at(9).raw)
+    );
     // The quick job's end, exactly once, and at the first turn boundary after it.
-    assert_eq!(occurrences(&server.at(9).raw, "end-mcp-marker"), 1, "once: {}", excerpt(&server.at(9).raw));
+    assert_eq!(
+        occurrences(&server.at(9).raw, "end-mcp-marker"),
+        1,
+        "once: {}",
+        excerpt(&server.at(9).raw)
+    );
     assert_eq!(occurrences(&server.at(2).raw, "end-mcp-marker"), 0);
     assert_eq!(
         occurrences(&server.at(3).raw, "end-mcp-marker"),
@@ -136,4 +199,31 @@ fn issue25_3_claude_code_mcp_tools_listed_start_read_wait_stop_and_notice_once()
          after `sleep 5`): {}",
         excerpt(&server.at(3).raw)
     );
+}
+
+#[test]
+fn issue25_5_claude_code_goes_on_under_a_stopped_daemon() {
+    let server = ModelServer::start(vec![bash("echo still-going"), text("Done.")]);
+    let Some((world, claude)) = world("claude_code_stopped_daemon", &server) else {
+        return;
+    };
+    let stopped = world.stop_daemon();
+    let finished = print_mode(&world, &claude, "say something");
+    drop(stopped);
+    server.save("claude_code_stopped_daemon");
+    assert_eq!(finished.code, 0, "{finished:?}");
+    assert!(
+        server.at(1).raw.contains("still-going"),
+        "{}",
+        excerpt(&server.at(1).raw)
+    );
+    // Four hooks ran (SessionStart, UserPromptSubmit, PostToolUse, and the `Stop` rewake
+    // hook, which `claude -p` waits for before it exits), each giving up within 1.25 s.
+    assert!(
+        finished.took < Duration::from_secs(20),
+        "took {:?}",
+        finished.took
+    );
+    crate::setup::assert_nothing_said(&server.everything_sent());
+    eprintln!("claude code under a stopped daemon: {:?}", finished.took);
 }

@@ -13,7 +13,10 @@ const SECRET: &str = "hunter2-codex-51ab09";
 fn world(test: &str, server: &ModelServer) -> Option<(World, PathBuf)> {
     let codex = installed(test, CODEX)?;
     let mut world = World::new();
-    world.write("home/.codex/hooks.json", &crate::documented_snippet("codex"));
+    world.write(
+        "home/.codex/hooks.json",
+        &crate::documented_snippet("codex"),
+    );
     world.write(
         "home/.codex/config.toml",
         &format!(
@@ -97,9 +100,21 @@ fn issue25_1_codex_shell_start_notice_once_and_secret_never_sent() {
         "the end at the next turn boundary: {}",
         excerpt(&at(2))
     );
-    assert_eq!(occurrences(&at(4), "end-shell-marker"), 1, "never twice: {}", excerpt(&at(4)));
-    assert!(at(2).contains("[secret DEPLOY_TOKEN]"), "{}", excerpt(&at(2)));
-    assert!(!server.everything_sent().contains(SECRET), "the secret reached the model");
+    assert_eq!(
+        occurrences(&at(4), "end-shell-marker"),
+        1,
+        "never twice: {}",
+        excerpt(&at(4))
+    );
+    assert!(
+        at(2).contains("[secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(2))
+    );
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
 }
 
 #[test]
@@ -142,7 +157,9 @@ fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    for tool in ["start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor"] {
+    for tool in [
+        "start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor",
+    ] {
         assert!(names.contains(&tool), "{tool} not offered: {names:?}");
     }
     let start = namespace["tools"]
@@ -151,14 +168,22 @@ fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
         .iter()
         .find(|t| t["name"] == "start")
         .unwrap();
-    assert!(start["description"].as_str().unwrap().contains("background"));
+    assert!(start["description"]
+        .as_str()
+        .unwrap()
+        .contains("background"));
     assert_eq!(start["parameters"]["required"], json!(["command"]));
     let at = |step: usize| server.at(step).raw;
     assert!(at(1).contains("bg-1"), "start: {}", excerpt(&at(1)));
     assert!(at(6).contains("serving-now"), "read: {}", excerpt(&at(6)));
     assert!(at(7).contains("timeout"), "wait: {}", excerpt(&at(7)));
     assert!(at(8).contains("stopped"), "stop: {}", excerpt(&at(8)));
-    assert_eq!(occurrences(&at(8), "end-mcp-marker"), 1, "once: {}", excerpt(&at(8)));
+    assert_eq!(
+        occurrences(&at(8), "end-mcp-marker"),
+        1,
+        "once: {}",
+        excerpt(&at(8))
+    );
     assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
     assert_eq!(
         occurrences(&at(2), "end-mcp-marker"),
@@ -166,4 +191,29 @@ fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
         "the end at the next turn boundary: {}",
         excerpt(&at(2))
     );
+}
+
+#[test]
+fn issue25_5_codex_goes_on_under_a_stopped_daemon() {
+    let server = ModelServer::start(vec![shell("echo still-going"), text("Done.")]);
+    let Some((world, codex)) = world("codex_stopped_daemon", &server) else {
+        return;
+    };
+    let stopped = world.stop_daemon();
+    let finished = exec(&world, &codex, "say something");
+    drop(stopped);
+    server.save("codex_stopped_daemon");
+    assert_eq!(finished.code, 0, "{finished:?}");
+    assert!(
+        server.at(1).raw.contains("still-going"),
+        "{}",
+        excerpt(&server.at(1).raw)
+    );
+    assert!(
+        finished.took < Duration::from_secs(30),
+        "took {:?}",
+        finished.took
+    );
+    crate::setup::assert_nothing_said(&server.everything_sent());
+    eprintln!("codex under a stopped daemon: {:?}", finished.took);
 }

@@ -61,9 +61,21 @@ fn issue25_1_gemini_shell_start_notice_once_and_secret_never_sent() {
         "the end at the next turn boundary: {}",
         excerpt(&at(2))
     );
-    assert_eq!(occurrences(&at(4), "end-shell-marker"), 1, "never twice: {}", excerpt(&at(4)));
-    assert!(at(2).contains("[secret DEPLOY_TOKEN]"), "{}", excerpt(&at(2)));
-    assert!(!server.everything_sent().contains(SECRET), "the secret reached the model");
+    assert_eq!(
+        occurrences(&at(4), "end-shell-marker"),
+        1,
+        "never twice: {}",
+        excerpt(&at(4))
+    );
+    assert!(
+        at(2).contains("[secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(2))
+    );
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
 }
 
 fn mcp(tool: &str, args: Value) -> Step {
@@ -100,17 +112,30 @@ fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|t| t["functionDeclarations"].as_array().cloned().unwrap_or_default())
+        .flat_map(|t| {
+            t["functionDeclarations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
         .collect();
-    for tool in ["start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor"] {
+    for tool in [
+        "start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor",
+    ] {
         let name = format!("mcp_bgwork_{tool}");
-        assert!(declared.iter().any(|d| d["name"] == name), "{name} not declared");
+        assert!(
+            declared.iter().any(|d| d["name"] == name),
+            "{name} not declared"
+        );
     }
     let start = declared
         .iter()
         .find(|d| d["name"] == "mcp_bgwork_start")
         .unwrap();
-    assert!(start["description"].as_str().unwrap().contains("background"));
+    assert!(start["description"]
+        .as_str()
+        .unwrap()
+        .contains("background"));
     let schema = if start["parametersJsonSchema"].is_object() {
         &start["parametersJsonSchema"]
     } else {
@@ -122,7 +147,12 @@ fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
     assert!(at(6).contains("serving-now"), "read: {}", excerpt(&at(6)));
     assert!(at(7).contains("timeout"), "wait: {}", excerpt(&at(7)));
     assert!(at(8).contains("stopped"), "stop: {}", excerpt(&at(8)));
-    assert_eq!(occurrences(&at(8), "end-mcp-marker"), 1, "once: {}", excerpt(&at(8)));
+    assert_eq!(
+        occurrences(&at(8), "end-mcp-marker"),
+        1,
+        "once: {}",
+        excerpt(&at(8))
+    );
     assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
     assert_eq!(
         occurrences(&at(2), "end-mcp-marker"),
@@ -130,4 +160,29 @@ fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
         "the end at the next turn boundary: {}",
         excerpt(&at(2))
     );
+}
+
+#[test]
+fn issue25_5_gemini_goes_on_under_a_stopped_daemon() {
+    let server = ModelServer::start(vec![shell("echo still-going"), text("Done.")]);
+    let Some((world, gemini)) = world("gemini_stopped_daemon", &server) else {
+        return;
+    };
+    let stopped = world.stop_daemon();
+    let finished = prompt(&world, &gemini, "say something");
+    drop(stopped);
+    server.save("gemini_stopped_daemon");
+    assert_eq!(finished.code, 0, "{finished:?}");
+    assert!(
+        server.at(1).raw.contains("still-going"),
+        "{}",
+        excerpt(&server.at(1).raw)
+    );
+    assert!(
+        finished.took < Duration::from_secs(40),
+        "took {:?}",
+        finished.took
+    );
+    crate::setup::assert_nothing_said(&server.everything_sent());
+    eprintln!("gemini under a stopped daemon: {:?}", finished.took);
 }

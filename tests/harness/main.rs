@@ -11,8 +11,8 @@ mod setup;
 /// The configuration snippet of docs/harnesses.md marked `<!-- tested: NAME -->`: the
 /// tests install what the page tells a user to write.
 pub fn documented_snippet(name: &str) -> String {
-    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/harnesses.md"))
-        .unwrap();
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/harnesses.md")).unwrap();
     let marker = format!("<!-- tested: {name} -->");
     let after = &page[page.find(&marker).unwrap_or_else(|| panic!("no {marker}"))..];
     let start = after.find("```").unwrap();

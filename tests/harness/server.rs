@@ -49,6 +49,8 @@ pub struct Logged {
     pub body: Value,
     /// The step that answered it, when it was a turn of the agent.
     pub step: Option<usize>,
+    /// When it came.
+    pub when: Instant,
 }
 
 pub struct ModelServer {
@@ -147,6 +149,7 @@ fn serve(stream: TcpStream, script: &[Step], log: &Mutex<Vec<Logged>>) -> std::i
         raw,
         body: request,
         step,
+        when: Instant::now(),
     });
     let mut stream = stream;
     let (kind, body) = answer;
@@ -393,6 +396,8 @@ pub fn excerpt(raw: &str) -> String {
         .map(|list| json!(list[list.len().saturating_sub(3)..]).to_string());
     let raw = conversation.as_deref().unwrap_or(raw);
     let start = raw.len().saturating_sub(2500);
-    let start = (start..raw.len()).find(|&i| raw.is_char_boundary(i)).unwrap_or(0);
+    let start = (start..raw.len())
+        .find(|&i| raw.is_char_boundary(i))
+        .unwrap_or(0);
     format!("…{}", &raw[start..])
 }

@@ -44,7 +44,13 @@ pub fn installed(test: &str, (package, version, bin): (&str, &str, &str)) -> Opt
     std::fs::create_dir_all(&dir).unwrap();
     let started = Instant::now();
     let result = Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--no-save", "--prefix"])
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--no-save",
+            "--prefix",
+        ])
         .arg(&dir)
         .arg(format!("{package}@{version}"))
         .stdin(Stdio::null())
@@ -236,4 +242,42 @@ pub struct Finished {
 /// How many times `needle` occurs in `haystack`.
 pub fn occurrences(haystack: &str, needle: &str) -> usize {
     haystack.matches(needle).count()
+}
+
+/// A world's daemon held stopped (SIGSTOP) until this is dropped: a daemon that does not
+/// answer, as a hung or swapped-out one does.
+pub struct StoppedDaemon(i32);
+
+impl World {
+    pub fn stop_daemon(&self) -> StoppedDaemon {
+        let _ = self.bgwork(&["list"]);
+        let status = self.bgwork(&["status", "--json"]);
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        let pid = status["pid"].as_i64().expect("the daemon's pid") as i32;
+        assert!(Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+        StoppedDaemon(pid)
+    }
+}
+
+impl Drop for StoppedDaemon {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// What a model must never be told by a hook whose daemon did not answer: that work
+/// ended, or anything of bgwork's at all.
+pub fn assert_nothing_said(everything: &str) {
+    for false_word in ["background work ended", "bgwork hook", "bgwork:"] {
+        assert!(
+            !everything.contains(false_word),
+            "a hook under a stopped daemon told the model {false_word:?}"
+        );
+    }
 }

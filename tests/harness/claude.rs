@@ -7,6 +7,8 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 
+const API_KEY: &str = "sk-ant-api03-scripted-test-key-0123456789";
+
 /// The secret a job is given: it must never reach the model.
 const SECRET: &str = "hunter2-7d1f0c9e5a";
 
@@ -37,6 +39,23 @@ fn world(test: &str, server: &ModelServer) -> Option<(World, PathBuf)> {
         .unwrap();
     assert!(added.status.success(), "claude mcp add: {added:?}");
     Some((world, claude))
+}
+
+/// What a user answers on interactive Claude Code's first run, kept in `~/.claude.json`:
+/// onboarding done (else it checks api.anthropic.com and stops there), the theme, the
+/// `ANTHROPIC_API_KEY` approved, and the project folder trusted.
+fn answer_first_run(world: &World) {
+    let path = world.home().join(".claude.json");
+    let mut state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|_| "{}".into()))
+            .unwrap();
+    state["hasCompletedOnboarding"] = json!(true);
+    state["theme"] = json!("dark");
+    let key = API_KEY;
+    state["customApiKeyResponses"] = json!({"approved": [&key[key.len() - 20..]], "rejected": []});
+    let project = world.project().to_string_lossy().into_owned();
+    state["projects"][&project]["hasTrustDialogAccepted"] = json!(true);
+    std::fs::write(path, state.to_string()).unwrap();
 }
 
 fn bash(command: &str) -> Step {
@@ -226,4 +245,136 @@ fn issue25_5_claude_code_goes_on_under_a_stopped_daemon() {
     );
     crate::setup::assert_nothing_said(&server.everything_sent());
     eprintln!("claude code under a stopped daemon: {:?}", finished.took);
+}
+
+/// A private tmux server for an interactive harness; killed (its server only) when
+/// dropped.
+pub struct Tmux {
+    socket: PathBuf,
+}
+
+impl Tmux {
+    /// Starts `argv` in a detached 200×50 tmux session with the world's environment.
+    pub fn start(world: &World, argv: &[&str]) -> Tmux {
+        let socket = world.dir.path().join("tmux.sock");
+        let mut args = vec![
+            "-S",
+            socket.to_str().unwrap(),
+            "new-session",
+            "-d",
+            "-x",
+            "200",
+            "-y",
+            "50",
+        ];
+        args.extend_from_slice(argv);
+        let started = world
+            .command(std::path::Path::new("tmux"), &args)
+            .status()
+            .unwrap();
+        assert!(started.success(), "tmux did not start");
+        Tmux { socket }
+    }
+
+    pub fn screen(&self) -> String {
+        let out = std::process::Command::new("tmux")
+            .args(["-S", self.socket.to_str().unwrap(), "capture-pane", "-p"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["-S", self.socket.to_str().unwrap(), "send-keys", "-t", "0"];
+        args.extend_from_slice(keys);
+        assert!(std::process::Command::new("tmux")
+            .args(&args)
+            .status()
+            .unwrap()
+            .success());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tmux")
+            .args(["-S", self.socket.to_str().unwrap(), "kill-server"])
+            .status();
+    }
+}
+
+#[test]
+fn issue25_2_claude_code_idle_session_woken_by_an_ended_job() {
+    let server = ModelServer::start(vec![
+        bash(
+            "bgwork start --notify --name later -- 'sleep 3; printf \"%s-%s\\n\" end idle-marker'",
+        ),
+        text("Started it; I will hear when it ends."),
+        text("It ended; seen."),
+    ]);
+    let Some((world, claude)) = world("claude_code_rewake", &server) else {
+        return;
+    };
+    answer_first_run(&world);
+    let tmux = Tmux::start(
+        &world,
+        &[
+            claude.to_str().unwrap(),
+            "--permission-mode",
+            "default",
+            "--allowedTools",
+            "Bash",
+        ],
+    );
+    // The first run's one question left: whether to use the key from the environment.
+    let ready =
+        |screen: &str| screen.contains("for shortcuts") || screen.contains("shift+tab to cycle");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut screen = tmux.screen();
+    while !ready(&screen) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Claude Code never became ready:\n{screen}"
+        );
+        if screen.contains("Do you want to use this API key?") && screen.contains("❯ No") {
+            tmux.keys(&["Up"]);
+            wait_screen(&tmux, |s| s.contains("❯ Yes"));
+            tmux.keys(&["Enter"]);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        screen = tmux.screen();
+    }
+    tmux.keys(&["-l", "start the job; tell me when it ends"]);
+    wait_screen(&tmux, |s| s.contains("tell me when it ends"));
+    tmux.keys(&["Enter"]);
+    // The turn ends with step 1's text; the job ends 3 s later, and its end wakes the
+    // idle session: a new request, with the end in it, once.
+    let woke = server.wait_for_step(2, Duration::from_secs(60));
+    server.save("claude_code_rewake");
+    assert!(woke, "the idle session was not woken:\n{}", tmux.screen());
+    let wake = server.at(2).raw;
+    assert_eq!(
+        occurrences(&wake, "end-idle-marker"),
+        1,
+        "{}",
+        excerpt(&wake)
+    );
+    assert_eq!(occurrences(&server.at(1).raw, "end-idle-marker"), 0);
+    wait_screen(&tmux, |s| s.contains("It ended; seen."));
+}
+
+/// Waits (at most 30 s) until the screen shows what `shows` looks for.
+fn wait_screen(tmux: &Tmux, shows: impl Fn(&str) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let screen = tmux.screen();
+        if shows(&screen) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the screen never showed it:\n{screen}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -59,21 +59,22 @@ fn mcp(tool: &str, args: Value) -> Step {
 }
 
 fn exec(world: &World, codex: &PathBuf, prompt: &str) -> crate::setup::Finished {
-    let command = world.command(
-        codex,
-        &[
-            "exec",
-            "--skip-git-repo-check",
-            // As root the sandbox cannot start; a user's own `bgwork` needs its home
-            // outside the workspace anyway.
-            "--dangerously-bypass-approvals-and-sandbox",
-            // A user trusts a new hook once in the TUI's `/hooks`; `exec` runs only
-            // trusted hooks, and this is how automation trusts them.
-            "--dangerously-bypass-hook-trust",
-            prompt,
-        ],
-    );
-    world.run(command, Duration::from_secs(120))
+    exec_with(world, codex, &[prompt])
+}
+
+fn exec_with(world: &World, codex: &PathBuf, rest: &[&str]) -> crate::setup::Finished {
+    let mut args = vec![
+        "exec",
+        "--skip-git-repo-check",
+        // As root the sandbox cannot start; a user's own `bgwork` needs its home
+        // outside the workspace anyway.
+        "--dangerously-bypass-approvals-and-sandbox",
+        // A user trusts a new hook once in the TUI's `/hooks`; `exec` runs only
+        // trusted hooks, and this is how automation trusts them.
+        "--dangerously-bypass-hook-trust",
+    ];
+    args.extend_from_slice(rest);
+    world.run(world.command(codex, &args), Duration::from_secs(120))
 }
 
 #[test]
@@ -216,4 +217,39 @@ fn issue25_5_codex_goes_on_under_a_stopped_daemon() {
     );
     crate::setup::assert_nothing_said(&server.everything_sent());
     eprintln!("codex under a stopped daemon: {:?}", finished.took);
+}
+
+#[test]
+fn issue25_2_codex_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
+    let server = ModelServer::start(vec![
+        shell(
+            "bgwork start --notify --name later -- 'sleep 3; printf \"%s-%s\\n\" end idle-marker'",
+        ),
+        text("Started it."),
+        text("It ended; seen."),
+    ]);
+    let Some((world, codex)) = world("codex_idle", &server) else {
+        return;
+    };
+    let first = exec(&world, &codex, "start the job");
+    assert_eq!(first.code, 0, "{first:?}");
+    crate::setup::wait_for_pending_notice(&world);
+    let asked = server.requests().len();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        server.requests().len(),
+        asked,
+        "nothing wakes an idle Codex session"
+    );
+    let next = exec_with(&world, &codex, &["resume", "--last", "what happened?"]);
+    server.save("codex_idle");
+    assert_eq!(next.code, 0, "{next:?}");
+    let at = |step: usize| server.at(step).raw;
+    assert_eq!(occurrences(&at(1), "end-idle-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-idle-marker"),
+        1,
+        "the next prompt: {}",
+        excerpt(&at(2))
+    );
 }

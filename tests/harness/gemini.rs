@@ -33,8 +33,13 @@ fn shell(command: &str) -> Step {
 }
 
 fn prompt(world: &World, gemini: &PathBuf, prompt: &str) -> crate::setup::Finished {
-    let command = world.command(gemini, &["--approval-mode", "yolo", "-p", prompt]);
-    world.run(command, Duration::from_secs(150))
+    prompt_with(world, gemini, &["-p", prompt])
+}
+
+fn prompt_with(world: &World, gemini: &PathBuf, rest: &[&str]) -> crate::setup::Finished {
+    let mut args = vec!["--approval-mode", "yolo"];
+    args.extend_from_slice(rest);
+    world.run(world.command(gemini, &args), Duration::from_secs(150))
 }
 
 #[test]
@@ -185,4 +190,43 @@ fn issue25_5_gemini_goes_on_under_a_stopped_daemon() {
     );
     crate::setup::assert_nothing_said(&server.everything_sent());
     eprintln!("gemini under a stopped daemon: {:?}", finished.took);
+}
+
+#[test]
+fn issue25_2_gemini_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
+    let server = ModelServer::start(vec![
+        shell(
+            "bgwork start --notify --name later -- 'sleep 3; printf \"%s-%s\\n\" end idle-marker'",
+        ),
+        text("Started it."),
+        text("It ended; seen."),
+    ]);
+    let Some((world, gemini)) = world("gemini_idle", &server) else {
+        return;
+    };
+    let first = prompt(&world, &gemini, "start the job");
+    assert_eq!(first.code, 0, "{first:?}");
+    crate::setup::wait_for_pending_notice(&world);
+    let asked = server.requests().len();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        server.requests().len(),
+        asked,
+        "nothing wakes an idle Gemini session"
+    );
+    let next = prompt_with(
+        &world,
+        &gemini,
+        &["--resume", "latest", "-p", "what happened?"],
+    );
+    server.save("gemini_idle");
+    assert_eq!(next.code, 0, "{next:?}");
+    let at = |step: usize| server.at(step).raw;
+    assert_eq!(occurrences(&at(1), "end-idle-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-idle-marker"),
+        1,
+        "the next prompt: {}",
+        excerpt(&at(2))
+    );
 }

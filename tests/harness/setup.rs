@@ -281,3 +281,18 @@ pub fn assert_nothing_said(everything: &str) {
         );
     }
 }
+
+/// Waits (at most 30 s) until the world's session (`BGWORK_SESSION`) has a notice
+/// pending, without taking it.
+pub fn wait_for_pending_notice(world: &World) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let peek = world.bgwork(&["notices", "--peek", "--json"]);
+        let peek: serde_json::Value = serde_json::from_slice(&peek.stdout).unwrap_or_default();
+        if peek["notices"].as_array().is_some_and(|n| !n.is_empty()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no notice came: {peek}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -4,7 +4,7 @@
 use crate::server::{call, excerpt, text, ModelServer, Step};
 use crate::setup::{installed, occurrences, World, CLAUDE_CODE};
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const API_KEY: &str = "sk-ant-api03-scripted-test-key-0123456789";
@@ -64,7 +64,7 @@ fn bash(command: &str) -> Step {
 
 /// `claude -p PROMPT` with the tools the script calls allowed (Claude Code refuses
 /// `--dangerously-skip-permissions` as root).
-fn print_mode(world: &World, claude: &PathBuf, prompt: &str) -> crate::setup::Finished {
+fn print_mode(world: &World, claude: &Path, prompt: &str) -> crate::setup::Finished {
     let mut command = world.command(
         claude,
         &[
@@ -92,7 +92,7 @@ fn issue25_1_claude_code_bash_start_notice_once_and_secret_never_sent() {
     };
     let finished = print_mode(&world, &claude, "start the deploy in the background");
     server.save("claude_code_bash");
-    assert_eq!(finished.code, 0, "{finished:?}");
+    finished.expect_ok();
     let at = |step: usize| server.at(step).raw;
     assert!(
         at(1).contains("bg-1 started"),
@@ -156,7 +156,7 @@ fn issue25_3_claude_code_mcp_tools_listed_start_read_wait_stop_and_notice_once()
     };
     let finished = print_mode(&world, &claude, "start a quick job through bgwork's tools");
     server.save("claude_code_mcp");
-    assert_eq!(finished.code, 0, "{finished:?}");
+    finished.expect_ok();
     // What the model is shown of the tools: their names in the deferred list, then each
     // loaded one's description and schema once the tool search selected it.
     let first = server.at(0).raw;
@@ -230,7 +230,7 @@ fn issue25_5_claude_code_goes_on_under_a_stopped_daemon() {
     let finished = print_mode(&world, &claude, "say something");
     drop(stopped);
     server.save("claude_code_stopped_daemon");
-    assert_eq!(finished.code, 0, "{finished:?}");
+    finished.expect_ok();
     assert!(
         server.at(1).raw.contains("still-going"),
         "{}",
@@ -315,6 +315,14 @@ fn issue25_2_claude_code_idle_session_woken_by_an_ended_job() {
     let Some((world, claude)) = world("claude_code_rewake", &server) else {
         return;
     };
+    if !std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return crate::setup::not_run("claude_code_rewake", "no tmux: apt-get install tmux")
+            .unwrap_or(());
+    }
     answer_first_run(&world);
     let tmux = Tmux::start(
         &world,

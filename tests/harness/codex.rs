@@ -5,7 +5,7 @@
 use crate::server::{excerpt, text, ModelServer, Step};
 use crate::setup::{installed, occurrences, World, CODEX};
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const SECRET: &str = "hunter2-codex-51ab09";
@@ -58,11 +58,11 @@ fn mcp(tool: &str, args: Value) -> Step {
     }
 }
 
-fn exec(world: &World, codex: &PathBuf, prompt: &str) -> crate::setup::Finished {
+fn exec(world: &World, codex: &Path, prompt: &str) -> crate::setup::Finished {
     exec_with(world, codex, &[prompt])
 }
 
-fn exec_with(world: &World, codex: &PathBuf, rest: &[&str]) -> crate::setup::Finished {
+fn exec_with(world: &World, codex: &Path, rest: &[&str]) -> crate::setup::Finished {
     let mut args = vec![
         "exec",
         "--skip-git-repo-check",
@@ -91,7 +91,7 @@ fn issue25_1_codex_shell_start_notice_once_and_secret_never_sent() {
     };
     let finished = exec(&world, &codex, "start the deploy in the background");
     server.save("codex_shell");
-    assert_eq!(finished.code, 0, "{finished:?}");
+    finished.expect_ok();
     let at = |step: usize| server.at(step).raw;
     assert!(at(1).contains("bg-1 started"), "{}", excerpt(&at(1)));
     assert_eq!(occurrences(&at(1), "end-shell-marker"), 0);
@@ -142,7 +142,7 @@ fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
     };
     let finished = exec(&world, &codex, "start a quick job through bgwork's tools");
     server.save("codex_mcp");
-    assert_eq!(finished.code, 0, "{finished:?}");
+    finished.expect_ok();
     // The tools as Codex offers them: one namespace, each tool with its description and
     // schema.
     let tools = server.at(0).body["tools"].clone();
@@ -204,7 +204,7 @@ fn issue25_5_codex_goes_on_under_a_stopped_daemon() {
     let finished = exec(&world, &codex, "say something");
     drop(stopped);
     server.save("codex_stopped_daemon");
-    assert_eq!(finished.code, 0, "{finished:?}");
+    finished.expect_ok();
     assert!(
         server.at(1).raw.contains("still-going"),
         "{}",
@@ -232,7 +232,7 @@ fn issue25_2_codex_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
         return;
     };
     let first = exec(&world, &codex, "start the job");
-    assert_eq!(first.code, 0, "{first:?}");
+    first.expect_ok();
     crate::setup::wait_for_pending_notice(&world);
     let asked = server.requests().len();
     std::thread::sleep(Duration::from_secs(2));
@@ -243,7 +243,7 @@ fn issue25_2_codex_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
     );
     let next = exec_with(&world, &codex, &["resume", "--last", "what happened?"]);
     server.save("codex_idle");
-    assert_eq!(next.code, 0, "{next:?}");
+    next.expect_ok();
     let at = |step: usize| server.at(step).raw;
     assert_eq!(occurrences(&at(1), "end-idle-marker"), 0);
     assert_eq!(

@@ -4,7 +4,7 @@
 use crate::server::{excerpt, text, ModelServer, Step};
 use crate::setup::{installed, occurrences, World, GEMINI};
 use serde_json::{json, Value};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const SECRET: &str = "hunter2-gemini-0c77e1";
@@ -32,11 +32,11 @@ fn shell(command: &str) -> Step {
     crate::server::call("run_shell_command", json!({"command": command}))
 }
 
-fn prompt(world: &World, gemini: &PathBuf, prompt: &str) -> crate::setup::Finished {
+fn prompt(world: &World, gemini: &Path, prompt: &str) -> crate::setup::Finished {
     prompt_with(world, gemini, &["-p", prompt])
 }
 
-fn prompt_with(world: &World, gemini: &PathBuf, rest: &[&str]) -> crate::setup::Finished {
+fn prompt_with(world: &World, gemini: &Path, rest: &[&str]) -> crate::setup::Finished {
     let mut args = vec!["--approval-mode", "yolo"];
     args.extend_from_slice(rest);
     world.run(world.command(gemini, &args), Duration::from_secs(150))
@@ -56,7 +56,7 @@ fn issue25_1_gemini_shell_start_notice_once_and_secret_never_sent() {
     };
     let finished = prompt(&world, &gemini, "start the deploy in the background");
     server.save("gemini_shell");
-    assert_eq!(finished.code, 0, "{finished:?}");
+    finished.expect_ok();
     let at = |step: usize| server.at(step).raw;
     assert!(at(1).contains("bg-1 started"), "{}", excerpt(&at(1)));
     assert_eq!(occurrences(&at(1), "end-shell-marker"), 0);
@@ -111,7 +111,7 @@ fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
     };
     let finished = prompt(&world, &gemini, "start a quick job through bgwork's tools");
     server.save("gemini_mcp");
-    assert_eq!(finished.code, 0, "{finished:?}");
+    finished.expect_ok();
     // The tools as Gemini declares them: `mcp_bgwork_NAME`, with description and schema.
     let declared: Vec<Value> = server.at(0).body["tools"]
         .as_array()
@@ -177,7 +177,7 @@ fn issue25_5_gemini_goes_on_under_a_stopped_daemon() {
     let finished = prompt(&world, &gemini, "say something");
     drop(stopped);
     server.save("gemini_stopped_daemon");
-    assert_eq!(finished.code, 0, "{finished:?}");
+    finished.expect_ok();
     assert!(
         server.at(1).raw.contains("still-going"),
         "{}",
@@ -205,7 +205,7 @@ fn issue25_2_gemini_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
         return;
     };
     let first = prompt(&world, &gemini, "start the job");
-    assert_eq!(first.code, 0, "{first:?}");
+    first.expect_ok();
     crate::setup::wait_for_pending_notice(&world);
     let asked = server.requests().len();
     std::thread::sleep(Duration::from_secs(2));
@@ -220,7 +220,7 @@ fn issue25_2_gemini_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
         &["--resume", "latest", "-p", "what happened?"],
     );
     server.save("gemini_idle");
-    assert_eq!(next.code, 0, "{next:?}");
+    next.expect_ok();
     let at = |step: usize| server.at(step).raw;
     assert_eq!(occurrences(&at(1), "end-idle-marker"), 0);
     assert_eq!(

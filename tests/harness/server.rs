@@ -49,8 +49,6 @@ pub struct Logged {
     pub body: Value,
     /// The step that answered it, when it was a turn of the agent.
     pub step: Option<usize>,
-    /// When it came.
-    pub when: Instant,
 }
 
 pub struct ModelServer {
@@ -149,7 +147,6 @@ fn serve(stream: TcpStream, script: &[Step], log: &Mutex<Vec<Logged>>) -> std::i
         raw,
         body: request,
         step,
-        when: Instant::now(),
     });
     let mut stream = stream;
     let (kind, body) = answer;

@@ -68,7 +68,8 @@ pub fn installed(test: &str, (package, version, bin): (&str, &str, &str)) -> Opt
             "npm install {package}@{version} failed: {}",
             String::from_utf8_lossy(&out.stderr)
                 .lines()
-                .filter(|l| l.contains("ERR"))
+                .filter(|l| l.to_lowercase().contains("err"))
+                .take(3)
                 .collect::<Vec<_>>()
                 .join(" / ")
         ),
@@ -77,7 +78,7 @@ pub fn installed(test: &str, (package, version, bin): (&str, &str, &str)) -> Opt
     not_run(test, &why)
 }
 
-fn not_run<T>(test: &str, why: &str) -> Option<T> {
+pub fn not_run<T>(test: &str, why: &str) -> Option<T> {
     let line = format!("HARNESS TEST NOT RUN: {test}: {why}");
     eprintln!("\n{line}\n");
     if std::env::var("BGWORK_TEST_HARNESS").as_deref() == Ok("skip") {
@@ -237,6 +238,17 @@ pub struct Finished {
     pub stdout: String,
     pub stderr: String,
     pub took: Duration,
+}
+
+impl Finished {
+    /// Asserts that the harness ended with exit code 0, showing what it printed if not.
+    pub fn expect_ok(&self) {
+        assert_eq!(
+            self.code, 0,
+            "the harness failed after {:?}\nstdout: {}\nstderr: {}",
+            self.took, self.stdout, self.stderr
+        );
+    }
 }
 
 /// How many times `needle` occurs in `haystack`.

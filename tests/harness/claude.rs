@@ -386,3 +386,37 @@ fn wait_screen(tmux: &Tmux, shows: impl Fn(&str) -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `claude -p` waits for its background `Stop` hook: with work armed with `--notify`
+/// still running when the turn ends, it waits for the work, and the end wakes the model
+/// for one more turn, whose text is what `claude -p` prints.
+#[test]
+fn issue25_2_claude_code_print_mode_waits_for_armed_work_and_its_end_wakes_the_model() {
+    let server = ModelServer::start(vec![
+        bash("bgwork start --notify --name slow -- 'sleep 4; printf \"%s-%s\\n\" end slow-marker'"),
+        text("Started."),
+        text("Woken by the end."),
+    ]);
+    let Some((world, claude)) = world("claude_code_print_rewake", &server) else {
+        return;
+    };
+    let finished = print_mode(&world, &claude, "start the slow job");
+    server.save("claude_code_print_rewake");
+    finished.expect_ok();
+    assert_eq!(
+        occurrences(&server.at(2).raw, "end-slow-marker"),
+        1,
+        "{}",
+        excerpt(&server.at(2).raw)
+    );
+    assert!(
+        finished.stdout.contains("Woken by the end."),
+        "{}",
+        finished.stdout
+    );
+    assert!(
+        finished.took >= Duration::from_secs(4),
+        "{:?}",
+        finished.took
+    );
+}

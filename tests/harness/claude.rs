@@ -118,6 +118,14 @@ fn issue25_1_claude_code_bash_start_notice_once_and_secret_never_sent() {
         "{}",
         excerpt(&at(2))
     );
+    // Each notice says which id ended and how to read the rest, in one line.
+    assert!(
+        at(2).contains(
+            "- bg-1 finished successfully (exit 0): `bgwork read bg-1` for its output [ntc-"
+        ),
+        "{}",
+        excerpt(&at(2))
+    );
     assert!(
         !server.everything_sent().contains(SECRET),
         "the secret reached the model"

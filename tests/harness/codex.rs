@@ -31,7 +31,9 @@ env_key = "SCRIPTED_API_KEY"
 
 {}"#,
             server.url(),
+            // As docs/harnesses.md says: the variables `secrets` names, in `env_vars` too.
             crate::documented_snippet("codex-mcp")
+                .replace(r#""XDG_DATA_HOME"]"#, r#""XDG_DATA_HOME", "DEPLOY_TOKEN"]"#)
         ),
     );
     world.env = vec![
@@ -131,7 +133,8 @@ fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
     let server = ModelServer::start(vec![
         mcp(
             "start",
-            json!({"command": "sleep 2; printf '%s-%s\\n' end mcp-marker", "notify": true, "name": "quick"}),
+            json!({"command": "sleep 2; echo \"token $DEPLOY_TOKEN\"; printf '%s-%s\\n' end mcp-marker",
+                "notify": true, "name": "quick", "secrets": ["DEPLOY_TOKEN"]}),
         ),
         shell("sleep 5"),
         shell("true"),
@@ -194,6 +197,15 @@ fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
         excerpt(&at(8))
     );
     assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
+    assert!(
+        at(8).contains("token [secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(8))
+    );
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
     assert_eq!(
         occurrences(&at(2), "end-mcp-marker"),
         1,

@@ -15,6 +15,9 @@ fn world(test: &str, server: &ModelServer) -> Option<(World, PathBuf)> {
     let mut settings: Value = serde_json::from_str(&crate::documented_snippet("gemini")).unwrap();
     let mcp: Value = serde_json::from_str(&crate::documented_snippet("gemini-mcp")).unwrap();
     settings["mcpServers"] = mcp["mcpServers"].clone();
+    // As docs/harnesses.md says: a variable MCP `start` names in `secrets` is given to
+    // the server by name (Gemini keeps variables named like secrets from MCP servers).
+    settings["mcpServers"]["bgwork"]["env"] = json!({"DEPLOY_TOKEN": "$DEPLOY_TOKEN"});
     // What a user's first interactive run asks and keeps: sign in with an API key.
     settings["security"] = json!({"auth": {"selectedType": "gemini-api-key"}});
     world.write("home/.gemini/settings.json", &settings.to_string());
@@ -100,7 +103,8 @@ fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
     let server = ModelServer::start(vec![
         mcp(
             "start",
-            json!({"command": "sleep 2; printf '%s-%s\\n' end mcp-marker", "notify": true, "name": "quick"}),
+            json!({"command": "sleep 2; echo \"token $DEPLOY_TOKEN\"; printf '%s-%s\\n' end mcp-marker",
+                "notify": true, "name": "quick", "secrets": ["DEPLOY_TOKEN"]}),
         ),
         shell("sleep 5"),
         shell("true"),
@@ -167,6 +171,15 @@ fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
         excerpt(&at(8))
     );
     assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
+    assert!(
+        at(8).contains("token [secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(8))
+    );
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
     assert_eq!(
         occurrences(&at(2), "end-mcp-marker"),
         1,

@@ -68,9 +68,9 @@ pub fn rewake(paths: &Paths, max_wait: Duration) -> ExitCode {
 /// its background hooks before it exits).
 fn answering(paths: &Paths, session: &str) -> Option<Client> {
     let (sender, receiver) = std::sync::mpsc::channel();
-    let (paths, session) = (paths.clone(), session.to_string());
+    let (worker_paths, session) = (paths.clone(), session.to_string());
     std::thread::spawn(move || {
-        let looked = Client::connect(&paths).and_then(|mut client| {
+        let looked = Client::connect(&worker_paths).and_then(|mut client| {
             armed(&mut client, &session)?;
             Ok(client)
         });
@@ -84,8 +84,10 @@ fn answering(paths: &Paths, session: &str) -> Option<Client> {
         }
         Err(_) => {
             crate::note!(
-                "bgwork hook --rewake: no answer from the daemon within {:.2} s; not waiting (notices wait for the next turn)",
-                super::HOOK_DEADLINE.as_secs_f64()
+                "bgwork hook --rewake: no answer within {:.2} s from the daemon of {} ({}); not waiting: notices wait for the next turn",
+                super::HOOK_DEADLINE.as_secs_f64(),
+                paths.home.display(),
+                crate::client::describe_daemon(paths)
             );
             None
         }

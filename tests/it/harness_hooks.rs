@@ -336,24 +336,35 @@ fn issue25_5_rewake_under_a_stopped_daemon_ends_within_the_hook_deadline() {
     let home = Home::new();
     home.start_with(&["--notify"], "sleep 1000");
     let daemon = home.daemon_pid();
-    let signal = |which: &str| {
-        let status = Command::new("kill")
-            .args([which, &daemon.to_string()])
-            .status();
-        assert!(status.unwrap().success());
-    };
-    signal("-STOP");
+    let status = Command::new("kill")
+        .args(["-STOP", &daemon.to_string()])
+        .status();
+    assert!(status.unwrap().success());
+    // Resumed however the test ends, so that the home's daemon can be shut down.
+    struct Resume(i32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.0.to_string()])
+                .status();
+        }
+    }
+    let resume = Resume(daemon);
     let started = Instant::now();
     let output = hook(&home, REWAKE, &event("claude-code", "Stop", &home.session));
     let took = started.elapsed();
-    signal("-CONT");
+    drop(resume);
     assert_eq!(output.status.code(), Some(0));
     assert!(
         took < Duration::from_secs(5),
         "the rewake hook took {took:?}"
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("no answer from the daemon"), "{stderr}");
+    assert!(stderr.contains("no answer within 1.25 s"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("`kill -CONT {daemon}`")),
+        "names what to do: {stderr}"
+    );
 }
 
 /// The time from a job's last instruction to the rewake hook's exit, a few times;

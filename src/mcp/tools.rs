@@ -333,9 +333,9 @@ pub fn annotate_start(reply: &mut Value) {
     }
     let id = fields.get("id").and_then(Value::as_str).unwrap_or("?");
     let next = if fields.get("notify") == Some(&Value::Bool(true)) {
-        format!("{id} runs on: `read` {id} shows its output; its end will come once, in the `notices` of a later result")
+        format!("{id} runs on: `read` {id} shows its output; its end will come once as a notice, with no polling")
     } else {
-        format!("{id} runs on: `read` {id} shows its output, `wait` {id} waits for its end (no notice will come: notify was not set)")
+        format!("{id} runs on: `read` {id} shows its output, `wait` {id} waits for its end (notify was not set: no notice will come)")
     };
     fields.insert("next".into(), Value::String(next));
 }

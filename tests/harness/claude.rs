@@ -145,7 +145,8 @@ fn issue25_3_claude_code_mcp_tools_listed_start_read_wait_stop_and_notice_once()
         ),
         call(
             "mcp__bgwork__start",
-            json!({"command": "sleep 2; printf '%s-%s\\n' end mcp-marker", "notify": true, "name": "quick"}),
+            json!({"command": "sleep 2; echo \"token $DEPLOY_TOKEN\"; printf '%s-%s\\n' end mcp-marker",
+                "notify": true, "name": "quick", "secrets": ["DEPLOY_TOKEN"]}),
         ),
         bash("sleep 5"),
         bash("true"),
@@ -219,6 +220,11 @@ fn issue25_3_claude_code_mcp_tools_listed_start_read_wait_stop_and_notice_once()
         excerpt(&server.at(9).raw)
     );
     assert_eq!(occurrences(&server.at(2).raw, "end-mcp-marker"), 0);
+    assert!(server.at(9).raw.contains("token [secret DEPLOY_TOKEN]"));
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
     assert_eq!(
         occurrences(&server.at(3).raw, "end-mcp-marker"),
         1,

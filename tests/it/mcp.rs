@@ -384,7 +384,7 @@ fn issue25_mcp_start_says_where_its_output_is_and_whether_a_notice_will_come() {
         .as_str()
         .unwrap_or_else(|| panic!("no next: {armed}"));
     assert!(next.contains(&format!("`read` {id}")), "{next}");
-    assert!(next.contains("notices"), "{next}");
+    assert!(next.contains("will come once as a notice"), "{next}");
     let (_, quiet) = mcp.call("start", json!({"command": "sleep 31"}));
     let next = quiet["next"]
         .as_str()

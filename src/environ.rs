@@ -78,3 +78,125 @@ pub fn without_names(pairs: &[[String; 2]], names: &BTreeMap<String, String>) ->
         .cloned()
         .collect()
 }
+
+/// Variables a scheduler sets for the job it runs beside `SLURM_*`, which name what it
+/// gave this job (the devices of its `--gpus`) and so win over the caller's.
+const SCHEDULERS_OWN: [&str; 4] = [
+    "CUDA_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+    "ROCR_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
+];
+
+/// Whether the scheduler's value of `name` wins over the caller's.
+fn schedulers_own(name: &[u8]) -> bool {
+    name.starts_with(b"SLURM_") || SCHEDULERS_OWN.iter().any(|own| own.as_bytes() == name)
+}
+
+/// The environment of a job a scheduler runs: the one it gave the job's supervisor
+/// (`SLURM_JOB_ID`, `SLURM_JOB_NODELIST`, `SLURM_CPUS_ON_NODE`, what its prolog and
+/// gres set, …) beneath the caller's. For a name both have, the caller's value wins,
+/// but for the scheduler's own of this job (`SLURM_*`, the GPUs it gave).
+pub fn under_scheduler(
+    spec: &mut crate::wire::control::JobSpec,
+    scheduler: impl IntoIterator<Item = (OsString, OsString)>,
+) {
+    let callers_bytes: Vec<Vec<u8>> = spec
+        .env_bytes
+        .iter()
+        .map(|[name, _]| STANDARD.decode(name).unwrap_or_default())
+        .collect();
+    for (name, value) in scheduler {
+        let raw = name.as_bytes();
+        let callers = std::str::from_utf8(raw).is_ok_and(|n| spec.env.contains_key(n))
+            || callers_bytes.iter().any(|n| n == raw);
+        if callers && !schedulers_own(raw) {
+            continue;
+        }
+        // The caller's value of that name goes, in whichever form it travelled.
+        spec.env_bytes
+            .retain(|[n, _]| STANDARD.decode(n).unwrap_or_default() != raw);
+        match (name.to_str(), value.to_str()) {
+            (Some(name), Some(value)) => {
+                spec.env.insert(name.to_string(), value.to_string());
+            }
+            _ => {
+                if let Some(name) = name.to_str() {
+                    spec.env.remove(name);
+                }
+                spec.env_bytes
+                    .push([STANDARD.encode(raw), STANDARD.encode(value.as_bytes())]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(env: &[(&str, &str)]) -> crate::wire::control::JobSpec {
+        let env: BTreeMap<&str, &str> = env.iter().copied().collect();
+        serde_json::from_value(serde_json::json!({
+            "protocol": crate::wire::control::PROTOCOL,
+            "job_key": "", "job_dir": "", "command": "", "cwd": "",
+            "env": env, "log_cap": 0, "log_head": 0, "linger_grace_ms": 0,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn issue22_7_slurms_variables_reach_the_job_beside_the_callers() {
+        let mut job = spec(&[
+            ("PATH", "/caller/bin"),
+            ("ENVIRONMENT", "mine"),
+            ("SLURM_JOB_ID", "999"),
+            ("SLURM_MINE", "kept"),
+            ("CUDA_VISIBLE_DEVICES", "0,1,2,3"),
+        ]);
+        let slurm = [
+            ("PATH", "/node/bin"),
+            ("ENVIRONMENT", "BATCH"),
+            ("SLURM_JOB_ID", "42"),
+            ("SLURM_JOB_NODELIST", "n1"),
+            ("CUDA_VISIBLE_DEVICES", "1"),
+            ("TMPDIR", "/tmp/job42"),
+        ]
+        .map(|(n, v)| (OsString::from(n), OsString::from(v)));
+        under_scheduler(&mut job, slurm);
+        let got = |n: &str| job.env.get(n).map(String::as_str);
+        // The caller's win, but for Slurm's own of this job.
+        assert_eq!(got("PATH"), Some("/caller/bin"));
+        assert_eq!(got("ENVIRONMENT"), Some("mine"));
+        assert_eq!(got("SLURM_JOB_ID"), Some("42"));
+        assert_eq!(got("CUDA_VISIBLE_DEVICES"), Some("1"));
+        // What only one side has is there.
+        assert_eq!(got("SLURM_JOB_NODELIST"), Some("n1"));
+        assert_eq!(got("TMPDIR"), Some("/tmp/job42"));
+        assert_eq!(got("SLURM_MINE"), Some("kept"));
+    }
+
+    #[test]
+    fn issue22_7_bytes_that_are_not_utf8_are_weighed_the_same() {
+        let mut job = spec(&[("SLURM_JOB_ID", "999")]);
+        job.env_bytes = vec![[STANDARD.encode("ODD"), STANDARD.encode([0xff])]];
+        let slurm = vec![
+            (OsString::from("ODD"), OsString::from("slurms")),
+            (
+                OsString::from("SLURM_JOB_ID"),
+                OsString::from_vec(vec![b'4', 0xfe]),
+            ),
+        ];
+        under_scheduler(&mut job, slurm);
+        // The caller's ODD (bytes) wins; Slurm's SLURM_JOB_ID (bytes) replaces the text.
+        assert!(!job.env.contains_key("ODD"));
+        assert!(!job.env.contains_key("SLURM_JOB_ID"));
+        let pairs = decode_pairs(&job.env_bytes).unwrap();
+        assert!(pairs.contains(&(OsString::from("ODD"), OsString::from_vec(vec![0xff]))));
+        assert!(pairs.contains(&(
+            OsString::from("SLURM_JOB_ID"),
+            OsString::from_vec(vec![b'4', 0xfe])
+        )));
+        assert_eq!(pairs.len(), 2);
+    }
+}

@@ -110,9 +110,12 @@ pub fn run(spec_file: Option<&Path>) -> ! {
     std::process::exit(code)
 }
 
-/// A launch socket fed from a spec file: the spec is read (and the file removed, since
-/// it holds the job's environment), and written on one end of a socket pair by a
-/// thread, whose other end becomes the launch socket; nobody answers on it.
+/// A launch socket fed from a spec file: the spec is read and the file removed; the
+/// job's environment and secrets, which the file does not hold, are asked of the
+/// daemon through the job's folder (`handover`) and put under the environment Slurm
+/// gave this process (`environ::under_scheduler`); the whole spec is written on one
+/// end of a socket pair by a thread, whose other end becomes the launch socket; nobody
+/// answers on it. A job whose values cannot come ends as not started, with why.
 /// The signals the supervisor takes through its signalfd.
 fn handled_signals() -> SigSet {
     let mut mask = SigSet::empty();
@@ -128,11 +131,27 @@ fn handled_signals() -> SigSet {
 }
 
 fn launch_from_file(path: &Path) -> std::io::Result<UnixStream> {
-    let mut spec = crate::paths::read_untrusted(path, 64 << 20)?;
+    use crate::executor::slurm::handover;
+    let bytes = crate::paths::read_untrusted(path, 64 << 20)?;
     let _ = std::fs::remove_file(path);
-    if spec.last() != Some(&b'\n') {
-        spec.push(b'\n');
+    let mut spec: JobSpec = control::decode(&bytes).map_err(std::io::Error::other)?;
+    let job_dir = PathBuf::from(&spec.job_dir);
+    match handover::receive(&job_dir, handover::PATIENCE) {
+        Ok(values) => values.put(&mut spec),
+        Err(why) => {
+            let status = ExitStatus {
+                protocol: PROTOCOL,
+                spawn_error: Some(why.clone()),
+                ended_at_ms: now_ms(),
+                owner: spec.owner.clone(),
+                ..ExitStatus::default()
+            };
+            write_status(&job_dir, &status)?;
+            return Err(std::io::Error::other(why));
+        }
     }
+    crate::environ::under_scheduler(&mut spec, std::env::vars_os());
+    let spec = control::encode(&spec);
     let (ours, mut theirs) = UnixStream::pair()?;
     std::thread::spawn(move || {
         let _ = theirs.write_all(&spec);

@@ -70,6 +70,21 @@ fn wait_end(home: &Home, id: &str, timeout_s: u64) -> Value {
     reply["items"][0].clone()
 }
 
+/// A job that was queued when its daemon died: it ended without running, saying why,
+/// and Slurm no longer holds it in its queue.
+fn assert_gone_with_the_daemon(conf: &str, item: &Value) {
+    assert_eq!(item["end"], "spawn_failed", "{item}");
+    let why = item["lost_reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("daemon stopped") && why.contains("start it again"),
+        "{item}"
+    );
+    let job = item["slurm_job_id"].as_str().unwrap();
+    eventually(Duration::from_secs(20), || {
+        slurm(conf, &["squeue", "-h", "-t", "all", "-j", job, "-o", "%T"]).trim() != "PENDING"
+    });
+}
+
 fn state(home: &Home, id: &str) -> String {
     home.item(id)["state"]
         .as_str()
@@ -272,9 +287,12 @@ fn issue14_slurm_daemon_killed_reconciles_every_state_and_submits_nothing_twice(
     let items = list["items"].as_array().unwrap();
     assert_eq!(items.len(), 3, "{list}");
     let find = |v: &Value| items.iter().find(|i| i["id"] == v["id"]).unwrap().clone();
-    assert_eq!(find(&queued)["state"], "queued", "{list}");
     assert_eq!(find(&queued)["slurm_job_id"], queued["slurm_job_id"]);
     assert_eq!(find(&running)["state"], "running", "{list}");
+    // The queued one lost its environment with the daemon (never written): it leaves
+    // Slurm's queue and ends saying so (issue 22, item 6).
+    let gone = wait_end(&home, &id(&queued), 30);
+    assert_gone_with_the_daemon(&conf, &gone);
     let ended = wait_end(&home, &id(&quick), 30);
     assert_eq!(ended["end"], "failed", "{ended}");
     assert_eq!(ended["exit_code"], 5);
@@ -296,18 +314,6 @@ fn issue14_slurm_daemon_killed_reconciles_every_state_and_submits_nothing_twice(
             "{name} submitted twice: {same}"
         );
     }
-    // The queued one still runs once Slurm lets it.
-    slurm(
-        &conf,
-        &[
-            "scontrol",
-            "update",
-            &format!("JobId={}", job(&queued)),
-            "Partition=debug",
-        ],
-    );
-    let late = wait_end(&home, &id(&queued), 60);
-    assert_eq!(late["end"], "succeeded", "{late}");
     let stopped = home.json(&["stop", &id(&running)]);
     assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
 }
@@ -728,7 +734,6 @@ fn issue14_slurm_daemon_killed_with_ten_jobs_reconciles_all_and_submits_none_twi
     assert_eq!(items.len(), 10, "{list}");
     let find = |v: &Value| items.iter().find(|i| i["id"] == v["id"]).unwrap().clone();
     for item in &queued {
-        assert_eq!(find(item)["state"], "queued", "{list}");
         assert_eq!(find(item)["slurm_job_id"], item["slurm_job_id"], "{list}");
     }
     for item in &running {
@@ -760,24 +765,10 @@ fn issue14_slurm_daemon_killed_with_ten_jobs_reconciles_all_and_submits_none_twi
         );
         assert_eq!(same.split_whitespace().count(), 1, "{name}: {same}");
     }
+    // The queued ones lost their environment with the daemon: off the queue, saying so.
     for item in &queued {
-        slurm(
-            &conf,
-            &[
-                "scontrol",
-                "update",
-                &format!("JobId={}", job(item)),
-                "Partition=debug",
-            ],
-        );
-    }
-    for (i, item) in queued.iter().enumerate() {
-        let late = wait_end(&home, &id(item), 60);
-        assert_eq!(late["end"], "succeeded", "{late}");
-        assert_eq!(
-            home.json(&["read", &id(item), "--all"])["output"],
-            format!("queued-{i}\n")
-        );
+        let gone = wait_end(&home, &id(item), 30);
+        assert_gone_with_the_daemon(&conf, &gone);
     }
     for item in &running {
         let stopped = home.json(&["stop", &id(item)]);
@@ -838,4 +829,256 @@ fn issue14_slurm_jobs_that_end_at_once_all_end() {
         let ended = wait_end(&home, id, 60);
         assert_eq!(ended["exit_code"], (i % 3) as i64, "{ended}");
     }
+}
+
+/// Every file under `dir` (following no link) whose bytes hold one of `values`.
+fn files_holding(dir: &std::path::Path, values: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            found.extend(files_holding(&path, values));
+        } else if kind.is_file() {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            for value in values {
+                if bytes.windows(value.len()).any(|w| w == value.as_bytes()) {
+                    found.push(format!("{} holds {value}", path.display()));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Slurm's saved files of one job (`StateSaveLocation/hash.N/job.ID/`: its script and
+/// `environment`).
+fn slurm_state_of(conf: &str, job: &str) -> std::path::PathBuf {
+    let state = std::path::Path::new(conf).parent().unwrap().join("state");
+    let n: u64 = job.parse().unwrap();
+    state
+        .join(format!("hash.{}", n % 10))
+        .join(format!("job.{job}"))
+}
+
+#[test]
+fn issue22_6_slurm_no_file_holds_a_value_and_slurm_saves_none_of_the_callers() {
+    let Some(conf) =
+        cluster("issue22_6_slurm_no_file_holds_a_value_and_slurm_saves_none_of_the_callers")
+    else {
+        return;
+    };
+    // The daemon is started by this caller: the inherited value is in its environment
+    // too, which sbatch used to run with.
+    let home = home(&conf)
+        .with("CALLER_INHERITED", "inherited-value-5678")
+        .with("TOKEN", "secret-value-3456");
+    home.start_daemon();
+    let item = start(
+        &home,
+        &[
+            "--partition",
+            "held",
+            "--env",
+            "API_KEY=env-value-9012",
+            "--secret",
+            "TOKEN",
+        ],
+        // Checked by pieces: no value is in the command, which its record keeps.
+        "case \"$API_KEY\" in env-*-9012) echo api-ok;; esac; \
+         case \"$CALLER_INHERITED\" in inherited-*-5678) echo inherited-ok;; esac; \
+         case \"$TOKEN\" in secret-*-3456) echo secret-ok;; esac; echo \"token=$TOKEN\"",
+    );
+    let id = item["id"].as_str().unwrap().to_string();
+    let job = item["slurm_job_id"].as_str().unwrap().to_string();
+    let values = [
+        "inherited-value-5678",
+        "secret-value-3456",
+        "env-value-9012",
+    ];
+    // Queued: Slurm has saved the job, and the spec waits in the shared folder.
+    let saved = slurm_state_of(&conf, &job);
+    eventually(Duration::from_secs(20), || {
+        saved.join("environment").exists()
+    });
+    let folder = std::path::PathBuf::from(item["log_path"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    assert!(folder.join("spec.json").exists());
+    let held = files_holding(&saved, &values);
+    assert!(held.is_empty(), "Slurm saved a caller's value: {held:?}");
+    let environment = std::fs::read(saved.join("environment")).unwrap();
+    let names: Vec<String> = environment
+        .split(|b| *b == 0)
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .filter_map(|v| v.split_once('=').map(|(n, _)| n.to_string()))
+        .filter(|n| !n.starts_with("SLURM_"))
+        .collect();
+    assert!(
+        names.iter().all(|n| n == "PATH"),
+        "sbatch ran with more than bgwork chose: {names:?}"
+    );
+    let held = files_holding(home.path(), &values);
+    assert!(held.is_empty(), "a file holds a value in clear: {held:?}");
+    // Let it run: the values reach the job all the same, and no file holds them after.
+    slurm(
+        &conf,
+        &[
+            "scontrol",
+            "update",
+            &format!("JobId={job}"),
+            "Partition=debug",
+        ],
+    );
+    let ended = wait_end(&home, &id, 60);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert_eq!(
+        home.json(&["read", &id, "--all"])["output"],
+        "api-ok\ninherited-ok\nsecret-ok\ntoken=[secret TOKEN]\n"
+    );
+    let held = files_holding(home.path(), &values);
+    assert!(held.is_empty(), "a file holds a value in clear: {held:?}");
+    let left: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("handover") || n == "spec.json")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn issue22_6_slurm_job_queued_when_the_daemon_died_ends_saying_why() {
+    let Some(conf) = cluster("issue22_6_slurm_job_queued_when_the_daemon_died_ends_saying_why")
+    else {
+        return;
+    };
+    let home = home(&conf);
+    let item = start(&home, &["--partition", "held", "--notify"], "echo ran");
+    let id = item["id"].as_str().unwrap().to_string();
+    home.kill_daemon();
+    // A new daemon takes it back, without its values: off the queue, saying so.
+    let ended = wait_end(&home, &id, 30);
+    assert_gone_with_the_daemon(&conf, &ended);
+    assert_eq!(home.json(&["read", &id, "--all"])["output"], "");
+    let job = item["slurm_job_id"].as_str().unwrap();
+    let shown = slurm(&conf, &["squeue", "-h", "-t", "all", "-j", job, "-o", "%T"]);
+    assert_eq!(shown.trim(), "CANCELLED", "{shown}");
+}
+
+#[test]
+fn issue22_6_slurm_job_that_starts_while_no_daemon_runs_ends_saying_why() {
+    let Some(conf) =
+        cluster("issue22_6_slurm_job_that_starts_while_no_daemon_runs_ends_saying_why")
+    else {
+        return;
+    };
+    let home = home(&conf);
+    let item = start(&home, &["--partition", "held"], "echo ran");
+    let id = item["id"].as_str().unwrap().to_string();
+    let job = item["slurm_job_id"].as_str().unwrap().to_string();
+    let folder = std::path::PathBuf::from(item["log_path"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    home.kill_daemon();
+    slurm(
+        &conf,
+        &[
+            "scontrol",
+            "update",
+            &format!("JobId={job}"),
+            "Partition=debug",
+        ],
+    );
+    // Its supervisor runs and asks for the job's values; nobody has them.
+    eventually(Duration::from_secs(30), || {
+        folder.join("handover-key.json").exists()
+    });
+    let ended = wait_end(&home, &id, 30);
+    assert_eq!(ended["end"], "spawn_failed", "{ended}");
+    let why = ended["lost_reason"].as_str().unwrap_or_default();
+    assert!(why.contains("start it again"), "{ended}");
+    assert_eq!(home.json(&["read", &id, "--all"])["output"], "");
+}
+
+#[test]
+fn issue22_7_slurm_job_sees_slurms_own_variables_beside_the_callers() {
+    let Some(conf) = cluster("issue22_7_slurm_job_sees_slurms_own_variables_beside_the_callers")
+    else {
+        return;
+    };
+    // A caller inside an allocation of its own: its SLURM_JOB_ID is not this job's.
+    let home = home(&conf).with("SLURM_JOB_ID", "999");
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd_text = cwd.path().display().to_string();
+    let item = start(
+        &home,
+        &[
+            "--cwd",
+            &cwd_text,
+            "--env",
+            "ENVIRONMENT=mine",
+            "--cpus",
+            "2",
+        ],
+        "echo id=$SLURM_JOB_ID; echo nodes=$SLURM_JOB_NODELIST; echo cpus=$SLURM_CPUS_ON_NODE; \
+         echo submit=$SLURM_SUBMIT_DIR; echo environment=$ENVIRONMENT; \
+         echo prolog=$BGWORK_TEST_PROLOG",
+    );
+    let id = item["id"].as_str().unwrap().to_string();
+    let job = item["slurm_job_id"].as_str().unwrap().to_string();
+    let ended = wait_end(&home, &id, 60);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    let output = home.json(&["read", &id, "--all"])["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let lines: Vec<&str> = output.lines().collect();
+    assert_eq!(lines[0], format!("id={job}"), "{output}");
+    let node = slurm(
+        &conf,
+        &["squeue", "-h", "-t", "all", "-j", &job, "-o", "%N"],
+    );
+    assert_eq!(lines[1], format!("nodes={}", node.trim()), "{output}");
+    assert_eq!(lines[2], "cpus=2", "{output}");
+    assert_eq!(lines[3], format!("submit={cwd_text}"), "{output}");
+    // A name both set that is not Slurm's own of this job: the caller's.
+    assert_eq!(lines[4], "environment=mine", "{output}");
+    // What the site's task prolog exports (scripts/slurm-cluster sets one).
+    assert_eq!(lines[5], format!("prolog=prolog-of-{job}"), "{output}");
+}
+
+#[test]
+fn issue22_8_sbatch_arg_abbreviated_and_grouped_forms_are_refused() {
+    // Needs no cluster: each form is refused before anything is submitted.
+    let home = Home::new();
+    for (arg, own) in [
+        ("--job=evil", "--job-name"),
+        ("-vJevil2", "--job-name"),
+        ("--arr=0-2", "--array"),
+        ("-a0-2", "--array"),
+        ("--outp=/tmp/x", "--output"),
+        ("--exp=ALL", "--export"),
+        ("-vW", "--wait"),
+    ] {
+        let flag = format!("--sbatch-arg={arg}");
+        let (_, code, message) = home.error(&["start", "--on", "slurm", &flag, "--", "true"]);
+        assert_eq!(code, "bad_request", "{arg}");
+        assert!(message.contains(arg), "{arg}: {message}");
+        assert!(
+            message.contains(&format!("sets {own} itself"))
+                || message.contains(&format!("does not take {own}:"))
+                || message.contains("ambiguous"),
+            "{arg}: {message}"
+        );
+    }
+    let (_, _, message) = home.error(&["start", "--on", "slurm", "--sbatch-arg=-J", "--", "true"]);
+    assert!(message.contains("in the same argument"), "{message}");
 }

@@ -14,6 +14,7 @@
 //! (see ARCHITECTURE.md: no connection from the daemon to the node is needed), with
 //! `scancel` as the backstop when the supervisor does not end the job in time.
 
+pub mod handover;
 mod options;
 mod scheduler;
 
@@ -26,6 +27,7 @@ use crate::paths::now_ms;
 use crate::supervisor::{self, tree::TreeRecord};
 use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::{Actor, End, SlurmArgs};
+use handover::{Held, Values};
 use scheduler::{find_by_name, job_info, slurm_call, JobInfo, Queue, Seen, Watch};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -66,12 +68,35 @@ pub struct SlurmJob {
     pub env: Vec<(String, String)>,
 }
 
-/// The variables of a job's environment that its Slurm commands take.
+/// The variables of a job's environment that its Slurm commands take, and the only
+/// ones they get: where Slurm's configuration is, where its commands are, and the
+/// defaults of `sbatch` options a site asks its users to set (an account, say) that
+/// bgwork leaves to the caller. No other value of the caller's, nor any of the daemon's,
+/// reaches `sbatch`, which would save it in Slurm's state and give it to the job.
+const SLURM_ENV: [&str; 9] = [
+    "SLURM_CONF",
+    "PATH",
+    "SBATCH_ACCOUNT",
+    "SBATCH_PARTITION",
+    "SBATCH_QOS",
+    "SBATCH_RESERVATION",
+    "SBATCH_TIMELIMIT",
+    "SBATCH_CONSTRAINT",
+    "SBATCH_WCKEY",
+];
+
 fn slurm_env(env: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
-    ["SLURM_CONF", "PATH"]
+    let mut chosen: Vec<(String, String)> = SLURM_ENV
         .iter()
         .filter_map(|name| env.get(*name).map(|v| (name.to_string(), v.clone())))
-        .collect()
+        .collect();
+    // A caller without a PATH: Slurm's commands are found on the daemon's.
+    if !env.contains_key("PATH") {
+        if let Ok(path) = std::env::var("PATH") {
+            chosen.push(("PATH".into(), path));
+        }
+    }
+    chosen
 }
 
 /// What `list` shows of a job on Slurm.
@@ -148,8 +173,11 @@ impl SlurmExecutor {
             args: args.clone(),
             env: slurm_env(&spec.env),
         };
-        // The spec holds the job's environment: readable by this user alone.
-        write_private(&job_dir.join(SPEC_FILE), &control::encode(spec))?;
+        // The spec file holds what is not sensitive; the job's environment and secrets
+        // stay in this process until the supervisor asks for them (`handover`).
+        let mut on_disk = spec.clone();
+        let values = Values::take(&mut on_disk);
+        write_private(&job_dir.join(SPEC_FILE), &control::encode(&on_disk))?;
         let script = format!(
             "#!/bin/sh\n# Written by bgwork: the job's supervisor, in the allocation.\nexec {} supervise --spec-file {}\n",
             shell_quote(&self.exe.display().to_string()),
@@ -162,6 +190,11 @@ impl SlurmExecutor {
         command
             .arg("--parsable")
             .arg("--no-requeue")
+            // The job's environment is the one `sbatch` runs with, which bgwork chose
+            // (`slurm_env`); its values come to the supervisor sealed (`handover`).
+            // Not NONE, nor a list of names: with those Slurm loads the user's login
+            // environment on the node (`--get-user-env`).
+            .arg("--export=ALL")
             .arg(format!("--job-name={name}"))
             .arg(format!("--output={}", job_dir.join(SLURM_OUT).display()))
             .arg(format!("--chdir={}", job_dir.display()));
@@ -185,6 +218,10 @@ impl SlurmExecutor {
         }
         command.args(&args.sbatch_args);
         command.arg(job_dir.join(SCRIPT_FILE));
+        // Slurm's SLURM_SUBMIT_DIR: the caller's folder, as when they run sbatch there.
+        if Path::new(&spec.cwd).is_dir() {
+            command.current_dir(&spec.cwd);
+        }
         let output = slurm_call(command, &job.env).await.map_err(|e| {
             let _ = std::fs::remove_file(job_dir.join(SPEC_FILE));
             format!("sbatch could not submit it: {e}")
@@ -209,7 +246,15 @@ impl SlurmExecutor {
                 reason: None,
             },
         );
-        Ok(self.track(row, job_dir, job_id, spec.owner.clone(), false, job.env))
+        Ok(self.track(
+            row,
+            job_dir,
+            job_id,
+            spec.owner.clone(),
+            false,
+            job.env,
+            Held::Values(values),
+        ))
     }
 
     /// Finds a job on Slurm again after a daemon restart: by its status file, else by
@@ -256,6 +301,12 @@ impl SlurmExecutor {
             },
         );
         let spawned = TreeRecord::read(job_dir).job;
+        // A job that has not started has no way to its values any more: they were in
+        // the memory of the daemon that submitted it.
+        let held = match spawned {
+            Some(_) => Held::HandedOver,
+            None => Held::Gone(handover::GONE_WITH_THE_DAEMON.into()),
+        };
         // A job not started yet is told `spawned` when it starts, as a new one is.
         let handle = self.track(
             row,
@@ -264,6 +315,7 @@ impl SlurmExecutor {
             owner.to_string(),
             spawned.is_some(),
             job.env,
+            held,
         );
         let (dropped, unwritten, unwritten_at) = figures(job_dir);
         Reattach::Running(Running {
@@ -276,6 +328,7 @@ impl SlurmExecutor {
     }
 
     /// Spawns the task that watches one job; returns its handle.
+    #[allow(clippy::too_many_arguments)]
     fn track(
         &self,
         row: i64,
@@ -284,6 +337,7 @@ impl SlurmExecutor {
         owner: String,
         reattached: bool,
         env: Vec<(String, String)>,
+        held: Held,
     ) -> JobHandle {
         let (commands, incoming) = mpsc::unbounded_channel();
         // Answers are files named by `seq`: a restarted daemon's never meet an older
@@ -314,6 +368,7 @@ impl SlurmExecutor {
             said_unreachable: false,
             commands_left: 0,
             env,
+            held,
         };
         tokio::spawn(tracker.run(incoming));
         handle
@@ -354,6 +409,8 @@ struct Tracker {
     /// Commands left in the folder so far (their files' names sort by it).
     commands_left: u64,
     env: Vec<(String, String)>,
+    /// The job's environment and secrets, until its supervisor takes them.
+    held: Held,
 }
 
 impl Tracker {
@@ -386,10 +443,12 @@ impl Tracker {
         }
     }
 
-    /// Tells the end. The spec (with the job's environment) goes if it is still there:
-    /// a job taken off the queue before it started never read it.
+    /// Tells the end. The spec and the hand-over's files go if they are still there:
+    /// a job taken off the queue before it started never read them.
     fn end(&self, status: ExitStatus) {
-        let _ = std::fs::remove_file(self.job_dir.join(SPEC_FILE));
+        for file in [SPEC_FILE, handover::KEY_FILE, handover::SEALED_FILE] {
+            let _ = std::fs::remove_file(self.job_dir.join(file));
+        }
         let _ = self.events.send(ExecEvent::Ended {
             row: self.row,
             status,
@@ -408,6 +467,7 @@ impl Tracker {
     fn look_at_files(&mut self) -> Option<ExitStatus> {
         self.take_answers();
         if !self.spawned {
+            self.held.answer(&self.job_dir);
             if let Some((pid, _)) = TreeRecord::read(&self.job_dir).job {
                 self.spawned = true;
                 self.set_reason(None);
@@ -572,6 +632,11 @@ impl Tracker {
             }
             Seen::Listed { state, reason } if state == "PENDING" => {
                 self.said_unreachable = false;
+                if let Some(why) = self.held.gone().map(str::to_string) {
+                    // It could only start without its environment: taken off the queue.
+                    self.cancel().await;
+                    return Some(self.never_started(why));
+                }
                 self.set_reason(Some(reason));
                 return None;
             }
@@ -610,6 +675,17 @@ impl Tracker {
             return Some(self.with_scheduler_word(status).await);
         }
         Some(self.status_from_scheduler(&info))
+    }
+
+    /// The end of a job that never started and never will.
+    fn never_started(&self, why: String) -> ExitStatus {
+        ExitStatus {
+            protocol: PROTOCOL,
+            owner: self.owner.clone(),
+            ended_at_ms: now_ms(),
+            spawn_error: Some(why),
+            ..ExitStatus::default()
+        }
     }
 
     /// The end of a job whose supervisor left no status, from what Slurm says.

@@ -104,12 +104,16 @@ pub async fn find_by_name(name: &str, env: &[(String, String)]) -> Result<Option
     Ok(text.split_whitespace().next().map(str::to_string))
 }
 
-/// Runs a Slurm command with a deadline; its stdout, or what went wrong.
+/// Runs a Slurm command with a deadline; its stdout, or what went wrong. It runs with
+/// `env` alone (the caller's `SLURM_CONF`, `PATH` and account defaults), never the
+/// daemon's environment: `sbatch` saves the environment it runs with in Slurm's state
+/// and hands it to the job.
 pub async fn slurm_call(
     mut command: tokio::process::Command,
     env: &[(String, String)],
 ) -> Result<String, String> {
     command
+        .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);

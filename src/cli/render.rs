@@ -445,9 +445,9 @@ fn start_text(reply: &StartReply) -> String {
     }
     match &item.report {
         Some(report) => text.push_str(&inert(report)),
-        None if item.notify => {
-            text.push_str(&format!("[{id} runs on; a notice will come when it ends]"))
-        }
+        None if item.notify => text.push_str(&format!(
+            "[{id} runs on: `bgwork read {id}` for its output; a notice will come when it ends]"
+        )),
         None => text.push_str(&format!(
             "[{id} runs on: `bgwork read {id}` for new output, `bgwork wait {id}` to wait]"
         )),

@@ -325,7 +325,12 @@ pub fn context(notices: &[Notice], more: u64) -> String {
     let head = "bgwork: background work ended since your last turn.\n";
     let reports: Vec<String> = notices
         .iter()
-        .map(|notice| format!("- {} [{}]\n", notice.text, notice.id))
+        .map(|notice| {
+            format!(
+                "- {}: `bgwork read {}` for its output [{}]\n",
+                notice.text, notice.item, notice.id
+            )
+        })
         .collect();
     let note = notices_note(more);
     let fixed = head.chars().count()

@@ -8,7 +8,8 @@
 //! acknowledged only after stderr's reader has taken them, right before the exit: a
 //! hook killed first (Escape, a timeout) closes its connection, and the daemon gives
 //! them to the next puller with the same ids. It exits 0 with nothing on stderr when
-//! the wait runs out, when the session has no work left that will fire a notice (armed
+//! the wait runs out, when the daemon does not answer a first look within the context
+//! hooks' deadline, when the session has no work left that will fire a notice (armed
 //! with `--notify`, a watch, or a job with `--quiet-after`), or
 //! when another rewake hook of the session is waiting already: one waiter per session
 //! holds an `flock` on a file of the socket's folder, which the kernel releases with
@@ -43,12 +44,8 @@ pub fn rewake(paths: &Paths, max_wait: Duration) -> ExitCode {
         return ExitCode::SUCCESS;
     };
     let session = super::session_of(&event);
-    let mut delivery = match Delivery::connect(paths, &session) {
-        Ok(delivery) => delivery,
-        Err(e) => {
-            crate::note!("bgwork hook --rewake: {}", e.message);
-            return ExitCode::SUCCESS;
-        }
+    let Some(mut delivery) = answering(paths, &session) else {
+        return ExitCode::SUCCESS;
     };
     let Some(lock) = Waiter::lock(paths, &session) else {
         return ExitCode::SUCCESS;
@@ -61,6 +58,38 @@ pub fn rewake(paths: &Paths, max_wait: Duration) -> ExitCode {
         Err(e) => {
             crate::note!("bgwork hook --rewake: {}", e.message);
             ExitCode::SUCCESS
+        }
+    }
+}
+
+/// A connection to a daemon that answered a first look (the session's list) within
+/// the context hooks' deadline; `None`, after a note, when it did not: a stopped or
+/// hung daemon is not waited on for the client's whole patience (`claude -p` waits for
+/// its background hooks before it exits).
+fn answering(paths: &Paths, session: &str) -> Option<Delivery> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let (worker_paths, session) = (paths.clone(), session.to_string());
+    std::thread::spawn(move || {
+        let looked = Delivery::connect(&worker_paths, &session).and_then(|mut delivery| {
+            armed(&mut delivery)?;
+            Ok(delivery)
+        });
+        let _ = sender.send(looked);
+    });
+    match receiver.recv_timeout(super::HOOK_DEADLINE) {
+        Ok(Ok(delivery)) => Some(delivery),
+        Ok(Err(e)) => {
+            crate::note!("bgwork hook --rewake: {}", e.message);
+            None
+        }
+        Err(_) => {
+            crate::note!(
+                "bgwork hook --rewake: no answer within {:.2} s from the daemon of {} ({}); not waiting: notices wait for the next turn",
+                super::HOOK_DEADLINE.as_secs_f64(),
+                paths.home.display(),
+                crate::client::describe_daemon(paths)
+            );
+            None
         }
     }
 }

@@ -332,6 +332,9 @@ impl ServerHandler for McpServer {
         };
         let outcome = outcome.map(|mut reply| {
             tools::annotate(&mut reply);
+            if name == "start" {
+                tools::annotate_start(&mut reply);
+            }
             if !verbose {
                 tools::slim(&mut reply);
             }

@@ -342,6 +342,28 @@ pub fn annotate(reply: &mut Value) {
     }
 }
 
+/// Adds to a `start` result of work that runs on, in one line, where its output is and
+/// how its end will reach the model (a notice, or only a `wait`).
+pub fn annotate_start(reply: &mut Value) {
+    let Value::Object(fields) = reply else {
+        return;
+    };
+    let running = matches!(
+        fields.get("state").and_then(Value::as_str),
+        Some("running" | "starting" | "queued")
+    );
+    if !running || fields.contains_key("message") {
+        return;
+    }
+    let id = fields.get("id").and_then(Value::as_str).unwrap_or("?");
+    let next = if fields.get("notify") == Some(&Value::Bool(true)) {
+        format!("{id} runs on: `read` {id} shows its output; its end will come once as a notice, with no polling")
+    } else {
+        format!("{id} runs on: `read` {id} shows its output, `wait` {id} waits for its end (notify was not set: no notice will come)")
+    };
+    fields.insert("next".into(), Value::String(next));
+}
+
 /// Makes a reply short for a model: each item (a reply that is one, or the `items` of
 /// one) loses [`VERBOSE_FIELDS`] and its empty fields.
 pub fn slim(reply: &mut Value) {

@@ -328,6 +328,45 @@ fn issue15_7_rewake_with_its_daemon_down_exits_0_with_a_reason() {
     );
 }
 
+/// `claude -p` waits for its background hooks before it exits: under a stopped daemon
+/// the rewake hook gives up within the context hooks' deadline, not the client's whole
+/// patience (30 s by default: `claude -p` took 37 s to end).
+#[test]
+fn issue25_5_rewake_under_a_stopped_daemon_ends_within_the_hook_deadline() {
+    let home = Home::new();
+    home.start_with(&["--notify"], "sleep 1000");
+    let daemon = home.daemon_pid();
+    let status = Command::new("kill")
+        .args(["-STOP", &daemon.to_string()])
+        .status();
+    assert!(status.unwrap().success());
+    // Resumed however the test ends, so that the home's daemon can be shut down.
+    struct Resume(i32);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.0.to_string()])
+                .status();
+        }
+    }
+    let resume = Resume(daemon);
+    let started = Instant::now();
+    let output = hook(&home, REWAKE, &event("claude-code", "Stop", &home.session));
+    let took = started.elapsed();
+    drop(resume);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(
+        took < Duration::from_secs(5),
+        "the rewake hook took {took:?}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no answer within 1.25 s"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("`kill -CONT {daemon}`")),
+        "names what to do: {stderr}"
+    );
+}
+
 /// The time from a job's last instruction to the rewake hook's exit, a few times;
 /// the figure of issue 15 item 7 (target ≤ 50 ms) is measured by the bench
 /// (`exit to rewake`); this checks a generous bound on a loaded test machine.

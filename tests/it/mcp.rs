@@ -465,3 +465,46 @@ fn issue25_mcp_takes_the_cli_argument_names_and_names_the_one_meant() {
         "{twice}"
     );
 }
+
+/// What a model reads after a `start`: where the output is, and whether a notice will
+/// come, in one line (`next`); work that ended within the window gets none.
+#[test]
+fn issue25_mcp_start_says_where_its_output_is_and_whether_a_notice_will_come() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let (error, armed) = mcp.call("start", json!({"command": "sleep 30", "notify": true}));
+    assert!(!error, "{armed}");
+    let id = armed["id"].as_str().unwrap().to_string();
+    let next = armed["next"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no next: {armed}"));
+    assert!(next.contains(&format!("`read` {id}")), "{next}");
+    assert!(next.contains("will come once as a notice"), "{next}");
+    let (_, quiet) = mcp.call("start", json!({"command": "sleep 31"}));
+    let next = quiet["next"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no next: {quiet}"));
+    assert!(
+        next.contains("`wait`") && next.contains("no notice will come"),
+        "{next}"
+    );
+    let (_, ended) = mcp.call("start", json!({"command": "true", "notify": true}));
+    assert!(ended["next"].is_null(), "{ended}");
+    for id in [&id, quiet["id"].as_str().unwrap()] {
+        mcp.call("stop", json!({"id": id, "grace_s": 0}));
+    }
+}
+
+/// The CLI's start, as a model reads it from a shell tool: where the output is.
+#[test]
+fn issue25_cli_start_says_where_its_output_is() {
+    let home = Home::new();
+    let run = home.run(&["start", "--notify", "--", "sleep 30"]);
+    assert!(
+        run.stdout
+            .contains("`bgwork read bg-1` for its output; a notice will come when it ends"),
+        "{}",
+        run.stdout
+    );
+    home.run(&["stop", "bg-1"]);
+}

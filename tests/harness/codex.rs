@@ -1,0 +1,275 @@
+//! Codex CLI (`codex exec`) with a model provider on the scripted server, the hooks of
+//! docs/harnesses.md in `~/.codex/hooks.json` and bgwork's MCP server in
+//! `~/.codex/config.toml`, as docs/harnesses.md tells a user.
+
+use crate::server::{excerpt, text, ModelServer, Step};
+use crate::setup::{installed, occurrences, World, CODEX};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const SECRET: &str = "hunter2-codex-51ab09";
+
+fn world(test: &str, server: &ModelServer) -> Option<(World, PathBuf)> {
+    let codex = installed(test, CODEX)?;
+    let mut world = World::new();
+    world.write(
+        "home/.codex/hooks.json",
+        &crate::documented_snippet("codex"),
+    );
+    world.write(
+        "home/.codex/config.toml",
+        &format!(
+            r#"model = "gpt-5.1-codex"
+model_provider = "scripted"
+
+[model_providers.scripted]
+name = "scripted model"
+base_url = "{}/v1"
+wire_api = "responses"
+env_key = "SCRIPTED_API_KEY"
+
+{}"#,
+            server.url(),
+            // As docs/harnesses.md says: the variables `secrets` names, in `env_vars` too.
+            crate::documented_snippet("codex-mcp")
+                .replace(r#""XDG_DATA_HOME"]"#, r#""XDG_DATA_HOME", "DEPLOY_TOKEN"]"#)
+        ),
+    );
+    world.env = vec![
+        ("SCRIPTED_API_KEY".into(), "sk-scripted-test-key".into()),
+        ("BGWORK_SESSION".into(), "shop".into()),
+        ("DEPLOY_TOKEN".into(), SECRET.into()),
+    ];
+    Some((world, codex))
+}
+
+fn shell(cmd: &str) -> Step {
+    Step::Call {
+        name: "exec_command".into(),
+        namespace: None,
+        args: json!({"cmd": cmd}),
+    }
+}
+
+fn mcp(tool: &str, args: Value) -> Step {
+    Step::Call {
+        name: tool.into(),
+        namespace: Some("mcp__bgwork".into()),
+        args,
+    }
+}
+
+fn exec(world: &World, codex: &Path, prompt: &str) -> crate::setup::Finished {
+    exec_with(world, codex, &[prompt])
+}
+
+fn exec_with(world: &World, codex: &Path, rest: &[&str]) -> crate::setup::Finished {
+    let mut args = vec![
+        "exec",
+        "--skip-git-repo-check",
+        // As root the sandbox cannot start; a user's own `bgwork` needs its home
+        // outside the workspace anyway.
+        "--dangerously-bypass-approvals-and-sandbox",
+        // A user trusts a new hook once in the TUI's `/hooks`; `exec` runs only
+        // trusted hooks, and this is how automation trusts them.
+        "--dangerously-bypass-hook-trust",
+    ];
+    args.extend_from_slice(rest);
+    world.run(world.command(codex, &args), Duration::from_secs(120))
+}
+
+#[test]
+fn issue25_1_codex_shell_start_notice_once_and_secret_never_sent() {
+    let server = ModelServer::start(vec![
+        shell("bgwork start --notify --secret DEPLOY_TOKEN --name deploy -- 'sleep 2; echo \"token $DEPLOY_TOKEN\"; printf \"%s-%s\\n\" end shell-marker'"),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        text("All done."),
+    ]);
+    let Some((world, codex)) = world("codex_shell", &server) else {
+        return;
+    };
+    let finished = exec(&world, &codex, "start the deploy in the background");
+    server.save("codex_shell");
+    finished.expect_ok();
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1 started"), "{}", excerpt(&at(1)));
+    assert_eq!(occurrences(&at(1), "end-shell-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-shell-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+    assert_eq!(
+        occurrences(&at(4), "end-shell-marker"),
+        1,
+        "never twice: {}",
+        excerpt(&at(4))
+    );
+    assert!(
+        at(2).contains("[secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(2))
+    );
+    // Each notice says which id ended and how to read the rest, in one line.
+    assert!(
+        at(2).contains(
+            "- bg-1 finished successfully (exit 0): `bgwork read bg-1` for its output [ntc-"
+        ),
+        "{}",
+        excerpt(&at(2))
+    );
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
+}
+
+#[test]
+fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
+    let server = ModelServer::start(vec![
+        mcp(
+            "start",
+            json!({"command": "sleep 2; echo \"token $DEPLOY_TOKEN\"; printf '%s-%s\\n' end mcp-marker",
+                "notify": true, "name": "quick", "secrets": ["DEPLOY_TOKEN"]}),
+        ),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        mcp(
+            "start",
+            json!({"command": "echo serving-now; sleep 300", "name": "server"}),
+        ),
+        mcp("read", json!({"id": "bg-2"})),
+        mcp("wait", json!({"id": "bg-2", "timeout_s": 1})),
+        mcp("stop", json!({"id": "bg-2", "grace_s": 1})),
+        text("All done."),
+    ]);
+    let Some((world, codex)) = world("codex_mcp", &server) else {
+        return;
+    };
+    let finished = exec(&world, &codex, "start a quick job through bgwork's tools");
+    server.save("codex_mcp");
+    finished.expect_ok();
+    // The tools as Codex offers them: one namespace, each tool with its description and
+    // schema.
+    let tools = server.at(0).body["tools"].clone();
+    let namespace = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "mcp__bgwork")
+        .unwrap_or_else(|| panic!("no mcp__bgwork namespace: {tools}"));
+    let names: Vec<&str> = namespace["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for tool in [
+        "start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor",
+    ] {
+        assert!(names.contains(&tool), "{tool} not offered: {names:?}");
+    }
+    let start = namespace["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "start")
+        .unwrap();
+    assert!(start["description"]
+        .as_str()
+        .unwrap()
+        .contains("background"));
+    assert_eq!(start["parameters"]["required"], json!(["command"]));
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1"), "start: {}", excerpt(&at(1)));
+    assert!(at(6).contains("serving-now"), "read: {}", excerpt(&at(6)));
+    assert!(at(7).contains("timeout"), "wait: {}", excerpt(&at(7)));
+    assert!(at(8).contains("stopped"), "stop: {}", excerpt(&at(8)));
+    assert_eq!(
+        occurrences(&at(8), "end-mcp-marker"),
+        1,
+        "once: {}",
+        excerpt(&at(8))
+    );
+    assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
+    assert!(
+        at(8).contains("token [secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(8))
+    );
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
+    assert_eq!(
+        occurrences(&at(2), "end-mcp-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+}
+
+#[test]
+fn issue25_5_codex_goes_on_under_a_stopped_daemon() {
+    let server = ModelServer::start(vec![shell("echo still-going"), text("Done.")]);
+    let Some((world, codex)) = world("codex_stopped_daemon", &server) else {
+        return;
+    };
+    let stopped = world.stop_daemon();
+    let finished = exec(&world, &codex, "say something");
+    drop(stopped);
+    server.save("codex_stopped_daemon");
+    finished.expect_ok();
+    assert!(
+        server.at(1).raw.contains("still-going"),
+        "{}",
+        excerpt(&server.at(1).raw)
+    );
+    assert!(
+        finished.took < Duration::from_secs(30),
+        "took {:?}",
+        finished.took
+    );
+    crate::setup::assert_nothing_said(&server.everything_sent());
+    eprintln!("codex under a stopped daemon: {:?}", finished.took);
+}
+
+#[test]
+fn issue25_2_codex_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
+    let server = ModelServer::start(vec![
+        shell(
+            "bgwork start --notify --name later -- 'sleep 3; printf \"%s-%s\\n\" end idle-marker'",
+        ),
+        text("Started it."),
+        text("It ended; seen."),
+    ]);
+    let Some((world, codex)) = world("codex_idle", &server) else {
+        return;
+    };
+    let first = exec(&world, &codex, "start the job");
+    first.expect_ok();
+    crate::setup::wait_for_pending_notice(&world);
+    let asked = server.requests().len();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        server.requests().len(),
+        asked,
+        "nothing wakes an idle Codex session"
+    );
+    let next = exec_with(&world, &codex, &["resume", "--last", "what happened?"]);
+    server.save("codex_idle");
+    next.expect_ok();
+    let at = |step: usize| server.at(step).raw;
+    assert_eq!(occurrences(&at(1), "end-idle-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-idle-marker"),
+        1,
+        "the next prompt: {}",
+        excerpt(&at(2))
+    );
+}

@@ -1,0 +1,253 @@
+//! Gemini CLI (`gemini -p`) against the scripted server as its base URL, with the hooks
+//! of docs/harnesses.md and bgwork's MCP server in `~/.gemini/settings.json`.
+
+use crate::server::{excerpt, text, ModelServer, Step};
+use crate::setup::{installed, occurrences, World, GEMINI};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const SECRET: &str = "hunter2-gemini-0c77e1";
+
+fn world(test: &str, server: &ModelServer) -> Option<(World, PathBuf)> {
+    let gemini = installed(test, GEMINI)?;
+    let mut world = World::new();
+    let mut settings: Value = serde_json::from_str(&crate::documented_snippet("gemini")).unwrap();
+    let mcp: Value = serde_json::from_str(&crate::documented_snippet("gemini-mcp")).unwrap();
+    settings["mcpServers"] = mcp["mcpServers"].clone();
+    // As docs/harnesses.md says: a variable MCP `start` names in `secrets` is given to
+    // the server by name (Gemini keeps variables named like secrets from MCP servers).
+    settings["mcpServers"]["bgwork"]["env"] = json!({"DEPLOY_TOKEN": "$DEPLOY_TOKEN"});
+    // What a user's first interactive run asks and keeps: sign in with an API key.
+    settings["security"] = json!({"auth": {"selectedType": "gemini-api-key"}});
+    world.write("home/.gemini/settings.json", &settings.to_string());
+    world.env = vec![
+        ("GEMINI_API_KEY".into(), "scripted-test-key".into()),
+        ("GOOGLE_GEMINI_BASE_URL".into(), server.url()),
+        ("GEMINI_CLI_TRUST_WORKSPACE".into(), "true".into()),
+        ("BGWORK_SESSION".into(), "shop".into()),
+        ("DEPLOY_TOKEN".into(), SECRET.into()),
+    ];
+    Some((world, gemini))
+}
+
+fn shell(command: &str) -> Step {
+    crate::server::call("run_shell_command", json!({"command": command}))
+}
+
+fn prompt(world: &World, gemini: &Path, prompt: &str) -> crate::setup::Finished {
+    prompt_with(world, gemini, &["-p", prompt])
+}
+
+fn prompt_with(world: &World, gemini: &Path, rest: &[&str]) -> crate::setup::Finished {
+    let mut args = vec!["--approval-mode", "yolo"];
+    args.extend_from_slice(rest);
+    world.run(world.command(gemini, &args), Duration::from_secs(150))
+}
+
+#[test]
+fn issue25_1_gemini_shell_start_notice_once_and_secret_never_sent() {
+    let server = ModelServer::start(vec![
+        shell("bgwork start --notify --secret DEPLOY_TOKEN --name deploy -- 'sleep 2; echo \"token $DEPLOY_TOKEN\"; printf \"%s-%s\\n\" end shell-marker'"),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        text("All done."),
+    ]);
+    let Some((world, gemini)) = world("gemini_shell", &server) else {
+        return;
+    };
+    let finished = prompt(&world, &gemini, "start the deploy in the background");
+    server.save("gemini_shell");
+    finished.expect_ok();
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1 started"), "{}", excerpt(&at(1)));
+    assert_eq!(occurrences(&at(1), "end-shell-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-shell-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+    assert_eq!(
+        occurrences(&at(4), "end-shell-marker"),
+        1,
+        "never twice: {}",
+        excerpt(&at(4))
+    );
+    assert!(
+        at(2).contains("[secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(2))
+    );
+    // Each notice says which id ended and how to read the rest, in one line.
+    assert!(
+        at(2).contains(
+            "- bg-1 finished successfully (exit 0): `bgwork read bg-1` for its output [ntc-"
+        ),
+        "{}",
+        excerpt(&at(2))
+    );
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
+}
+
+fn mcp(tool: &str, args: Value) -> Step {
+    crate::server::call(&format!("mcp_bgwork_{tool}"), args)
+}
+
+#[test]
+fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
+    let server = ModelServer::start(vec![
+        mcp(
+            "start",
+            json!({"command": "sleep 2; echo \"token $DEPLOY_TOKEN\"; printf '%s-%s\\n' end mcp-marker",
+                "notify": true, "name": "quick", "secrets": ["DEPLOY_TOKEN"]}),
+        ),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        mcp(
+            "start",
+            json!({"command": "echo serving-now; sleep 300", "name": "server"}),
+        ),
+        mcp("read", json!({"id": "bg-2"})),
+        mcp("wait", json!({"id": "bg-2", "timeout_s": 1})),
+        mcp("stop", json!({"id": "bg-2", "grace_s": 1})),
+        text("All done."),
+    ]);
+    let Some((world, gemini)) = world("gemini_mcp", &server) else {
+        return;
+    };
+    let finished = prompt(&world, &gemini, "start a quick job through bgwork's tools");
+    server.save("gemini_mcp");
+    finished.expect_ok();
+    // The tools as Gemini declares them: `mcp_bgwork_NAME`, with description and schema.
+    let declared: Vec<Value> = server.at(0).body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| {
+            t["functionDeclarations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    for tool in [
+        "start", "run", "list", "read", "wait", "stop", "notices", "send", "monitor",
+    ] {
+        let name = format!("mcp_bgwork_{tool}");
+        assert!(
+            declared.iter().any(|d| d["name"] == name),
+            "{name} not declared"
+        );
+    }
+    let start = declared
+        .iter()
+        .find(|d| d["name"] == "mcp_bgwork_start")
+        .unwrap();
+    assert!(start["description"]
+        .as_str()
+        .unwrap()
+        .contains("background"));
+    let schema = if start["parametersJsonSchema"].is_object() {
+        &start["parametersJsonSchema"]
+    } else {
+        &start["parameters"]
+    };
+    assert_eq!(schema["required"], json!(["command"]), "{start}");
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1"), "start: {}", excerpt(&at(1)));
+    assert!(at(6).contains("serving-now"), "read: {}", excerpt(&at(6)));
+    assert!(at(7).contains("timeout"), "wait: {}", excerpt(&at(7)));
+    assert!(at(8).contains("stopped"), "stop: {}", excerpt(&at(8)));
+    assert_eq!(
+        occurrences(&at(8), "end-mcp-marker"),
+        1,
+        "once: {}",
+        excerpt(&at(8))
+    );
+    assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
+    assert!(
+        at(8).contains("token [secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(8))
+    );
+    assert!(
+        !server.everything_sent().contains(SECRET),
+        "the secret reached the model"
+    );
+    assert_eq!(
+        occurrences(&at(2), "end-mcp-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+}
+
+#[test]
+fn issue25_5_gemini_goes_on_under_a_stopped_daemon() {
+    let server = ModelServer::start(vec![shell("echo still-going"), text("Done.")]);
+    let Some((world, gemini)) = world("gemini_stopped_daemon", &server) else {
+        return;
+    };
+    let stopped = world.stop_daemon();
+    let finished = prompt(&world, &gemini, "say something");
+    drop(stopped);
+    server.save("gemini_stopped_daemon");
+    finished.expect_ok();
+    assert!(
+        server.at(1).raw.contains("still-going"),
+        "{}",
+        excerpt(&server.at(1).raw)
+    );
+    assert!(
+        finished.took < Duration::from_secs(40),
+        "took {:?}",
+        finished.took
+    );
+    crate::setup::assert_nothing_said(&server.everything_sent());
+    eprintln!("gemini under a stopped daemon: {:?}", finished.took);
+}
+
+#[test]
+fn issue25_2_gemini_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
+    let server = ModelServer::start(vec![
+        shell(
+            "bgwork start --notify --name later -- 'sleep 3; printf \"%s-%s\\n\" end idle-marker'",
+        ),
+        text("Started it."),
+        text("It ended; seen."),
+    ]);
+    let Some((world, gemini)) = world("gemini_idle", &server) else {
+        return;
+    };
+    let first = prompt(&world, &gemini, "start the job");
+    first.expect_ok();
+    crate::setup::wait_for_pending_notice(&world);
+    let asked = server.requests().len();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        server.requests().len(),
+        asked,
+        "nothing wakes an idle Gemini session"
+    );
+    let next = prompt_with(
+        &world,
+        &gemini,
+        &["--resume", "latest", "-p", "what happened?"],
+    );
+    server.save("gemini_idle");
+    next.expect_ok();
+    let at = |step: usize| server.at(step).raw;
+    assert_eq!(occurrences(&at(1), "end-idle-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-idle-marker"),
+        1,
+        "the next prompt: {}",
+        excerpt(&at(2))
+    );
+}

@@ -123,6 +123,13 @@ fn issue22_2_a_secret_split_by_the_rendering_reaches_no_reader() {
     eventually(Duration::from_secs(20), || {
         home.item(&id)["state"] == "ended"
     });
+    // (Before the read: a read that shows the end delivers its notice.)
+    let mut notices = Value::Null;
+    eventually(Duration::from_secs(20), || {
+        notices = home.json(&["notices", "--peek"]);
+        notices["notices"].as_array().is_some_and(|n| !n.is_empty())
+    });
+    assert_clean("the notice and its tail", &notices.to_string());
 
     let text = home.run(&["read", &id, "--all"]).stdout;
     assert_clean("read", &text);
@@ -137,12 +144,6 @@ fn issue22_2_a_secret_split_by_the_rendering_reaches_no_reader() {
     assert_clean("read --grep", &grep);
     assert!(grep.contains("[secret PW]"), "{grep}");
 
-    let mut notices = Value::Null;
-    eventually(Duration::from_secs(20), || {
-        notices = home.json(&["notices", "--peek"]);
-        notices["notices"].as_array().is_some_and(|n| !n.is_empty())
-    });
-    assert_clean("the notice and its tail", &notices.to_string());
     let wait = home.run(&["wait", &id]).stdout;
     assert!(wait.contains("done"), "{wait}");
     assert_clean("wait", &wait);

@@ -46,8 +46,9 @@ impl Daemon {
                 text.push_str(&detail);
             }
         }
-        let slurm = self.slurm.view(record.row, &record.job_dir);
-        if let (Some(_), Some(End::Lost), Some(detail)) = (&slurm, record.end, &lost_reason) {
+        let view = self.executors.view(record.row, &record.job_dir);
+        if let (true, Some(End::Lost), Some(detail)) = (view.tells_loss(), record.end, &lost_reason)
+        {
             // A job on Slurm is lost for the reason Slurm gave, not a daemon restart.
             report = Some(format!("{id} was lost: {detail}"));
         }
@@ -55,8 +56,8 @@ impl Daemon {
             text.push_str(&cost);
         }
         let running = record.state != State::Ended;
-        let state = match (&slurm, record.state) {
-            (Some(_), State::Starting) => State::Queued,
+        let state = match (view.which.queues(), record.state) {
+            (true, State::Starting) => State::Queued,
             (_, state) => state,
         };
         Item {
@@ -85,12 +86,9 @@ impl Daemon {
             already_ended: None,
             lost_reason,
             cost: crate::wire::Cost::recorded(record.cpu_ms, record.peak_rss),
-            executor: slurm.as_ref().map(|_| "slurm".to_string()),
-            queue_reason: slurm
-                .as_ref()
-                .and_then(|s| s.reason.clone())
-                .filter(|_| state == State::Queued),
-            slurm_job_id: slurm.and_then(|s| s.job_id),
+            executor: view.executor_name().map(str::to_string),
+            queue_reason: view.queue_reason.filter(|_| state == State::Queued),
+            slurm_job_id: view.slurm_job_id,
         }
     }
 
@@ -257,21 +255,6 @@ impl Daemon {
             cpu_ms: Some(cpu_ms),
             rss_bytes: Some(rss_bytes),
         })
-    }
-
-    /// Running items that count toward a session's limit: those of its root session
-    /// and of every sub-agent under it (nested work counts against the root's limits).
-    pub(crate) fn counted(inner: &Inner, session: &str) -> Result<Vec<Record>, WireError> {
-        Ok(Self::running_tree(inner, session)?
-            .into_iter()
-            .filter(|r| r.kind != Kind::SubAgent)
-            .collect())
-    }
-
-    /// Running items of the whole tree of sessions `session` belongs to.
-    pub(crate) fn running_tree(inner: &Inner, session: &str) -> Result<Vec<Record>, WireError> {
-        let root = inner.store.root_of(session)?;
-        Ok(inner.store.list(&root, false)?)
     }
 }
 

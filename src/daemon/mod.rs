@@ -17,6 +17,7 @@
 //! server acknowledge instead (`ack`), and a connection that closes releases what it
 //! still holds.
 
+mod admission;
 mod config;
 mod grep;
 mod guard;
@@ -41,8 +42,7 @@ mod wait;
 pub use config::Config;
 pub use serve::main;
 
-use crate::executor::local::LocalExecutor;
-use crate::executor::{ExecEvent, JobHandle};
+use crate::executor::{ExecEvent, Executors, JobHandle};
 use crate::paths::Paths;
 use crate::store::{Store, StoreError};
 use crate::wire::{Envelope, Request, WireError};
@@ -118,9 +118,8 @@ pub struct Daemon {
     /// `wait`, a `run`), with how many replies: their end notices are left to those
     /// replies, not taken by a puller or a follower meanwhile.
     showing: Mutex<HashMap<i64, usize>>,
-    pub(crate) executor: LocalExecutor,
-    /// Jobs run by a Slurm cluster (`start --on slurm`).
-    pub(crate) slurm: crate::executor::slurm::SlurmExecutor,
+    /// Where jobs run: this machine, a Slurm cluster (`start --on slurm`).
+    pub(crate) executors: Executors,
     shutdown: watch::Sender<bool>,
     /// A shutdown has begun: no new item is started.
     closing: std::sync::atomic::AtomicBool,
@@ -143,7 +142,7 @@ impl Daemon {
         store: Store,
     ) -> (Arc<Daemon>, mpsc::UnboundedReceiver<ExecEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
-        let slurm = crate::executor::slurm::SlurmExecutor::new(events.clone(), &paths.home);
+        let executors = Executors::new(events, &paths.home);
         let daemon = Daemon {
             paths,
             config,
@@ -157,8 +156,7 @@ impl Daemon {
             changed: watch::channel(0).0,
             output: Default::default(),
             showing: Mutex::default(),
-            slurm,
-            executor: LocalExecutor::new(events),
+            executors,
             shutdown: watch::channel(false).0,
             closing: Default::default(),
             stopping_all: Default::default(),
@@ -487,6 +485,21 @@ impl Daemon {
             )));
         }
         Ok(())
+    }
+}
+
+/// A command to `id` as its caller hears of it: one its executor cannot carry out is
+/// the caller's error; a connection that is gone is not (the job ended or is being
+/// reconnected, and its record says which).
+pub(crate) fn sent(
+    id: &str,
+    result: Result<(), crate::executor::Refused>,
+) -> Result<(), WireError> {
+    match result {
+        Err(crate::executor::Refused::Cannot(reason)) => {
+            Err(WireError::bad_request(format!("{id}: {reason}")))
+        }
+        Ok(()) | Err(crate::executor::Refused::Gone) => Ok(()),
     }
 }
 

@@ -419,7 +419,7 @@ impl Daemon {
                 dir.display()
             ))
         })?;
-        live.handle.send(ToSupervisor::Resize { cols, rows });
+        super::sent(id, live.handle.send(ToSupervisor::Resize { cols, rows }))?;
         inner.store.set_size(record.row, cols, rows)?;
         Ok(Ack {
             ok: true,

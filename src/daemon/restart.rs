@@ -88,7 +88,10 @@ impl Daemon {
             secrets,
             keep_raw_log,
             // A job that ran on Slurm goes there again, with the same resources.
-            slurm: crate::executor::slurm::args_of(std::path::Path::new(&record.job_dir)),
+            slurm: self
+                .executors
+                .on_of(record.row, &record.job_dir)
+                .slurm_args(),
         };
         let holds = held.is_some();
         let reply = match record.kind {

@@ -12,7 +12,7 @@
 use super::serve::FrameReader;
 use super::start::Launch;
 use super::Daemon;
-use crate::executor::WriteRefused;
+use crate::executor::{HereOnly, On, WriteRefused};
 use crate::output;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{
@@ -60,11 +60,8 @@ impl Daemon {
             Some(s) => crate::wire::seconds("--timeout", s)?,
             None => DEFAULT_TIMEOUT,
         };
-        if args.start.slurm.is_some() {
-            return Err(WireError::bad_request(
-                "`run` runs in the foreground on this machine: `start --on slurm` sends work \
-                 to Slurm",
-            ));
+        if let Some(refused) = On::of(&args.start).which().refuses_here_only(HereOnly::Run) {
+            return Err(WireError::bad_request(refused));
         }
         let launch = Launch {
             over_limit: true,
@@ -190,10 +187,11 @@ impl Daemon {
         Ok(())
     }
 
-    /// Sends a command to a job's supervisor, when it is connected.
+    /// Sends a command to a job's supervisor, when it is connected (a run runs on
+    /// this machine, whose executor carries every command).
     fn to_job(&self, row: i64, command: ToSupervisor) {
         if let Some(live) = self.lock().live.get(&row) {
-            live.handle.send(command);
+            let _ = live.handle.send(command);
         }
     }
 
@@ -224,26 +222,16 @@ impl Daemon {
         timeout: Duration,
     ) -> Result<RunReply, WireError> {
         // A deadline never wins over an end that already happened.
-        let mut full = format!(
-            "the session was at its limit of {} running items",
-            self.config.max_running
-        );
+        let mut full = String::new();
         let outcome = if self.ended_now(row) {
             RunOutcome::Ended
         } else {
-            let inner = self.lock();
-            let running = Self::counted(&inner, session)?.len();
-            if running > self.config.max_running {
-                RunOutcome::Killed
-            } else if self.over_total_cap(&inner)? {
-                full = format!(
-                    "the daemon was at its cap of {} running items across all sessions \
-                     (BGWORK_MAX_RUNNING_TOTAL)",
-                    self.config.max_running_total
-                );
-                RunOutcome::Killed
-            } else {
-                RunOutcome::Promoted
+            match self.promotion_refused(&self.lock(), session)? {
+                Some(why) => {
+                    full = why;
+                    RunOutcome::Killed
+                }
+                None => RunOutcome::Promoted,
             }
         };
         let seconds = timeout.as_secs_f64();
@@ -290,7 +278,8 @@ impl Daemon {
     fn stop_now(&self, row: i64, grace: Duration, actor: Actor) {
         let mut inner = self.lock();
         if let Some(live) = inner.live.get(&row) {
-            live.handle.send(ToSupervisor::Stop {
+            // A run's executor (this machine's) carries every stop.
+            let _ = live.handle.send(ToSupervisor::Stop {
                 grace_ms: grace.as_millis() as u64,
                 actor,
             });

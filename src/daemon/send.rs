@@ -78,9 +78,7 @@ impl Daemon {
                         }
                     }
                 }
-                other => {
-                    handle.send(other);
-                }
+                other => super::sent(id, handle.send(other))?,
             }
         }
         Ok(Ack {

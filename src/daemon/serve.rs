@@ -215,7 +215,7 @@ pub async fn run(
     daemon.reconcile().await;
     tokio::spawn(daemon.clone().apply_events(events));
     daemon.resume_monitors();
-    daemon.executor.refill();
+    daemon.executors.warm_up();
     // Once records are reconciled (a page would show them half done).
     crate::http::resume(&daemon, http).await;
     if let Err(e) = daemon.gc() {

@@ -155,7 +155,7 @@ impl Daemon {
                     return;
                 }
                 Reattach::Lost(reason) => {
-                    if !supervisor_alive(&record) {
+                    if !self.supervisor_alive(&record) {
                         self.lose(&record, &reason);
                         return;
                     }
@@ -173,13 +173,15 @@ impl Daemon {
         }
     }
 
-    /// Finds a job again: through Slurm for one whose folder says it runs there, else
-    /// on this machine.
+    /// Whether a record's supervisor may still live (then it is not lost yet).
+    fn supervisor_alive(&self, record: &Record) -> bool {
+        self.executors
+            .supervisor_alive(record.row, Path::new(&record.job_dir))
+    }
+
+    /// Finds a job again, through the executor that ran it.
     async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
-        match crate::executor::slurm::is_slurm_job(job_dir) {
-            true => self.slurm.reattach(row, job_dir, owner).await,
-            false => self.executor.reattach(row, job_dir, owner).await,
-        }
+        self.executors.reattach(row, job_dir, owner).await
     }
 
     /// Records the end a supervisor reported, with its notice if one was armed. False
@@ -283,8 +285,9 @@ impl Daemon {
 
     /// A job whose supervisor is gone: kill what is left of it, then settle it `lost`.
     fn lose(self: &Arc<Self>, record: &Record, reason: &str) {
-        let killed =
-            crate::supervisor::tree::sweep_job(&job_key(record), Path::new(&record.job_dir));
+        let killed = self
+            .executors
+            .sweep(record.row, &job_key(record), Path::new(&record.job_dir));
         if killed > 0 {
             crate::note!(
                 "bgwork daemon: {} lost; killed {killed} leftover process(es)",
@@ -451,7 +454,7 @@ impl Daemon {
                     self.settle_or_retry(record.row, Ending::Status(status));
                     settled += 1;
                 }
-                Reattach::Lost(_) if supervisor_alive(&record) => {
+                Reattach::Lost(_) if self.supervisor_alive(&record) => {
                     // Alive but not answering (stopped, or slow): not lost.
                     tokio::spawn(self.clone().recover(record.row));
                     attached += 1;
@@ -494,10 +497,6 @@ fn killed_detail(status: &ExitStatus) -> Option<String> {
     }
     let seconds = ms as f64 / 1000.0;
     Some(format!("did not stop on TERM; killed after {seconds} s"))
-}
-
-fn supervisor_alive(record: &Record) -> bool {
-    crate::executor::local::supervisor_alive(Path::new(&record.job_dir))
 }
 
 fn live(running: crate::executor::Running) -> Live {

@@ -2,8 +2,10 @@
 //! a job folder of its own, the job's spec handed to its executor, and the window in
 //! which the reply waits for the first output or the end.
 
+use super::admission::{Admission, Newcomer};
 use super::{Daemon, Live};
 use crate::environ::{self, CallerEnv};
+use crate::executor::{HereOnly, On};
 use crate::output;
 use crate::paths::now_ms;
 use crate::redact;
@@ -18,8 +20,6 @@ const SPAWN_WAIT: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
-/// Sub-agents a session may run at once (contract §5).
-const MAX_SUB_AGENTS: usize = 2;
 /// How a job is launched beyond its arguments.
 #[derive(Default)]
 pub(crate) struct Launch {
@@ -81,9 +81,10 @@ impl Daemon {
             Launched::New(row) => row,
             Launched::Twin(row) => return self.twin_reply(session, row).await,
         };
-        if window.is_zero() || args.slurm.is_some() {
-            // No window (or a job handed to Slurm, which starts it when it will): the id at once (the job is `starting` until its process runs),
-            // and nothing is shown, so nothing counts as read.
+        if window.is_zero() || On::of(&args).which().queues() {
+            // No window (or a job handed to a scheduler, which starts it when it will):
+            // the id at once (the job is `starting` until its process runs), and nothing
+            // is shown, so nothing counts as read.
             let record = self.lock().store.get(row)?;
             let item = record
                 .map(|r| self.item(&r))
@@ -212,10 +213,7 @@ impl Daemon {
         }
         let job_dir = self.prepare_folder(&record, args, &cwd)?;
         let spec = self.job_spec(&record, args, &job_dir, sub_session, pane, limits);
-        let started = match &args.slurm {
-            Some(slurm) => self.slurm.start(record.row, &spec, slurm).await,
-            None => self.executor.start(record.row, &spec),
-        };
+        let started = self.executors.start(record.row, &spec, &On::of(args)).await;
         let handle = match started {
             Ok(handle) => handle,
             Err(reason) => return Err(self.spawn_failed(record.row, &record.id, reason)),
@@ -259,41 +257,16 @@ impl Daemon {
             }
         }
         // Limits hold for a root session and its sub-agents together.
-        let root = inner.store.root_of(session)?;
-        self.check_guards_held(&mut inner, &root, launch.over_limit, launch.held)?;
-        if launch.sub_agent {
-            let agents: Vec<Record> = Self::running_tree(&inner, session)?
-                .into_iter()
-                .filter(|r| r.kind == Kind::SubAgent)
-                .collect();
-            if agents.len() >= MAX_SUB_AGENTS {
-                let running = running_items(self, &root, &agents);
-                return Err(limit_error(MAX_SUB_AGENTS, session, &root, &running));
-            }
-        } else {
-            // Jobs on Slurm count against a limit of their own: the cluster runs them,
-            // not this machine.
-            let on_slurm = args.slurm.is_some();
-            let max = match on_slurm {
-                true => self.config.max_slurm,
-                false => self.config.max_running,
-            };
-            let running: Vec<Record> = Self::counted(&inner, session)?
-                .into_iter()
-                .filter(|r| self.slurm.view(r.row, &r.job_dir).is_some() == on_slurm)
-                .collect();
-            if !launch.over_limit && running.len() >= max {
-                let running = running_items(self, &root, &running);
-                let mut error = limit_error(max, session, &root, &running);
-                if on_slurm {
-                    error.message =
-                        error
-                            .message
-                            .replacen("items", "jobs on Slurm (BGWORK_MAX_SLURM)", 1);
-                }
-                return Err(error);
-            }
-        }
+        let newcomer = match launch.sub_agent {
+            true => Newcomer::SubAgent,
+            false => Newcomer::Job(On::of(args).which()),
+        };
+        let admission = Admission {
+            newcomer,
+            checked_at_promotion: launch.over_limit,
+            held: launch.held,
+        };
+        let root = self.admit(&mut inner, session, admission)?;
         let (record, sub_session) = if launch.sub_agent {
             let (record, name) = inner.store.insert_sub_agent(new)?;
             (record, Some(name))
@@ -385,7 +358,7 @@ impl Daemon {
             pane,
             owner: super::settle::owner(record),
             // Under Slurm the allocation has its own cgroup, the scheduler's.
-            no_cgroup: !self.config.cgroups || args.slurm.is_some(),
+            no_cgroup: !self.config.cgroups || !On::of(args).which().own_cgroup(),
             max_runtime_ms: limits.1,
             secrets: secret_pairs(args),
             keep_raw_log: args.keep_raw_log,
@@ -464,10 +437,8 @@ impl Daemon {
     ) -> Result<StartReply, WireError> {
         args.pty = false;
         args.notify = true;
-        if args.slurm.is_some() {
-            return Err(WireError::bad_request(
-                "a sub-agent runs on this machine: start it without slurm",
-            ));
+        if let Some(refused) = On::of(&args).which().refuses_here_only(HereOnly::SubAgent) {
+            return Err(WireError::bad_request(refused));
         }
         // Its own session is `SESSION/sub-N`, which must itself be a valid name.
         if session.len() + "/sub-".len() + 20 > super::MAX_SESSION {
@@ -657,34 +628,6 @@ fn secret_pairs(args: &StartArgs) -> Vec<[String; 2]> {
 }
 
 /// What runs, as the root session of the tree names it.
-fn running_items(daemon: &Daemon, root: &str, records: &[Record]) -> Vec<String> {
-    records
-        .iter()
-        .map(|r| {
-            let item = daemon.item_as(root, r);
-            format!("{} ({})", item.id, item.name.unwrap_or(item.command))
-        })
-        .collect()
-}
-
-fn limit_error(max: usize, session: &str, root: &str, running: &[String]) -> WireError {
-    let whose = if session == root {
-        format!("this session already runs {max} items, its limit")
-    } else {
-        format!(
-            "session {root} and its sub-agents, whose limit this sub-agent shares, already run \
-             {max} items, the limit"
-        )
-    };
-    WireError::new(
-        ErrorCode::Limit,
-        format!(
-            "{whose}: {}. Stop one (`bgwork stop ID`) or wait for one to end",
-            running.join(", ")
-        ),
-    )
-}
-
 /// Where a job runs: its working directory (a request with none runs in the daemon
 /// user's home, never in the daemon's own folder; a relative one is refused, never
 /// interpreted) and, for a pane, its terminal's size.

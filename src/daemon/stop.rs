@@ -36,9 +36,10 @@ impl Daemon {
                 format!("{id} is not attached yet: try again in a moment"),
             ));
         };
-        live.handle.send(ToSupervisor::Signal {
+        let hangup = ToSupervisor::Signal {
             signal: nix::sys::signal::Signal::SIGHUP as i32,
-        });
+        };
+        super::sent(id, live.handle.send(hangup))?;
         item.stop_requested = Some(true);
         Ok(item)
     }
@@ -110,10 +111,11 @@ impl Daemon {
                 format!("{} is not attached yet: try again in a moment", record.id),
             ));
         };
-        live.handle.send(ToSupervisor::Stop {
+        let stop = ToSupervisor::Stop {
             grace_ms: grace.as_millis() as u64,
             actor,
-        });
+        };
+        super::sent(&record.id, live.handle.send(stop))?;
         inner.store.set_stop_actor(row, actor)?;
         Ok(())
     }
@@ -168,7 +170,9 @@ impl Daemon {
     /// grace.
     pub(crate) fn stop_for_shutdown(&self, inner: &mut super::Inner, row: i64) {
         if let Some(live) = inner.live.get(&row) {
-            live.handle.send(ToSupervisor::Stop {
+            // Every executor carries a stop; one whose connection is gone is taken
+            // back (and stopped, see `go_live`) or settled.
+            let _ = live.handle.send(ToSupervisor::Stop {
                 grace_ms: DEFAULT_GRACE.as_millis() as u64,
                 actor: Actor::Agent,
             });

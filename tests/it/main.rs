@@ -8,6 +8,7 @@ mod faults;
 mod harness_hooks;
 mod hostile;
 mod hostile15;
+mod house;
 mod mcp;
 mod mcp_hostile;
 mod monitors;

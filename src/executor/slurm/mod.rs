@@ -20,7 +20,10 @@ mod scheduler;
 pub use options::choose;
 pub use scheduler::parse_exit_code;
 
-use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused, Writes};
+use super::{
+    Command, ExecEvent, Executor, JobHandle, On, Reattach, Running, View, Which, WriteRefused,
+    Writes,
+};
 use crate::job_dir::JobDir;
 use crate::paths::now_ms;
 use crate::supervisor::{self, tree::TreeRecord};
@@ -113,13 +116,18 @@ impl SlurmExecutor {
 
     /// What `list` shows of a row: `None` for a job of this machine. A row not seen
     /// since the daemon started is looked up in its folder once.
-    pub fn view(&self, row: i64, job_dir: &str) -> Option<SlurmView> {
+    fn slurm_view(&self, row: i64, job_dir: &str) -> Option<SlurmView> {
         let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(view) = views.get(&row) {
             return view.clone();
         }
+        // A folder whose `slurm.json` cannot be read is still Slurm's (its reattach
+        // says so).
         let found = (!job_dir.is_empty())
-            .then(|| read_slurm_file(Path::new(job_dir)))
+            .then(|| {
+                let dir = Path::new(job_dir);
+                read_slurm_file(dir).or_else(|| is_slurm_job(dir).then(SlurmJob::default))
+            })
             .flatten()
             .map(|job| SlurmView {
                 job_id: job.job_id,
@@ -134,7 +142,7 @@ impl SlurmExecutor {
     }
 
     /// Submits a job with `sbatch`; `Spawned`, `Output` and `Ended` follow as events.
-    pub async fn start(
+    async fn submit(
         &self,
         row: i64,
         spec: &JobSpec,
@@ -214,7 +222,7 @@ impl SlurmExecutor {
 
     /// Finds a job on Slurm again after a daemon restart: by its status file, else by
     /// its Slurm job id (or, when the daemon died before it was written, its name).
-    pub async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+    async fn find_again(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
         let job = read_slurm_file(job_dir);
         if let Some(found) = supervisor::read_status(job_dir, owner) {
             let env = job.as_ref().map(|j| j.env.clone()).unwrap_or_default();
@@ -292,7 +300,7 @@ impl SlurmExecutor {
             next_seq: now_ms().max(0) as u64 * 1000,
             ..Writes::default()
         };
-        let handle = JobHandle::new(commands, writes.unanswered.clone());
+        let handle = JobHandle::new(commands, writes.unanswered.clone(), refuses);
         let name = self.job_name(row);
         let tracker = Tracker {
             row,
@@ -317,6 +325,56 @@ impl SlurmExecutor {
         };
         tokio::spawn(tracker.run(incoming));
         handle
+    }
+}
+
+impl Executor for SlurmExecutor {
+    async fn start(&self, row: i64, spec: &JobSpec, on: &On) -> Result<JobHandle, String> {
+        match on {
+            On::Slurm(args) => self.submit(row, spec, args).await,
+            On::Local => Err("a job for this machine was handed to the Slurm executor".into()),
+        }
+    }
+
+    async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+        self.find_again(row, job_dir, owner).await
+    }
+
+    fn view(&self, row: i64, job_dir: &str) -> Option<View> {
+        self.slurm_view(row, job_dir).map(|view| View {
+            which: Which::Slurm,
+            queue_reason: view.reason,
+            slurm_job_id: view.job_id,
+        })
+    }
+
+    /// The supervisor runs on a node; where the node is this machine (a loopback
+    /// cluster) its recorded pid and start time say whether it lives, as locally.
+    fn supervisor_alive(&self, job_dir: &Path) -> bool {
+        super::local::supervisor_alive(job_dir)
+    }
+
+    /// As locally: what the record names is killed only where it is still the job's
+    /// (pid and start time), so a node's pids never hit this machine's processes.
+    fn sweep(&self, key: &str, job_dir: &Path) -> usize {
+        supervisor::tree::sweep_job(key, job_dir)
+    }
+}
+
+/// The commands a job on Slurm cannot carry out: the supervisor on the node takes only
+/// what it reads from the folder's `commands/`.
+fn refuses(command: &ToSupervisor) -> Option<&'static str> {
+    match command {
+        ToSupervisor::Resize { .. } => {
+            Some("a job on Slurm has no terminal to resize (panes run on this machine)")
+        }
+        ToSupervisor::Hello { .. } => Some("a job on Slurm is not reached by a connection"),
+        ToSupervisor::Stop { .. }
+        | ToSupervisor::Input { .. }
+        | ToSupervisor::Write { .. }
+        | ToSupervisor::CloseInput
+        | ToSupervisor::Signal { .. }
+        | ToSupervisor::Pace { .. } => None,
     }
 }
 
@@ -465,7 +523,21 @@ impl Tracker {
                 | ToSupervisor::Input { .. }
                 | ToSupervisor::CloseInput),
             ) => self.leave_command(&control::encode(&command)),
-            Command::Send(_) => {}
+            // The folder is looked at every 100 ms whatever the pace: nothing to tell.
+            Command::Send(ToSupervisor::Pace { .. }) => {}
+            // Refused by the handle before they are sent (see `refuses`).
+            Command::Send(command @ (ToSupervisor::Resize { .. } | ToSupervisor::Hello { .. })) => {
+                crate::note!(
+                    "bgwork daemon: Slurm job {} cannot carry out {command:?}",
+                    self.job_id
+                );
+            }
+            Command::Send(ToSupervisor::Write { .. }) => {
+                crate::note!(
+                    "bgwork daemon: input for Slurm job {} comes as a write with its answer",
+                    self.job_id
+                );
+            }
             Command::Write { answer, .. } if !self.spawned => {
                 let _ = answer.send(Err(WriteRefused::Unreachable(
                     "it has not started yet (it waits in Slurm's queue): send it once it runs"
@@ -759,7 +831,7 @@ fn figures(job_dir: &Path) -> (u64, u64, u64) {
 }
 
 /// Whether a job's folder says it runs on Slurm.
-pub fn is_slurm_job(job_dir: &Path) -> bool {
+fn is_slurm_job(job_dir: &Path) -> bool {
     job_dir.join(SLURM_FILE).exists()
 }
 

@@ -14,9 +14,11 @@
 //! (see ARCHITECTURE.md: no connection from the daemon to the node is needed), with
 //! `scancel` as the backstop when the supervisor does not end the job in time.
 
+mod commands;
 mod options;
 mod scheduler;
 
+pub use commands::CommandFiles;
 pub use options::choose;
 pub use scheduler::parse_exit_code;
 

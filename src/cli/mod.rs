@@ -978,6 +978,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
     };
     let envelope = Envelope { session, request };
     let mut client = Client::connect(&paths)?;
+    if let Request::Notices { follow: true, .. } = &envelope.request {
+        return follow::follow(&mut client, &envelope, json);
+    }
     render::call_and_print(&mut client, envelope, json)
 }
 

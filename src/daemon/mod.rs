@@ -37,6 +37,7 @@ mod serve;
 mod settle;
 mod start;
 mod stop;
+mod strip;
 mod wait;
 
 pub use config::Config;
@@ -352,7 +353,7 @@ impl Daemon {
             Request::NewSession { base } => reply(&self.new_session(&base)),
             Request::Status => reply(&self.status().await),
             Request::Close { id } => reply(&self.close(&session, &id)),
-            Request::Ui { port } => reply(&crate::http::ensure(self, port).await),
+            Request::Ui { port } => reply(&crate::http::ensure(&self.backend(), port).await),
             Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),
         };
         Answer {

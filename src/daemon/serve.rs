@@ -217,7 +217,7 @@ pub async fn run(
     daemon.resume_monitors();
     daemon.executors.warm_up();
     // Once records are reconciled (a page would show them half done).
-    crate::http::resume(&daemon, http).await;
+    crate::http::resume(&daemon.backend(), http).await;
     if let Err(e) = daemon.gc() {
         crate::note!("bgwork daemon: gc at start failed: {}", e.message);
     }

@@ -26,29 +26,28 @@ impl Daemon {
                 + &crate::end::unwritten_note(record.unwritten)
         });
         let cost = crate::end::cost_note(record.cpu_ms, record.peak_rss);
-        let mut lost_reason = record.end_detail.clone();
+        let mut detail = record.end_detail.clone();
         let stopped = matches!(record.end, Some(End::StoppedByAgent | End::StoppedByPerson));
         let killed_at_deadline = record.end == Some(End::StoppedByAgent)
-            && lost_reason
+            && detail
                 .as_deref()
                 .is_some_and(|d| d.starts_with(super::run::KILLED_AT_DEADLINE));
         if killed_at_deadline {
             // A stop the agent did not ask for by itself says why ("killed at its
             // deadline: …", for a `run`).
-            if let Some(detail) = lost_reason.take() {
+            if let Some(detail) = detail.take() {
                 report = Some(format!("{id} was {detail}"));
             }
         } else if record.kind == Kind::Monitor || stopped || record.end == Some(End::Signaled) {
             // A monitor's detail says what happened ("matched: …", "timed out …"); a
             // stop's, what it had to do ("did not stop on TERM; killed after 5 s").
-            if let (Some(text), Some(detail)) = (report.as_mut(), lost_reason.take()) {
+            if let (Some(text), Some(detail)) = (report.as_mut(), detail.take()) {
                 text.push_str(": ");
                 text.push_str(&detail);
             }
         }
         let view = self.executors.view(record.row, &record.job_dir);
-        if let (true, Some(End::Lost), Some(detail)) = (view.tells_loss(), record.end, &lost_reason)
-        {
+        if let (true, Some(End::Lost), Some(detail)) = (view.tells_loss(), record.end, &detail) {
             // A job on Slurm is lost for the reason Slurm gave, not a daemon restart.
             report = Some(format!("{id} was lost: {detail}"));
         }
@@ -84,7 +83,7 @@ impl Daemon {
             }),
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
             already_ended: None,
-            lost_reason,
+            end_detail: detail,
             cost: crate::wire::Cost::recorded(record.cpu_ms, record.peak_rss),
             executor: view.executor_name().map(str::to_string),
             queue_reason: view.queue_reason.filter(|_| state == State::Queued),

@@ -4,7 +4,8 @@
 //!
 //! How it works: one accept loop, one task per client connection, and one event task
 //! that applies what executors report ([`ExecEvent`]) to the store. A change of records
-//! or notices (a start, an end, a new notice) bumps one `watch` counter; output of an
+//! or notices (a start, an end, a new notice) moves one `watch` counter
+//! ([`Daemon::records_changed`]); output of an
 //! item wakes only the watchers of that item, and its supervisor reports it promptly
 //! only while someone waits on it ([`output_watch`]). Waiters re-check their condition
 //! when woken, so nothing polls. The store and the registry sit behind one mutex that
@@ -175,9 +176,10 @@ impl Daemon {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Wakes the waiters of records and notices: an item started or ended, a notice
-    /// came. Output does not bump (see [`Daemon::output_grew`]).
-    pub(crate) fn bump(&self) {
+    /// Wakes the waiters of records and notices (it moves the one `watch` counter they
+    /// listen to): an item started or ended, a notice came. Output does not (see
+    /// [`Daemon::output_grew`]).
+    pub(crate) fn records_changed(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
 
@@ -424,7 +426,7 @@ impl Drop for Shown<'_> {
             }
         }
         // Notices left to this reply that it did not show are anyone's again.
-        self.daemon.bump();
+        self.daemon.records_changed();
     }
 }
 

@@ -202,7 +202,7 @@ impl Daemon {
             .store
             .add_event_notice(record.row, &key, &text, &tail);
         match added {
-            Ok(true) => self.bump(),
+            Ok(true) => self.records_changed(),
             Ok(false) => {}
             Err(e) => crate::note!("bgwork daemon: could not record a quiet notice: {e}"),
         }
@@ -272,7 +272,7 @@ impl Daemon {
             .store
             .add_event_notice(record.row, &key, &text, &line);
         match added {
-            Ok(true) => self.bump(),
+            Ok(true) => self.records_changed(),
             Ok(false) => {}
             Err(e) => crate::note!("bgwork daemon: could not record a port notice: {e}"),
         }

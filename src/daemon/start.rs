@@ -9,7 +9,7 @@ use crate::executor::{HereOnly, On};
 use crate::output;
 use crate::paths::now_ms;
 use crate::redact;
-use crate::store::{NewRecord, Record, Settlement};
+use crate::store::{EndRecord, NewRecord, Record};
 use crate::wire::control::{self, JobRecord, JobSpec, PaneSize, PROTOCOL};
 use crate::wire::{End, ErrorCode, Item, Kind, StartArgs, StartReply, State, WireError};
 use std::path::{Path, PathBuf};
@@ -235,7 +235,7 @@ impl Daemon {
                 self.go_live(&mut inner, record.row, live);
             }
         }
-        self.bump();
+        self.records_changed();
         Ok(Launched::New(record.row))
     }
 
@@ -339,7 +339,7 @@ impl Daemon {
         env.insert("BGWORK_SESSION".into(), record.session.clone());
         env.insert("BGWORK_ITEM".into(), record.id.clone());
         if let Some(sub_session) = sub_session {
-            let report = job_dir.join(super::settle::REPORT_FILE);
+            let report = crate::job_dir::JobDir(job_dir).report();
             env.insert("BGWORK_SESSION".into(), sub_session);
             env.insert("BGWORK_REPORT".into(), report.display().to_string());
         }
@@ -390,7 +390,7 @@ impl Daemon {
 
     /// Settles a record that could not start and returns the error for the caller.
     fn spawn_failed(&self, row: i64, id: &str, reason: String) -> WireError {
-        let settlement = Settlement {
+        let settlement = EndRecord {
             end: End::SpawnFailed,
             exit_code: None,
             signal: None,
@@ -411,7 +411,7 @@ impl Daemon {
         }
         inner.screens.forget(row);
         drop(inner);
-        self.bump();
+        self.records_changed();
         WireError::new(
             ErrorCode::SpawnFailed,
             format!("{id} could not start: {reason}"),

@@ -47,9 +47,6 @@ struct Warm {
     launch: std::os::unix::net::UnixStream,
 }
 
-/// The file in a job's folder that names the pid of its supervisor.
-pub const SUPERVISOR_PID_FILE: &str = "supervisor.pid";
-
 impl LocalExecutor {
     pub fn new(events: mpsc::UnboundedSender<ExecEvent>) -> LocalExecutor {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("bgwork"));
@@ -79,7 +76,7 @@ impl LocalExecutor {
             };
             // Written before the job is handed over: a daemon that restarts before the
             // supervisor binds its socket still finds it.
-            std::fs::write(job_dir.join(SUPERVISOR_PID_FILE), warm.pid.to_string())
+            std::fs::write(JobDir(job_dir).supervisor_pid(), warm.pid.to_string())
                 .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))?;
             let mut socket = warm.launch;
             // A fresh socket's buffer takes the spec whole: this write does not wait.
@@ -371,7 +368,7 @@ pub(super) fn supervisor_alive(job_dir: &Path) -> bool {
         return supervisor::tree::start_time(pid) == Some(start)
             && supervisor::tree::is_supervisor(pid);
     }
-    let pid = crate::paths::read_untrusted(&job_dir.join(SUPERVISOR_PID_FILE), 64)
+    let pid = crate::paths::read_untrusted(&JobDir(job_dir).supervisor_pid(), 64)
         .ok()
         .and_then(|p| String::from_utf8_lossy(&p).trim().parse::<i32>().ok());
     pid.is_some_and(supervisor::tree::is_supervisor)

@@ -155,3 +155,47 @@ fn issue23_1_slurm_work_without_a_cluster_refuses_input_while_queued_and_stops_o
     });
     assert!(Path::new(&slurm.dir.path().join("cancelled.4200")).exists());
 }
+
+/// The Rust files under `dir`, recursively.
+fn sources(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, found);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+#[test]
+fn issue23_7_only_wire_derives_serialize_but_the_slurm_executors_own_file() {
+    // ARCHITECTURE.md's invariant: bgwork's own JSON shapes are `wire`'s; the one other
+    // is the Slurm executor's `slurm.json`, a file of its own.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let allowed = [root.join("src/executor/slurm/mod.rs")];
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let mut outside = Vec::new();
+    for file in files {
+        if file.starts_with(root.join("src/wire")) || allowed.contains(&file) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let derives = line.contains("derive(")
+                && line
+                    .split(|c: char| !c.is_alphanumeric() && c != '_')
+                    .any(|word| word == "Serialize");
+            if derives {
+                outside.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "Serialize derived outside wire (define the shape in src/wire/, or say in \
+         ARCHITECTURE.md why not):\n{}",
+        outside.join("\n")
+    );
+}

@@ -197,7 +197,7 @@ impl LineMonitor {
             self.saved = progress;
             self.saved_at = Instant::now();
         }
-        daemon.bump();
+        daemon.records_changed();
     }
 
     fn file_tail(&self, at: u64) -> Option<Vec<u8>> {

@@ -231,7 +231,7 @@ impl SlurmExecutor {
             return match (found, job.and_then(|j| j.job_id)) {
                 (Ok(status), Some(id)) => {
                     let name = self.job_name(row);
-                    Reattach::Ended(scheduler_word(&id, &name, status, None, &env).await)
+                    Reattach::Ended(slurm_detail(&id, &name, status, None, &env).await)
                 }
                 (Ok(status), None) => Reattach::Ended(status),
                 (Err(reason), _) => Reattach::Lost(reason),
@@ -431,7 +431,7 @@ impl Tracker {
                 },
                 _ = files.tick() => {
                     if let Some(status) = self.look_at_files() {
-                        let status = self.with_scheduler_word(status).await;
+                        let status = self.with_slurm_detail(status).await;
                         self.end(status);
                         return;
                     }
@@ -499,9 +499,9 @@ impl Tracker {
 
     /// A status the supervisor wrote, with what Slurm adds: a time limit, or a
     /// cancellation by someone outside bgwork (the supervisor saw only a TERM).
-    async fn with_scheduler_word(&self, status: ExitStatus) -> ExitStatus {
+    async fn with_slurm_detail(&self, status: ExitStatus) -> ExitStatus {
         let asked = self.stop.as_ref().map(|s| s.actor);
-        scheduler_word(&self.job_id, &self.name, status, asked, &self.env).await
+        slurm_detail(&self.job_id, &self.name, status, asked, &self.env).await
     }
 
     async fn command(&mut self, command: Command) {
@@ -681,7 +681,7 @@ impl Tracker {
         }
         // One last look: the status file may have come with this very tick.
         if let Some(status) = self.look_at_files() {
-            return Some(self.with_scheduler_word(status).await);
+            return Some(self.with_slurm_detail(status).await);
         }
         Some(self.status_from_scheduler(&info))
     }
@@ -762,7 +762,7 @@ impl Tracker {
 /// A status the supervisor wrote, with what Slurm adds: a time limit, or a
 /// cancellation by someone outside bgwork (the supervisor saw only a TERM), which is
 /// the person's stop unless bgwork asked for it (`asked`).
-async fn scheduler_word(
+async fn slurm_detail(
     job_id: &str,
     name: &str,
     mut status: ExitStatus,

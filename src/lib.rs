@@ -29,6 +29,7 @@ pub mod observe;
 pub mod output;
 pub mod paths;
 pub mod redact;
+pub mod shown;
 pub mod store;
 pub mod supervisor;
 pub mod wire;

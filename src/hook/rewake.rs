@@ -13,9 +13,9 @@
 //! holds an `flock` on a file of the socket's folder, which the kernel releases with
 //! the process, however it ends.
 
-use crate::cli::follow::{show, OutKind};
 use crate::client::Client;
 use crate::paths::Paths;
+use crate::shown::{show, OutKind};
 use crate::wire::{Ack, Envelope, ListReply, NoticesReply, Request, WireError};
 use nix::fcntl::{Flock, FlockArg};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};

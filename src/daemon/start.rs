@@ -274,6 +274,8 @@ impl Daemon {
             (inner.store.insert(new)?, None)
         };
         self.count_start(&mut inner, &root);
+        // Counted under its executor by every admission from now on.
+        self.executors.claim(record.row, &On::of(args));
         if limits != (None, None) {
             inner.store.set_limits(record.row, limits.0, limits.1)?;
         }

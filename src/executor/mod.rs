@@ -169,6 +169,11 @@ pub trait Executor {
 
     /// Makes ready ahead of need what the next start takes (a warm supervisor).
     fn warm_up(&self) {}
+
+    /// Takes `row` as its own from the moment its record exists, before the job has a
+    /// folder to say so: every count of the daemon's limits then puts it under this
+    /// executor, even while its start is still being handed over.
+    fn claim(&self, _row: i64) {}
 }
 
 /// Every executor of a daemon: the one place that picks which one serves a job.
@@ -198,6 +203,15 @@ impl Executors {
         match self.which(row, &job_dir.display().to_string()) {
             Which::Local => self.local.reattach(row, job_dir, owner).await,
             Which::Slurm => self.slurm.reattach(row, job_dir, owner).await,
+        }
+    }
+
+    /// Takes a new record as the job of the executor `on` names (see
+    /// [`Executor::claim`]).
+    pub fn claim(&self, row: i64, on: &On) {
+        match on.which() {
+            Which::Local => self.local.claim(row),
+            Which::Slurm => self.slurm.claim(row),
         }
     }
 

@@ -356,6 +356,10 @@ impl Executor for SlurmExecutor {
         super::local::supervisor_alive(job_dir)
     }
 
+    fn claim(&self, row: i64) {
+        self.set_view(row, SlurmView::default());
+    }
+
     /// As locally: what the record names is killed only where it is still the job's
     /// (pid and start time), so a node's pids never hit this machine's processes.
     fn sweep(&self, key: &str, job_dir: &Path) -> usize {

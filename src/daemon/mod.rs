@@ -7,7 +7,7 @@
 //! or notices (a start, an end, a new notice) moves one `watch` counter
 //! ([`Daemon::records_changed`]); output of an
 //! item wakes only the watchers of that item, and its supervisor reports it promptly
-//! only while someone waits on it ([`output_watch`]). Waiters re-check their condition
+//! only while someone waits on it ([`watchers`]). Waiters re-check their condition
 //! when woken, so nothing polls. The store and the registry sit behind one mutex that
 //! is never held across an `await`, nor while a reply is read from a log, encoded or
 //! written.
@@ -20,40 +20,31 @@
 
 mod admission;
 mod config;
-mod grep;
-mod guard;
-mod items;
+mod jobs;
 mod monitor;
 mod notices;
-mod observe;
-mod output_watch;
-mod pane;
-mod read;
-mod report;
-mod restart;
-mod run;
-mod scan;
-mod send;
+mod output;
+mod requests;
 mod serve;
-mod settle;
-mod start;
-mod stop;
 mod strip;
-mod wait;
 
+use admission::guard;
 pub use config::Config;
+use jobs::{processes, report, settle};
+use output::{pane, read, scan, watchers};
+use requests::{items, run, start};
 pub use serve::main;
 
 use crate::executor::{ExecEvent, Executors, JobHandle};
 use crate::paths::Paths;
 use crate::store::{Store, StoreError};
 use crate::wire::{Envelope, Request, WireError};
-pub(crate) use output_watch::Pace;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+pub(crate) use watchers::Pace;
 
 /// Replies larger than [`BIG_REPLY`] bytes being built or written at once: with the
 /// 16 MiB cap of `read`, this bounds what clients that do not read hold in memory.
@@ -113,9 +104,9 @@ pub struct Daemon {
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
     /// Who waits on which item's output, and the pace of its supervisor (see
-    /// [`output_watch`]): output wakes only them, never the waiters of other items or
+    /// [`watchers`]): output wakes only them, never the waiters of other items or
     /// of notices.
-    output: output_watch::OutputWatchers,
+    output: watchers::OutputWatchers,
     /// Records whose end a reply in progress may show (a `start` in its window, a
     /// `wait`, a `run`), with how many replies: their end notices are left to those
     /// replies, not taken by a puller or a follower meanwhile.
@@ -190,7 +181,7 @@ impl Daemon {
     }
 
     /// A receiver that changes when the output of any of `rows` grows; `pace` says how
-    /// soon its holder needs to hear (see [`output_watch`]).
+    /// soon its holder needs to hear (see [`watchers`]).
     pub(crate) fn watch_output(&self, rows: &[i64], pace: Pace) -> watch::Receiver<()> {
         self.output.watch(rows, pace)
     }

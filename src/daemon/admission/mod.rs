@@ -14,8 +14,10 @@
 //! Which executor a running item counts under is its executor's own word
 //! ([`crate::executor::Executors::which`]), the same in every path.
 
-use super::monitor::MAX_MONITORS;
-use super::{Daemon, Inner};
+pub(crate) mod guard;
+
+use crate::daemon::monitor::MAX_MONITORS;
+use crate::daemon::{Daemon, Inner};
 use crate::executor::Which;
 use crate::store::Record;
 use crate::wire::{ErrorCode, Kind, WireError};

@@ -9,9 +9,9 @@
 //! stdin ends), as a shell passes its stdin to a foreground command. A caller that goes
 //! away stops the run, as Ctrl-C in a terminal would.
 
-use super::serve::FrameReader;
-use super::start::Launch;
-use super::Daemon;
+use crate::daemon::serve::FrameReader;
+use crate::daemon::start::Launch;
+use crate::daemon::Daemon;
 use crate::executor::{HereOnly, On, WriteRefused};
 use crate::output;
 use crate::wire::control::ToSupervisor;
@@ -54,7 +54,7 @@ impl Daemon {
         session: &str,
         args: RunArgs,
         caller: Caller<'_>,
-        ends_shown: &mut super::Shown<'_>,
+        ends_shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<RunReply, WireError> {
         let timeout = match args.timeout_s {
             Some(s) => crate::wire::seconds("--timeout", s)?,

@@ -11,7 +11,7 @@
 //! Resizes are recorded in the job's folder (`sizes`: the log offset of each resize and
 //! the new size), so a rebuilt screen wraps each byte at the width it was written at.
 
-use super::Daemon;
+use crate::daemon::Daemon;
 use crate::output;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{Ack, ErrorCode, Kind, ReadReply, State, WireError};
@@ -367,7 +367,7 @@ impl Daemon {
         })
         .await
         .map_err(|e| WireError::internal(format!("the screen of {id} could not be built: {e}")))?;
-        let shown = super::items::display_id(session, &record);
+        let shown = crate::daemon::items::display_id(session, &record);
         Ok(ReadReply {
             id: shown.clone(),
             running: record.state != State::Ended,
@@ -417,7 +417,7 @@ impl Daemon {
                 dir.display()
             ))
         })?;
-        super::sent(id, live.handle.send(ToSupervisor::Resize { cols, rows }))?;
+        crate::daemon::sent(id, live.handle.send(ToSupervisor::Resize { cols, rows }))?;
         inner.store.set_size(record.row, cols, rows)?;
         Ok(Ack {
             ok: true,

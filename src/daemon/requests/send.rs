@@ -1,6 +1,6 @@
 //! `send`: input for a running job's stdin, taken or refused whole by its supervisor.
 
-use super::Daemon;
+use crate::daemon::Daemon;
 use crate::executor::WriteRefused;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{Ack, ErrorCode, Kind, SendArgs, State, WireError};
@@ -78,7 +78,7 @@ impl Daemon {
                         }
                     }
                 }
-                other => super::sent(id, handle.send(other))?,
+                other => crate::daemon::sent(id, handle.send(other))?,
             }
         }
         Ok(Ack {

@@ -2,8 +2,8 @@
 //! a job folder of its own, the job's spec handed to its executor, and the window in
 //! which the reply waits for the first output or the end.
 
-use super::admission::{Admission, Newcomer};
-use super::{Daemon, Live};
+use crate::daemon::admission::{Admission, Newcomer};
+use crate::daemon::{Daemon, Live};
 use crate::environ::{self, CallerEnv};
 use crate::executor::{HereOnly, On};
 use crate::output;
@@ -53,7 +53,7 @@ impl Daemon {
         &self,
         session: &str,
         args: StartArgs,
-        shown: &mut super::Shown<'_>,
+        shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<StartReply, WireError> {
         self.start_held(session, args, shown, false).await
     }
@@ -63,7 +63,7 @@ impl Daemon {
         &self,
         session: &str,
         args: StartArgs,
-        shown: &mut super::Shown<'_>,
+        shown: &mut crate::daemon::Shown<'_>,
         held: bool,
     ) -> Result<StartReply, WireError> {
         let window = args
@@ -151,7 +151,7 @@ impl Daemon {
         session: &str,
         args: &StartArgs,
         launch: Launch,
-        shown: Option<&mut super::Shown<'_>>,
+        shown: Option<&mut crate::daemon::Shown<'_>>,
     ) -> Result<i64, WireError> {
         match self.launch_checked(session, args, launch, shown).await? {
             Launched::New(row) | Launched::Twin(row) => Ok(row),
@@ -167,12 +167,12 @@ impl Daemon {
         session: &str,
         args: &StartArgs,
         launch: Launch,
-        shown: Option<&mut super::Shown<'_>>,
+        shown: Option<&mut crate::daemon::Shown<'_>>,
     ) -> Result<Launched, WireError> {
         check_start(args)?;
         let limits = limits_of(args)?;
         let (cwd, pane) = place(args)?;
-        let twin = super::observe::Twin {
+        let twin = crate::daemon::processes::Twin {
             kind: if pane.is_some() {
                 Kind::Pane
             } else {
@@ -246,7 +246,7 @@ impl Daemon {
         new: &NewRecord,
         args: &StartArgs,
         launch: &Launch,
-        twin: Option<(&super::observe::Twin<'_>, &[i64])>,
+        twin: Option<(&crate::daemon::processes::Twin<'_>, &[i64])>,
         limits: (Option<u64>, Option<u64>),
     ) -> Result<Recorded, WireError> {
         let session = new.session.as_str();
@@ -279,7 +279,7 @@ impl Daemon {
         if limits != (None, None) {
             inner.store.set_limits(record.row, limits.0, limits.1)?;
         }
-        super::observe::remember_env(record.row, &args.env);
+        crate::daemon::processes::remember_env(record.row, &args.env);
         Ok(Recorded::New(Box::new(record), sub_session))
     }
 
@@ -358,14 +358,14 @@ impl Daemon {
             log_head: self.config.log_head,
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
             pane,
-            owner: super::settle::owner(record),
+            owner: crate::daemon::settle::owner(record),
             // Under Slurm the allocation has its own cgroup, the scheduler's.
             no_cgroup: !self.config.cgroups || !On::of(args).which().own_cgroup(),
             max_runtime_ms: limits.1,
             secrets: secret_pairs(args),
             keep_raw_log: args.keep_raw_log,
             // Prompt once someone waits on its output (see `output_watch`).
-            progress_every_ms: Some(super::output_watch::RELAXED_MS),
+            progress_every_ms: Some(crate::daemon::watchers::RELAXED_MS),
         }
     }
 
@@ -443,11 +443,11 @@ impl Daemon {
             return Err(WireError::bad_request(refused));
         }
         // Its own session is `SESSION/sub-N`, which must itself be a valid name.
-        if session.len() + "/sub-".len() + 20 > super::MAX_SESSION {
+        if session.len() + "/sub-".len() + 20 > crate::daemon::MAX_SESSION {
             return Err(WireError::bad_request(format!(
                 "this session's name is too long to start a sub-agent under it (a sub-agent's \
                  session, `SESSION/sub-N`, must fit in {} bytes): use a shorter session name",
-                super::MAX_SESSION
+                crate::daemon::MAX_SESSION
             )));
         }
         let launch = Launch {
@@ -643,7 +643,7 @@ fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), WireError> {
         true => {
             let cols = args.cols.unwrap_or(DEFAULT_COLS);
             let rows = args.rows.unwrap_or(DEFAULT_ROWS);
-            super::pane::check_size(cols, rows)?;
+            crate::daemon::pane::check_size(cols, rows)?;
             Some(PaneSize { cols, rows })
         }
         false => None,

@@ -8,7 +8,7 @@
 //! sub-agents together, as the other limits are), in memory: a restarted daemon starts
 //! counting again.
 
-use super::{Daemon, Inner};
+use crate::daemon::{Daemon, Inner};
 use crate::wire::{ErrorCode, WireError};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@
 //! deadline. Notices about a running job carry a key naming their event (the spell by
 //! the log length it started at), so none is written twice, even across restarts.
 
-use super::Daemon;
+use crate::daemon::Daemon;
 use crate::observe::{self, Observed};
 use crate::output;
 use crate::store::Record;
@@ -61,7 +61,7 @@ impl Daemon {
     /// off the lock): a second copy of a server. Identical commands that listen on no
     /// port are fan-out (workers, retries, a loop in a script) and each starts.
     pub(crate) fn running_twin(
-        inner: &super::Inner,
+        inner: &crate::daemon::Inner,
         session: &str,
         twin: &Twin<'_>,
         listening: &[i64],
@@ -120,7 +120,7 @@ impl Daemon {
         let mut watch = JobWatch::new(&record, self.config.log_head, fresh);
         // Its own watch needs no haste: its supervisor reports at the relaxed pace
         // unless someone else waits on the output.
-        let mut output = self.watch_output(&[row], super::Pace::Relaxed);
+        let mut output = self.watch_output(&[row], crate::daemon::Pace::Relaxed);
         let mut first = true;
         loop {
             let deadline = watch.quiet_deadline();
@@ -455,7 +455,7 @@ impl JobWatch {
         let dropped = daemon.lock().dropped(record);
         let (log, head) = (self.log.clone(), self.head);
         let mut partial = std::mem::take(&mut self.partial);
-        let found = super::scan::read_off_lock(len - from, move || {
+        let found = crate::daemon::scan::read_off_lock(len - from, move || {
             let (bytes, _) = output::read_range(&log, from, len, head, dropped);
             partial.extend_from_slice(&bytes);
             let found = in_use_line(&partial);

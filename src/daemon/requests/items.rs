@@ -1,6 +1,6 @@
 //! Records as clients see them, and the calls over records: list, dismiss, gc, status.
 
-use super::{Daemon, Inner};
+use crate::daemon::{Daemon, Inner};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::{sub_session_name, Record};
 use crate::wire::{
@@ -31,7 +31,7 @@ impl Daemon {
         let killed_at_deadline = record.end == Some(End::StoppedByAgent)
             && detail
                 .as_deref()
-                .is_some_and(|d| d.starts_with(super::run::KILLED_AT_DEADLINE));
+                .is_some_and(|d| d.starts_with(crate::daemon::run::KILLED_AT_DEADLINE));
         if killed_at_deadline {
             // A stop the agent did not ask for by itself says why ("killed at its
             // deadline: …", for a `run`).
@@ -307,7 +307,7 @@ impl Daemon {
             Ok(Some(record)) if !record.job_dir.is_empty() => record,
             _ => return false,
         };
-        let owner = super::settle::owner(&record);
+        let owner = crate::daemon::settle::owner(&record);
         match crate::supervisor::read_status(Path::new(&record.job_dir), &owner) {
             Some(Ok(status)) => self.settle_status(row, &status) && self.has_ended(row),
             _ => false,

@@ -140,14 +140,26 @@ fn issue22_17_a_run_at_its_deadline_is_promoted_beside_queued_slurm_work() {
 }
 
 #[test]
-fn issue23_1_slurm_work_without_a_cluster_refuses_input_while_queued_and_stops_off_the_queue() {
+fn issue23_1_a_queued_slurm_job_refuses_input_and_keys_and_stops_off_the_queue() {
     let slurm = FakeSlurm::new();
     let home = home_with(&slurm, "4");
     let id = queue_on_slurm(&home, &slurm);
-    // Input to a queued job is refused, never dropped; so is a key.
+    // Input to a queued job is refused, never dropped; so is a key (C-c, C-d), which
+    // would otherwise wait in the job's folder and reach it the moment it starts.
     let (_, code, message) = home.error(&["send", &id, "hello"]);
     assert_eq!(code, "no_input", "{message}");
     assert!(message.contains("queue"), "{message}");
+    for key in ["C-c", "C-d"] {
+        let (_, code, message) = home.error(&["send", &id, "--key", key]);
+        assert_eq!(code, "no_input", "{key}: {message}");
+        assert!(message.contains("queue"), "{message}");
+    }
+    let job_dir = Path::new(home.item(&id)["log_path"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let left = std::fs::read_dir(job_dir.join("commands")).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "a command was left for the queued job");
     // A stop takes it off the queue.
     home.json(&["stop", &id]);
     eventually(Duration::from_secs(20), || {

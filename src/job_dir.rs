@@ -32,6 +32,14 @@ impl<'a> JobDir<'a> {
     pub const RECORD: &'static str = "job.json";
     /// The supervisor's own complaints.
     pub const SUPERVISOR_LOG: &'static str = "supervisor.log";
+    /// The pid of the supervisor a job was handed to, written before the hand-over
+    /// (jobs of this machine): a restarted daemon finds a supervisor that has not
+    /// recorded its processes yet.
+    pub const SUPERVISOR_PID: &'static str = "supervisor.pid";
+    /// A sub-agent's report (`BGWORK_REPORT`), read as outside input when it ends.
+    pub const REPORT: &'static str = "report";
+    /// A pane's terminal sizes with the log offset where each began.
+    pub const SIZES: &'static str = "sizes";
 
     pub fn path(self) -> &'a Path {
         self.0
@@ -75,6 +83,18 @@ impl<'a> JobDir<'a> {
 
     pub fn supervisor_log(self) -> PathBuf {
         self.0.join(Self::SUPERVISOR_LOG)
+    }
+
+    pub fn supervisor_pid(self) -> PathBuf {
+        self.0.join(Self::SUPERVISOR_PID)
+    }
+
+    pub fn report(self) -> PathBuf {
+        self.0.join(Self::REPORT)
+    }
+
+    pub fn sizes(self) -> PathBuf {
+        self.0.join(Self::SIZES)
     }
 
     /// A file's temporary name, renamed over it once written whole.

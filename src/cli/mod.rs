@@ -842,7 +842,14 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Daemon { http, .. } => return Ok(run_daemon(http)),
         Commands::Ui { port, no_open } => return ui(&paths, &session, port, no_open, json),
         Commands::Close { id } => Request::Close { id },
-        Commands::Supervise { spec_file } => crate::supervisor::run(spec_file.as_deref()),
+        Commands::Supervise { spec_file } => {
+            // A job started from a spec file (by Slurm) takes its commands from its folder.
+            let commands = spec_file.is_some().then(|| {
+                Box::new(crate::executor::slurm::CommandFiles)
+                    as Box<dyn crate::supervisor::CommandSource>
+            });
+            crate::supervisor::run(spec_file.as_deref(), commands)
+        }
         Commands::Demo => return demo::run(),
         Commands::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
@@ -1013,6 +1020,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
     };
     let envelope = Envelope { session, request };
     let mut client = Client::connect(&paths)?;
+    if let Request::Notices { follow: true, .. } = &envelope.request {
+        return follow::follow(&mut client, &envelope, json);
+    }
     render::call_and_print(&mut client, envelope, json)
 }
 

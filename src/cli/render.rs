@@ -120,7 +120,6 @@ pub fn call_and_print(
         Request::NewSession { .. } => print(client, &envelope, json, |reply: &SessionReply| {
             inert(&reply.session).into_owned()
         }),
-        Request::Notices { follow: true, .. } => super::follow::follow(client, &envelope, json),
         Request::Notices { ack: true, .. } => pull_notices(client, &envelope, json),
         Request::Notices { .. } => print(client, &envelope, json, notices_text),
         Request::Gc { .. } => print(client, &envelope, json, |gc: &GcReply| {

@@ -10,10 +10,11 @@ const MAX_POLICY_S: f64 = 86_400.0;
 
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Running jobs, panes and monitors per session.
+    /// Running jobs, panes and monitors of this machine per session.
     pub max_running: usize,
     /// Jobs on Slurm (queued or running) per session (`BGWORK_MAX_SLURM`), counted
-    /// apart from `max_running`: the cluster runs them.
+    /// apart from `max_running` in every admission (`admission.rs`): the cluster runs
+    /// them.
     pub max_slurm: usize,
     /// Running items of every session together (`BGWORK_MAX_RUNNING_TOTAL`; 0: no cap).
     /// Unless set, it is at least `max_running`, so that raising the per-session limit

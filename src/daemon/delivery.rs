@@ -122,7 +122,7 @@ impl Daemon {
             crate::note!("bgwork daemon: could not release notices: {e}");
         }
         // Pending again: a waiter that looked while they were claimed looks again.
-        self.bump();
+        self.records_changed();
     }
 
     /// Releases every claim of a connection that closed.

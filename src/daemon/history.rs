@@ -174,7 +174,7 @@ impl Daemon {
         let added = inner.store.add_event_notice(record.row, &key, &text, &tail);
         drop(inner);
         match added {
-            Ok(true) => self.bump(),
+            Ok(true) => self.records_changed(),
             Ok(false) => {}
             Err(e) => crate::note!("bgwork daemon: could not record a running-long notice: {e}"),
         }

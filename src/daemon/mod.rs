@@ -4,9 +4,10 @@
 //!
 //! How it works: one accept loop, one task per client connection, and one event task
 //! that applies what executors report ([`ExecEvent`]) to the store. A change of records
-//! or notices (a start, an end, a new notice) bumps one `watch` counter; output of an
+//! or notices (a start, an end, a new notice) moves one `watch` counter
+//! ([`Daemon::records_changed`]); output of an
 //! item wakes only the watchers of that item, and its supervisor reports it promptly
-//! only while someone waits on it ([`output_watch`]). Waiters re-check their condition
+//! only while someone waits on it ([`watchers`]). Waiters re-check their condition
 //! when woken, so nothing polls. The store and the registry sit behind one mutex that
 //! is never held across an `await`, nor while a reply is read from a log, encoded or
 //! written.
@@ -16,43 +17,35 @@
 //! acknowledge what they showed (`ack`), and a connection that closes releases what it
 //! still holds.
 
+mod admission;
 mod config;
 mod delivery;
-mod grep;
-mod guard;
 mod harness;
 mod history;
-mod items;
+mod jobs;
 mod monitor;
-mod observe;
-mod output_watch;
-mod pane;
-mod read;
-mod report;
-mod restart;
-mod run;
-mod scan;
-mod send;
+mod output;
+mod requests;
 mod serve;
-mod settle;
-mod start;
-mod stop;
-mod wait;
+mod strip;
 
+use admission::guard;
 pub use config::Config;
+use jobs::{processes, report, settle};
+use output::{pane, read, scan, watchers};
+use requests::{items, run, start};
 pub use serve::main;
 
-use crate::executor::local::LocalExecutor;
-use crate::executor::{ExecEvent, JobHandle};
+use crate::executor::{ExecEvent, Executors, JobHandle};
 use crate::paths::Paths;
 use crate::store::{Store, StoreError};
 use crate::wire::{Actor, Envelope, Request, State, WireError};
-pub(crate) use output_watch::Pace;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+pub(crate) use watchers::Pace;
 
 /// Replies larger than [`BIG_REPLY`] bytes being built or written at once: with the
 /// 16 MiB cap of `read`, this bounds what clients that do not read hold in memory.
@@ -112,16 +105,15 @@ pub struct Daemon {
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
     /// Who waits on which item's output, and the pace of its supervisor (see
-    /// [`output_watch`]): output wakes only them, never the waiters of other items or
+    /// [`watchers`]): output wakes only them, never the waiters of other items or
     /// of notices.
-    output: output_watch::OutputWatchers,
+    output: watchers::OutputWatchers,
     /// Records whose end a reply in progress may show (a `start` in its window, a
     /// `wait`, a `run`), with how many replies: their end notices are left to those
     /// replies, not taken by a puller or a follower meanwhile.
     showing: Mutex<HashMap<i64, usize>>,
-    pub(crate) executor: LocalExecutor,
-    /// Jobs run by a Slurm cluster (`start --on slurm`).
-    pub(crate) slurm: crate::executor::slurm::SlurmExecutor,
+    /// Where jobs run: this machine, a Slurm cluster (`start --on slurm`).
+    pub(crate) executors: Executors,
     shutdown: watch::Sender<bool>,
     /// A shutdown has begun: no new item is started.
     closing: std::sync::atomic::AtomicBool,
@@ -146,7 +138,7 @@ impl Daemon {
         store: Store,
     ) -> (Arc<Daemon>, mpsc::UnboundedReceiver<ExecEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
-        let slurm = crate::executor::slurm::SlurmExecutor::new(events.clone(), &paths.home);
+        let executors = Executors::new(events, &paths.home);
         let daemon = Daemon {
             paths,
             config,
@@ -160,8 +152,7 @@ impl Daemon {
             changed: watch::channel(0).0,
             output: Default::default(),
             showing: Mutex::default(),
-            slurm,
-            executor: LocalExecutor::new(events),
+            executors,
             shutdown: watch::channel(false).0,
             closing: Default::default(),
             stopping_all: Default::default(),
@@ -180,9 +171,10 @@ impl Daemon {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Wakes the waiters of records and notices: an item started or ended, a notice
-    /// came. Output does not bump (see [`Daemon::output_grew`]).
-    pub(crate) fn bump(&self) {
+    /// Wakes the waiters of records and notices (it moves the one `watch` counter they
+    /// listen to): an item started or ended, a notice came. Output does not (see
+    /// [`Daemon::output_grew`]).
+    pub(crate) fn records_changed(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
 
@@ -193,7 +185,7 @@ impl Daemon {
     }
 
     /// A receiver that changes when the output of any of `rows` grows; `pace` says how
-    /// soon its holder needs to hear (see [`output_watch`]).
+    /// soon its holder needs to hear (see [`watchers`]).
     pub(crate) fn watch_output(&self, rows: &[i64], pace: Pace) -> watch::Receiver<()> {
         self.output.watch(rows, pace)
     }
@@ -385,7 +377,7 @@ impl Daemon {
             Request::BindHarness { harness } => reply(&self.bind_harness(&session, &harness)),
             Request::Status => reply(&self.status().await),
             Request::Close { id } => reply(&self.close(&session, &id)),
-            Request::Ui { port } => reply(&crate::http::ensure(self, port).await),
+            Request::Ui { port } => reply(&crate::http::ensure(&self.backend(), port).await),
             Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),
             Request::History { cwd, command } => reply(&self.history(&cwd, command.as_deref())),
         };
@@ -457,7 +449,7 @@ impl Drop for Shown<'_> {
             }
         }
         // Notices left to this reply that it did not show are anyone's again.
-        self.daemon.bump();
+        self.daemon.records_changed();
     }
 }
 
@@ -519,6 +511,21 @@ impl Daemon {
             )));
         }
         Ok(())
+    }
+}
+
+/// A command to `id` as its caller hears of it: one its executor cannot carry out is
+/// the caller's error; a connection that is gone is not (the job ended or is being
+/// reconnected, and its record says which).
+pub(crate) fn sent(
+    id: &str,
+    result: Result<(), crate::executor::Refused>,
+) -> Result<(), WireError> {
+    match result {
+        Err(crate::executor::Refused::Cannot(reason)) => {
+            Err(WireError::bad_request(format!("{id}: {reason}")))
+        }
+        Ok(()) | Err(crate::executor::Refused::Gone) => Ok(()),
     }
 }
 

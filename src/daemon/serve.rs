@@ -218,9 +218,9 @@ pub async fn run(
     daemon.reconcile().await;
     tokio::spawn(daemon.clone().apply_events(events));
     daemon.resume_monitors();
-    daemon.executor.refill();
+    daemon.executors.warm_up();
     // Once records are reconciled (a page would show them half done).
-    crate::http::resume(&daemon, http).await;
+    crate::http::resume(&daemon.backend(), http).await;
     if let Err(e) = daemon.gc() {
         crate::note!("bgwork daemon: gc at start failed: {}", e.message);
     }

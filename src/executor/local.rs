@@ -7,7 +7,10 @@
 //! file when no supervisor answers. Either way one task per job then relays the
 //! supervisor's messages as [`ExecEvent`]s and the daemon's commands to it.
 
-use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused, Writes};
+use super::{
+    carries_all, Command, ExecEvent, Executor, JobHandle, On, Reattach, Running, View, Which,
+    WriteRefused, Writes,
+};
 use crate::job_dir::JobDir;
 use crate::paths::SocketPath;
 use crate::supervisor;
@@ -44,9 +47,6 @@ struct Warm {
     launch: std::os::unix::net::UnixStream,
 }
 
-/// The file in a job's folder that names the pid of its supervisor.
-pub const SUPERVISOR_PID_FILE: &str = "supervisor.pid";
-
 impl LocalExecutor {
     pub fn new(events: mpsc::UnboundedSender<ExecEvent>) -> LocalExecutor {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("bgwork"));
@@ -59,7 +59,7 @@ impl LocalExecutor {
 
     /// Hands a job to a supervisor and returns at once; `Spawned` or `SpawnFailed`
     /// follows as an event. `Err` when no supervisor could be had.
-    pub fn start(&self, row: i64, spec: &JobSpec) -> Result<JobHandle, String> {
+    fn start_here(&self, row: i64, spec: &JobSpec) -> Result<JobHandle, String> {
         let job_dir = Path::new(&spec.job_dir);
         let taken = self.warm.lock().unwrap_or_else(|p| p.into_inner()).take();
         self.refill();
@@ -76,7 +76,7 @@ impl LocalExecutor {
             };
             // Written before the job is handed over: a daemon that restarts before the
             // supervisor binds its socket still finds it.
-            std::fs::write(job_dir.join(SUPERVISOR_PID_FILE), warm.pid.to_string())
+            std::fs::write(JobDir(job_dir).supervisor_pid(), warm.pid.to_string())
                 .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))?;
             let mut socket = warm.launch;
             // A fresh socket's buffer takes the spec whole: this write does not wait.
@@ -99,7 +99,7 @@ impl LocalExecutor {
     }
 
     /// Finds a job again after a daemon restart.
-    pub async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+    async fn reattach_here(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
         let socket = JobDir(job_dir).control_socket();
         let mut connected = connect(&socket).await;
         // A supervisor started just before the old daemon died may not have bound its
@@ -181,7 +181,7 @@ impl LocalExecutor {
         let (commands, mut incoming) = mpsc::unbounded_channel();
         let events = self.events.clone();
         let unanswered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let handle = JobHandle::new(commands, unanswered.clone());
+        let handle = JobHandle::new(commands, unanswered.clone(), carries_all);
         tokio::spawn(async move {
             let mut ended = false;
             let mut writable = true;
@@ -260,9 +260,38 @@ impl LocalExecutor {
     }
 }
 
+impl Executor for LocalExecutor {
+    async fn start(&self, row: i64, spec: &JobSpec, _on: &On) -> Result<JobHandle, String> {
+        self.start_here(row, spec)
+    }
+
+    async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+        self.reattach_here(row, job_dir, owner).await
+    }
+
+    fn view(&self, _row: i64, _job_dir: &str) -> Option<View> {
+        Some(View {
+            which: Which::Local,
+            ..View::default()
+        })
+    }
+
+    fn supervisor_alive(&self, job_dir: &Path) -> bool {
+        supervisor_alive(job_dir)
+    }
+
+    fn sweep(&self, key: &str, job_dir: &Path) -> usize {
+        supervisor::tree::sweep_job(key, job_dir)
+    }
+
+    fn warm_up(&self) {
+        self.refill();
+    }
+}
+
 impl LocalExecutor {
     /// Starts an idle supervisor in the background, unless one is waiting already.
-    pub fn refill(&self) {
+    fn refill(&self) {
         let (exe, warm) = (self.exe.clone(), self.warm.clone());
         tokio::task::spawn_blocking(move || {
             let mut slot = warm.lock().unwrap_or_else(|p| p.into_inner());
@@ -333,13 +362,13 @@ async fn next_message(reader: &mut Lines<OwnedReadHalf>) -> Option<FromSuperviso
 /// folder records the supervisor's start time, and only the process with that pid and
 /// that start time counts (a pid given to another process, even another supervisor, is
 /// not it); before that, a live `bgwork supervise` with the pid in `supervisor.pid`.
-pub fn supervisor_alive(job_dir: &Path) -> bool {
+pub(super) fn supervisor_alive(job_dir: &Path) -> bool {
     let recorded = supervisor::tree::TreeRecord::read(job_dir).supervisor;
     if let Some((pid, start)) = recorded {
         return supervisor::tree::start_time(pid) == Some(start)
             && supervisor::tree::is_supervisor(pid);
     }
-    let pid = crate::paths::read_untrusted(&job_dir.join(SUPERVISOR_PID_FILE), 64)
+    let pid = crate::paths::read_untrusted(&JobDir(job_dir).supervisor_pid(), 64)
         .ok()
         .and_then(|p| String::from_utf8_lossy(&p).trim().parse::<i32>().ok());
     pid.is_some_and(supervisor::tree::is_supervisor)

@@ -1,17 +1,260 @@
 //! The boundary between the daemon and "where a job runs".
 //!
-//! The daemon asks an executor to start a job, to reattach to one after a restart, and
-//! sends it commands (stop, signal, input) through a [`JobHandle`]; the executor reports
-//! what happens as [`ExecEvent`]s on one channel. Output is never carried as events: it
-//! lies in the job's log file, read by offset ([`crate::output`]). Today the one executor
-//! is [`local::LocalExecutor`] (a supervisor process per job on this machine); a cluster
-//! executor is a second implementation of the same calls and events.
+//! Every executor implements [`Executor`]: it starts a job, reattaches to one after a
+//! daemon restart, carries the daemon's commands (stop, signal, input, resize) through
+//! a [`JobHandle`] (refusing at once, with the reason, what it cannot carry out), says
+//! what `list` shows of a job ([`View`]) and whether a job's supervisor may still live,
+//! and reports what happens as [`ExecEvent`]s on one channel. Output is never carried
+//! as events: it lies in the job's log file, read by offset ([`crate::output`]).
+//! [`Executors`] holds every executor of a daemon and is the one place that picks one:
+//! by [`On`] for a new job, by the job's folder for a known one. Two implement it
+//! today: [`local::LocalExecutor`] (a supervisor process per job on this machine) and
+//! [`slurm::SlurmExecutor`] (the same supervisor, on a node of a Slurm cluster).
 
 pub mod local;
 pub mod slurm;
 
-use crate::wire::control::{ExitStatus, ToSupervisor};
+use crate::wire::control::{ExitStatus, JobSpec, ToSupervisor};
+use crate::wire::SlurmArgs;
+use std::future::Future;
+use std::path::Path;
 use tokio::sync::{mpsc, oneshot};
+
+/// Where a new job is to run, as `start --on` chose it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum On {
+    /// This machine.
+    #[default]
+    Local,
+    /// A Slurm cluster, with what the job asks of it.
+    Slurm(SlurmArgs),
+}
+
+impl On {
+    /// Where a start asks to run.
+    pub fn of(args: &crate::wire::StartArgs) -> On {
+        match &args.slurm {
+            Some(slurm) => On::Slurm(slurm.clone()),
+            None => On::Local,
+        }
+    }
+
+    /// Which executor runs it.
+    pub fn which(&self) -> Which {
+        match self {
+            On::Local => Which::Local,
+            On::Slurm(_) => Which::Slurm,
+        }
+    }
+
+    /// The Slurm request of a start (none elsewhere), as `StartArgs` carries it.
+    pub fn slurm_args(self) -> Option<SlurmArgs> {
+        match self {
+            On::Slurm(args) => Some(args),
+            On::Local => None,
+        }
+    }
+}
+
+/// Which executor runs a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Which {
+    #[default]
+    Local,
+    Slurm,
+}
+
+impl Which {
+    /// Whether the job's processes run on this machine (its limits are this machine's:
+    /// `max_running`; a cluster's jobs count against a limit of their own).
+    pub fn is_local(self) -> bool {
+        self == Which::Local
+    }
+
+    /// Whether a job started here waits in a scheduler's queue before it runs: `start`
+    /// then answers at once (the job is `queued`), whatever its window.
+    pub fn queues(self) -> bool {
+        self == Which::Slurm
+    }
+
+    /// Whether a job run there has a cgroup of bgwork's (a cluster's allocation has
+    /// the scheduler's own).
+    pub fn own_cgroup(self) -> bool {
+        self == Which::Local
+    }
+
+    /// Why a request that only this machine can serve (a foreground `run`, a
+    /// sub-agent) is refused there; none for this machine.
+    pub fn refuses_here_only(self, what: HereOnly) -> Option<&'static str> {
+        match (self, what) {
+            (Which::Local, _) => None,
+            (Which::Slurm, HereOnly::Run) => Some(
+                "`run` runs in the foreground on this machine: `start --on slurm` sends work \
+                 to Slurm",
+            ),
+            (Which::Slurm, HereOnly::SubAgent) => {
+                Some("a sub-agent runs on this machine: start it without slurm")
+            }
+        }
+    }
+}
+
+/// Requests that only this machine serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HereOnly {
+    /// A foreground `run`, streamed on the caller's connection.
+    Run,
+    /// A sub-agent, with its session and report file on this machine.
+    SubAgent,
+}
+
+/// What `list` shows of a job, as its executor sees it.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    pub which: Which,
+    /// The scheduler's reason while the job waits in its queue.
+    pub queue_reason: Option<String>,
+    /// The job's id in Slurm.
+    pub slurm_job_id: Option<String>,
+}
+
+impl View {
+    /// The executor's name as an item shows it (none for this machine).
+    pub fn executor_name(&self) -> Option<&'static str> {
+        match self.which {
+            Which::Local => None,
+            Which::Slurm => Some("slurm"),
+        }
+    }
+
+    /// Whether a `lost` end's detail is the executor's own word (the node failed,
+    /// Slurm forgot the job), which the report then gives as the reason.
+    pub fn tells_loss(&self) -> bool {
+        !self.which.is_local()
+    }
+}
+
+/// What every executor does for the daemon. The daemon calls it through
+/// [`Executors`], never knowing which one runs a job.
+pub trait Executor {
+    /// Hands a job to its supervisor and returns at once with its handle; `Spawned` (or
+    /// `SpawnFailed`), `Output` and `Ended` follow as events. `Err`: nothing was
+    /// started, with the reason.
+    fn start(
+        &self,
+        row: i64,
+        spec: &JobSpec,
+        on: &On,
+    ) -> impl Future<Output = Result<JobHandle, String>> + Send;
+
+    /// Finds a job again after a daemon restart: still running (with a new handle),
+    /// ended (its status), or lost (why). Never starts it again.
+    fn reattach(
+        &self,
+        row: i64,
+        job_dir: &Path,
+        owner: &str,
+    ) -> impl Future<Output = Reattach> + Send;
+
+    /// What `list` shows of a job of this executor's; `None`: not one of its jobs.
+    fn view(&self, row: i64, job_dir: &str) -> Option<View>;
+
+    /// Whether a job's supervisor may still live although it does not answer (then
+    /// the job is not lost: it is asked again).
+    fn supervisor_alive(&self, job_dir: &Path) -> bool;
+
+    /// Kills what is left of a job whose supervisor is gone (`key`: its `BGWORK_JOB`
+    /// marker); returns how many processes it killed.
+    fn sweep(&self, key: &str, job_dir: &Path) -> usize;
+
+    /// Makes ready ahead of need what the next start takes (a warm supervisor).
+    fn warm_up(&self) {}
+
+    /// Takes `row` as its own from the moment its record exists, before the job has a
+    /// folder to say so: every count of the daemon's limits then puts it under this
+    /// executor, even while its start is still being handed over.
+    fn claim(&self, _row: i64) {}
+}
+
+/// Every executor of a daemon: the one place that picks which one serves a job.
+pub struct Executors {
+    pub local: local::LocalExecutor,
+    pub slurm: slurm::SlurmExecutor,
+}
+
+impl Executors {
+    pub fn new(events: mpsc::UnboundedSender<ExecEvent>, home: &Path) -> Executors {
+        Executors {
+            slurm: slurm::SlurmExecutor::new(events.clone(), home),
+            local: local::LocalExecutor::new(events),
+        }
+    }
+
+    /// Starts a job where `on` says.
+    pub async fn start(&self, row: i64, spec: &JobSpec, on: &On) -> Result<JobHandle, String> {
+        match on.which() {
+            Which::Local => self.local.start(row, spec, on).await,
+            Which::Slurm => self.slurm.start(row, spec, on).await,
+        }
+    }
+
+    /// Finds a known job again, through the executor that ran it.
+    pub async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+        match self.which(row, &job_dir.display().to_string()) {
+            Which::Local => self.local.reattach(row, job_dir, owner).await,
+            Which::Slurm => self.slurm.reattach(row, job_dir, owner).await,
+        }
+    }
+
+    /// Takes a new record as the job of the executor `on` names (see
+    /// [`Executor::claim`]).
+    pub fn claim(&self, row: i64, on: &On) {
+        match on.which() {
+            Which::Local => self.local.claim(row),
+            Which::Slurm => self.slurm.claim(row),
+        }
+    }
+
+    /// What `list` shows of a job (a job no other executor claims is this machine's).
+    pub fn view(&self, row: i64, job_dir: &str) -> View {
+        self.slurm
+            .view(row, job_dir)
+            .or_else(|| self.local.view(row, job_dir))
+            .unwrap_or_default()
+    }
+
+    /// Which executor runs (or ran) a job.
+    pub fn which(&self, row: i64, job_dir: &str) -> Which {
+        self.view(row, job_dir).which
+    }
+
+    /// Where a job ran, with what it asked of it: where its restart goes.
+    pub fn on_of(&self, row: i64, job_dir: &str) -> On {
+        match self.which(row, job_dir) {
+            Which::Local => On::Local,
+            Which::Slurm => slurm::args_of(Path::new(job_dir)).map_or(On::Local, On::Slurm),
+        }
+    }
+
+    pub fn supervisor_alive(&self, row: i64, job_dir: &Path) -> bool {
+        match self.which(row, &job_dir.display().to_string()) {
+            Which::Local => self.local.supervisor_alive(job_dir),
+            Which::Slurm => self.slurm.supervisor_alive(job_dir),
+        }
+    }
+
+    pub fn sweep(&self, row: i64, key: &str, job_dir: &Path) -> usize {
+        match self.which(row, &job_dir.display().to_string()) {
+            Which::Local => self.local.sweep(key, job_dir),
+            Which::Slurm => self.slurm.sweep(key, job_dir),
+        }
+    }
+
+    pub fn warm_up(&self) {
+        self.local.warm_up();
+        self.slurm.warm_up();
+    }
+}
 
 /// What happens to a running job, as the executor sees it.
 #[derive(Debug)]
@@ -42,6 +285,22 @@ pub struct JobHandle {
     commands: mpsc::UnboundedSender<Command>,
     /// Bytes of input sent to the supervisor and not answered yet.
     unanswered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// What its executor cannot carry out, and why (checked before anything is sent).
+    refuses: fn(&ToSupervisor) -> Option<&'static str>,
+}
+
+/// Why a command did not go to a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The job's connection is gone (it ended, or its supervisor is being reconnected).
+    Gone,
+    /// Its executor cannot carry this command out: the reason, for the caller.
+    Cannot(&'static str),
+}
+
+/// An executor that carries out every command.
+pub fn carries_all(_: &ToSupervisor) -> Option<&'static str> {
+    None
 }
 
 /// The most input that may wait for a supervisor's answer: past it (a supervisor that
@@ -81,19 +340,29 @@ impl std::fmt::Display for WriteRefused {
 }
 
 impl JobHandle {
+    /// A handle whose commands go to `commands`; `refuses` says which its executor
+    /// cannot carry out ([`carries_all`]: none).
     pub fn new(
         commands: mpsc::UnboundedSender<Command>,
         unanswered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        refuses: fn(&ToSupervisor) -> Option<&'static str>,
     ) -> JobHandle {
         JobHandle {
             commands,
             unanswered,
+            refuses,
         }
     }
 
-    /// Sends a command; false when the job's connection is gone.
-    pub fn send(&self, command: ToSupervisor) -> bool {
-        self.commands.send(Command::Send(command)).is_ok()
+    /// Sends a command that needs no answer: refused at once when its executor cannot
+    /// carry it out, or when the job's connection is gone.
+    pub fn send(&self, command: ToSupervisor) -> Result<(), Refused> {
+        if let Some(reason) = (self.refuses)(&command) {
+            return Err(Refused::Cannot(reason));
+        }
+        self.commands
+            .send(Command::Send(command))
+            .map_err(|_| Refused::Gone)
     }
 
     /// Writes to the job's stdin and waits until its supervisor has taken the bytes:

@@ -2,7 +2,8 @@
 //! and stop its work (`bgwork ui`, `bgwork daemon --http ADDR`).
 //!
 //! A front end like the CLI and the MCP server: every answer it gives comes from a
-//! `wire::Request` served by [`Daemon::dispatch`]; it adds only the transport (HTTP,
+//! `wire::Request` served by the daemon through the [`Backend`] the daemon hands it
+//! (this module knows no daemon type); it adds only the transport (HTTP,
 //! Server-Sent Events), its guard (`guard.rs`: loopback `Host`, the token, `Origin`)
 //! and the page itself (`page/`, compiled into the binary). `stream.rs` turns the
 //! daemon's wake-ups (a record changed, an item's output grew) into events, reading
@@ -12,11 +13,51 @@ mod guard;
 mod routes;
 mod stream;
 
-use crate::daemon::Daemon;
-use crate::wire::{UiReply, WireError};
+use crate::wire::{Envelope, UiReply, WireError};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use tokio::sync::watch;
+
+/// What the strip needs of the daemon that serves it: the daemon implements it and
+/// hands itself over, so that the strip, like every front end, reaches the daemon
+/// only through `wire::Request`s and its wake-up signals.
+pub trait Backend: Send + Sync + 'static {
+    /// Serves a request as a socket client's is, to its reply line (whatever notices
+    /// the reply claims are delivered with it).
+    fn ask(self: Arc<Self>, envelope: Envelope) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send>>;
+    /// Changes whenever a record or a notice changes.
+    fn changes(&self) -> watch::Receiver<u64>;
+    /// Changes when the output of `session`'s item `id` grows.
+    fn output_changes(&self, session: &str, id: &str) -> Result<watch::Receiver<()>, WireError>;
+    /// Turns true when the daemon shuts down.
+    fn shutdown_signal(&self) -> watch::Receiver<bool>;
+    /// The daemon's home (where the strip keeps its port and token).
+    fn home(&self) -> &Path;
+    /// The strip as this daemon serves it, once it does.
+    fn serving(&self) -> &tokio::sync::Mutex<Option<Serving>>;
+}
+
+/// An item as the page names it: the session that owns it and its id there.
+#[derive(Deserialize)]
+pub(crate) struct Target {
+    pub session: String,
+    pub id: String,
+}
+
+/// A reply line as an HTTP answer: 200 with the reply, or 400 with `{"error":…}`.
+pub(crate) fn json(line: Vec<u8>) -> Response {
+    let status = match line.starts_with(b"{\"error\"") {
+        true => StatusCode::BAD_REQUEST,
+        false => StatusCode::OK,
+    };
+    (status, [(header::CONTENT_TYPE, "application/json")], line).into_response()
+}
 
 /// The file in the home that says which port a daemon served the strip on, so that a
 /// restarted daemon serves it again where an open page looks for it.
@@ -29,7 +70,7 @@ const TOKEN_FILE: &str = "http.token";
 const MAX_CONNECTIONS: usize = 64;
 
 /// The strip as one daemon serves it.
-pub(crate) struct Serving {
+pub struct Serving {
     port: u16,
     token: String,
     /// The port an earlier daemon served on, which was taken (so the token is new).
@@ -38,15 +79,18 @@ pub(crate) struct Serving {
 
 /// What every handler shares.
 pub(crate) struct Web {
-    daemon: Arc<Daemon>,
+    daemon: Arc<dyn Backend>,
     port: u16,
     token: String,
 }
 
 /// Makes sure the daemon serves the strip (on `port`, else where it served it last,
 /// else on a free port) and answers its address with the token.
-pub(crate) async fn ensure(daemon: &Arc<Daemon>, port: Option<u16>) -> Result<UiReply, WireError> {
-    let mut serving = daemon.http.lock().await;
+pub(crate) async fn ensure(
+    daemon: &Arc<dyn Backend>,
+    port: Option<u16>,
+) -> Result<UiReply, WireError> {
+    let mut serving = daemon.serving().lock().await;
     if let Some(serving) = serving.as_ref() {
         if port.is_some_and(|p| p != 0 && p != serving.port) {
             return Err(WireError::bad_request(format!(
@@ -59,7 +103,7 @@ pub(crate) async fn ensure(daemon: &Arc<Daemon>, port: Option<u16>) -> Result<Ui
         }
         return Ok(reply(serving, true));
     }
-    let home = daemon.paths.home.clone();
+    let home = daemon.home().to_path_buf();
     let wanted = port.or_else(|| served_port(&home)).unwrap_or(0);
     let mut moved_from = None;
     let listener = match bind(wanted) {
@@ -128,8 +172,8 @@ pub(crate) async fn ensure(daemon: &Arc<Daemon>, port: Option<u16>) -> Result<Ui
 
 /// At the daemon's start: serves the strip again when an earlier daemon of this home
 /// served it (or `addr` asks for it).
-pub(crate) async fn resume(daemon: &Arc<Daemon>, addr: Option<u16>) {
-    if addr.is_none() && served_port(&daemon.paths.home).is_none() {
+pub(crate) async fn resume(daemon: &Arc<dyn Backend>, addr: Option<u16>) {
+    if addr.is_none() && served_port(daemon.home()).is_none() {
         return;
     }
     match ensure(daemon, addr).await {

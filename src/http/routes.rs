@@ -1,7 +1,7 @@
 //! The strip's routes: its page, the JSON answers of the same requests the CLI sends,
 //! and the event streams (`stream.rs`).
 
-use super::{guard, stream, Web};
+use super::{guard, json, stream, Target, Web};
 use crate::wire::{Actor, Envelope, ReadArgs, Request, RestartArgs, SendArgs, StopArgs};
 use axum::extract::{Json, Query, State};
 use axum::http::{header, StatusCode};
@@ -54,13 +54,6 @@ fn page(body: &'static str, kind: &'static str) -> Response {
     ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
-/// An item as the page names it: the session that owns it and its id there.
-#[derive(Deserialize)]
-pub(super) struct Target {
-    pub session: String,
-    pub id: String,
-}
-
 impl Web {
     /// Serves `request` as `session` would send it, and answers its reply line.
     pub(super) async fn ask(&self, session: &str, request: Request) -> Vec<u8> {
@@ -68,32 +61,15 @@ impl Web {
             session: session.to_string(),
             request,
         };
-        let daemon = self.daemon.clone();
         // A request runs to its end even when its page goes first (a tab closed while a
         // restart stops the old item): axum drops a handler whose connection closed.
-        let served = tokio::spawn(async move {
-            let token = daemon.new_token();
-            let answer = daemon.dispatch(envelope, token).await;
-            // What the strip shows reaches a person, not the agent: an end a reply of
-            // its own showed (a `read` of an ended job) is still the agent's notice.
-            daemon.release(token, &answer.deliver);
-            answer.line
-        });
+        let served = tokio::spawn(self.daemon.clone().ask(envelope));
         served.await.unwrap_or_else(|e| {
             crate::wire::encode_result::<()>(&Err(crate::wire::WireError::internal(format!(
                 "the daemon failed to serve this request: {e}"
             ))))
         })
     }
-}
-
-/// A reply line as an HTTP answer: 200 with the reply, or 400 with `{"error":…}`.
-pub(super) fn json(line: Vec<u8>) -> Response {
-    let status = match line.starts_with(b"{\"error\"") {
-        true => StatusCode::BAD_REQUEST,
-        false => StatusCode::OK,
-    };
-    (status, [(header::CONTENT_TYPE, "application/json")], line).into_response()
 }
 
 async fn items(State(web): State<Arc<Web>>) -> Response {

@@ -3,8 +3,7 @@
 //! Each stream sleeps until the daemon wakes it; nothing polls. A stream ends when its
 //! page goes (the next event cannot be sent), at the latest one keep-alive later.
 
-use super::routes::{json, Target};
-use super::Web;
+use super::{json, Target, Web};
 use crate::wire::{decode_reply, ReadArgs, ReadReply, Request};
 use axum::extract::{Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};

@@ -3,7 +3,7 @@
 //! kept within [`RUNS_KEPT`] a command and [`RUNS_TOTAL`] a home. `gc` of records
 //! leaves it alone.
 
-use super::{end_str, parse_end, Result, Settlement, Store};
+use super::{end_str, parse_end, EndRecord, Result, Store};
 use crate::history::{normalise, normalise_folder, Run, RUNS_KEPT, RUNS_TOTAL};
 use crate::wire::End;
 use rusqlite::{params, OptionalExtension, Transaction};
@@ -14,7 +14,7 @@ pub const COMMANDS_LISTED: usize = 200;
 /// Adds the run that `row` ended with (inside the transaction of its end), and drops
 /// what falls past the bounds. Only jobs and panes have runs, and a command that could
 /// not start has none.
-pub(super) fn add_run(tx: &Transaction, row: i64, settlement: &Settlement) -> Result<()> {
+pub(super) fn add_run(tx: &Transaction, row: i64, settlement: &EndRecord) -> Result<()> {
     if settlement.end == End::SpawnFailed {
         return Ok(());
     }

@@ -93,9 +93,10 @@ pub struct NewRecord {
     pub rows: Option<u16>,
 }
 
-/// How a record ended, with the notice to fire (if it was armed).
+/// An end as the store records it (`Store::settle`): how it ended (`End`, its codes,
+/// its detail, its figures), with the notice to fire (if it was armed).
 #[derive(Debug, Clone)]
-pub struct Settlement {
+pub struct EndRecord {
     pub end: End,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
@@ -607,7 +608,7 @@ impl Store {
     /// Ends a record and writes its notice and its run (the history) in one
     /// transaction. Returns false (and changes nothing) when the record had already
     /// ended: an end is recorded once.
-    pub fn settle(&mut self, row: i64, settlement: &Settlement) -> Result<bool> {
+    pub fn settle(&mut self, row: i64, settlement: &EndRecord) -> Result<bool> {
         let tx = self.conn.transaction()?;
         let changed = tx
             .prepare_cached(

@@ -42,6 +42,10 @@ use std::time::{Duration, Instant};
 /// stdin, so that the daemon can spawn it without a hook between fork and exec.
 pub const LAUNCH_FD: i32 = 0;
 
+/// The longest command line a supervisor takes, on a connection or from a file (input
+/// is the longest command).
+pub const MAX_COMMAND_LINE: usize = conn::MAX_LINE;
+
 /// Output is read from the pipe in chunks of this size.
 const READ_CHUNK: usize = 1 << 20;
 /// Output progress goes to the daemon at most this often while output streams, when
@@ -62,10 +66,22 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// How often a supervisor started from a spec file looks for commands.
 const COMMANDS_EVERY: Duration = Duration::from_millis(100);
 
+/// Commands that reach a supervisor other than on its control connections: a job that
+/// a cluster's scheduler started has no daemon connected, and takes its commands from
+/// files in its folder (the Slurm executor's `slurm::CommandFiles`).
+pub trait CommandSource {
+    /// The commands left for the job of `job_dir` since it last looked, in the order
+    /// they were left.
+    fn take(&mut self, job_dir: &Path) -> Vec<ToSupervisor>;
+    /// Answers input that came this way (`InputTaken` or `InputRefused`, by its `seq`).
+    fn answer(&mut self, job_dir: &Path, seq: u64, answer: &FromSupervisor);
+}
+
 /// Runs one job to its end. Called by `bgwork supervise`; never returns to a caller.
 /// `spec_file`: the job's spec lies in that file (a job started by a cluster's
-/// scheduler, which hands over no socket) instead of coming on the launch socket.
-pub fn run(spec_file: Option<&Path>) -> ! {
+/// scheduler, which hands over no socket) instead of coming on the launch socket;
+/// `commands`: where such a job's commands come from.
+pub fn run(spec_file: Option<&Path>, commands: Option<Box<dyn CommandSource>>) -> ! {
     // Before any thread is made (the spec file's reader): a signal the kernel gives a
     // thread that does not block it is lost to the signalfd, and a lost SIGCHLD would
     // leave the job's end unseen.
@@ -85,7 +101,6 @@ pub fn run(spec_file: Option<&Path>) -> ! {
             }
         },
     };
-    let watch_commands = spec_file.is_some();
     // First of all, leave the daemon's session: nothing that happens to it reaches us.
     let _ = nix::unistd::setsid();
     // The job must not inherit the daemon's connection.
@@ -95,7 +110,7 @@ pub fn run(spec_file: Option<&Path>) -> ! {
     );
     let code = match Supervisor::launch(launch) {
         Ok(mut supervisor) => {
-            supervisor.watch_commands = watch_commands;
+            supervisor.commands = commands;
             supervisor.serve();
             0
         }
@@ -158,11 +173,44 @@ fn launch_from_file(path: &Path) -> std::io::Result<UnixStream> {
     Ok(ours)
 }
 
-/// A pending escalation: when to send SIGKILL to whatever is left of the job.
-struct Escalation {
-    kill_at: Instant,
-    /// The grace of the stop that set it (none for leftovers of a job that ended).
-    stop_grace: Option<Duration>,
+/// How the job's main process ended: its exit code, or the signal that ended it.
+type MainEnd = (Option<i32>, Option<i32>);
+
+/// Where the job is in its life; each phase carries what it needs.
+///
+/// `Running` → (a stop) `Stopping` → (the grace is over: KILL) `Running` until reaped;
+/// reaped with processes left → `Lingering` → (KILL) `Draining`; reaped with none left
+/// → `Draining`; drained and nothing left → the end is written.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// The main process runs.
+    Running,
+    /// A stop sent TERM to the job's tree; KILL follows at `kill_at`, and the end then
+    /// says the job was killed after `grace`.
+    Stopping { kill_at: Instant, grace: Duration },
+    /// The main process ended; what it left behind got TERM, and KILL at `kill_at`.
+    Lingering { main: MainEnd, kill_at: Instant },
+    /// The main process ended and nothing is left to signal: output still held open
+    /// is read until `until`.
+    Draining { main: MainEnd, until: Instant },
+}
+
+impl Phase {
+    /// How the main process ended, once it has.
+    fn main_end(&self) -> Option<MainEnd> {
+        match *self {
+            Phase::Running | Phase::Stopping { .. } => None,
+            Phase::Lingering { main, .. } | Phase::Draining { main, .. } => Some(main),
+        }
+    }
+
+    /// When the next KILL is due.
+    fn kill_at(&self) -> Option<Instant> {
+        match *self {
+            Phase::Stopping { kill_at, .. } | Phase::Lingering { kill_at, .. } => Some(kill_at),
+            Phase::Running | Phase::Draining { .. } => None,
+        }
+    }
 }
 
 struct Supervisor {
@@ -184,7 +232,7 @@ struct Supervisor {
     listener: UnixListener,
     conns: Vec<Conn>,
     signals: SignalFd,
-    main_status: Option<(Option<i32>, Option<i32>)>,
+    phase: Phase,
     /// Output read into here when it cannot be spliced (one buffer for life).
     buffer: Vec<u8>,
     /// Whether output goes pipe → log by `splice` (never when it is masked).
@@ -202,10 +250,8 @@ struct Supervisor {
     /// The log's dropped and unwritten figures as last reported.
     reported: (u64, u64, u64),
     stop_actor: Option<Actor>,
-    escalation: Option<Escalation>,
     /// Set when a stop had to KILL the job: the grace its TERM got.
     killed_after_ms: Option<u64>,
-    drain_until: Option<Instant>,
     /// When the job has run past its `max_runtime_ms` and is stopped (none: no limit).
     limit_at: Option<Instant>,
     past_limit: bool,
@@ -213,8 +259,9 @@ struct Supervisor {
     sample_at: Instant,
     sample_every: Duration,
     peak_rss: u64,
-    /// Whether commands are taken from [`JobDir::COMMANDS`] (a supervisor under Slurm).
-    watch_commands: bool,
+    /// Where commands come from besides the control connections (a supervisor under
+    /// Slurm: files in its folder).
+    commands: Option<Box<dyn CommandSource>>,
     commands_at: Instant,
     /// The figures last written to [`JobDir::FIGURES`]: dropped, unwritten, unwritten at.
     figures_written: (u64, u64, u64),
@@ -318,7 +365,7 @@ impl Supervisor {
             listener,
             conns: vec![first],
             signals,
-            main_status: None,
+            phase: Phase::Running,
             buffer: vec![0u8; READ_CHUNK],
             splicing: mask.is_none(),
             mask,
@@ -329,9 +376,7 @@ impl Supervisor {
             pace: spec.progress_every_ms.map_or(PROGRESS_INTERVAL, pace_of),
             reported: (0, 0, 0),
             stop_actor: None,
-            escalation: None,
             killed_after_ms: None,
-            drain_until: None,
             limit_at: spec
                 .max_runtime_ms
                 .map(|ms| Instant::now() + Duration::from_millis(ms)),
@@ -339,7 +384,7 @@ impl Supervisor {
             sample_at: Instant::now() + FIRST_SAMPLE,
             sample_every: FIRST_SAMPLE,
             peak_rss: 0,
-            watch_commands: false,
+            commands: None,
             commands_at: Instant::now(),
             figures_written: (0, 0, 0),
             spec,
@@ -362,72 +407,38 @@ impl Supervisor {
         self.finish();
     }
 
-    /// Carries out the commands left in [`JobDir::COMMANDS`] (stop and signal; each file
-    /// removed once read), every [`COMMANDS_EVERY`].
+    /// Carries out the commands its [`CommandSource`] has (a supervisor under Slurm),
+    /// every [`COMMANDS_EVERY`]; input is answered the same way.
     fn commands_when_due(&mut self) {
-        if !self.watch_commands || Instant::now() < self.commands_at {
+        if self.commands.is_none() || Instant::now() < self.commands_at {
             return;
         }
         self.commands_at = Instant::now() + COMMANDS_EVERY;
         // A backstop for an end whose SIGCHLD went elsewhere (cheap: one waitpid).
         self.reap();
-        let dir = JobDir(Path::new(&self.spec.job_dir)).commands();
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+        let job_dir = PathBuf::from(&self.spec.job_dir);
+        let Some(source) = self.commands.as_mut() else {
             return;
         };
-        let mut names: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
-        names.sort();
-        for path in names {
-            // As long as a control line may be (input is the longest command).
-            let bytes = crate::paths::read_untrusted(&path, conn::MAX_LINE as u64);
-            let _ = std::fs::remove_file(&path);
-            let Ok(bytes) = bytes else { continue };
-            for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-                let message = match control::decode::<ToSupervisor>(line) {
-                    Ok(message) => message,
-                    Err(e) => {
-                        crate::note!("bgwork supervise: a command file: {e}");
-                        continue;
-                    }
-                };
-                // Only input is answered through the folder (by its `seq`).
-                if let Some(
-                    answer @ (FromSupervisor::InputTaken { seq, .. }
-                    | FromSupervisor::InputRefused { seq, .. }),
-                ) = self.carry_out(message)
-                {
-                    self.leave_answer(seq, &answer);
+        for message in source.take(&job_dir) {
+            if let Some(
+                answer @ (FromSupervisor::InputTaken { seq, .. }
+                | FromSupervisor::InputRefused { seq, .. }),
+            ) = self.carry_out(message)
+            {
+                if let Some(source) = self.commands.as_mut() {
+                    source.answer(&job_dir, seq, &answer);
                 }
             }
         }
     }
 
-    /// Answers input left in the folder (written whole, then renamed into place).
-    fn leave_answer(&self, seq: u64, answer: &FromSupervisor) {
-        let dir = JobDir(Path::new(&self.spec.job_dir)).answers();
-        let _ = std::fs::create_dir(&dir);
-        let written =
-            crate::paths::write_whole(&dir.join(format!("{seq}.json")), &control::encode(answer));
-        if let Err(e) = written {
-            crate::note!(
-                "bgwork supervise: could not answer in {}: {e}",
-                dir.display()
-            );
-        }
-    }
-
     fn finished(&self) -> bool {
-        if self.main_status.is_none() {
-            return false;
-        }
-        let drained = self.output.is_none()
-            || self
-                .drain_until
-                .is_some_and(|until| Instant::now() >= until);
+        let drained = match self.phase {
+            Phase::Running | Phase::Stopping { .. } => return false,
+            Phase::Lingering { .. } => self.output.is_none(),
+            Phase::Draining { until, .. } => self.output.is_none() || Instant::now() >= until,
+        };
         drained && tree::descendants(self.me).is_empty()
     }
 
@@ -503,18 +514,21 @@ impl Supervisor {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let kill_at = self.escalation.as_ref().map(|e| e.kill_at);
+        let kill_at = self.phase.kill_at();
+        let drain_until = match self.phase {
+            Phase::Draining { until, .. } => Some(until),
+            _ => None,
+        };
+        let ended = self.phase.main_end().is_some();
         let progress_at = self.progress_at();
-        let after_exit = self
-            .main_status
-            .map(|_| Instant::now() + Duration::from_millis(200));
-        let limit_at = self.limit_at.filter(|_| self.main_status.is_none());
-        let sample_at = Some(self.sample_at).filter(|_| self.main_status.is_none());
-        let commands_at = Some(self.commands_at).filter(|_| self.watch_commands);
+        let after_exit = ended.then(|| Instant::now() + Duration::from_millis(200));
+        let limit_at = self.limit_at.filter(|_| !ended);
+        let sample_at = Some(self.sample_at).filter(|_| !ended);
+        let commands_at = Some(self.commands_at).filter(|_| self.commands.is_some());
         [
             commands_at,
             kill_at,
-            self.drain_until,
+            drain_until,
             progress_at,
             after_exit,
             limit_at,
@@ -651,7 +665,7 @@ impl Supervisor {
         self.progress_due = false;
         self.last_progress = Instant::now();
         self.reported = self.log_figures();
-        if self.watch_commands {
+        if self.commands.is_some() {
             self.write_figures();
         }
         for index in 0..self.conns.len() {
@@ -721,51 +735,68 @@ impl Supervisor {
     }
 
     fn reaped(&mut self, pid: Pid, code: Option<i32>, signal: Option<i32>) {
-        if pid.as_raw() != self.pid || self.main_status.is_some() {
+        if pid.as_raw() != self.pid || self.phase.main_end().is_some() {
             return;
         }
-        self.main_status = Some((code, signal));
+        let main = (code, signal);
         self.stdin = None;
-        self.drain_until = None;
-        if self.escalation.is_none() && !tree::descendants(self.me).is_empty() {
-            // The main process ended but left processes behind: they go too.
-            tree::signal_all(self.me, self.pid, Signal::SIGTERM);
-            let grace = Duration::from_millis(self.spec.linger_grace_ms);
-            self.escalation = Some(Escalation {
-                kill_at: Instant::now() + grace,
-                stop_grace: None,
-            });
-        }
-    }
-
-    fn escalate_when_due(&mut self) {
-        let now = Instant::now();
-        if let Some(escalation) = &self.escalation {
-            if now < escalation.kill_at {
-                return;
-            }
-            if let (Some(grace), None) = (escalation.stop_grace, self.main_status) {
-                // The job outlived the TERM of a stop: its end says it was killed.
-                self.killed_after_ms = Some(grace.as_millis() as u64);
-            }
-            self.escalation = None;
-            for _ in 0..3 {
-                tree::signal_all(self.me, self.pid, Signal::SIGKILL);
-                if tree::descendants(self.me).is_empty() {
-                    break;
+        let left = !tree::descendants(self.me).is_empty();
+        self.phase = match self.phase {
+            // Ended within a stop's grace: what is left is killed when the grace ends.
+            Phase::Stopping { kill_at, .. } if left => Phase::Lingering { main, kill_at },
+            Phase::Running if left => {
+                // The main process ended but left processes behind: they go too.
+                self.term_tree();
+                let grace = Duration::from_millis(self.spec.linger_grace_ms);
+                Phase::Lingering {
+                    main,
+                    kill_at: Instant::now() + grace,
                 }
             }
-            self.reap();
+            _ => Phase::Draining {
+                main,
+                until: Instant::now() + DRAIN_GRACE,
+            },
+        };
+    }
+
+    /// TERM to the job's tree, and CONT after it, so that a stopped process acts on it.
+    fn term_tree(&self) {
+        tree::signal_tree(self.me, self.pid, Signal::SIGTERM);
+        tree::continue_tree(self.me, self.pid);
+    }
+
+    /// KILL to what is left of the job, once its phase says it is due.
+    fn escalate_when_due(&mut self) {
+        let now = Instant::now();
+        if self.phase.kill_at().is_none_or(|at| now < at) {
+            return;
         }
-        if self.main_status.is_some() && self.escalation.is_none() && self.drain_until.is_none() {
-            self.drain_until = Some(now + DRAIN_GRACE);
+        self.phase = match self.phase {
+            Phase::Stopping { grace, .. } => {
+                // The job outlived the TERM of a stop: its end says it was killed.
+                self.killed_after_ms = Some(grace.as_millis() as u64);
+                Phase::Running
+            }
+            Phase::Lingering { main, .. } => Phase::Draining {
+                main,
+                until: now + DRAIN_GRACE,
+            },
+            phase => phase,
+        };
+        for _ in 0..3 {
+            tree::signal_tree(self.me, self.pid, Signal::SIGKILL);
+            if tree::descendants(self.me).is_empty() {
+                break;
+            }
         }
+        self.reap();
     }
 
     /// Stops the job as the agent once it has run past its `max_runtime_ms`.
     fn limit_when_due(&mut self) {
         let due = self.limit_at.is_some_and(|at| Instant::now() >= at);
-        if !due || self.main_status.is_some() {
+        if !due || self.phase.main_end().is_some() {
             return;
         }
         self.limit_at = None;
@@ -779,7 +810,7 @@ impl Supervisor {
     /// then every few seconds.
     fn sample_when_due(&mut self) {
         let now = Instant::now();
-        if now < self.sample_at || self.main_status.is_some() {
+        if now < self.sample_at || self.phase.main_end().is_some() {
             return;
         }
         let rss = crate::observe::usage(&tree::descendants(self.me)).rss_bytes;
@@ -789,20 +820,17 @@ impl Supervisor {
     }
 
     fn begin_stop(&mut self, actor: Option<Actor>, grace: Duration) {
-        if self.main_status.is_some() {
+        if self.phase.main_end().is_some() {
             return;
         }
         if self.stop_actor.is_none() {
             self.stop_actor = actor;
         }
-        tree::signal_all(self.me, self.pid, Signal::SIGTERM);
+        self.term_tree();
         let kill_at = Instant::now() + grace;
-        let sooner = self.escalation.as_ref().is_none_or(|e| kill_at < e.kill_at);
+        let sooner = self.phase.kill_at().is_none_or(|at| kill_at < at);
         if sooner {
-            self.escalation = Some(Escalation {
-                kill_at,
-                stop_grace: Some(grace),
-            });
+            self.phase = Phase::Stopping { kill_at, grace };
         }
     }
 
@@ -883,8 +911,10 @@ impl Supervisor {
                 None
             }
             ToSupervisor::Signal { signal } => {
-                if let (Ok(signal), None) = (Signal::try_from(signal), self.main_status) {
-                    let _ = nix::sys::signal::killpg(Pid::from_raw(self.pid), signal);
+                // A key's signal (C-c, C-z, a pane's hang-up) goes where a terminal
+                // sends it: the job's process group, nothing else.
+                if let (Ok(signal), None) = (Signal::try_from(signal), self.phase.main_end()) {
+                    tree::signal_group(self.pid, signal);
                 }
                 None
             }
@@ -948,7 +978,7 @@ impl Supervisor {
         // Output a leftover process still holds open is not read any more.
         self.flush_mask();
         self.mask_report();
-        let (exit_code, signal) = self.main_status.unwrap_or((None, None));
+        let (exit_code, signal) = self.phase.main_end().unwrap_or((None, None));
         let status = ExitStatus {
             protocol: PROTOCOL,
             exit_code,

@@ -1,8 +1,10 @@
 //! The job's process tree: finding every descendant of the supervisor and signalling it.
 //!
 //! The supervisor is a child subreaper, so a process of the job that escaped its group
-//! (`setsid`, a double fork) is re-parented to the supervisor, not to init: walking
-//! `/proc/*/stat` for children of the supervisor, and of their children, finds them all.
+//! (`setsid`, a double fork) is re-parented to the supervisor, not to init: walking the
+//! kernel's per-task `children` lists (`/proc/PID/task/*/children`) from the supervisor
+//! down finds them all (every `/proc/*/stat` is read only where the kernel has no such
+//! list).
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
@@ -89,19 +91,25 @@ fn descendants_by_scan(root: i32) -> Vec<i32> {
     found
 }
 
-/// Sends `signal` to the job's group and to every descendant of `root`, with SIGCONT
-/// after it so that a stopped process can act on it.
-pub fn signal_all(root: i32, group: i32, signal: Signal) {
+/// Sends `signal` to the job's process group and to every descendant of `root` (those
+/// that left the group included), and nothing more: a STOP or TSTP stays a stop.
+pub fn signal_tree(root: i32, group: i32, signal: Signal) {
     let _ = killpg(Pid::from_raw(group), signal);
     for pid in descendants(root) {
         let _ = kill(Pid::from_raw(pid), signal);
     }
-    if signal != Signal::SIGKILL {
-        let _ = killpg(Pid::from_raw(group), Signal::SIGCONT);
-        for pid in descendants(root) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
-        }
-    }
+}
+
+/// Sends SIGCONT to the job's tree, so that a stopped process acts on a signal it was
+/// sent (a TERM of a stop): after [`signal_tree`] for anything but a pause.
+pub fn continue_tree(root: i32, group: i32) {
+    signal_tree(root, group, Signal::SIGCONT);
+}
+
+/// Sends `signal` to the job's process group only, as a terminal sends a key's signal
+/// to its foreground group.
+pub fn signal_group(group: i32, signal: Signal) {
+    let _ = killpg(Pid::from_raw(group), signal);
 }
 
 /// The pid of every process, from `/proc`.
@@ -274,4 +282,55 @@ pub fn is_supervisor(pid: i32) -> bool {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let supervise = cmdline.split(|&b| b == 0).nth(1) == Some(b"supervise".as_slice());
     supervise && matches!(parent_and_state(pid), Some((_, state)) if state != 'Z')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::time::{Duration, Instant};
+
+    fn state(pid: i32) -> Option<char> {
+        parent_and_state(pid).map(|(_, state)| state)
+    }
+
+    /// Polls until `pid` is in `wanted` state, within 10 s.
+    fn reaches(pid: i32, wanted: char) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if state(pid) == Some(wanted) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn issue23_4_a_stop_signal_to_the_tree_is_not_continued_at_once() {
+        // A shell leading its own group, with a child: the job's tree in small.
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 1000 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let root = shell.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let child = loop {
+            if let Some(&child) = descendants(root).first() {
+                break child;
+            }
+            assert!(Instant::now() < deadline, "the shell's child did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        signal_tree(root, root, Signal::SIGSTOP);
+        let paused = reaches(child, 'T') && reaches(root, 'T');
+        continue_tree(root, root);
+        let continued = paused && reaches(child, 'S');
+        let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+        let _ = shell.kill();
+        let _ = shell.wait();
+        assert!(paused, "a STOP sent to the tree was undone at once");
+        assert!(continued, "continue_tree did not wake the tree");
+    }
 }

@@ -42,7 +42,9 @@ pub struct JobSpec {
     /// Stop the job (as the agent) once it has run this long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_runtime_ms: Option<u64>,
-    /// `[name, value]` of each secret the log is masked for (in memory only).
+    /// `[name, value]` of each secret the log is masked for: kept in the supervisor's
+    /// memory only, and on this machine never written (a job on Slurm is handed its
+    /// spec as a file, `spec.json`, removed once read: see ARCHITECTURE.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<[String; 2]>,
     /// Keep the unmasked output too, in `output.raw.log`.

@@ -525,9 +525,14 @@ pub struct Item {
     /// Set in a stop's reply when the item had ended before the stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub already_ended: Option<bool>,
-    /// Why an item was settled as `lost`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lost_reason: Option<String>,
+    /// The detail of its end: why it was lost, what a monitor saw, what a stop had to
+    /// do, Slurm's word (the JSON key is `lost_reason`, as it was first).
+    #[serde(
+        default,
+        rename = "lost_reason",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub end_detail: Option<String>,
     /// What its processes use and listen on.
     #[serde(flatten)]
     pub cost: Cost,

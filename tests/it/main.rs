@@ -10,6 +10,7 @@ mod harness_hooks;
 mod history;
 mod hostile;
 mod hostile15;
+mod house;
 mod issue22;
 mod issue25;
 mod mcp;

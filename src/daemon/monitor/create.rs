@@ -2,7 +2,8 @@
 //! everything written so far, a watch at what comes from now on), the session's limits,
 //! and its records.
 
-use super::{Daemon, Instant, MAX_MONITORS};
+use super::{Daemon, Instant};
+use crate::daemon::admission::{Admission, Newcomer};
 use crate::output;
 use crate::paths::now_ms;
 use crate::store::{mode_text, MonitorRow, NewRecord, ScanProgress, Watched};
@@ -66,22 +67,12 @@ impl Daemon {
         }
         let target = self.monitor_target(session, args)?;
         let mut inner = self.lock();
-        let root = inner.store.root_of(session)?;
-        self.check_guards(&mut inner, &root, false)?;
-        let running = Self::counted(&inner, session)?;
-        let monitors = running.iter().filter(|r| r.kind == Kind::Monitor).count();
-        if monitors >= MAX_MONITORS || running.len() >= self.config.max_running {
-            let ids: Vec<String> = running.iter().map(|r| r.id.clone()).collect();
-            return Err(WireError::new(
-                ErrorCode::Limit,
-                format!(
-                    "this session runs {} items ({monitors} monitors; the limits are {} and {MAX_MONITORS}): {}. Stop one first",
-                    running.len(),
-                    self.config.max_running,
-                    ids.join(", ")
-                ),
-            ));
-        }
+        let admission = Admission {
+            newcomer: Newcomer::Monitor,
+            checked_at_promotion: false,
+            held: false,
+        };
+        let root = self.admit(&mut inner, session, admission)?;
         let mode = mode_text(args.mode);
         let described = match &args.regex {
             Some(regex) => format!("{mode} {} {} /{regex}/", target.condition, target.target),

@@ -201,7 +201,7 @@ impl LineMonitor {
             self.saved = progress;
             self.saved_at = Instant::now();
         }
-        daemon.bump();
+        daemon.records_changed();
     }
 
     /// Whether a private key is open at `offset` of the source (a scan resumed or

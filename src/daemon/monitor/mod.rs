@@ -22,7 +22,7 @@ use super::scan::LineScan;
 use super::Daemon;
 use crate::output;
 use crate::paths::now_ms;
-use crate::store::{MonitorRow, NewNotice, Record, Settlement, Watched};
+use crate::store::{EndRecord, MonitorRow, NewNotice, Record, Watched};
 use crate::wire::MonitorMode;
 use crate::wire::{End, Kind, State};
 use event_log::EventLog;
@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Monitors a session may run at once (contract §5).
-const MAX_MONITORS: usize = 4;
+pub(crate) const MAX_MONITORS: usize = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How often a monitor woken by the daemon's changes looks whether it was stopped.
@@ -401,7 +401,7 @@ impl Daemon {
             ),
             tail,
         });
-        let settlement = Settlement {
+        let settlement = EndRecord {
             end,
             exit_code: None,
             signal: None,
@@ -419,7 +419,7 @@ impl Daemon {
         if let Err(e) = self.lock().store.settle(row, &settlement) {
             crate::note!("bgwork daemon: could not end {}: {e}", record.id);
         }
-        self.bump();
+        self.records_changed();
     }
 }
 

@@ -14,14 +14,19 @@
 //! (see ARCHITECTURE.md: no connection from the daemon to the node is needed), with
 //! `scancel` as the backstop when the supervisor does not end the job in time.
 
+mod commands;
 pub mod handover;
 mod options;
 mod scheduler;
 
+pub use commands::CommandFiles;
 pub use options::choose;
 pub use scheduler::parse_exit_code;
 
-use super::{Command, ExecEvent, JobHandle, Reattach, Running, WriteRefused, Writes};
+use super::{
+    Command, ExecEvent, Executor, JobHandle, On, Reattach, Running, View, Which, WriteRefused,
+    Writes,
+};
 use crate::job_dir::JobDir;
 use crate::paths::now_ms;
 use crate::supervisor::{self, tree::TreeRecord};
@@ -138,13 +143,18 @@ impl SlurmExecutor {
 
     /// What `list` shows of a row: `None` for a job of this machine. A row not seen
     /// since the daemon started is looked up in its folder once.
-    pub fn view(&self, row: i64, job_dir: &str) -> Option<SlurmView> {
+    fn slurm_view(&self, row: i64, job_dir: &str) -> Option<SlurmView> {
         let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(view) = views.get(&row) {
             return view.clone();
         }
+        // A folder whose `slurm.json` cannot be read is still Slurm's (its reattach
+        // says so).
         let found = (!job_dir.is_empty())
-            .then(|| read_slurm_file(Path::new(job_dir)))
+            .then(|| {
+                let dir = Path::new(job_dir);
+                read_slurm_file(dir).or_else(|| is_slurm_job(dir).then(SlurmJob::default))
+            })
             .flatten()
             .map(|job| SlurmView {
                 job_id: job.job_id,
@@ -159,7 +169,7 @@ impl SlurmExecutor {
     }
 
     /// Submits a job with `sbatch`; `Spawned`, `Output` and `Ended` follow as events.
-    pub async fn start(
+    async fn submit(
         &self,
         row: i64,
         spec: &JobSpec,
@@ -259,14 +269,14 @@ impl SlurmExecutor {
 
     /// Finds a job on Slurm again after a daemon restart: by its status file, else by
     /// its Slurm job id (or, when the daemon died before it was written, its name).
-    pub async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+    async fn find_again(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
         let job = read_slurm_file(job_dir);
         if let Some(found) = supervisor::read_status(job_dir, owner) {
             let env = job.as_ref().map(|j| j.env.clone()).unwrap_or_default();
             return match (found, job.and_then(|j| j.job_id)) {
                 (Ok(status), Some(id)) => {
                     let name = self.job_name(row);
-                    Reattach::Ended(scheduler_word(&id, &name, status, None, &env).await)
+                    Reattach::Ended(slurm_detail(&id, &name, status, None, &env).await)
                 }
                 (Ok(status), None) => Reattach::Ended(status),
                 (Err(reason), _) => Reattach::Lost(reason),
@@ -346,7 +356,7 @@ impl SlurmExecutor {
             next_seq: now_ms().max(0) as u64 * 1000,
             ..Writes::default()
         };
-        let handle = JobHandle::new(commands, writes.unanswered.clone());
+        let handle = JobHandle::new(commands, writes.unanswered.clone(), refuses);
         let name = self.job_name(row);
         let tracker = Tracker {
             row,
@@ -372,6 +382,60 @@ impl SlurmExecutor {
         };
         tokio::spawn(tracker.run(incoming));
         handle
+    }
+}
+
+impl Executor for SlurmExecutor {
+    async fn start(&self, row: i64, spec: &JobSpec, on: &On) -> Result<JobHandle, String> {
+        match on {
+            On::Slurm(args) => self.submit(row, spec, args).await,
+            On::Local => Err("a job for this machine was handed to the Slurm executor".into()),
+        }
+    }
+
+    async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+        self.find_again(row, job_dir, owner).await
+    }
+
+    fn view(&self, row: i64, job_dir: &str) -> Option<View> {
+        self.slurm_view(row, job_dir).map(|view| View {
+            which: Which::Slurm,
+            queue_reason: view.reason,
+            slurm_job_id: view.job_id,
+        })
+    }
+
+    /// The supervisor runs on a node; where the node is this machine (a loopback
+    /// cluster) its recorded pid and start time say whether it lives, as locally.
+    fn supervisor_alive(&self, job_dir: &Path) -> bool {
+        super::local::supervisor_alive(job_dir)
+    }
+
+    fn claim(&self, row: i64) {
+        self.set_view(row, SlurmView::default());
+    }
+
+    /// As locally: what the record names is killed only where it is still the job's
+    /// (pid and start time), so a node's pids never hit this machine's processes.
+    fn sweep(&self, key: &str, job_dir: &Path) -> usize {
+        supervisor::tree::sweep_job(key, job_dir)
+    }
+}
+
+/// The commands a job on Slurm cannot carry out: the supervisor on the node takes only
+/// what it reads from the folder's `commands/`.
+fn refuses(command: &ToSupervisor) -> Option<&'static str> {
+    match command {
+        ToSupervisor::Resize { .. } => {
+            Some("a job on Slurm has no terminal to resize (panes run on this machine)")
+        }
+        ToSupervisor::Hello { .. } => Some("a job on Slurm is not reached by a connection"),
+        ToSupervisor::Stop { .. }
+        | ToSupervisor::Input { .. }
+        | ToSupervisor::Write { .. }
+        | ToSupervisor::CloseInput
+        | ToSupervisor::Signal { .. }
+        | ToSupervisor::Pace { .. } => None,
     }
 }
 
@@ -428,7 +492,7 @@ impl Tracker {
                 },
                 _ = files.tick() => {
                     if let Some(status) = self.look_at_files() {
-                        let status = self.with_scheduler_word(status).await;
+                        let status = self.with_slurm_detail(status).await;
                         self.end(status);
                         return;
                     }
@@ -499,9 +563,9 @@ impl Tracker {
 
     /// A status the supervisor wrote, with what Slurm adds: a time limit, or a
     /// cancellation by someone outside bgwork (the supervisor saw only a TERM).
-    async fn with_scheduler_word(&self, status: ExitStatus) -> ExitStatus {
+    async fn with_slurm_detail(&self, status: ExitStatus) -> ExitStatus {
         let asked = self.stop.as_ref().map(|s| s.actor);
-        scheduler_word(&self.job_id, &self.name, status, asked, &self.env).await
+        slurm_detail(&self.job_id, &self.name, status, asked, &self.env).await
     }
 
     async fn command(&mut self, command: Command) {
@@ -525,7 +589,21 @@ impl Tracker {
                 | ToSupervisor::Input { .. }
                 | ToSupervisor::CloseInput),
             ) => self.leave_command(&control::encode(&command)),
-            Command::Send(_) => {}
+            // The folder is looked at every 100 ms whatever the pace: nothing to tell.
+            Command::Send(ToSupervisor::Pace { .. }) => {}
+            // Refused by the handle before they are sent (see `refuses`).
+            Command::Send(command @ (ToSupervisor::Resize { .. } | ToSupervisor::Hello { .. })) => {
+                crate::note!(
+                    "bgwork daemon: Slurm job {} cannot carry out {command:?}",
+                    self.job_id
+                );
+            }
+            Command::Send(ToSupervisor::Write { .. }) => {
+                crate::note!(
+                    "bgwork daemon: input for Slurm job {} comes as a write with its answer",
+                    self.job_id
+                );
+            }
             Command::Write { answer, .. } if !self.spawned => {
                 let _ = answer.send(Err(WriteRefused::Unreachable(
                     "it has not started yet (it waits in Slurm's queue): send it once it runs"
@@ -672,7 +750,7 @@ impl Tracker {
         }
         // One last look: the status file may have come with this very tick.
         if let Some(status) = self.look_at_files() {
-            return Some(self.with_scheduler_word(status).await);
+            return Some(self.with_slurm_detail(status).await);
         }
         Some(self.status_from_scheduler(&info))
     }
@@ -764,7 +842,7 @@ impl Tracker {
 /// A status the supervisor wrote, with what Slurm adds: a time limit, or a
 /// cancellation by someone outside bgwork (the supervisor saw only a TERM), which is
 /// the person's stop unless bgwork asked for it (`asked`).
-async fn scheduler_word(
+async fn slurm_detail(
     job_id: &str,
     name: &str,
     mut status: ExitStatus,
@@ -835,7 +913,7 @@ fn figures(job_dir: &Path) -> (u64, u64, u64) {
 }
 
 /// Whether a job's folder says it runs on Slurm.
-pub fn is_slurm_job(job_dir: &Path) -> bool {
+fn is_slurm_job(job_dir: &Path) -> bool {
     job_dir.join(SLURM_FILE).exists()
 }
 

@@ -1,7 +1,7 @@
 //! `restart`: a new item with the command, folder, name, options and `--env` names of
 //! an earlier one. The old record keeps its end; a running one is stopped first.
 
-use super::Daemon;
+use crate::daemon::Daemon;
 use crate::wire::control::{self, JobRecord};
 use crate::wire::{
     Actor, ErrorCode, Kind, RestartArgs, RestartReply, StartArgs, State, StopArgs, WireError,
@@ -14,7 +14,7 @@ impl Daemon {
         &self,
         session: &str,
         args: RestartArgs,
-        shown: &mut super::Shown<'_>,
+        shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<RestartReply, WireError> {
         let id = &args.id;
         let record = Self::find(&self.lock(), session, id)?;
@@ -88,7 +88,10 @@ impl Daemon {
             secrets,
             keep_raw_log,
             // A job that ran on Slurm goes there again, with the same resources.
-            slurm: crate::executor::slurm::args_of(std::path::Path::new(&record.job_dir)),
+            slurm: self
+                .executors
+                .on_of(record.row, &record.job_dir)
+                .slurm_args(),
         };
         let holds = held.is_some();
         let reply = match record.kind {

@@ -11,7 +11,7 @@
 //! Resizes are recorded in the job's folder (`sizes`: the log offset of each resize and
 //! the new size), so a rebuilt screen wraps each byte at the width it was written at.
 
-use super::Daemon;
+use crate::daemon::Daemon;
 use crate::output;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{Ack, ErrorCode, Kind, ReadReply, State, WireError};
@@ -34,9 +34,7 @@ const TAIL: u64 = 256 << 10;
 const CELL_BUDGET: usize = 500_000;
 /// The most screens kept, whatever their size (an emulator costs more than its cells).
 const MAX_KEPT: usize = 64;
-/// The file of a pane's recorded resizes in its job folder.
-const SIZES_FILE: &str = "sizes";
-/// The most of the sizes file that is read; it is compacted when it grows past this.
+/// The most of the sizes file (`JobDir::SIZES`) that is read; it is compacted when it grows past this.
 const SIZES_MAX: u64 = 64 << 10;
 
 /// Refuses a pane size outside 2..=500 columns and 2..=200 rows.
@@ -382,7 +380,7 @@ impl Daemon {
         })
         .await
         .map_err(|e| WireError::internal(format!("the screen of {id} could not be built: {e}")))?;
-        let shown = super::items::display_id(session, &record);
+        let shown = crate::daemon::items::display_id(session, &record);
         Ok(ReadReply {
             id: shown.clone(),
             running: record.state != State::Ended,
@@ -433,7 +431,7 @@ impl Daemon {
                 dir.display()
             ))
         })?;
-        live.handle.send(ToSupervisor::Resize { cols, rows });
+        crate::daemon::sent(id, live.handle.send(ToSupervisor::Resize { cols, rows }))?;
         inner.store.set_size(record.row, cols, rows)?;
         Ok(Ack {
             ok: true,
@@ -464,7 +462,7 @@ fn open_own(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
 /// its record of sizes cannot be read).
 fn read_sizes(job_dir: &Path, current: (u16, u16)) -> Vec<SizeAt> {
     let only = vec![(0, current.0, current.1)];
-    let Ok(mut file) = open_own(&job_dir.join(SIZES_FILE), false) else {
+    let Ok(mut file) = open_own(&crate::job_dir::JobDir(job_dir).sizes(), false) else {
         return only;
     };
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -518,7 +516,7 @@ fn parse_sizes(text: &str) -> Vec<SizeAt> {
 /// Appends a resize at log offset `at` (with the size before it, when it is the first).
 /// A file grown past [`SIZES_MAX`] is compacted to the sizes a rebuild can still need.
 fn record_size(job_dir: &Path, at: u64, old: (u16, u16), new: (u16, u16)) -> std::io::Result<()> {
-    let path = job_dir.join(SIZES_FILE);
+    let path = crate::job_dir::JobDir(job_dir).sizes();
     let mut file = open_own(&path, true)?;
     let mut lines = String::new();
     if file.metadata()?.len() == 0 {
@@ -536,7 +534,7 @@ fn record_size(job_dir: &Path, at: u64, old: (u16, u16), new: (u16, u16)) -> std
             .enumerate()
             .map(|(i, s)| format!("{} {} {}\n", if i == 0 { 0 } else { s.0 }, s.1, s.2))
             .collect();
-        let fresh = job_dir.join(format!("{SIZES_FILE}.new"));
+        let fresh = job_dir.join(format!("{}.new", crate::job_dir::JobDir::SIZES));
         let _ = std::fs::remove_file(&fresh);
         open_own(&fresh, true)?.write_all(text.as_bytes())?;
         std::fs::rename(&fresh, &path)?;
@@ -675,7 +673,7 @@ mod tests {
             let cols = 20 + (i % 400) as u16;
             record_size(dir.path(), 1000 + i * 100, (0, 0), (cols, 40)).unwrap();
         }
-        let size = std::fs::metadata(dir.path().join(SIZES_FILE))
+        let size = std::fs::metadata(crate::job_dir::JobDir(dir.path()).sizes())
             .unwrap()
             .len();
         assert!(size <= SIZES_MAX + 64, "{size}");

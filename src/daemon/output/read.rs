@@ -5,7 +5,7 @@
 //! with `--from`). The log is read and the reply encoded on a blocking thread, without
 //! the daemon's lock, so a big read delays no other client.
 
-use super::{Answer, Daemon, BIG_REPLY};
+use crate::daemon::{Answer, Daemon, BIG_REPLY};
 use crate::output;
 use crate::redact;
 use crate::wire::{self, ReadArgs, ReadReply, State, WireError};
@@ -25,7 +25,7 @@ const RAW_MAX_BYTES: usize = 8 << 20;
 /// The most output one reply carries.
 pub(crate) const MAX_READ_BYTES: usize = 16 << 20;
 /// Threads that build big replies (as many as may be built at once).
-const BUILDER_THREADS: usize = super::BIG_REPLIES;
+const BUILDER_THREADS: usize = crate::daemon::BIG_REPLIES;
 
 /// What a read takes from the records, under the lock.
 struct Plan {
@@ -126,7 +126,7 @@ impl Daemon {
             (None, false, None) => inner.store.cursor(session, record.row)?.min(len),
         };
         Ok(Plan {
-            id: super::items::display_id(session, &record),
+            id: crate::daemon::items::display_id(session, &record),
             row: record.row,
             dropped: inner.dropped(&record),
             path,
@@ -351,7 +351,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
         cost: crate::wire::Cost::recorded(plan.cpu_ms, plan.peak_rss),
     };
     if let Some((job_dir, ports)) = &plan.observe {
-        super::observe::observe_read(&mut reply, job_dir, *ports);
+        crate::daemon::processes::observe_read(&mut reply, job_dir, *ports);
     }
     (reply, frame)
 }

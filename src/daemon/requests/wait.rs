@@ -1,10 +1,10 @@
 //! `wait`: blocks until items end, or a pattern appears in their new output, or the
 //! timeout passes. Woken by events, never by polling. A `--until` scan looks at each new
-//! byte once, however often the wait is woken (see [`super::scan`]), and reads on a
+//! byte once, however often the wait is woken (see [`crate::daemon::scan`]), and reads on a
 //! blocking thread, off the daemon's lock, a bounded step at a time.
 
-use super::scan::{read_data, read_off_lock, LineScan, Seen, STEP};
-use super::Daemon;
+use crate::daemon::scan::{read_data, read_off_lock, LineScan, Seen, STEP};
+use crate::daemon::Daemon;
 use crate::output;
 use crate::store::Record;
 use crate::wire::{State, WaitArgs, WaitReason, WaitReply, WireError};
@@ -42,7 +42,7 @@ impl Daemon {
         &self,
         session: &str,
         args: &WaitArgs,
-        shown: &mut super::Shown<'_>,
+        shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<WaitReply, WireError> {
         if args.ids.is_empty() {
             return Err(WireError::bad_request(
@@ -87,7 +87,7 @@ impl Daemon {
         // Output of these items only, when a scan needs it; never output of others.
         let mut output = until
             .as_ref()
-            .map(|_| self.watch_output(&rows, super::Pace::Prompt));
+            .map(|_| self.watch_output(&rows, crate::daemon::Pace::Prompt));
         // Ends come with a change of records, never with output alone: they are looked
         // for first, and again after each change.
         let mut look_at_ends = true;
@@ -139,7 +139,7 @@ impl Daemon {
             } else {
                 tokio::select! {
                     _ = changes.changed() => look_at_ends = true,
-                    _ = super::output_changed(&mut output) => {}
+                    _ = crate::daemon::output_changed(&mut output) => {}
                     _ = tokio::time::sleep_until(deadline) => {}
                 }
             }
@@ -153,7 +153,7 @@ impl Daemon {
         rows: &[i64],
         reason: WaitReason,
         matched: Option<String>,
-        shown: &mut super::Shown<'_>,
+        shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<WaitReply, WireError> {
         let inner = self.lock();
         let mut items = Vec::new();
@@ -251,7 +251,7 @@ fn advance(scan: &mut Scan, path: &Path, len: u64, gap: Range<u64>, regex: &Rege
     }
     if scan.lines.needs_key_check() {
         let (head, dropped) = (gap.start, gap.end - gap.start);
-        let open = super::scan::key_open_at(path, scan.lines.offset, head, dropped);
+        let open = crate::daemon::scan::key_open_at(path, scan.lines.offset, head, dropped);
         scan.lines.set_in_key(open);
     }
     let Some(file) = &scan.file else {

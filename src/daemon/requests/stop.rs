@@ -1,7 +1,7 @@
 //! `stop` (TERM, a grace, then KILL to the whole tree, through the job's supervisor),
 //! `close` of a pane, and `shutdown` of the daemon.
 
-use super::Daemon;
+use crate::daemon::Daemon;
 use crate::store::{sub_session_name, Record};
 use crate::wire::control::ToSupervisor;
 use crate::wire::{Ack, Actor, End, ErrorCode, Item, Kind, State, StopArgs, WireError};
@@ -36,9 +36,10 @@ impl Daemon {
                 format!("{id} is not attached yet: try again in a moment"),
             ));
         };
-        live.handle.send(ToSupervisor::Signal {
+        let hangup = ToSupervisor::Signal {
             signal: nix::sys::signal::Signal::SIGHUP as i32,
-        });
+        };
+        crate::daemon::sent(id, live.handle.send(hangup))?;
         item.stop_requested = Some(true);
         Ok(item)
     }
@@ -110,10 +111,11 @@ impl Daemon {
                 format!("{} is not attached yet: try again in a moment", record.id),
             ));
         };
-        live.handle.send(ToSupervisor::Stop {
+        let stop = ToSupervisor::Stop {
             grace_ms: grace.as_millis() as u64,
             actor,
-        });
+        };
+        crate::daemon::sent(&record.id, live.handle.send(stop))?;
         inner.store.set_stop_actor(row, actor)?;
         Ok(())
     }
@@ -166,9 +168,11 @@ impl Daemon {
 
     /// Stops a live item for `shutdown --stop-work`, as the agent, with the default
     /// grace.
-    pub(crate) fn stop_for_shutdown(&self, inner: &mut super::Inner, row: i64) {
+    pub(crate) fn stop_for_shutdown(&self, inner: &mut crate::daemon::Inner, row: i64) {
         if let Some(live) = inner.live.get(&row) {
-            live.handle.send(ToSupervisor::Stop {
+            // Every executor carries a stop; one whose connection is gone is taken
+            // back (and stopped, see `go_live`) or settled.
+            let _ = live.handle.send(ToSupervisor::Stop {
                 grace_ms: DEFAULT_GRACE.as_millis() as u64,
                 actor: Actor::Agent,
             });

@@ -8,7 +8,7 @@
 //! sub-agents together, as the other limits are), in memory: a restarted daemon starts
 //! counting again.
 
-use super::{Daemon, Inner};
+use crate::daemon::{Daemon, Inner};
 use crate::wire::{ErrorCode, WireError};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -57,18 +57,10 @@ impl Starts {
 }
 
 impl Daemon {
-    /// Refuses a start past the daemon-wide cap (unless `over_cap`: a `run`, checked
-    /// when it is promoted) or past the session's start rate.
-    pub(crate) fn check_guards(
-        &self,
-        inner: &mut Inner,
-        root: &str,
-        over_cap: bool,
-    ) -> Result<(), WireError> {
-        self.check_guards_held(inner, root, over_cap, false)
-    }
-
-    /// [`Daemon::check_guards`] for a start that holds one of the held starts (`held`).
+    /// Refuses a start while a shutdown is under way, past the daemon-wide cap (unless
+    /// `over_cap`: a `run`, checked when it is promoted) or past the session's start
+    /// rate (the starts held for restarts count, but for the one this start holds, if
+    /// `held`). Part of the one admission of a new item (`admission.rs`).
     pub(crate) fn check_guards_held(
         &self,
         inner: &mut Inner,

@@ -1,6 +1,6 @@
 //! Records as clients see them, and the calls over records: list, dismiss, gc, status.
 
-use super::{Daemon, Inner};
+use crate::daemon::{Daemon, Inner};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::{sub_session_name, Record};
 use crate::wire::{
@@ -26,28 +26,28 @@ impl Daemon {
                 + &crate::end::unwritten_note(record.unwritten)
         });
         let cost = crate::end::cost_note(record.cpu_ms, record.peak_rss);
-        let mut lost_reason = record.end_detail.clone();
+        let mut detail = record.end_detail.clone();
         let stopped = matches!(record.end, Some(End::StoppedByAgent | End::StoppedByPerson));
         let killed_at_deadline = record.end == Some(End::StoppedByAgent)
-            && lost_reason
+            && detail
                 .as_deref()
-                .is_some_and(|d| d.starts_with(super::run::KILLED_AT_DEADLINE));
+                .is_some_and(|d| d.starts_with(crate::daemon::run::KILLED_AT_DEADLINE));
         if killed_at_deadline {
             // A stop the agent did not ask for by itself says why ("killed at its
             // deadline: …", for a `run`).
-            if let Some(detail) = lost_reason.take() {
+            if let Some(detail) = detail.take() {
                 report = Some(format!("{id} was {detail}"));
             }
         } else if record.kind == Kind::Monitor || stopped || record.end == Some(End::Signaled) {
             // A monitor's detail says what happened ("matched: …", "timed out …"); a
             // stop's, what it had to do ("did not stop on TERM; killed after 5 s").
-            if let (Some(text), Some(detail)) = (report.as_mut(), lost_reason.take()) {
+            if let (Some(text), Some(detail)) = (report.as_mut(), detail.take()) {
                 text.push_str(": ");
                 text.push_str(&detail);
             }
         }
-        let slurm = self.slurm.view(record.row, &record.job_dir);
-        if let (Some(_), Some(End::Lost), Some(detail)) = (&slurm, record.end, &lost_reason) {
+        let view = self.executors.view(record.row, &record.job_dir);
+        if let (true, Some(End::Lost), Some(detail)) = (view.tells_loss(), record.end, &detail) {
             // A job on Slurm is lost for the reason Slurm gave, not a daemon restart.
             report = Some(format!("{id} was lost: {detail}"));
         }
@@ -55,8 +55,8 @@ impl Daemon {
             text.push_str(&cost);
         }
         let running = record.state != State::Ended;
-        let state = match (&slurm, record.state) {
-            (Some(_), State::Starting) => State::Queued,
+        let state = match (view.which.queues(), record.state) {
+            (true, State::Starting) => State::Queued,
             (_, state) => state,
         };
         Item {
@@ -84,14 +84,11 @@ impl Daemon {
             folder: (!record.job_dir.is_empty()).then(|| record.job_dir.clone()),
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
             already_ended: None,
-            lost_reason,
+            end_detail: detail,
             cost: crate::wire::Cost::recorded(record.cpu_ms, record.peak_rss),
-            executor: slurm.as_ref().map(|_| "slurm".to_string()),
-            queue_reason: slurm
-                .as_ref()
-                .and_then(|s| s.reason.clone())
-                .filter(|_| state == State::Queued),
-            slurm_job_id: slurm.and_then(|s| s.job_id),
+            executor: view.executor_name().map(str::to_string),
+            queue_reason: view.queue_reason.filter(|_| state == State::Queued),
+            slurm_job_id: view.slurm_job_id,
             expected: None,
             usual_ms: None,
             progress: None,
@@ -278,21 +275,6 @@ impl Daemon {
             rss_bytes: Some(rss_bytes),
         })
     }
-
-    /// Running items that count toward a session's limit: those of its root session
-    /// and of every sub-agent under it (nested work counts against the root's limits).
-    pub(crate) fn counted(inner: &Inner, session: &str) -> Result<Vec<Record>, WireError> {
-        Ok(Self::running_tree(inner, session)?
-            .into_iter()
-            .filter(|r| r.kind != Kind::SubAgent)
-            .collect())
-    }
-
-    /// Running items of the whole tree of sessions `session` belongs to.
-    pub(crate) fn running_tree(inner: &Inner, session: &str) -> Result<Vec<Record>, WireError> {
-        let root = inner.store.root_of(session)?;
-        Ok(inner.store.list(&root, false)?)
-    }
 }
 
 /// The id by which `viewer` addresses a record: its own id when the record is the
@@ -345,7 +327,7 @@ impl Daemon {
             Ok(Some(record)) if !record.job_dir.is_empty() => record,
             _ => return false,
         };
-        let owner = super::settle::owner(&record);
+        let owner = crate::daemon::settle::owner(&record);
         match crate::supervisor::read_status(Path::new(&record.job_dir), &owner) {
             Some(Ok(status)) => self.settle_status(row, &status) && self.has_ended(row),
             _ => false,

@@ -2,12 +2,14 @@
 //! a job folder of its own, the job's spec handed to its executor, and the window in
 //! which the reply waits for the first output or the end.
 
-use super::{Daemon, Live};
+use crate::daemon::admission::{Admission, Newcomer};
+use crate::daemon::{Daemon, Live};
 use crate::environ::{self, CallerEnv};
+use crate::executor::{HereOnly, On};
 use crate::output;
 use crate::paths::now_ms;
 use crate::redact;
-use crate::store::{NewRecord, Record, Settlement};
+use crate::store::{EndRecord, NewRecord, Record};
 use crate::wire::control::{self, JobRecord, JobSpec, PaneSize, PROTOCOL};
 use crate::wire::{End, ErrorCode, Item, Kind, StartArgs, StartReply, State, WireError};
 use std::collections::BTreeMap;
@@ -19,8 +21,6 @@ const SPAWN_WAIT: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
-/// Sub-agents a session may run at once (contract §5).
-const MAX_SUB_AGENTS: usize = 2;
 /// How a job is launched beyond its arguments.
 #[derive(Default)]
 pub(crate) struct Launch {
@@ -54,7 +54,7 @@ impl Daemon {
         &self,
         session: &str,
         args: StartArgs,
-        shown: &mut super::Shown<'_>,
+        shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<StartReply, WireError> {
         self.start_held(session, args, shown, false).await
     }
@@ -64,7 +64,7 @@ impl Daemon {
         &self,
         session: &str,
         args: StartArgs,
-        shown: &mut super::Shown<'_>,
+        shown: &mut crate::daemon::Shown<'_>,
         held: bool,
     ) -> Result<StartReply, WireError> {
         let window = args
@@ -82,9 +82,10 @@ impl Daemon {
             Launched::New(row) => row,
             Launched::Twin(row) => return self.twin_reply(session, row).await,
         };
-        if window.is_zero() || args.slurm.is_some() {
-            // No window (or a job handed to Slurm, which starts it when it will): the id at once (the job is `starting` until its process runs),
-            // and nothing is shown, so nothing counts as read.
+        if window.is_zero() || On::of(&args).which().queues() {
+            // No window (or a job handed to a scheduler, which starts it when it will):
+            // the id at once (the job is `starting` until its process runs), and nothing
+            // is shown, so nothing counts as read.
             let record = self.lock().store.get(row)?;
             let record = record.ok_or_else(|| WireError::internal("record vanished"))?;
             let mut item = self.item(&record);
@@ -151,7 +152,7 @@ impl Daemon {
         session: &str,
         args: &StartArgs,
         launch: Launch,
-        shown: Option<&mut super::Shown<'_>>,
+        shown: Option<&mut crate::daemon::Shown<'_>>,
     ) -> Result<i64, WireError> {
         match self.launch_checked(session, args, launch, shown).await? {
             Launched::New(row) | Launched::Twin(row) => Ok(row),
@@ -167,12 +168,12 @@ impl Daemon {
         session: &str,
         args: &StartArgs,
         launch: Launch,
-        shown: Option<&mut super::Shown<'_>>,
+        shown: Option<&mut crate::daemon::Shown<'_>>,
     ) -> Result<Launched, WireError> {
         check_start(args)?;
         let limits = limits_of(args)?;
         let (cwd, pane) = place(args)?;
-        let twin = super::observe::Twin {
+        let twin = crate::daemon::processes::Twin {
             kind: if pane.is_some() {
                 Kind::Pane
             } else {
@@ -214,10 +215,7 @@ impl Daemon {
         }
         let job_dir = self.prepare_folder(&record, args, &cwd)?;
         let spec = self.job_spec(&record, args, &job_dir, sub_session, pane, limits);
-        let started = match &args.slurm {
-            Some(slurm) => self.slurm.start(record.row, &spec, slurm).await,
-            None => self.executor.start(record.row, &spec),
-        };
+        let started = self.executors.start(record.row, &spec, &On::of(args)).await;
         let handle = match started {
             Ok(handle) => handle,
             Err(reason) => return Err(self.spawn_failed(record.row, &record.id, reason)),
@@ -239,7 +237,7 @@ impl Daemon {
                 self.go_live(&mut inner, record.row, live);
             }
         }
-        self.bump();
+        self.records_changed();
         Ok(Launched::New(record.row))
     }
 
@@ -250,7 +248,7 @@ impl Daemon {
         new: &NewRecord,
         args: &StartArgs,
         launch: &Launch,
-        twin: Option<(&super::observe::Twin<'_>, &[i64])>,
+        twin: Option<(&crate::daemon::processes::Twin<'_>, &[i64])>,
         limits: (Option<u64>, Option<u64>),
     ) -> Result<Recorded, WireError> {
         let session = new.session.as_str();
@@ -261,41 +259,16 @@ impl Daemon {
             }
         }
         // Limits hold for a root session and its sub-agents together.
-        let root = inner.store.root_of(session)?;
-        self.check_guards_held(&mut inner, &root, launch.over_limit, launch.held)?;
-        if launch.sub_agent {
-            let agents: Vec<Record> = Self::running_tree(&inner, session)?
-                .into_iter()
-                .filter(|r| r.kind == Kind::SubAgent)
-                .collect();
-            if agents.len() >= MAX_SUB_AGENTS {
-                let running = running_items(self, &root, &agents);
-                return Err(limit_error(MAX_SUB_AGENTS, session, &root, &running));
-            }
-        } else {
-            // Jobs on Slurm count against a limit of their own: the cluster runs them,
-            // not this machine.
-            let on_slurm = args.slurm.is_some();
-            let max = match on_slurm {
-                true => self.config.max_slurm,
-                false => self.config.max_running,
-            };
-            let running: Vec<Record> = Self::counted(&inner, session)?
-                .into_iter()
-                .filter(|r| self.slurm.view(r.row, &r.job_dir).is_some() == on_slurm)
-                .collect();
-            if !launch.over_limit && running.len() >= max {
-                let running = running_items(self, &root, &running);
-                let mut error = limit_error(max, session, &root, &running);
-                if on_slurm {
-                    error.message =
-                        error
-                            .message
-                            .replacen("items", "jobs on Slurm (BGWORK_MAX_SLURM)", 1);
-                }
-                return Err(error);
-            }
-        }
+        let newcomer = match launch.sub_agent {
+            true => Newcomer::SubAgent,
+            false => Newcomer::Job(On::of(args).which()),
+        };
+        let admission = Admission {
+            newcomer,
+            checked_at_promotion: launch.over_limit,
+            held: launch.held,
+        };
+        let root = self.admit(&mut inner, session, admission)?;
         let (record, sub_session) = if launch.sub_agent {
             let (record, name) = inner.store.insert_sub_agent(new)?;
             (record, Some(name))
@@ -303,6 +276,8 @@ impl Daemon {
             (inner.store.insert(new)?, None)
         };
         self.count_start(&mut inner, &root);
+        // Counted under its executor by every admission from now on.
+        self.executors.claim(record.row, &On::of(args));
         if limits != (None, None) {
             inner.store.set_limits(record.row, limits.0, limits.1)?;
         }
@@ -360,7 +335,7 @@ impl Daemon {
         env.insert("BGWORK_SESSION".into(), record.session.clone());
         env.insert("BGWORK_ITEM".into(), record.id.clone());
         if let Some(sub_session) = sub_session {
-            let report = job_dir.join(super::settle::REPORT_FILE);
+            let report = crate::job_dir::JobDir(job_dir).report();
             env.insert("BGWORK_SESSION".into(), sub_session);
             env.insert("BGWORK_REPORT".into(), report.display().to_string());
         }
@@ -377,14 +352,14 @@ impl Daemon {
             log_head: self.config.log_head,
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
             pane,
-            owner: super::settle::owner(record),
+            owner: crate::daemon::settle::owner(record),
             // Under Slurm the allocation has its own cgroup, the scheduler's.
-            no_cgroup: !self.config.cgroups || args.slurm.is_some(),
+            no_cgroup: !self.config.cgroups || !On::of(args).which().own_cgroup(),
             max_runtime_ms: limits.1,
             secrets: secret_pairs(args),
             keep_raw_log: args.keep_raw_log,
             // Prompt once someone waits on its output (see `output_watch`).
-            progress_every_ms: Some(super::output_watch::RELAXED_MS),
+            progress_every_ms: Some(crate::daemon::watchers::RELAXED_MS),
         }
     }
 
@@ -420,7 +395,7 @@ impl Daemon {
 
     /// Settles a record that could not start and returns the error for the caller.
     fn spawn_failed(&self, row: i64, id: &str, reason: String) -> WireError {
-        let settlement = Settlement {
+        let settlement = EndRecord {
             end: End::SpawnFailed,
             exit_code: None,
             signal: None,
@@ -441,7 +416,7 @@ impl Daemon {
         }
         inner.screens.forget(row);
         drop(inner);
-        self.bump();
+        self.records_changed();
         WireError::new(
             ErrorCode::SpawnFailed,
             format!("{id} could not start: {reason}"),
@@ -467,17 +442,15 @@ impl Daemon {
     ) -> Result<StartReply, WireError> {
         args.pty = false;
         args.notify = true;
-        if args.slurm.is_some() {
-            return Err(WireError::bad_request(
-                "a sub-agent runs on this machine: start it without slurm",
-            ));
+        if let Some(refused) = On::of(&args).which().refuses_here_only(HereOnly::SubAgent) {
+            return Err(WireError::bad_request(refused));
         }
         // Its own session is `SESSION/sub-N`, which must itself be a valid name.
-        if session.len() + "/sub-".len() + 20 > super::MAX_SESSION {
+        if session.len() + "/sub-".len() + 20 > crate::daemon::MAX_SESSION {
             return Err(WireError::bad_request(format!(
                 "this session's name is too long to start a sub-agent under it (a sub-agent's \
                  session, `SESSION/sub-N`, must fit in {} bytes): use a shorter session name",
-                super::MAX_SESSION
+                crate::daemon::MAX_SESSION
             )));
         }
         let launch = Launch {
@@ -677,34 +650,6 @@ fn secret_pairs(args: &StartArgs) -> Vec<[String; 2]> {
 }
 
 /// What runs, as the root session of the tree names it.
-fn running_items(daemon: &Daemon, root: &str, records: &[Record]) -> Vec<String> {
-    records
-        .iter()
-        .map(|r| {
-            let item = daemon.item_as(root, r);
-            format!("{} ({})", item.id, item.name.unwrap_or(item.command))
-        })
-        .collect()
-}
-
-fn limit_error(max: usize, session: &str, root: &str, running: &[String]) -> WireError {
-    let whose = if session == root {
-        format!("this session already runs {max} items, its limit")
-    } else {
-        format!(
-            "session {root} and its sub-agents, whose limit this sub-agent shares, already run \
-             {max} items, the limit"
-        )
-    };
-    WireError::new(
-        ErrorCode::Limit,
-        format!(
-            "{whose}: {}. Stop one (`bgwork stop ID`) or wait for one to end",
-            running.join(", ")
-        ),
-    )
-}
-
 /// Where a job runs: its working directory (a request with none runs in the daemon
 /// user's home, never in the daemon's own folder; a relative one is refused, never
 /// interpreted) and, for a pane, its terminal's size.
@@ -718,7 +663,7 @@ pub(super) fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), Wire
         true => {
             let cols = args.cols.unwrap_or(DEFAULT_COLS);
             let rows = args.rows.unwrap_or(DEFAULT_ROWS);
-            super::pane::check_size(cols, rows)?;
+            crate::daemon::pane::check_size(cols, rows)?;
             Some(PaneSize { cols, rows })
         }
         false => None,

@@ -10,7 +10,7 @@
 //! deadline. Notices about a running job carry a key naming their event (the spell by
 //! the log length it started at), so none is written twice, even across restarts.
 
-use super::Daemon;
+use crate::daemon::Daemon;
 use crate::observe::{self, Observed};
 use crate::output;
 use crate::store::Record;
@@ -63,7 +63,7 @@ impl Daemon {
     /// off the lock): a second copy of a server. Identical commands that listen on no
     /// port are fan-out (workers, retries, a loop in a script) and each starts.
     pub(crate) fn running_twin(
-        inner: &super::Inner,
+        inner: &crate::daemon::Inner,
         session: &str,
         twin: &Twin<'_>,
         listening: &[i64],
@@ -135,7 +135,7 @@ impl Daemon {
         });
         // Its own watch needs no haste: its supervisor reports at the relaxed pace
         // unless someone else waits on the output.
-        let mut output = self.watch_output(&[row], super::Pace::Relaxed);
+        let mut output = self.watch_output(&[row], crate::daemon::Pace::Relaxed);
         let mut first = true;
         // A job a restarted daemon takes back, before its first look.
         let mut taken_back = !fresh;
@@ -237,7 +237,7 @@ impl Daemon {
             .store
             .add_event_notice(record.row, &key, &text, &tail);
         match added {
-            Ok(true) => self.bump(),
+            Ok(true) => self.records_changed(),
             Ok(false) => {}
             Err(e) => crate::note!("bgwork daemon: could not record a quiet notice: {e}"),
         }
@@ -311,7 +311,7 @@ impl Daemon {
             .store
             .add_event_notice(record.row, &key, &text, &line);
         match added {
-            Ok(true) => self.bump(),
+            Ok(true) => self.records_changed(),
             Ok(false) => {}
             Err(e) => crate::note!("bgwork daemon: could not record a port notice: {e}"),
         }
@@ -481,7 +481,7 @@ impl JobWatch {
         let dropped = daemon.lock().dropped(record);
         let (log, head) = (self.log.clone(), self.head);
         let mut partial = std::mem::take(&mut self.partial);
-        let found = super::scan::read_off_lock(len - from, move || {
+        let found = crate::daemon::scan::read_off_lock(len - from, move || {
             let (bytes, _) = output::read_range(&log, from, len, head, dropped);
             partial.extend_from_slice(&bytes);
             let found = in_use_line(&partial);
@@ -576,10 +576,10 @@ fn in_use_line(bytes: &[u8]) -> Option<String> {
     let mut lines = bytes.split(|&b| b == b'\n').peekable();
     while let Some(line) = lines.next() {
         let edge = match lines.peek() {
-            Some(_) => super::scan::Edge::Whole,
-            None => super::scan::Edge::Open,
+            Some(_) => crate::daemon::scan::Edge::Whole,
+            None => crate::daemon::scan::Edge::Open,
         };
-        let text = super::scan::reader_text(line, edge, in_key);
+        let text = crate::daemon::scan::reader_text(line, edge, in_key);
         in_key = crate::redact::private_key_open_after(line, in_key);
         match text {
             Some(text) if pattern.is_match(text.as_bytes()) => {

@@ -60,7 +60,9 @@ impl Item {
         self.prompt = prompt;
         if let Some(handle) = &self.handle {
             let every_ms = if prompt { PROMPT_MS } else { RELAXED_MS };
-            handle.send(ToSupervisor::Pace { every_ms });
+            // Every executor takes the pace (one that looks at its jobs' folders on a
+            // clock of its own has nothing to change); a gone connection needs none.
+            let _ = handle.send(ToSupervisor::Pace { every_ms });
         }
     }
 

@@ -31,7 +31,7 @@ pub(crate) enum Report {
 impl Report {
     /// Reads the report in `job_dir`.
     pub(crate) fn read(job_dir: &Path) -> Report {
-        let path = job_dir.join(super::settle::REPORT_FILE);
+        let path = crate::job_dir::JobDir(job_dir).report();
         match open(&path) {
             Ok(Some(file)) => text(&file, &path),
             Ok(None) => Report::Absent,

@@ -16,7 +16,7 @@
 //! A search runs off the daemon's lock on a reply thread, and a reply holds at most
 //! `max_matches` matches and about `max_bytes` of text.
 
-use super::{Answer, Daemon};
+use crate::daemon::{Answer, Daemon};
 use crate::output;
 use crate::wire::{self, GrepLine, GrepMatch, GrepReply, ReadArgs, State, WireError};
 use memchr::{memchr, memrchr};
@@ -140,11 +140,11 @@ fn limits(args: &ReadArgs) -> Result<(usize, usize, usize), WireError> {
         )));
     }
     let text = args.max_bytes.unwrap_or(DEFAULT_TEXT).max(64);
-    if text > super::read::MAX_READ_BYTES {
+    if text > crate::daemon::read::MAX_READ_BYTES {
         return Err(WireError::bad_request(format!(
             "--max-bytes {text} is over the cap of {} bytes per reply: narrow the regex, \
              or go on with --from",
-            super::read::MAX_READ_BYTES
+            crate::daemon::read::MAX_READ_BYTES
         )));
     }
     Ok((context, matches, text))
@@ -173,7 +173,7 @@ impl Daemon {
                 Ok(record) => {
                     let path = output::log_path(&record.job_dir);
                     Plan {
-                        id: super::items::display_id(session, &record),
+                        id: crate::daemon::items::display_id(session, &record),
                         len: output::log_len(&path),
                         path,
                         dropped: inner.dropped(&record),
@@ -236,12 +236,13 @@ impl Daemon {
                 message,
             })
         };
-        let line = match super::read::in_background(move || wire::encode_result(&build())).await {
-            Ok(line) => line,
-            Err(e) => wire::encode_result::<()>(&Err(WireError::internal(format!(
-                "the search failed: {e}"
-            )))),
-        };
+        let line =
+            match crate::daemon::read::in_background(move || wire::encode_result(&build())).await {
+                Ok(line) => line,
+                Err(e) => wire::encode_result::<()>(&Err(WireError::internal(format!(
+                    "the search failed: {e}"
+                )))),
+            };
         Answer {
             line,
             deliver: Vec::new(),

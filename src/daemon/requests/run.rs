@@ -9,11 +9,11 @@
 //! stdin ends), as a shell passes its stdin to a foreground command. A caller that goes
 //! away stops the run, as Ctrl-C in a terminal would.
 
-use super::history::AutoDeadline;
-use super::serve::FrameReader;
-use super::start::Launch;
-use super::Daemon;
-use crate::executor::WriteRefused;
+use crate::daemon::history::AutoDeadline;
+use crate::daemon::serve::FrameReader;
+use crate::daemon::start::Launch;
+use crate::daemon::Daemon;
+use crate::executor::{HereOnly, On, WriteRefused};
 use crate::output;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{
@@ -58,7 +58,7 @@ impl Daemon {
         session: &str,
         args: RunArgs,
         caller: Caller<'_>,
-        ends_shown: &mut super::Shown<'_>,
+        ends_shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<RunReply, WireError> {
         let mut args = args;
         let (mut timeout, mut auto) =
@@ -67,7 +67,7 @@ impl Daemon {
                     "a run takes a timeout of `auto` or a number of seconds (timeout_s), not both",
                 )),
                 (Some(TimeoutMode::Auto), None) => {
-                    let cwd = super::start::place(&args.start)?.0;
+                    let cwd = crate::daemon::start::place(&args.start)?.0;
                     match self.auto_deadline(&cwd, &args.start.command, DEFAULT_TIMEOUT) {
                         AutoDeadline::Foreground(deadline, why) => (deadline, Some((false, why))),
                         AutoDeadline::Background(why) => {
@@ -80,11 +80,8 @@ impl Daemon {
                 (None, Some(s)) => (crate::wire::seconds("--timeout", s)?, None),
                 (None, None) => (DEFAULT_TIMEOUT, None),
             };
-        if args.start.slurm.is_some() {
-            return Err(WireError::bad_request(
-                "`run` runs in the foreground on this machine: `start --on slurm` sends work \
-                 to Slurm",
-            ));
+        if let Some(refused) = On::of(&args.start).which().refuses_here_only(HereOnly::Run) {
+            return Err(WireError::bad_request(refused));
         }
         let launch = Launch {
             over_limit: true,
@@ -250,10 +247,11 @@ impl Daemon {
         Ok(())
     }
 
-    /// Sends a command to a job's supervisor, when it is connected.
+    /// Sends a command to a job's supervisor, when it is connected (a run runs on
+    /// this machine, whose executor carries every command).
     fn to_job(&self, row: i64, command: ToSupervisor) {
         if let Some(live) = self.lock().live.get(&row) {
-            live.handle.send(command);
+            let _ = live.handle.send(command);
         }
     }
 
@@ -285,31 +283,21 @@ impl Daemon {
         detached: Option<String>,
     ) -> Result<RunReply, WireError> {
         // A deadline never wins over an end that already happened.
-        let mut full = format!(
-            "the session was at its limit of {} running items",
-            self.config.max_running
-        );
+        let mut full = String::new();
         let outcome = if self.ended_now(row) {
             RunOutcome::Ended
         } else {
             let mut inner = self.lock();
-            let running = Self::counted(&inner, session)?.len();
-            if running > self.config.max_running {
-                RunOutcome::Killed
-            } else if self.over_total_cap(&inner)? {
-                full = format!(
-                    "the daemon was at its cap of {} running items across all sessions \
-                     (BGWORK_MAX_RUNNING_TOTAL)",
-                    self.config.max_running_total
-                );
-                RunOutcome::Killed
-            } else if inner.store.arm_notice(row)? {
+            match self.promotion_refused(&inner, session)? {
+                Some(why) => {
+                    full = why;
+                    RunOutcome::Killed
+                }
                 // The caller was waiting for this result: its end comes as a notice
                 // (armed under the lock an end is settled in, so none is missed).
-                RunOutcome::Promoted
-            } else {
+                None if inner.store.arm_notice(row)? => RunOutcome::Promoted,
                 // It ended between the look and the lock: the reply shows the end.
-                RunOutcome::Ended
+                None => RunOutcome::Ended,
             }
         };
         let seconds = timeout.as_secs_f64();
@@ -375,27 +363,15 @@ impl Daemon {
     /// Why a run of `session` promoted now would be killed (its session or the daemon
     /// at its limit), counting the run itself; none when there is room.
     fn no_room(&self, session: &str) -> Result<Option<String>, WireError> {
-        let inner = self.lock();
-        if Self::counted(&inner, session)?.len() > self.config.max_running {
-            return Ok(Some(format!(
-                "the session is at its limit of {} running items",
-                self.config.max_running
-            )));
-        }
-        if self.over_total_cap(&inner)? {
-            return Ok(Some(format!(
-                "the daemon is at its cap of {} running items across all sessions",
-                self.config.max_running_total
-            )));
-        }
-        Ok(None)
+        self.promotion_refused(&self.lock(), session)
     }
 
     /// Asks a job's supervisor to stop it now (TERM, KILL after `grace`).
     fn stop_now(&self, row: i64, grace: Duration, actor: Actor) {
         let mut inner = self.lock();
         if let Some(live) = inner.live.get(&row) {
-            live.handle.send(ToSupervisor::Stop {
+            // A run's executor (this machine's) carries every stop.
+            let _ = live.handle.send(ToSupervisor::Stop {
                 grace_ms: grace.as_millis() as u64,
                 actor,
             });

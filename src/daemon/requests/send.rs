@@ -1,6 +1,6 @@
 //! `send`: input for a running job's stdin, taken or refused whole by its supervisor.
 
-use super::Daemon;
+use crate::daemon::Daemon;
 use crate::executor::WriteRefused;
 use crate::wire::control::ToSupervisor;
 use crate::wire::{Ack, ErrorCode, Kind, SendArgs, State, WireError};
@@ -36,6 +36,19 @@ impl Daemon {
             })?;
             if live.input_closed {
                 return Err(no_input(id));
+            }
+            // Neither input nor a key waits for a job that has not started (a key left
+            // for it would reach it the moment it starts).
+            let queued = record.state == State::Starting
+                && self.executors.which(record.row, &record.job_dir).queues();
+            if queued {
+                return Err(WireError::new(
+                    ErrorCode::NoInput,
+                    format!(
+                        "{id} has not started yet (it waits in its scheduler's queue: `bgwork \
+                         list` shows why): nothing was sent; send it input or keys once it runs"
+                    ),
+                ));
             }
             (record, live.handle.clone())
         };
@@ -78,9 +91,7 @@ impl Daemon {
                         }
                     }
                 }
-                other => {
-                    handle.send(other);
-                }
+                other => crate::daemon::sent(id, handle.send(other))?,
             }
         }
         Ok(Ack {

@@ -1,13 +1,13 @@
 //! Applying what executors report, settling ends (with their notices), and reconciling
 //! every unsettled record when the daemon starts (contract §7).
 
-use super::report::Report;
-use super::{Daemon, Live};
+use crate::daemon::report::Report;
+use crate::daemon::{Daemon, Live};
 use crate::end;
 use crate::executor::{ExecEvent, Reattach};
 use crate::output;
 use crate::paths::now_ms;
-use crate::store::{NewNotice, NewRecord, Record, Settlement};
+use crate::store::{EndRecord, NewNotice, NewRecord, Record};
 use crate::wire::control::{self, ExitStatus, JobRecord};
 use crate::wire::{End, Kind, State};
 use std::path::Path;
@@ -28,7 +28,7 @@ impl Daemon {
 
     /// Records an end, or retries it while the store refuses it (a full disk, say),
     /// backing off up to a minute between tries, until it lands.
-    fn settle_or_retry(self: &Arc<Self>, row: i64, end: Ending) {
+    fn settle_or_retry(self: &Arc<Self>, row: i64, end: EndEvidence) {
         if self.settle_ending(row, &end) {
             return;
         }
@@ -60,10 +60,10 @@ impl Daemon {
         });
     }
 
-    fn settle_ending(&self, row: i64, end: &Ending) -> bool {
+    fn settle_ending(&self, row: i64, end: &EndEvidence) -> bool {
         match end {
-            Ending::Status(status) => self.settle_status(row, status),
-            Ending::Lost(reason) => self.settle_lost(row, reason),
+            EndEvidence::Status(status) => self.settle_status(row, status),
+            EndEvidence::Lost(reason) => self.settle_lost(row, reason),
         }
     }
 
@@ -76,12 +76,12 @@ impl Daemon {
                     self.retry_in_background(move |daemon| {
                         let recorded = daemon.lock().store.set_running(row, pid).is_ok();
                         if recorded {
-                            daemon.bump();
+                            daemon.records_changed();
                         }
                         recorded
                     });
                 }
-                self.bump();
+                self.records_changed();
                 self.watch_job(row, true);
             }
             ExecEvent::SpawnFailed { row, message } => {
@@ -91,7 +91,7 @@ impl Daemon {
                     ended_at_ms: now_ms(),
                     ..ExitStatus::default()
                 };
-                self.settle_or_retry(row, Ending::Status(status));
+                self.settle_or_retry(row, EndEvidence::Status(status));
             }
             ExecEvent::Output {
                 row,
@@ -112,7 +112,9 @@ impl Daemon {
                     live.input_closed = true;
                 }
             }
-            ExecEvent::Ended { row, status } => self.settle_or_retry(row, Ending::Status(status)),
+            ExecEvent::Ended { row, status } => {
+                self.settle_or_retry(row, EndEvidence::Status(status))
+            }
             ExecEvent::Detached { row } => {
                 // The handle is dead; a new one comes with a reconnect.
                 self.end_live(&mut self.lock(), row);
@@ -147,15 +149,15 @@ impl Daemon {
                     if said {
                         crate::note!("bgwork daemon: {} reconnected to its supervisor", record.id);
                     }
-                    self.bump();
+                    self.records_changed();
                     return;
                 }
                 Reattach::Ended(status) => {
-                    self.settle_or_retry(row, Ending::Status(status));
+                    self.settle_or_retry(row, EndEvidence::Status(status));
                     return;
                 }
                 Reattach::Lost(reason) => {
-                    if !supervisor_alive(&record) {
+                    if !self.supervisor_alive(&record) {
                         self.lose(&record, &reason);
                         return;
                     }
@@ -173,13 +175,15 @@ impl Daemon {
         }
     }
 
-    /// Finds a job again: through Slurm for one whose folder says it runs there, else
-    /// on this machine.
+    /// Whether a record's supervisor may still live (then it is not lost yet).
+    fn supervisor_alive(&self, record: &Record) -> bool {
+        self.executors
+            .supervisor_alive(record.row, Path::new(&record.job_dir))
+    }
+
+    /// Finds a job again, through the executor that ran it.
     async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
-        match crate::executor::slurm::is_slurm_job(job_dir) {
-            true => self.slurm.reattach(row, job_dir, owner).await,
-            false => self.executor.reattach(row, job_dir, owner).await,
-        }
+        self.executors.reattach(row, job_dir, owner).await
     }
 
     /// Records the end a supervisor reported, with its notice if one was armed. False
@@ -188,7 +192,7 @@ impl Daemon {
         self.record_end(row, |record, path| {
             let end = end::classify(status, record.kind == crate::wire::Kind::Pane);
             let (code, signal, dropped) = (status.exit_code, status.signal, status.dropped);
-            Settlement {
+            EndRecord {
                 end,
                 exit_code: code,
                 signal,
@@ -217,7 +221,7 @@ impl Daemon {
     /// Settles a record whose end cannot be known: `lost`, with no exit code. False
     /// when the store could not take it.
     pub(crate) fn settle_lost(&self, row: i64, reason: &str) -> bool {
-        self.record_end(row, |record, path| Settlement {
+        self.record_end(row, |record, path| EndRecord {
             end: End::Lost,
             exit_code: None,
             signal: None,
@@ -238,7 +242,7 @@ impl Daemon {
 
     /// Writes the settlement `settle` makes of a record (with its log's path), drops the
     /// record from the registry and wakes waiters. False when the store refused it.
-    fn record_end(&self, row: i64, settle: impl FnOnce(&Record, &Path) -> Settlement) -> bool {
+    fn record_end(&self, row: i64, settle: impl FnOnce(&Record, &Path) -> EndRecord) -> bool {
         // A sub-agent's report is a file the sub-agent controls: read it before taking
         // the lock, so that no such file can hold up the daemon.
         let report = self.report_of(row);
@@ -256,7 +260,7 @@ impl Daemon {
             inner.screens.forget(row);
             Ok::<(), crate::store::StoreError>(())
         })();
-        self.bump();
+        self.records_changed();
         // The job's watcher (see `observe.rs`) listens to its output only: the end
         // wakes it too, to look at the last output and go.
         self.output_grew(row);
@@ -283,15 +287,16 @@ impl Daemon {
 
     /// A job whose supervisor is gone: kill what is left of it, then settle it `lost`.
     fn lose(self: &Arc<Self>, record: &Record, reason: &str) {
-        let killed =
-            crate::supervisor::tree::sweep_job(&job_key(record), Path::new(&record.job_dir));
+        let killed = self
+            .executors
+            .sweep(record.row, &job_key(record), Path::new(&record.job_dir));
         if killed > 0 {
             crate::note!(
                 "bgwork daemon: {} lost; killed {killed} leftover process(es)",
                 record.id
             );
         }
-        self.settle_or_retry(record.row, Ending::Lost(reason.to_string()));
+        self.settle_or_retry(record.row, EndEvidence::Lost(reason.to_string()));
     }
 
     /// The notice an end fires: only when armed, and never for a stop the agent asked
@@ -338,7 +343,7 @@ impl Daemon {
         let mut taken = Vec::new();
         for (row, dir) in self.paths.job_folders() {
             let is_folder = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
-            if !is_folder || row >= super::serve::MAX_JOB_FOLDER {
+            if !is_folder || row >= crate::daemon::serve::MAX_JOB_FOLDER {
                 continue;
             }
             let known = self.lock().store.has_row(row);
@@ -418,7 +423,7 @@ impl Daemon {
         for record in unsettled.into_iter().filter(|r| r.kind != Kind::Monitor) {
             if record.job_dir.is_empty() {
                 let reason = "the daemon stopped while starting it".to_string();
-                self.settle_or_retry(record.row, Ending::Lost(reason));
+                self.settle_or_retry(record.row, EndEvidence::Lost(reason));
                 lost += 1;
                 continue;
             }
@@ -448,10 +453,10 @@ impl Daemon {
                     attached += 1;
                 }
                 Reattach::Ended(status) => {
-                    self.settle_or_retry(record.row, Ending::Status(status));
+                    self.settle_or_retry(record.row, EndEvidence::Status(status));
                     settled += 1;
                 }
-                Reattach::Lost(_) if supervisor_alive(&record) => {
+                Reattach::Lost(_) if self.supervisor_alive(&record) => {
                     // Alive but not answering (stopped, or slow): not lost.
                     tokio::spawn(self.clone().recover(record.row));
                     attached += 1;
@@ -496,10 +501,6 @@ fn killed_detail(status: &ExitStatus) -> Option<String> {
     Some(format!("did not stop on TERM; killed after {seconds} s"))
 }
 
-fn supervisor_alive(record: &Record) -> bool {
-    crate::executor::local::supervisor_alive(Path::new(&record.job_dir))
-}
-
 fn live(running: crate::executor::Running) -> Live {
     Live {
         handle: running.handle,
@@ -510,11 +511,10 @@ fn live(running: crate::executor::Running) -> Live {
     }
 }
 
-/// The report file in a sub-agent's folder.
-pub(crate) const REPORT_FILE: &str = "report";
-
-/// An end to record: a supervisor's status, or `lost` with its reason.
-enum Ending {
+/// What an end is settled from (the evidence of it): the status a supervisor wrote, or
+/// `lost` with the reason no status will come. The store records it as an
+/// [`EndRecord`], classified as a [`crate::wire::End`].
+enum EndEvidence {
     Status(ExitStatus),
     Lost(String),
 }

@@ -88,6 +88,8 @@ impl Daemon {
             executor: view.executor_name().map(str::to_string),
             queue_reason: view.queue_reason.filter(|_| state == State::Queued),
             slurm_job_id: view.slurm_job_id,
+            host: view.host,
+            host_unreachable: view.unreachable.filter(|_| running),
         }
     }
 

@@ -306,7 +306,8 @@ impl Daemon {
         if let Err(reason) = prepared {
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
-        if !Path::new(cwd).is_dir() {
+        // On an ssh host the folder is the host's (checked there).
+        if args.ssh.is_none() && !Path::new(cwd).is_dir() {
             let what = match Path::new(cwd).exists() {
                 true => "is not a folder",
                 false => "does not exist",
@@ -329,6 +330,8 @@ impl Daemon {
         limits: (Option<u64>, Option<u64>),
     ) -> JobSpec {
         let (mut env, env_bytes) = match &args.inherit_env {
+            // A job on an ssh host gets the host's login environment, not this one's.
+            _ if args.ssh.is_some() => Default::default(),
             Some(env) => (env.clone(), args.inherit_env_bytes.clone()),
             None => {
                 let own = CallerEnv::of_this_process();
@@ -538,6 +541,7 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
     }
     environ::decode_pairs(&args.inherit_env_bytes).map_err(WireError::bad_request)?;
     check_secrets(args)?;
+    crate::executor::ssh::check(args)?;
     Ok(())
 }
 
@@ -634,11 +638,16 @@ fn secret_pairs(args: &StartArgs) -> Vec<[String; 2]> {
 /// user's home, never in the daemon's own folder; a relative one is refused, never
 /// interpreted) and, for a pane, its terminal's size.
 fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), WireError> {
-    let cwd = args
-        .cwd
-        .clone()
-        .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
-    crate::paths::require_absolute(&cwd, "cwd")?;
+    let cwd = match (&args.cwd, &args.ssh) {
+        // On an ssh host: the remote user's home.
+        (None, Some(_)) => "~".to_string(),
+        (cwd, _) => cwd
+            .clone()
+            .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string())),
+    };
+    if cwd != "~" || args.ssh.is_none() {
+        crate::paths::require_absolute(&cwd, "cwd")?;
+    }
     let pane = match args.pty {
         true => {
             let cols = args.cols.unwrap_or(DEFAULT_COLS);

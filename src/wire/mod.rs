@@ -9,6 +9,7 @@
 
 pub mod control;
 pub mod frame;
+pub mod ssh;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -166,6 +167,9 @@ pub struct StartArgs {
     /// this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmArgs>,
+    /// Run it on this ssh host (`--on ssh:HOST`) instead of on this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
 }
 
 /// What a job run on Slurm asks of the cluster (each passed to `sbatch` as it is).
@@ -491,6 +495,12 @@ pub struct Item {
     /// Why Slurm has not started a queued item yet (`squeue`'s reason, e.g. `Resources`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_reason: Option<String>,
+    /// The ssh host a job runs on (`--on ssh:HOST`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// While its host cannot be reached: since when, and ssh's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_unreachable: Option<String>,
 }
 
 /// What an item's processes use and listen on, each field left out when unknown or

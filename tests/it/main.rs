@@ -24,6 +24,7 @@ mod security;
 mod security_hostile;
 mod sessions;
 mod slurm;
+mod ssh;
 mod stop;
 mod strip;
 mod surface;

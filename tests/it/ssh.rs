@@ -421,3 +421,155 @@ fn issue24_4_a_killed_local_daemon_takes_the_job_back_with_one_notice() {
     );
     let _ = std::fs::remove_file(&runs);
 }
+
+/// An sshd of this test's own on a free loopback port (the host of `scripts/ssh-host`,
+/// same user and keys), and a client config that reaches it as `bgwork-down`.
+struct OwnSshd {
+    dir: tempfile::TempDir,
+    port: u16,
+    pid: Option<i32>,
+}
+
+impl OwnSshd {
+    fn new(host: &Host) -> OwnSshd {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let shared = std::path::Path::new(&host.config)
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let conf = std::fs::read_to_string(shared.join("sshd_config")).unwrap();
+        let conf: String = conf
+            .lines()
+            .map(|l| {
+                if l.starts_with("Port ") {
+                    format!("Port {port}")
+                } else if l.starts_with("PidFile ") {
+                    format!("PidFile {}", dir.path().join("sshd.pid").display())
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(dir.path().join("sshd_config"), conf + "\n").unwrap();
+        let key = std::fs::read_to_string(shared.join("host_key.pub")).unwrap();
+        let key: Vec<&str> = key.split_whitespace().take(2).collect();
+        std::fs::write(
+            dir.path().join("known_hosts"),
+            format!("[127.0.0.1]:{port} {}\n", key.join(" ")),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("ssh_config"),
+            format!(
+                "Host bgwork-down\n  HostName 127.0.0.1\n  Port {port}\n  User bgwork-ssh\n  IdentityFile {}\n  IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n",
+                shared.join("id_ed25519").display(),
+                dir.path().join("known_hosts").display()
+            ),
+        )
+        .unwrap();
+        let mut own = OwnSshd {
+            dir,
+            port,
+            pid: None,
+        };
+        own.up();
+        own
+    }
+
+    fn config(&self) -> String {
+        self.dir.path().join("ssh_config").display().to_string()
+    }
+
+    fn up(&mut self) {
+        let pid_file = self.dir.path().join("sshd.pid");
+        let _ = std::fs::remove_file(&pid_file);
+        let started = Command::new("/usr/sbin/sshd")
+            .arg("-f")
+            .arg(self.dir.path().join("sshd_config"))
+            .arg("-E")
+            .arg(self.dir.path().join("sshd.log"))
+            .status()
+            .unwrap();
+        assert!(started.success(), "sshd on port {} started", self.port);
+        eventually(Duration::from_secs(10), || {
+            std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim().parse::<i32>().is_ok())
+        });
+        self.pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse().ok());
+    }
+
+    fn down(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            eventually(Duration::from_secs(10), || !crate::util::alive(pid));
+        }
+    }
+}
+
+impl Drop for OwnSshd {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+#[test]
+fn issue24_3_a_host_down_is_shown_unreachable_and_the_mirror_resumes_without_loss() {
+    let Some(host) =
+        host("issue24_3_a_host_down_is_shown_unreachable_and_the_mirror_resumes_without_loss")
+    else {
+        return;
+    };
+    let mut sshd = OwnSshd::new(&host);
+    let h = SshHome::new(Host {
+        config: sshd.config(),
+        alias: "bgwork-down".into(),
+    });
+    let runs = format!("/tmp/bgwork-ssh-runs-d{}", std::process::id());
+    let _ = std::fs::remove_file(&runs);
+    let item = h.start(&counting_job(&runs, 100));
+    let id = item["id"].as_str().unwrap().to_string();
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "line-3",
+            "--timeout",
+            "60",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    // The host goes away: no new logins, and the open connection dropped.
+    sshd.down();
+    let control = h.home.path().join("ssh").join("%C");
+    let _ = Command::new("ssh")
+        .args(["-F", &h.host.config, "-o"])
+        .arg(format!("ControlPath={}", control.display()))
+        .args(["-O", "exit", &h.host.alias])
+        .output();
+    eventually(Duration::from_secs(30), || {
+        h.home.item(&id)["host_unreachable"]
+            .as_str()
+            .is_some_and(|u| u.contains("unreachable since") && u.contains("(ssh: "))
+    });
+    // What was mirrored stays readable while the host is down.
+    let out = read_all(&h.home, &id);
+    assert!(out.contains("line-3"), "{out}");
+    sshd.up();
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert!(ended.get("host_unreachable").is_none(), "{ended}");
+    assert_complete(&read_all(&h.home, &id), 100);
+    let started = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "started once: {started:?}");
+    let _ = std::fs::remove_file(&runs);
+}

@@ -96,6 +96,16 @@ impl Drop for SshHome {
     }
 }
 
+/// The known-hosts file a client config names.
+fn base_known_hosts(config: &str) -> String {
+    config
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("UserKnownHostsFile "))
+        .expect("the config names its known hosts")
+        .trim()
+        .to_string()
+}
+
 fn wait_end(home: &Home, id: &str) -> Value {
     let reply = home.run(&["--json", "wait", id, "--timeout", "120"]).json();
     assert_eq!(reply["reason"], "ended", "{id} did not end: {reply}");
@@ -213,6 +223,32 @@ fn issue24_2_unknown_host_key_and_refused_login_are_errors_quoting_ssh() {
     let (_, _, message) = home.error(&["start", "--window", "0", "--on", &on, "--", "true"]);
     assert!(
         message.contains("host key") && message.contains("(ssh: "),
+        "{message}"
+    );
+    // A host key that changed: refused, with ssh's words.
+    let fake = dir.path().join("fake_host_key");
+    let made = Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-f",
+            fake.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let real = std::fs::read_to_string(base_known_hosts(&base)).unwrap();
+    let address = real.split_whitespace().next().unwrap().to_string();
+    let fake_pub = std::fs::read_to_string(fake.with_extension("pub")).unwrap();
+    let fake_pub: Vec<&str> = fake_pub.split_whitespace().take(2).collect();
+    std::fs::write(&empty, format!("{address} {}\n", fake_pub.join(" "))).unwrap();
+    let home = Home::new().with("BGWORK_SSH_CONFIG", unknown.to_str().unwrap());
+    let (_, _, message) = home.error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+    assert!(
+        message.contains("CHANGED") && message.contains("Host key verification failed"),
         "{message}"
     );
     // A key the host does not take.
@@ -572,4 +608,21 @@ fn issue24_3_a_host_down_is_shown_unreachable_and_the_mirror_resumes_without_los
     let started = std::fs::read_to_string(&runs).unwrap_or_default();
     assert_eq!(started.lines().count(), 1, "started once: {started:?}");
     let _ = std::fs::remove_file(&runs);
+}
+
+#[test]
+fn issue24_3_restart_of_a_job_on_a_host_runs_it_there_again() {
+    let Some(host) = host("issue24_3_restart_of_a_job_on_a_host_runs_it_there_again") else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let item = h.start("echo on-$(whoami)");
+    let id = item["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &id);
+    let again = h.home.json(&["restart", &id]);
+    assert_eq!(again["executor"], "ssh", "{again}");
+    assert_eq!(again["host"], "bgwork-test", "{again}");
+    let new = again["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &new);
+    assert!(read_all(&h.home, &new).contains("on-bgwork-ssh"));
 }

@@ -94,7 +94,9 @@ pub fn check(args: &StartArgs) -> Result<(), WireError> {
         ));
     }
     choose(Some(&format!("ssh:{host}")), false, "--").map(|_| ())?;
-    if let Some(cwd) = &args.cwd {
+    // `~`: the remote home, as the record of a job started without a folder says (its
+    // restart).
+    if let Some(cwd) = args.cwd.as_deref().filter(|&cwd| cwd != "~") {
         check_cwd(cwd, "cwd")?;
     }
     Ok(())

@@ -31,6 +31,9 @@ const CONNECT_TIMEOUT_S: u32 = 10;
 pub enum LinkError {
     /// The host cannot be reached now (ssh's words, and the fix): try again later.
     Down(String),
+    /// The request was sent, and the connection failed before its answer: the host may
+    /// have carried it out.
+    InDoubt(String),
     /// The host's daemon answered with an error.
     Refused(WireError),
 }
@@ -38,7 +41,7 @@ pub enum LinkError {
 impl std::fmt::Display for LinkError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LinkError::Down(why) => f.write_str(why),
+            LinkError::Down(why) | LinkError::InDoubt(why) => f.write_str(why),
             LinkError::Refused(e) => f.write_str(&e.message),
         }
     }
@@ -262,20 +265,20 @@ impl Link {
                 Err(_) => {
                     let why = format!("the connection to {} closed", self.call.host);
                     self.mark_down(&why);
-                    Err(LinkError::Down(self.unreachable().unwrap_or(why)))
+                    Err(LinkError::InDoubt(self.unreachable().unwrap_or(why)))
                 }
             },
             _ = closed.notified() => {
                 let why = format!("the connection to {} closed", self.call.host);
                 self.mark_down(&why);
-                Err(LinkError::Down(self.unreachable().unwrap_or(why)))
+                Err(LinkError::InDoubt(self.unreachable().unwrap_or(why)))
             }
             _ = tokio::time::sleep(PATIENCE + takes) => {
                 // A channel that does not answer is given up, and opened again.
                 alive.store(false, std::sync::atomic::Ordering::SeqCst);
                 let why = format!("{} did not answer request {id} within {} s", self.call.host, (PATIENCE + takes).as_secs());
                 self.mark_down(&why);
-                Err(LinkError::Down(why))
+                Err(LinkError::InDoubt(why))
             }
         }
     }

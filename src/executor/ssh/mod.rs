@@ -203,6 +203,12 @@ impl SshExecutor {
         let reply: StartReply = match link.request(&envelope, Duration::ZERO).await {
             Ok(line) => crate::wire::decode_reply(&line)
                 .map_err(|e| format!("{host} refused it: {}", e.message))?,
+            // Sent, and no answer: the host may run it. Found by its name once the host
+            // answers again (or lost, if the host never got it); never sent twice.
+            Err(LinkError::InDoubt(why)) => {
+                crate::note!("bgwork daemon: the start of row {row} is in doubt: {why}");
+                return Ok(self.track(row, job_dir, job, spec.owner.clone(), false, 0));
+            }
             Err(e) => return Err(e.to_string()),
         };
         job.remote_id = Some(reply.item.id.clone());
@@ -403,7 +409,7 @@ impl Tracker {
         match self.look_once().await {
             Ok(look) => look,
             // Down: shown in `list` by the link; asked again on the next tick.
-            Err(LinkError::Down(_)) => Look::Going,
+            Err(LinkError::Down(_) | LinkError::InDoubt(_)) => Look::Going,
             Err(LinkError::Refused(e)) if e.code == ErrorCode::UnknownId => {
                 Look::Ended(Box::new(self.lost(format!(
                     "{} no longer has it (was the host rebooted, or its bgwork home removed?)",
@@ -422,7 +428,8 @@ impl Tracker {
             match self.item().await? {
                 None if self.job.remote_id.is_none() => {
                     return Ok(Look::Ended(Box::new(self.lost(format!(
-                        "the daemon stopped while handing it to {}, which does not know it",
+                        "it was being handed to {} when the daemon or the connection stopped, and \
+                         the host does not know it (it never started)",
                         self.job.host
                     )))))
                 }

@@ -44,7 +44,11 @@ struct SshHome {
 
 impl SshHome {
     fn new(host: Host) -> SshHome {
-        let home = Home::new().with("BGWORK_SSH_CONFIG", &host.config);
+        SshHome::with(host, Home::new())
+    }
+
+    fn with(host: Host, home: Home) -> SshHome {
+        let home = home.with("BGWORK_SSH_CONFIG", &host.config);
         SshHome { home, host }
     }
 
@@ -87,6 +91,13 @@ fn home_id(home: &Home) -> String {
 impl Drop for SshHome {
     fn drop(&mut self) {
         let _ = self.home.command(&["shutdown", "--stop-work"]).output();
+        // The shared connection this home's daemon opened (it would linger idle 60 s).
+        let control = self.home.path().join("ssh").join("%C");
+        let _ = Command::new("ssh")
+            .args(["-F", &self.host.config, "-o"])
+            .arg(format!("ControlPath={}", control.display()))
+            .args(["-O", "exit", &self.host.alias])
+            .output();
         let remote = format!(
             "for b in \"$HOME\"/.cache/bgwork/bin/*/bgwork; do BGWORK_HOME=\"$HOME\"/.bgwork-remote/{} \"$b\" status >/dev/null 2>&1 && BGWORK_HOME=\"$HOME\"/.bgwork-remote/{} \"$b\" shutdown --stop-work; done; true",
             home_id(&self.home),
@@ -625,4 +636,28 @@ fn issue24_3_restart_of_a_job_on_a_host_runs_it_there_again() {
     let new = again["id"].as_str().unwrap().to_string();
     wait_end(&h.home, &new);
     assert!(read_all(&h.home, &new).contains("on-bgwork-ssh"));
+}
+
+#[test]
+fn issue24_5_work_on_hosts_counts_apart_from_this_machines_against_the_same_limit() {
+    let Some(host) =
+        host("issue24_5_work_on_hosts_counts_apart_from_this_machines_against_the_same_limit")
+    else {
+        return;
+    };
+    let h = SshHome::with(host, Home::new().with("BGWORK_MAX_RUNNING", "1"));
+    let first = h.start("sleep 60");
+    let first = first["id"].as_str().unwrap().to_string();
+    let on = h.on();
+    let (_, code, message) = h
+        .home
+        .error(&["start", "--window", "0", "--on", &on, "--", "sleep 60"]);
+    assert_eq!(code, "limit", "{message}");
+    assert!(
+        message.contains("jobs on ssh hosts") && message.contains(&first),
+        "{message}"
+    );
+    // This machine's slot is its own.
+    let here = h.home.start("sleep 60");
+    assert_eq!(h.home.item(&here)["state"], "running");
 }

@@ -328,10 +328,10 @@ Example:
     Man,
     /// A short guided run of start, read, wait, notices and stop on real jobs
     Demo,
-    /// The per-job supervisor (started by the daemon)
     /// The relay to this host's daemon (started over ssh by a daemon elsewhere)
     #[command(hide = true)]
     SshRelay,
+    /// The per-job supervisor (started by the daemon)
     #[command(hide = true)]
     Supervise {
         /// The job's spec in a file (a job started by Slurm) instead of on stdin

@@ -356,6 +356,9 @@ Example:
     Man,
     /// A short guided run of start, read, wait, notices and stop on real jobs
     Demo,
+    /// The relay to this host's daemon (started over ssh by a daemon elsewhere)
+    #[command(hide = true)]
+    SshRelay,
     /// The per-job supervisor (started by the daemon)
     #[command(hide = true)]
     Supervise {
@@ -429,9 +432,9 @@ pub struct StartCmd {
 /// Where a job runs: this machine, or a Slurm cluster.
 #[derive(Args, Debug, Default)]
 pub struct OnCmd {
-    /// Where it runs: `local` (this machine) or `slurm` (submitted with sbatch; its
-    /// folder must be on a filesystem the nodes share) [default: $BGWORK_EXECUTOR, else
-    /// local]
+    /// Where it runs: `local` (this machine), `slurm` (submitted with sbatch; its
+    /// folder must be on a filesystem the nodes share) or `ssh:HOST` (a host as ssh
+    /// knows it; bgwork copies itself there) [default: $BGWORK_EXECUTOR, else local]
     #[arg(long, value_name = "EXECUTOR")]
     pub on: Option<String>,
     /// With --on slurm: the partition
@@ -851,6 +854,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             crate::supervisor::run(spec_file.as_deref(), commands)
         }
         Commands::Demo => return demo::run(),
+        Commands::SshRelay => return Ok(crate::executor::ssh::relay::main()),
         Commands::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut command, "bgwork", &mut std::io::stdout());
@@ -1197,10 +1201,21 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     let job = start.job;
     let mut env = env_pairs(&job.env)?;
     secret_values(&job.secrets, &mut env)?;
-    let cwd = Some(crate::paths::resolve(
-        job.cwd.as_deref().unwrap_or("."),
-        "--cwd",
-    )?);
+    let ssh = crate::executor::ssh::choose(start.on.on.as_deref(), start.pty, "--")?;
+    let cwd = match &ssh {
+        // A folder on the host, as it is there (none: the remote user's home).
+        Some(_) => match job.cwd {
+            Some(cwd) => {
+                crate::executor::ssh::check_cwd(&cwd, "--cwd")?;
+                Some(cwd)
+            }
+            None => None,
+        },
+        None => Some(crate::paths::resolve(
+            job.cwd.as_deref().unwrap_or("."),
+            "--cwd",
+        )?),
+    };
     let caller = crate::environ::CallerEnv::of_this_process();
     let slurm = slurm_args(start.on, start.pty)?;
     Ok(wire::StartArgs {
@@ -1221,6 +1236,7 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         secrets: job.secrets,
         keep_raw_log: job.keep_raw_log,
         slurm,
+        ssh,
     })
 }
 

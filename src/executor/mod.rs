@@ -8,11 +8,13 @@
 //! as events: it lies in the job's log file, read by offset ([`crate::output`]).
 //! [`Executors`] holds every executor of a daemon and is the one place that picks one:
 //! by [`On`] for a new job, by the job's folder for a known one. Two implement it
-//! today: [`local::LocalExecutor`] (a supervisor process per job on this machine) and
-//! [`slurm::SlurmExecutor`] (the same supervisor, on a node of a Slurm cluster).
+//! today: [`local::LocalExecutor`] (a supervisor process per job on this machine),
+//! [`slurm::SlurmExecutor`] (the same supervisor, on a node of a Slurm cluster) and
+//! [`ssh::SshExecutor`] (a job of bgwork's own daemon on a host reached with ssh).
 
 pub mod local;
 pub mod slurm;
+pub mod ssh;
 
 use crate::wire::control::{ExitStatus, JobSpec, ToSupervisor};
 use crate::wire::SlurmArgs;
@@ -28,14 +30,17 @@ pub enum On {
     Local,
     /// A Slurm cluster, with what the job asks of it.
     Slurm(SlurmArgs),
+    /// A host reached with ssh (`ssh:HOST`).
+    Ssh(String),
 }
 
 impl On {
     /// Where a start asks to run.
     pub fn of(args: &crate::wire::StartArgs) -> On {
-        match &args.slurm {
-            Some(slurm) => On::Slurm(slurm.clone()),
-            None => On::Local,
+        match (&args.slurm, &args.ssh) {
+            (Some(slurm), _) => On::Slurm(slurm.clone()),
+            (None, Some(host)) => On::Ssh(host.clone()),
+            (None, None) => On::Local,
         }
     }
 
@@ -44,6 +49,7 @@ impl On {
         match self {
             On::Local => Which::Local,
             On::Slurm(_) => Which::Slurm,
+            On::Ssh(_) => Which::Ssh,
         }
     }
 
@@ -51,7 +57,15 @@ impl On {
     pub fn slurm_args(self) -> Option<SlurmArgs> {
         match self {
             On::Slurm(args) => Some(args),
-            On::Local => None,
+            On::Local | On::Ssh(_) => None,
+        }
+    }
+
+    /// The host of a start on one (none elsewhere), as `StartArgs` carries it.
+    pub fn ssh_host(&self) -> Option<String> {
+        match self {
+            On::Ssh(host) => Some(host.clone()),
+            On::Local | On::Slurm(_) => None,
         }
     }
 }
@@ -62,6 +76,7 @@ pub enum Which {
     #[default]
     Local,
     Slurm,
+    Ssh,
 }
 
 impl Which {
@@ -95,6 +110,13 @@ impl Which {
             (Which::Slurm, HereOnly::SubAgent) => {
                 Some("a sub-agent runs on this machine: start it without slurm")
             }
+            (Which::Ssh, HereOnly::Run) => Some(
+                "`run --on ssh:HOST` is not supported yet: `start --on ssh:HOST` runs work on \
+                 a host",
+            ),
+            (Which::Ssh, HereOnly::SubAgent) => {
+                Some("a sub-agent runs on this machine: start it without ssh:HOST")
+            }
         }
     }
 }
@@ -116,6 +138,10 @@ pub struct View {
     pub queue_reason: Option<String>,
     /// The job's id in Slurm.
     pub slurm_job_id: Option<String>,
+    /// The ssh host it runs on.
+    pub host: Option<String>,
+    /// "host H unreachable since T: …" while its link is down.
+    pub unreachable: Option<String>,
 }
 
 impl View {
@@ -124,6 +150,7 @@ impl View {
         match self.which {
             Which::Local => None,
             Which::Slurm => Some("slurm"),
+            Which::Ssh => Some("ssh"),
         }
     }
 
@@ -180,12 +207,14 @@ pub trait Executor {
 pub struct Executors {
     pub local: local::LocalExecutor,
     pub slurm: slurm::SlurmExecutor,
+    pub ssh: ssh::SshExecutor,
 }
 
 impl Executors {
     pub fn new(events: mpsc::UnboundedSender<ExecEvent>, home: &Path) -> Executors {
         Executors {
             slurm: slurm::SlurmExecutor::new(events.clone(), home),
+            ssh: ssh::SshExecutor::new(events.clone(), home),
             local: local::LocalExecutor::new(events),
         }
     }
@@ -195,6 +224,7 @@ impl Executors {
         match on.which() {
             Which::Local => self.local.start(row, spec, on).await,
             Which::Slurm => self.slurm.start(row, spec, on).await,
+            Which::Ssh => self.ssh.start(row, spec, on).await,
         }
     }
 
@@ -203,6 +233,7 @@ impl Executors {
         match self.which(row, &job_dir.display().to_string()) {
             Which::Local => self.local.reattach(row, job_dir, owner).await,
             Which::Slurm => self.slurm.reattach(row, job_dir, owner).await,
+            Which::Ssh => self.ssh.reattach(row, job_dir, owner).await,
         }
     }
 
@@ -212,6 +243,7 @@ impl Executors {
         match on.which() {
             Which::Local => self.local.claim(row),
             Which::Slurm => self.slurm.claim(row),
+            Which::Ssh => self.ssh.claim(row),
         }
     }
 
@@ -219,6 +251,7 @@ impl Executors {
     pub fn view(&self, row: i64, job_dir: &str) -> View {
         self.slurm
             .view(row, job_dir)
+            .or_else(|| self.ssh.view(row, job_dir))
             .or_else(|| self.local.view(row, job_dir))
             .unwrap_or_default()
     }
@@ -233,6 +266,7 @@ impl Executors {
         match self.which(row, job_dir) {
             Which::Local => On::Local,
             Which::Slurm => slurm::args_of(Path::new(job_dir)).map_or(On::Local, On::Slurm),
+            Which::Ssh => ssh::host_of(Path::new(job_dir)).map_or(On::Local, On::Ssh),
         }
     }
 
@@ -240,6 +274,7 @@ impl Executors {
         match self.which(row, &job_dir.display().to_string()) {
             Which::Local => self.local.supervisor_alive(job_dir),
             Which::Slurm => self.slurm.supervisor_alive(job_dir),
+            Which::Ssh => self.ssh.supervisor_alive(job_dir),
         }
     }
 
@@ -247,6 +282,7 @@ impl Executors {
         match self.which(row, &job_dir.display().to_string()) {
             Which::Local => self.local.sweep(key, job_dir),
             Which::Slurm => self.slurm.sweep(key, job_dir),
+            Which::Ssh => self.ssh.sweep(key, job_dir),
         }
     }
 

@@ -60,7 +60,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "allow_duplicate": {"type": "boolean", "description": "Start even when the same command already runs in this session and folder (default false: the result is the running item, with `already_running`)"},
                     "quiet_after_s": {"type": "number", "exclusiveMinimum": 0, "description": "Fire a notice when it has printed nothing for this many seconds (once per quiet spell), saying whether it is busy, idle or waiting at a prompt"},
                     "max_runtime_s": {"type": "number", "exclusiveMinimum": 0, "description": "Stop it once it has run this many seconds (its end says \"ran past its limit\")"},
-                    "on": {"type": "string", "enum": ["local", "slurm"], "description": "Where it runs: this machine, or a Slurm cluster through sbatch (default: BGWORK_EXECUTOR of the server, else local); a job on Slurm is `queued` until the cluster starts it"},
+                    "on": {"type": "string", "pattern": "^(local|slurm|ssh:.+)$", "description": "Where it runs: `local` (this machine), `slurm` (a Slurm cluster through sbatch) or `ssh:HOST` (a host as ssh knows it; `cwd` is then a path there) (default: BGWORK_EXECUTOR of the server, else local); a job on Slurm is `queued` until the cluster starts it"},
                     "partition": {"type": "string", "description": "With on=slurm: the Slurm partition"},
                     "time": {"type": "string", "description": "With on=slurm: the time limit in Slurm's words (30, 0:05, 1:00:00, 2-0)"},
                     "cpus": {"type": "integer", "minimum": 1, "description": "With on=slurm: CPUs for the job"},
@@ -536,11 +536,21 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
 /// sub-agent.
 fn local(mut args: StartArgs) -> StartArgs {
     args.slurm = None;
+    args.ssh = None;
     args
 }
 
 fn start_args(a: &Args) -> Result<StartArgs, WireError> {
-    let cwd = absolute("cwd", a.text("cwd")?.as_deref().unwrap_or("."))?;
+    let ssh = crate::executor::ssh::choose(a.text("on")?.as_deref(), a.flag("pty")?, "")?;
+    let cwd = match (&ssh, a.text("cwd")?) {
+        (Some(_), Some(cwd)) => {
+            crate::executor::ssh::check_cwd(&cwd, "cwd")?;
+            cwd
+        }
+        (Some(_), None) => String::new(),
+        (None, cwd) => absolute("cwd", cwd.as_deref().unwrap_or("."))?,
+    };
+    let cwd = (!cwd.is_empty()).then_some(cwd);
     let mut env = env_arg(a)?;
     let secrets = a.texts("secrets")?;
     for name in &secrets {
@@ -558,7 +568,8 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
     let caller = CallerEnv::of_this_process();
     Ok(StartArgs {
         command: a.required("command")?,
-        cwd: Some(cwd),
+        cwd,
+        ssh,
         env,
         inherit_env: Some(caller.text),
         inherit_env_bytes: caller.bytes,

@@ -9,6 +9,7 @@
 
 pub mod control;
 pub mod frame;
+pub mod ssh;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -185,6 +186,9 @@ pub struct StartArgs {
     /// this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmArgs>,
+    /// Run it on this ssh host (`--on ssh:HOST`) instead of on this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
 }
 
 /// What a job run on Slurm asks of the cluster (each passed to `sbatch` as it is).
@@ -558,6 +562,12 @@ pub struct Item {
     /// `--quiet-after` in seconds: the job fires a notice each quiet spell (armed or not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quiet_after_s: Option<f64>,
+    /// The ssh host a job runs on (`--on ssh:HOST`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// While its host cannot be reached: since when, and ssh's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_unreachable: Option<String>,
 }
 
 /// What an item's processes use and listen on, each field left out when unknown or

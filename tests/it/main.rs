@@ -30,6 +30,7 @@ mod security;
 mod security_hostile;
 mod sessions;
 mod slurm;
+mod ssh;
 mod stop;
 mod strip;
 mod surface;

@@ -54,6 +54,8 @@ pub(crate) struct Load {
     pub here: Vec<Record>,
     /// Jobs on Slurm.
     pub slurm: Vec<Record>,
+    /// Jobs on ssh hosts (all hosts together).
+    pub ssh: Vec<Record>,
     /// Running sub-agents.
     pub sub_agents: Vec<Record>,
 }
@@ -63,6 +65,7 @@ impl Load {
         match which {
             Which::Local => &self.here,
             Which::Slurm => &self.slurm,
+            Which::Ssh => &self.ssh,
         }
     }
 }
@@ -110,6 +113,9 @@ impl Daemon {
                 if !over && running.len() >= max {
                     let running = running_items(self, &root, running);
                     let mut error = limit_error(max, session, &root, &running);
+                    if which == Which::Ssh {
+                        error.message = error.message.replacen("items", "jobs on ssh hosts", 1);
+                    }
                     if which == Which::Slurm {
                         error.message =
                             error
@@ -154,6 +160,7 @@ impl Daemon {
         let mut load = Load {
             here: Vec::new(),
             slurm: Vec::new(),
+            ssh: Vec::new(),
             sub_agents: Vec::new(),
         };
         for record in inner.store.list(&root, false)? {
@@ -163,6 +170,7 @@ impl Daemon {
                 Kind::Job | Kind::Pane => match self.executors.which(record.row, &record.job_dir) {
                     Which::Local => load.here.push(record),
                     Which::Slurm => load.slurm.push(record),
+                    Which::Ssh => load.ssh.push(record),
                 },
             }
         }
@@ -174,6 +182,9 @@ impl Daemon {
         match which {
             Which::Local => self.config.max_running,
             Which::Slurm => self.config.max_slurm,
+            // Work on hosts counts apart from this machine's, against the same number
+            // (each host's own daemon enforces its limits too).
+            Which::Ssh => self.config.max_running,
         }
     }
 }

@@ -93,6 +93,8 @@ impl Daemon {
             usual_ms: None,
             progress: None,
             quiet_after_s: record.quiet_after_ms.map(|ms| ms as f64 / 1000.0),
+            host: view.host,
+            host_unreachable: view.unreachable.filter(|_| running),
         }
     }
 

@@ -88,6 +88,7 @@ impl Daemon {
             secrets,
             keep_raw_log,
             // A job that ran on Slurm goes there again, with the same resources.
+            ssh: self.executors.on_of(record.row, &record.job_dir).ssh_host(),
             slurm: self
                 .executors
                 .on_of(record.row, &record.job_dir)

@@ -307,7 +307,8 @@ impl Daemon {
         if let Err(reason) = prepared {
             return Err(self.spawn_failed(record.row, &record.id, reason));
         }
-        if !Path::new(cwd).is_dir() {
+        // On an ssh host the folder is the host's (checked there).
+        if args.ssh.is_none() && !Path::new(cwd).is_dir() {
             let what = match Path::new(cwd).exists() {
                 true => "is not a folder",
                 false => "does not exist",
@@ -497,6 +498,8 @@ pub(crate) fn make_job_dir(jobs: &Path, job_dir: &Path) -> Result<(), String> {
 /// (as text, and as base64 pairs what is not UTF-8), with the `--env` variables over it.
 pub(crate) fn job_env(args: &StartArgs) -> (BTreeMap<String, String>, Vec<[String; 2]>) {
     let (mut env, env_bytes) = match &args.inherit_env {
+        // A job on an ssh host gets the host's login environment, not this one's.
+        _ if args.ssh.is_some() => Default::default(),
         Some(env) => (env.clone(), args.inherit_env_bytes.clone()),
         None => {
             let own = CallerEnv::of_this_process();
@@ -558,6 +561,7 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
     }
     environ::decode_pairs(&args.inherit_env_bytes).map_err(WireError::bad_request)?;
     check_secrets(args)?;
+    crate::executor::ssh::check(args)?;
     Ok(())
 }
 
@@ -654,11 +658,16 @@ fn secret_pairs(args: &StartArgs) -> Vec<[String; 2]> {
 /// user's home, never in the daemon's own folder; a relative one is refused, never
 /// interpreted) and, for a pane, its terminal's size.
 pub(super) fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), WireError> {
-    let cwd = args
-        .cwd
-        .clone()
-        .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string()));
-    crate::paths::require_absolute(&cwd, "cwd")?;
+    let cwd = match (&args.cwd, &args.ssh) {
+        // On an ssh host: the remote user's home.
+        (None, Some(_)) => "~".to_string(),
+        (cwd, _) => cwd
+            .clone()
+            .unwrap_or_else(|| std::env::var("HOME").unwrap_or_else(|_| "/".to_string())),
+    };
+    if cwd != "~" || args.ssh.is_none() {
+        crate::paths::require_absolute(&cwd, "cwd")?;
+    }
     let pane = match args.pty {
         true => {
             let cols = args.cols.unwrap_or(DEFAULT_COLS);

@@ -389,7 +389,9 @@ impl Executor for SlurmExecutor {
     async fn start(&self, row: i64, spec: &JobSpec, on: &On) -> Result<JobHandle, String> {
         match on {
             On::Slurm(args) => self.submit(row, spec, args).await,
-            On::Local => Err("a job for this machine was handed to the Slurm executor".into()),
+            On::Local | On::Ssh(_) => {
+                Err("a job for another executor was handed to the Slurm executor".into())
+            }
         }
     }
 
@@ -402,6 +404,7 @@ impl Executor for SlurmExecutor {
             which: Which::Slurm,
             queue_reason: view.reason,
             slurm_job_id: view.job_id,
+            ..View::default()
         })
     }
 
@@ -953,7 +956,7 @@ fn shell_quote(text: &str) -> String {
 
 /// A short id of a home, the same for every daemon of that home (FNV-1a of its path),
 /// so that Slurm job names of two homes never meet.
-fn home_id(home: &Path) -> String {
+pub(crate) fn home_id(home: &Path) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in home.as_os_str().as_encoded_bytes() {
         hash ^= u64::from(*byte);

@@ -69,8 +69,15 @@ pub fn choose(
             }
             Ok(Some(asked))
         }
+        other if other.starts_with("ssh:") && any => Err(WireError::bad_request(format!(
+            "{prefix}partition, {prefix}time, {prefix}cpus and {prefix}mem are for a job on \
+             Slurm, not on an ssh host"
+        ))),
+        // An ssh host: see `executor::ssh::choose`.
+        other if other.starts_with("ssh:") => Ok(None),
         other => Err(WireError::bad_request(format!(
-            "{prefix}on {other:?}: bgwork runs work on `local` (this machine) or `slurm`"
+            "{prefix}on {other:?}: bgwork runs work on `local` (this machine), `slurm` or \
+             `ssh:HOST`"
         ))),
     }
 }

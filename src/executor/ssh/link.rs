@@ -1,0 +1,442 @@
+//! One connection per host: the system's OpenSSH client, run once per host as a
+//! connection master (`ControlMaster`, its socket in a private folder of the home), and
+//! over it one `ssh -T` channel to `bgwork ssh-relay` on the host, which carries
+//! bgwork's own JSON-lines requests to the host's daemon. Requests are numbered: the
+//! relay answers each as `N <reply line>`, in any order, so a slow request (a stop's
+//! grace) holds up no other.
+//!
+//! A link that fails is marked down with ssh's own words and when it went down; it is
+//! tried again with back-off, and while it is down every request fails at once (no
+//! caller waits on a host that cannot be reached).
+
+use super::deploy;
+use crate::wire::{Envelope, WireError};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+/// How long one request may take beyond what it asks for itself.
+const PATIENCE: Duration = Duration::from_secs(30);
+/// The first and the longest wait before a link that failed is tried again.
+const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+const BACKOFF_MOST: Duration = Duration::from_secs(10);
+/// How long ssh has to connect.
+const CONNECT_TIMEOUT_S: u32 = 10;
+
+/// Why a request to a host did not get its answer.
+#[derive(Debug, Clone)]
+pub enum LinkError {
+    /// The host cannot be reached now (ssh's words, and the fix): try again later.
+    Down(String),
+    /// The request was sent, and the connection failed before its answer: the host may
+    /// have carried it out.
+    InDoubt(String),
+    /// The host's daemon answered with an error.
+    Refused(WireError),
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinkError::Down(why) | LinkError::InDoubt(why) => f.write_str(why),
+            LinkError::Refused(e) => f.write_str(&e.message),
+        }
+    }
+}
+
+/// How every ssh call bgwork makes to a host is made.
+#[derive(Clone, Debug)]
+pub struct SshCall {
+    pub host: String,
+    /// `BGWORK_SSH_CONFIG`: passed as `-F` to every call.
+    pub config: Option<PathBuf>,
+    /// The folder of the connection masters' sockets (private to this user).
+    pub control_dir: PathBuf,
+}
+
+impl SshCall {
+    /// `ssh` with bgwork's options, for `remote` (one shell command line on the host).
+    pub fn command(&self, remote: &str) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new("ssh");
+        command.args(self.options());
+        command.arg("--").arg(&self.host).arg(remote);
+        command.kill_on_drop(true);
+        command
+    }
+
+    pub fn options(&self) -> Vec<String> {
+        let mut options = Vec::new();
+        if let Some(config) = &self.config {
+            options.push("-F".into());
+            options.push(config.display().to_string());
+        }
+        for option in [
+            "BatchMode=yes".to_string(),
+            format!("ConnectTimeout={CONNECT_TIMEOUT_S}"),
+            "ControlMaster=auto".into(),
+            format!("ControlPath={}/%C", self.control_dir.display()),
+            "ControlPersist=60".into(),
+            "ServerAliveInterval=5".into(),
+            "ServerAliveCountMax=3".into(),
+        ] {
+            options.push("-o".into());
+            options.push(option);
+        }
+        options.push("-T".into());
+        options
+    }
+}
+
+/// What ssh's complaint means, and what to do: ssh's own words are quoted.
+pub fn explain(host: &str, stderr: &str) -> String {
+    let said: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("@@@") && !l.starts_with("Warning: Permanently added")
+        })
+        .collect();
+    let words = said.join(" / ");
+    let lower = stderr.to_lowercase();
+    let fix = if lower.contains("remote host identification has changed")
+        || lower.contains("host key for") && lower.contains("has changed")
+    {
+        format!(
+            "the host key of {host} has CHANGED since it was recorded: if the change is expected, \
+             remove the old key (`ssh-keygen -R HOST`) and connect once with `ssh {host}`; else do not trust it"
+        )
+    } else if lower.contains("host key verification failed")
+        || lower.contains("no ed25519 host key is known")
+        || lower.contains("host key is known")
+    {
+        format!(
+            "the host key of {host} is not known: connect once with `ssh {host}` and accept it \
+             (bgwork never accepts a host key itself)"
+        )
+    } else if lower.contains("permission denied") {
+        format!(
+            "{host} refused the login: bgwork logs in with your keys and agent only (BatchMode), \
+             never a password: add your key there (`ssh-copy-id {host}`) or load it (`ssh-add`)"
+        )
+    } else if lower.contains("could not resolve hostname") {
+        format!("{host} is no host ssh knows: check its name or your ssh config")
+    } else if lower.contains("connection refused")
+        || lower.contains("timed out")
+        || lower.contains("no route to host")
+        || lower.contains("network is unreachable")
+        || lower.contains("connection closed")
+        || lower.contains("connection reset")
+    {
+        format!("{host} cannot be reached: check that it is up and that `ssh {host}` connects")
+    } else {
+        format!("ssh to {host} failed: check that `ssh {host} true` works")
+    };
+    match words.is_empty() {
+        true => fix,
+        false => format!("{fix} (ssh: {words})"),
+    }
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
+
+/// An open channel to the host's relay.
+struct Channel {
+    stdin: tokio::process::ChildStdin,
+    pending: Pending,
+    /// Ends (with its reader) when the channel closes.
+    closed: Arc<tokio::sync::Notify>,
+    alive: Arc<std::sync::atomic::AtomicBool>,
+    _child: tokio::process::Child,
+}
+
+/// The link to one host.
+pub struct Link {
+    pub call: SshCall,
+    /// The remote bgwork's home, as a shell word for the host (`"$HOME"/…`).
+    pub remote_home: String,
+    channel: tokio::sync::Mutex<Option<Channel>>,
+    next: std::sync::atomic::AtomicU64,
+    /// Since when (ms) and why the host cannot be reached.
+    down: Mutex<Option<(i64, String)>>,
+    /// When the next connection may be tried, and the back-off after it.
+    retry: Mutex<(tokio::time::Instant, Duration)>,
+}
+
+impl Link {
+    pub fn new(call: SshCall, remote_home: String) -> Link {
+        Link {
+            call,
+            remote_home,
+            channel: tokio::sync::Mutex::new(None),
+            next: std::sync::atomic::AtomicU64::new(1),
+            down: Mutex::new(None),
+            retry: Mutex::new((tokio::time::Instant::now(), BACKOFF_FIRST)),
+        }
+    }
+
+    /// "host unreachable since T (ssh: …)" while the link is down.
+    pub fn unreachable(&self) -> Option<String> {
+        let down = self.down.lock().unwrap_or_else(|p| p.into_inner());
+        down.as_ref().map(|(since, why)| {
+            format!(
+                "host {} unreachable since {}: {why}",
+                self.call.host,
+                crate::paths::rfc3339(*since)
+            )
+        })
+    }
+
+    fn mark_down(&self, why: &str) {
+        let mut down = self.down.lock().unwrap_or_else(|p| p.into_inner());
+        if down.is_none() {
+            crate::note!("bgwork daemon: {why}");
+            *down = Some((crate::paths::now_ms(), why.to_string()));
+        } else if let Some((_, old)) = down.as_mut() {
+            *old = why.to_string();
+        }
+        let mut retry = self.retry.lock().unwrap_or_else(|p| p.into_inner());
+        retry.0 = tokio::time::Instant::now() + retry.1;
+        retry.1 = (retry.1 * 2).min(BACKOFF_MOST);
+    }
+
+    fn mark_up(&self) {
+        *self.down.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.retry.lock().unwrap_or_else(|p| p.into_inner()) =
+            (tokio::time::Instant::now(), BACKOFF_FIRST);
+    }
+
+    /// Sends one request to the host's daemon and returns its reply line.
+    pub async fn request(
+        &self,
+        envelope: &Envelope,
+        takes: Duration,
+    ) -> Result<Vec<u8>, LinkError> {
+        let (id, answer, closed, alive) = {
+            let mut channel = self.channel.lock().await;
+            let open = channel
+                .as_ref()
+                .is_some_and(|c| c.alive.load(std::sync::atomic::Ordering::SeqCst));
+            if !open {
+                *channel = None;
+                let wait = self.retry.lock().unwrap_or_else(|p| p.into_inner()).0;
+                if tokio::time::Instant::now() < wait {
+                    if let Some(why) = self.unreachable() {
+                        return Err(LinkError::Down(why));
+                    }
+                }
+                match self.open().await {
+                    Ok(opened) => {
+                        self.mark_up();
+                        *channel = Some(opened);
+                    }
+                    Err(why) => {
+                        self.mark_down(&why);
+                        return Err(LinkError::Down(self.unreachable().unwrap_or(why)));
+                    }
+                }
+            }
+            let Some(open) = channel.as_mut() else {
+                return Err(LinkError::Down("no channel".into()));
+            };
+            let id = self.next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (tx, rx) = oneshot::channel();
+            open.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, tx);
+            let mut line = format!("{id} ").into_bytes();
+            line.extend_from_slice(&serde_json::to_vec(envelope).unwrap_or_default());
+            line.push(b'\n');
+            if let Err(e) = open.stdin.write_all(&line).await {
+                open.alive.store(false, std::sync::atomic::Ordering::SeqCst);
+                let why = format!("the connection to {} broke: {e}", self.call.host);
+                self.mark_down(&why);
+                return Err(LinkError::Down(why));
+            }
+            let _ = open.stdin.flush().await;
+            (id, rx, open.closed.clone(), open.alive.clone())
+        };
+        tokio::select! {
+            reply = answer => match reply {
+                Ok(line) => Ok(line),
+                Err(_) => {
+                    let why = format!("the connection to {} closed", self.call.host);
+                    self.mark_down(&why);
+                    Err(LinkError::InDoubt(self.unreachable().unwrap_or(why)))
+                }
+            },
+            _ = closed.notified() => {
+                let why = format!("the connection to {} closed", self.call.host);
+                self.mark_down(&why);
+                Err(LinkError::InDoubt(self.unreachable().unwrap_or(why)))
+            }
+            _ = tokio::time::sleep(PATIENCE + takes) => {
+                // A channel that does not answer is given up, and opened again.
+                alive.store(false, std::sync::atomic::Ordering::SeqCst);
+                let why = format!("{} did not answer request {id} within {} s", self.call.host, (PATIENCE + takes).as_secs());
+                self.mark_down(&why);
+                Err(LinkError::InDoubt(why))
+            }
+        }
+    }
+
+    /// Makes sure the host has this bgwork, then opens the relay's channel and checks
+    /// that it speaks this version.
+    async fn open(&self) -> Result<Channel, String> {
+        let bin = deploy::ensure(&self.call).await?;
+        let remote = format!(
+            "BGWORK_HOME={home} exec {bin} ssh-relay",
+            home = self.remote_home,
+            bin = deploy::shell_quote(&bin)
+        );
+        let mut command = self.call.command(&remote);
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("could not run ssh (install openssh-client): {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = tokio::io::BufReader::new(stdout);
+        let mut hello = Vec::new();
+        let read = tokio::time::timeout(
+            Duration::from_secs(u64::from(CONNECT_TIMEOUT_S) + 20),
+            lines.read_until(b'\n', &mut hello),
+        )
+        .await;
+        if !matches!(read, Ok(Ok(n)) if n > 0) {
+            let _ = child.start_kill();
+            let mut said = String::new();
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut said),
+            )
+            .await;
+            return Err(explain(&self.call.host, &said));
+        }
+        super::relay::check_hello(&self.call.host, &hello)?;
+        let pending: Pending = Arc::default();
+        let closed = Arc::new(tokio::sync::Notify::new());
+        let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        tokio::spawn(read_replies(
+            lines,
+            pending.clone(),
+            closed.clone(),
+            alive.clone(),
+        ));
+        // ssh's complaints after the channel opened go to the daemon's log.
+        let host = self.call.host.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                crate::note!("bgwork daemon: ssh {host}: {line}");
+            }
+        });
+        Ok(Channel {
+            stdin,
+            pending,
+            closed,
+            alive,
+            _child: child,
+        })
+    }
+}
+
+async fn read_replies(
+    mut lines: tokio::io::BufReader<tokio::process::ChildStdout>,
+    pending: Pending,
+    closed: Arc<tokio::sync::Notify>,
+    alive: Arc<std::sync::atomic::AtomicBool>,
+) {
+    loop {
+        let mut line = Vec::new();
+        match lines.read_until(b'\n', &mut line).await {
+            Ok(n) if n > 0 && line.ends_with(b"\n") => {
+                line.pop();
+                let Some(space) = line.iter().position(|&b| b == b' ') else {
+                    continue;
+                };
+                let id = std::str::from_utf8(&line[..space])
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok());
+                let Some(id) = id else { continue };
+                let waiter = pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(line[space + 1..].to_vec());
+                }
+            }
+            _ => break,
+        }
+    }
+    alive.store(false, std::sync::atomic::Ordering::SeqCst);
+    pending.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    closed.notify_waiters();
+}
+
+/// The links of a daemon, one per host, made when first needed.
+pub struct Links {
+    config: Option<PathBuf>,
+    control_dir: PathBuf,
+    remote_home: String,
+    links: Mutex<HashMap<String, Arc<Link>>>,
+}
+
+impl Links {
+    pub fn new(home: &Path, home_id: &str) -> Links {
+        Links {
+            config: std::env::var_os("BGWORK_SSH_CONFIG")
+                .filter(|c| !c.is_empty())
+                .map(PathBuf::from),
+            control_dir: home.join("ssh"),
+            remote_home: format!("\"$HOME\"/.bgwork-remote/{home_id}"),
+            links: Mutex::default(),
+        }
+    }
+
+    pub fn of(&self, host: &str) -> Arc<Link> {
+        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        links
+            .entry(host.to_string())
+            .or_insert_with(|| {
+                let _ = make_private_dir(&self.control_dir);
+                Arc::new(Link::new(
+                    SshCall {
+                        host: host.to_string(),
+                        config: self.config.clone(),
+                        control_dir: self.control_dir.clone(),
+                    },
+                    self.remote_home.clone(),
+                ))
+            })
+            .clone()
+    }
+
+    /// The link of `host` if one was made.
+    pub fn known(&self, host: &str) -> Option<Arc<Link>> {
+        self.links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(host)
+            .cloned()
+    }
+}
+
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,716 @@
+//! `SshExecutor`: jobs on another machine reached with the system's OpenSSH client
+//! (`start --on ssh:HOST`). On the host runs bgwork itself (the same version, found on
+//! its PATH or copied there: [`deploy`]), and the job is an ordinary job of the host's
+//! own daemon: its own supervisor, whole-tree stop, real ends and exit codes, durable
+//! status on the host's disk. The local daemon keeps the record and talks to the
+//! host's daemon with bgwork's own requests over one connection per host ([`link`]).
+//!
+//! One task per job mirrors the host's log into the local job folder by offset (so
+//! `read`, `--grep`, `wait --until`, notices' tails work as for a local job and keep
+//! working while the host is down), learns the job's pid and end from the host, and
+//! carries `stop` and `send` there. `ssh.json` in the job's folder names the host and
+//! the job's name there (`bgw-<home-id>-<row>`), written before the job is handed over,
+//! then its id there: a daemon restarted after a `kill -9`, or a link that dropped,
+//! finds the job again by it and takes it back, never starting it again.
+
+pub mod deploy;
+pub mod link;
+pub mod relay;
+
+use super::{
+    Command, ExecEvent, Executor, JobHandle, On, Reattach, Running, View, Which, WriteRefused,
+};
+use crate::job_dir::JobDir;
+use crate::paths::now_ms;
+use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
+use crate::wire::ssh::SshJob;
+use crate::wire::{
+    Actor, End, Envelope, ErrorCode, Item, ListReply, ReadArgs, ReadReply, Request, SendArgs,
+    StartArgs, StartReply, StopArgs, WireError,
+};
+use link::{LinkError, Links};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The file in a job's folder that says it runs on a host, and as which job there.
+pub const SSH_FILE: &str = "ssh.json";
+/// How often a job's task asks the host for new output.
+const MIRROR_EVERY: Duration = Duration::from_millis(100);
+/// The most output one request brings over.
+const CHUNK: usize = 4 << 20;
+
+/// Where a `start` runs when it names a host: `ssh:HOST` from `on` (else
+/// `BGWORK_EXECUTOR`); `None`: not on a host. `prefix`: how options are named to the
+/// caller (`--` on the command line, none in MCP).
+pub fn choose(on: Option<&str>, pty: bool, prefix: &str) -> Result<Option<String>, WireError> {
+    let from_env = std::env::var("BGWORK_EXECUTOR")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let asked = on.is_some();
+    let Some(executor) = on.map(str::to_string).or(from_env) else {
+        return Ok(None);
+    };
+    let Some(host) = executor.strip_prefix("ssh:") else {
+        return Ok(None);
+    };
+    if pty && asked {
+        return Err(WireError::bad_request(format!(
+            "panes on ssh hosts are not supported yet: start it with {prefix}on local"
+        )));
+    }
+    // A default from the environment does not send a pane there.
+    if pty {
+        return Ok(None);
+    }
+    let bad = host.is_empty()
+        || host.starts_with('-')
+        || host.chars().any(|c| c.is_whitespace() || c.is_control());
+    if bad {
+        return Err(WireError::bad_request(format!(
+            "{prefix}on {executor:?}: give a host as ssh knows it, e.g. {prefix}on ssh:build-box \
+             or {prefix}on ssh:me@10.0.0.5 (a port or key goes in your ssh config)"
+        )));
+    }
+    Ok(Some(host.to_string()))
+}
+
+/// What the daemon checks of a start on a host, whoever sent it.
+pub fn check(args: &StartArgs) -> Result<(), WireError> {
+    let Some(host) = &args.ssh else {
+        return Ok(());
+    };
+    if args.pty {
+        return Err(WireError::bad_request(
+            "panes on ssh hosts are not supported yet: start the pane on this machine",
+        ));
+    }
+    if args.slurm.is_some() {
+        return Err(WireError::bad_request(
+            "a job runs on Slurm or on an ssh host, not both: choose one --on",
+        ));
+    }
+    choose(Some(&format!("ssh:{host}")), false, "--").map(|_| ())?;
+    // `~`: the remote home, as the record of a job started without a folder says (its
+    // restart).
+    if let Some(cwd) = args.cwd.as_deref().filter(|&cwd| cwd != "~") {
+        check_cwd(cwd, "cwd")?;
+    }
+    Ok(())
+}
+
+/// A folder on a host is an absolute path there (none: the remote user's home).
+pub fn check_cwd(cwd: &str, flag: &str) -> Result<(), WireError> {
+    match cwd.starts_with('/') {
+        true => Ok(()),
+        false => Err(WireError::bad_request(format!(
+            "{flag} {cwd:?}: on an ssh host the folder is a path there, given whole (e.g. \
+             /home/me/project); leave it out for the remote user's home"
+        ))),
+    }
+}
+
+/// What the host's daemon is asked for a job's record there.
+fn session_of(home_id: &str, spec: &JobSpec) -> String {
+    let local = spec
+        .env
+        .get("BGWORK_SESSION")
+        .map(String::as_str)
+        .unwrap_or("default");
+    let mut session = format!("ssh-{home_id}.{}", local.replace('/', "."));
+    session.truncate(120);
+    session
+}
+
+pub struct SshExecutor {
+    events: mpsc::UnboundedSender<ExecEvent>,
+    home_id: String,
+    links: Arc<Links>,
+    /// Rows known to run (or to have run) on a host, and which; `None`: known not to.
+    views: Arc<Mutex<HashMap<i64, Option<String>>>>,
+}
+
+impl SshExecutor {
+    pub fn new(events: mpsc::UnboundedSender<ExecEvent>, home: &Path) -> SshExecutor {
+        let home_id = super::slurm::home_id(home);
+        SshExecutor {
+            events,
+            links: Arc::new(Links::new(home, &home_id)),
+            home_id,
+            views: Arc::default(),
+        }
+    }
+
+    fn host_of(&self, row: i64, job_dir: &str) -> Option<String> {
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(host) = views.get(&row) {
+            return host.clone();
+        }
+        let found = (!job_dir.is_empty())
+            .then(|| read_ssh_file(Path::new(job_dir)).map(|job| job.host))
+            .flatten();
+        views.insert(row, found.clone());
+        found
+    }
+
+    fn set_host(&self, row: i64, host: &str) {
+        self.views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(row, Some(host.to_string()));
+    }
+
+    async fn hand_over(&self, row: i64, spec: &JobSpec, host: &str) -> Result<JobHandle, String> {
+        let job_dir = PathBuf::from(&spec.job_dir);
+        let mut job = SshJob {
+            host: host.to_string(),
+            name: format!("bgw-{}-{row}", self.home_id),
+            session: session_of(&self.home_id, spec),
+            remote_id: None,
+        };
+        write_ssh_file(&job_dir, &job)?;
+        self.set_host(row, host);
+        // The mirror: the host's log, by offset.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(JobDir(&job_dir).log())
+            .map_err(|e| format!("could not make its log: {e}"))?;
+        let mut env = spec.env.clone();
+        env.remove("BGWORK_SESSION");
+        env.remove("BGWORK_ITEM");
+        let args = StartArgs {
+            command: spec.command.clone(),
+            // `~`: the remote user's home.
+            cwd: (spec.cwd != "~").then(|| spec.cwd.clone()),
+            env,
+            name: Some(job.name.clone()),
+            window_ms: Some(0),
+            allow_duplicate: true,
+            max_runtime_s: spec.max_runtime_ms.map(|ms| ms as f64 / 1000.0),
+            secrets: spec.secrets.iter().map(|[name, _]| name.clone()).collect(),
+            keep_raw_log: spec.keep_raw_log,
+            ..StartArgs::default()
+        };
+        let link = self.links.of(host);
+        let envelope = Envelope {
+            session: job.session.clone(),
+            request: Request::Start(args),
+        };
+        let reply: StartReply = match link.request(&envelope, Duration::ZERO).await {
+            Ok(line) => crate::wire::decode_reply(&line)
+                .map_err(|e| format!("{host} refused it: {}", e.message))?,
+            // Sent, and no answer: the host may run it. Found by its name once the host
+            // answers again (or lost, if the host never got it); never sent twice.
+            Err(LinkError::InDoubt(why)) => {
+                crate::note!("bgwork daemon: the start of row {row} is in doubt: {why}");
+                return Ok(self.track(row, job_dir, job, spec.owner.clone(), false, 0));
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        job.remote_id = Some(reply.item.id.clone());
+        if let Err(e) = write_ssh_file(&job_dir, &job) {
+            crate::note!("bgwork daemon: {e}");
+        }
+        Ok(self.track(row, job_dir, job, spec.owner.clone(), false, 0))
+    }
+
+    fn track(
+        &self,
+        row: i64,
+        job_dir: PathBuf,
+        job: SshJob,
+        owner: String,
+        spawned: bool,
+        mirrored: u64,
+    ) -> JobHandle {
+        let (commands, incoming) = mpsc::unbounded_channel();
+        let unanswered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let handle = JobHandle::new(commands, unanswered, refuses);
+        let tracker = Tracker {
+            row,
+            link: self.links.of(&job.host),
+            job_dir,
+            job,
+            owner,
+            events: self.events.clone(),
+            spawned,
+            pid: None,
+            mirrored,
+            dropped: 0,
+            stop_actor: None,
+        };
+        tokio::spawn(tracker.run(incoming));
+        handle
+    }
+}
+
+impl Executor for SshExecutor {
+    async fn start(&self, row: i64, spec: &JobSpec, on: &On) -> Result<JobHandle, String> {
+        match on {
+            On::Ssh(host) => self.hand_over(row, spec, host).await,
+            _ => Err("a job for another executor was handed to the SSH executor".into()),
+        }
+    }
+
+    async fn reattach(&self, row: i64, job_dir: &Path, owner: &str) -> Reattach {
+        let Some(job) = read_ssh_file(job_dir) else {
+            return Reattach::Lost(format!("its {SSH_FILE} is unreadable"));
+        };
+        self.set_host(row, &job.host);
+        let mirrored = std::fs::metadata(JobDir(job_dir).log()).map_or(0, |m| m.len());
+        let pid = crate::supervisor::tree::TreeRecord::read(job_dir)
+            .job
+            .map_or(0, |(pid, _)| pid);
+        let handle = self.track(
+            row,
+            job_dir.to_path_buf(),
+            job,
+            owner.to_string(),
+            true,
+            mirrored,
+        );
+        Reattach::Running(Running {
+            pid,
+            dropped: 0,
+            unwritten: 0,
+            unwritten_at: 0,
+            handle,
+        })
+    }
+
+    fn view(&self, row: i64, job_dir: &str) -> Option<View> {
+        let host = self.host_of(row, job_dir)?;
+        let unreachable = self.links.known(&host).and_then(|l| l.unreachable());
+        Some(View {
+            which: Which::Ssh,
+            host: Some(host),
+            unreachable,
+            ..View::default()
+        })
+    }
+
+    /// The job's supervisor lives on the host, asked through its daemon.
+    fn supervisor_alive(&self, _job_dir: &Path) -> bool {
+        true
+    }
+
+    /// Nothing of it runs on this machine; the host's daemon stops what is left there.
+    fn sweep(&self, _key: &str, _job_dir: &Path) -> usize {
+        0
+    }
+
+    fn claim(&self, row: i64) {
+        self.views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(row, Some(String::new()));
+    }
+}
+
+/// What a job on a host cannot be asked.
+fn refuses(command: &ToSupervisor) -> Option<&'static str> {
+    match command {
+        ToSupervisor::Resize { .. } | ToSupervisor::Input { .. } | ToSupervisor::Signal { .. } => {
+            Some("panes on ssh hosts are not supported yet")
+        }
+        ToSupervisor::CloseInput => Some("a job on an ssh host has no foreground input to close"),
+        ToSupervisor::Hello { .. } => Some("a job on an ssh host is reached through its host"),
+        ToSupervisor::Stop { .. } | ToSupervisor::Write { .. } | ToSupervisor::Pace { .. } => None,
+    }
+}
+
+struct Tracker {
+    row: i64,
+    link: Arc<link::Link>,
+    job_dir: PathBuf,
+    job: SshJob,
+    owner: String,
+    events: mpsc::UnboundedSender<ExecEvent>,
+    /// The daemon knows its process runs (it was told `spawned`, or took it back).
+    spawned: bool,
+    pid: Option<i32>,
+    /// The host's log offset mirrored so far.
+    mirrored: u64,
+    /// Bytes of the host's log its cap dropped before they were mirrored.
+    dropped: u64,
+    stop_actor: Option<Actor>,
+}
+
+/// What one look at the host found.
+enum Look {
+    Going,
+    Ended(Box<ExitStatus>),
+}
+
+impl Tracker {
+    async fn run(mut self, mut incoming: mpsc::UnboundedReceiver<Command>) {
+        let mut tick = tokio::time::interval(MIRROR_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut commands_open = true;
+        loop {
+            tokio::select! {
+                command = incoming.recv(), if commands_open => match command {
+                    Some(command) => self.command(command),
+                    None => commands_open = false,
+                },
+                _ = tick.tick() => {
+                    if let Look::Ended(status) = self.look().await {
+                        let _ = self.events.send(ExecEvent::Ended { row: self.row, status: *status });
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn envelope(&self, request: Request) -> Envelope {
+        Envelope {
+            session: self.job.session.clone(),
+            request,
+        }
+    }
+
+    async fn ask<T: serde::de::DeserializeOwned>(&self, request: Request) -> Result<T, LinkError> {
+        let line = self
+            .link
+            .request(&self.envelope(request), Duration::ZERO)
+            .await?;
+        crate::wire::decode_reply(&line).map_err(LinkError::Refused)
+    }
+
+    /// The job's item on the host, found by its id there (or, when the daemon stopped
+    /// before it heard the id, by its name).
+    async fn item(&mut self) -> Result<Option<Item>, LinkError> {
+        let list: ListReply = self
+            .ask(Request::List {
+                all: true,
+                all_sessions: false,
+            })
+            .await?;
+        let found = list
+            .items
+            .into_iter()
+            .find(|item| match &self.job.remote_id {
+                Some(id) => &item.id == id,
+                None => item.name.as_deref() == Some(&self.job.name),
+            });
+        if let (None, Some(item)) = (&self.job.remote_id, &found) {
+            self.job.remote_id = Some(item.id.clone());
+            let _ = write_ssh_file(&self.job_dir, &self.job);
+        }
+        Ok(found)
+    }
+
+    async fn look(&mut self) -> Look {
+        match self.look_once().await {
+            Ok(look) => look,
+            // Down: shown in `list` by the link; asked again on the next tick.
+            Err(LinkError::Down(_) | LinkError::InDoubt(_)) => Look::Going,
+            Err(LinkError::Refused(e)) if e.code == ErrorCode::UnknownId => {
+                Look::Ended(Box::new(self.lost(format!(
+                    "{} no longer has it (was the host rebooted, or its bgwork home removed?)",
+                    self.job.host
+                ))))
+            }
+            Err(LinkError::Refused(e)) => {
+                crate::note!("bgwork daemon: {}: {}", self.job.host, e.message);
+                Look::Going
+            }
+        }
+    }
+
+    async fn look_once(&mut self) -> Result<Look, LinkError> {
+        if self.job.remote_id.is_none() || !self.spawned {
+            match self.item().await? {
+                None if self.job.remote_id.is_none() => {
+                    return Ok(Look::Ended(Box::new(self.lost(format!(
+                        "it was being handed to {} when the daemon or the connection stopped, and \
+                         the host does not know it (it never started)",
+                        self.job.host
+                    )))))
+                }
+                None => {
+                    return Err(LinkError::Refused(WireError::new(
+                        ErrorCode::UnknownId,
+                        "gone",
+                    )))
+                }
+                Some(item) => {
+                    if let Some(pid) = item.pid.filter(|&p| p > 0) {
+                        self.pid = Some(pid);
+                        if !self.spawned {
+                            self.spawned = true;
+                            let _ = self.events.send(ExecEvent::Spawned { row: self.row, pid });
+                        }
+                    }
+                    if item.state == crate::wire::State::Ended && item.pid.is_none() {
+                        return Ok(Look::Ended(Box::new(self.status_of(&item))));
+                    }
+                    if !self.spawned {
+                        return Ok(Look::Going);
+                    }
+                }
+            }
+        }
+        let Some(id) = self.job.remote_id.clone() else {
+            return Ok(Look::Going);
+        };
+        loop {
+            let reply: ReadReply = self
+                .ask(Request::Read(ReadArgs {
+                    id: id.clone(),
+                    from: Some(self.mirrored),
+                    raw: true,
+                    max_bytes: Some(CHUNK),
+                    no_redact: false,
+                    ..ReadArgs::default()
+                }))
+                .await?;
+            let bytes = reply
+                .output_base64
+                .as_deref()
+                .map(|b| {
+                    use base64::Engine;
+                    base64::engine::general_purpose::STANDARD
+                        .decode(b)
+                        .unwrap_or_default()
+                })
+                .unwrap_or_default();
+            if reply.from > self.mirrored {
+                self.dropped += reply.from - self.mirrored;
+            }
+            let grew = !bytes.is_empty();
+            if grew {
+                self.append(&bytes);
+            }
+            self.mirrored = reply.to.max(self.mirrored);
+            if grew || reply.from > self.mirrored {
+                let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
+                let _ = self.events.send(ExecEvent::Output {
+                    row: self.row,
+                    log_len,
+                    dropped: self.dropped,
+                    unwritten: 0,
+                    unwritten_at: 0,
+                });
+            }
+            if bytes.len() >= CHUNK {
+                continue;
+            }
+            if reply.running {
+                return Ok(Look::Going);
+            }
+            // Ended there, its output caught up: its end, from its item.
+            return match self.item().await? {
+                Some(item) if item.state == crate::wire::State::Ended => {
+                    // Output written between the read and the end is read once more.
+                    let more: ReadReply = self
+                        .ask(Request::Read(ReadArgs {
+                            id: id.clone(),
+                            from: Some(self.mirrored),
+                            raw: true,
+                            max_bytes: Some(CHUNK),
+                            ..ReadArgs::default()
+                        }))
+                        .await?;
+                    if more.to > self.mirrored {
+                        return Ok(Look::Going);
+                    }
+                    Ok(Look::Ended(Box::new(self.status_of(&item))))
+                }
+                Some(_) => Ok(Look::Going),
+                None => Err(LinkError::Refused(WireError::new(
+                    ErrorCode::UnknownId,
+                    "gone",
+                ))),
+            };
+        }
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let log = JobDir(&self.job_dir).log();
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .and_then(|mut file| file.write_all(bytes));
+        if let Err(e) = written {
+            crate::note!(
+                "bgwork daemon: could not mirror output into {}: {e}",
+                log.display()
+            );
+        }
+    }
+
+    fn base_status(&self) -> ExitStatus {
+        ExitStatus {
+            protocol: PROTOCOL,
+            owner: self.owner.clone(),
+            ended_at_ms: now_ms(),
+            log_len: std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len()),
+            dropped: self.dropped,
+            pid: self.pid,
+            ..ExitStatus::default()
+        }
+    }
+
+    fn lost(&self, why: String) -> ExitStatus {
+        ExitStatus {
+            scheduler_end: Some(End::Lost),
+            detail: Some(why),
+            ..self.base_status()
+        }
+    }
+
+    /// The end as the host's daemon recorded it.
+    fn status_of(&self, item: &Item) -> ExitStatus {
+        let mut status = self.base_status();
+        status.exit_code = item.exit_code;
+        status.signal = item.signal;
+        status.cpu_ms = item.cost.cpu_ms;
+        status.peak_rss_bytes = item.cost.peak_rss_bytes;
+        let detail = item.end_detail.clone();
+        match item.end {
+            Some(End::StoppedByAgent) => status.stop_actor = Some(Actor::Agent),
+            Some(End::StoppedByPerson) => status.stop_actor = Some(Actor::Person),
+            Some(End::SpawnFailed) => {
+                status.spawn_error = Some(format!(
+                    "on {}: {}",
+                    self.job.host,
+                    detail.unwrap_or_else(|| "it could not start".into())
+                ))
+            }
+            Some(end @ (End::Lost | End::Cancelled)) => {
+                status.exit_code = None;
+                status.signal = None;
+                status.scheduler_end = Some(end);
+                status.detail = Some(format!(
+                    "on {}: {}",
+                    self.job.host,
+                    detail.unwrap_or_else(|| "its supervisor there left no status".into())
+                ));
+            }
+            _ => {}
+        }
+        if status.stop_actor.is_none() {
+            if let Some(actor) = self.stop_actor.filter(|_| {
+                item.end
+                    .is_some_and(|e| e != End::Succeeded && e != End::Failed)
+            }) {
+                status.stop_actor = Some(actor);
+            }
+        }
+        status
+    }
+
+    fn command(&mut self, command: Command) {
+        let Some(id) = self.job.remote_id.clone() else {
+            if let Command::Write { answer, .. } = command {
+                let _ = answer.send(Err(WriteRefused::Unreachable(format!(
+                    "it is still being handed to {}: try again in a moment",
+                    self.job.host
+                ))));
+            }
+            return;
+        };
+        let link = self.link.clone();
+        match command {
+            Command::Send(ToSupervisor::Stop { grace_ms, actor }) => {
+                self.stop_actor = Some(actor);
+                let envelope = self.envelope(Request::Stop(StopArgs {
+                    id,
+                    grace_s: Some(grace_ms as f64 / 1000.0),
+                    actor,
+                }));
+                // The stop's end is seen by the mirror; the stop itself may take its grace.
+                tokio::spawn(async move {
+                    let grace = Duration::from_millis(grace_ms);
+                    if let Err(e) = link.request(&envelope, grace).await {
+                        crate::note!("bgwork daemon: the stop did not reach the host: {e}");
+                    }
+                });
+            }
+            Command::Send(_) => {}
+            Command::Write { data, answer } => {
+                let text = escaped(&data);
+                let envelope = self.envelope(Request::Send(SendArgs {
+                    id,
+                    text,
+                    keys: Vec::new(),
+                }));
+                tokio::spawn(async move {
+                    let result = match link.request(&envelope, Duration::ZERO).await {
+                        Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
+                            Ok(_) => Ok(0),
+                            Err(e) if e.code == ErrorCode::NotRunning => Err(WriteRefused::Closed),
+                            Err(e) => Err(WriteRefused::Unreachable(e.message)),
+                        },
+                        Err(e) => Err(WriteRefused::Unreachable(e.to_string())),
+                    };
+                    let _ = answer.send(result);
+                });
+            }
+        }
+    }
+}
+
+/// Input bytes as `send` text, which the host's daemon turns back into the same bytes
+/// (`\\`, and `\xHH` for every byte that is not printable ASCII).
+fn escaped(data: &[u8]) -> String {
+    let mut text = String::with_capacity(data.len());
+    for &byte in data {
+        match byte {
+            b'\\' => text.push_str("\\\\"),
+            0x20..=0x7e => text.push(byte as char),
+            _ => text.push_str(&format!("\\x{byte:02x}")),
+        }
+    }
+    text
+}
+
+/// Whether a job's folder says it runs on an ssh host.
+pub fn host_of(job_dir: &Path) -> Option<String> {
+    match job_dir.as_os_str().is_empty() {
+        true => None,
+        false => read_ssh_file(job_dir).map(|job| job.host),
+    }
+}
+
+fn read_ssh_file(job_dir: &Path) -> Option<SshJob> {
+    let bytes = crate::paths::read_untrusted(&job_dir.join(SSH_FILE), 1 << 16).ok()?;
+    control::decode(&bytes).ok()
+}
+
+fn write_ssh_file(job_dir: &Path, job: &SshJob) -> Result<(), String> {
+    crate::paths::write_whole(&job_dir.join(SSH_FILE), &control::encode(job))
+        .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn input_crosses_as_send_text_byte_for_byte() {
+        let data: Vec<u8> = (0..=255u8).chain(*b"a\\nb\\x41").collect();
+        let text = super::escaped(&data);
+        assert_eq!(crate::keys::unescape(&text).unwrap(), data);
+    }
+
+    #[test]
+    fn hosts_and_folders_are_checked() {
+        assert_eq!(
+            super::choose(Some("ssh:me@box"), false, "--").unwrap(),
+            Some("me@box".to_string())
+        );
+        assert_eq!(super::choose(Some("local"), false, "--").unwrap(), None);
+        for bad in ["ssh:", "ssh:-oProxyCommand=x", "ssh:a b"] {
+            assert!(super::choose(Some(bad), false, "--").is_err(), "{bad}");
+        }
+        assert!(super::choose(Some("ssh:box"), true, "--").is_err());
+        assert!(super::check_cwd("/srv/x", "--cwd").is_ok());
+        assert!(super::check_cwd("srv/x", "--cwd").is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! The shapes of the SSH executor: `ssh.json` in a job's folder, and the first line
+//! bgwork's relay on a host sends.
+
+use serde::{Deserialize, Serialize};
+
+/// The version of the relay's channel: a line `N <request>` in, `N <reply>` out.
+pub const RELAY_PROTOCOL: u32 = 1;
+
+/// What `ssh.json` holds: the job's host, and who it is there. Written before the job
+/// is handed over (then with its remote id), so a restarted daemon finds it by name
+/// and never starts it twice.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct SshJob {
+    pub host: String,
+    /// The job's name on the host: `bgw-<home-id>-<row>`.
+    pub name: String,
+    /// The session its work is filed under on the host.
+    pub session: String,
+    #[serde(default)]
+    pub remote_id: Option<String>,
+}
+
+/// The relay's first line: which bgwork answers.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct RelayHello {
+    pub relay: String,
+    pub version: String,
+    pub protocol: u32,
+    /// The control protocol of its supervisors.
+    pub control: u32,
+}

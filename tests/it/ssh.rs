@@ -1,0 +1,663 @@
+//! Jobs on a host reached with ssh (issue 24): `start --on ssh:HOST` against a real
+//! OpenSSH server on loopback (`scripts/ssh-host start`, a second user with its own
+//! home, key authentication only).
+//!
+//! These run only with `BGWORK_TEST_SSH=1` and `BGWORK_SSH_CONFIG` / `BGWORK_TEST_SSH_HOST`
+//! set (`.ci/run` starts the host and sets them from `scripts/ssh-host env`); without
+//! them each test says on stderr that it did not run and returns.
+
+use crate::util::{eventually, Home};
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+
+struct Host {
+    config: String,
+    alias: String,
+}
+
+fn host(test: &str) -> Option<Host> {
+    let config = std::env::var("BGWORK_SSH_CONFIG")
+        .ok()
+        .filter(|c| !c.is_empty());
+    let alias = std::env::var("BGWORK_TEST_SSH_HOST")
+        .ok()
+        .filter(|c| !c.is_empty());
+    match (std::env::var("BGWORK_TEST_SSH").as_deref(), config, alias) {
+        (Ok("1"), Some(config), Some(alias)) => Some(Host { config, alias }),
+        _ => {
+            eprintln!(
+                "{test}: NOT RUN: set BGWORK_TEST_SSH=1 with a host up (scripts/ssh-host start; \
+                 eval \"$(scripts/ssh-host env)\")"
+            );
+            None
+        }
+    }
+}
+
+/// A home whose daemon reaches the host; the host's daemon of this home is shut down
+/// when the test ends.
+struct SshHome {
+    home: Home,
+    host: Host,
+}
+
+impl SshHome {
+    fn new(host: Host) -> SshHome {
+        SshHome::with(host, Home::new())
+    }
+
+    fn with(host: Host, home: Home) -> SshHome {
+        let home = home.with("BGWORK_SSH_CONFIG", &host.config);
+        SshHome { home, host }
+    }
+
+    fn on(&self) -> String {
+        format!("ssh:{}", self.host.alias)
+    }
+
+    /// `ssh` with the test's config, as the test's own call.
+    fn ssh(&self, remote: &str) -> std::process::Output {
+        Command::new("ssh")
+            .args([
+                "-F",
+                &self.host.config,
+                "-o",
+                "BatchMode=yes",
+                &self.host.alias,
+                remote,
+            ])
+            .output()
+            .expect("ssh runs")
+    }
+
+    fn start(&self, command: &str) -> Value {
+        let on = self.on();
+        self.home
+            .json(&["start", "--window", "0", "--on", &on, "--", command])
+    }
+}
+
+/// The home id the daemon names its work on hosts by (FNV-1a of the home's path).
+fn home_id(home: &Home) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in home.path().as_os_str().as_encoded_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{:08x}", hash as u32)
+}
+
+impl Drop for SshHome {
+    fn drop(&mut self) {
+        let _ = self.home.command(&["shutdown", "--stop-work"]).output();
+        // The shared connection this home's daemon opened (it would linger idle 60 s).
+        let control = self.home.path().join("ssh").join("%C");
+        let _ = Command::new("ssh")
+            .args(["-F", &self.host.config, "-o"])
+            .arg(format!("ControlPath={}", control.display()))
+            .args(["-O", "exit", &self.host.alias])
+            .output();
+        let remote = format!(
+            "for b in \"$HOME\"/.cache/bgwork/bin/*/bgwork; do BGWORK_HOME=\"$HOME\"/.bgwork-remote/{} \"$b\" status >/dev/null 2>&1 && BGWORK_HOME=\"$HOME\"/.bgwork-remote/{} \"$b\" shutdown --stop-work; done; true",
+            home_id(&self.home),
+            home_id(&self.home)
+        );
+        let _ = self.ssh(&remote);
+    }
+}
+
+/// The known-hosts file a client config names.
+fn base_known_hosts(config: &str) -> String {
+    config
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("UserKnownHostsFile "))
+        .expect("the config names its known hosts")
+        .trim()
+        .to_string()
+}
+
+fn wait_end(home: &Home, id: &str) -> Value {
+    let reply = home.run(&["--json", "wait", id, "--timeout", "120"]).json();
+    assert_eq!(reply["reason"], "ended", "{id} did not end: {reply}");
+    reply["items"][0].clone()
+}
+
+fn read_all(home: &Home, id: &str) -> String {
+    home.run(&["read", id, "--all"]).stdout
+}
+
+#[test]
+fn issue24_2_start_on_ssh_runs_on_the_host_as_its_user_and_ends_with_its_code() {
+    let Some(host) =
+        host("issue24_2_start_on_ssh_runs_on_the_host_as_its_user_and_ends_with_its_code")
+    else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let item = h.start("whoami; echo \"home=$HOME\"; pwd; echo secret=$TOKEN; exit 3");
+    let id = item["id"].as_str().unwrap().to_string();
+    assert_eq!(item["executor"], "ssh", "{item}");
+    assert_eq!(item["host"], "bgwork-test", "{item}");
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["end"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 3, "{ended}");
+    assert!(
+        ended["pid"].as_i64().is_some_and(|p| p > 0),
+        "a pid on the host: {ended}"
+    );
+    let out = read_all(&h.home, &id);
+    assert!(out.contains("bgwork-ssh"), "runs as the host's user: {out}");
+    assert!(
+        out.contains("home=/home/bgwork-ssh\n/home/bgwork-ssh"),
+        "in the remote home: {out}"
+    );
+}
+
+#[test]
+fn issue24_2_secrets_are_masked_on_the_host_and_env_reaches_the_job() {
+    let Some(host) = host("issue24_2_secrets_are_masked_on_the_host_and_env_reaches_the_job")
+    else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let on = h.on();
+    let reply = h.home.json(&[
+        "start",
+        "--window",
+        "0",
+        "--on",
+        &on,
+        "--env",
+        "TOKEN=hunter2-very-secret",
+        "--env",
+        "PLAIN=abc",
+        "--",
+        "echo token=$TOKEN plain=$PLAIN",
+    ]);
+    let id = reply["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &id);
+    let out = read_all(&h.home, &id);
+    assert!(out.contains("plain=abc"), "{out}");
+    assert!(
+        !out.contains("hunter2-very-secret"),
+        "masked before it crossed the link: {out}"
+    );
+}
+
+#[test]
+fn issue24_2_panes_and_relative_folders_on_hosts_are_refused_clearly() {
+    // No host needed: refused before anything is sent.
+    let home = Home::new();
+    let (_, _, message) = home.error(&["start", "--pty", "--on", "ssh:somewhere", "--", "sh"]);
+    assert!(
+        message.contains("panes on ssh hosts are not supported yet"),
+        "{message}"
+    );
+    let (_, _, message) = home.error(&[
+        "start",
+        "--on",
+        "ssh:somewhere",
+        "--cwd",
+        "rel/dir",
+        "--",
+        "true",
+    ]);
+    assert!(message.contains("path there"), "{message}");
+    let (_, _, message) = home.error(&["start", "--on", "ssh:", "--", "true"]);
+    assert!(message.contains("give a host"), "{message}");
+}
+
+#[test]
+fn issue24_2_unknown_host_key_and_refused_login_are_errors_quoting_ssh() {
+    let Some(host) = host("issue24_2_unknown_host_key_and_refused_login_are_errors_quoting_ssh")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(&host.config).unwrap();
+    // No known host key.
+    let unknown = dir.path().join("unknown_config");
+    let empty = dir.path().join("empty_known_hosts");
+    std::fs::write(&empty, "").unwrap();
+    let text: String = base
+        .lines()
+        .map(|l| match l.trim_start().starts_with("UserKnownHostsFile") {
+            true => format!("  UserKnownHostsFile {}", empty.display()),
+            false => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&unknown, text + "\n").unwrap();
+    let home = Home::new().with("BGWORK_SSH_CONFIG", unknown.to_str().unwrap());
+    let on = format!("ssh:{}", host.alias);
+    let (_, _, message) = home.error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+    assert!(
+        message.contains("host key") && message.contains("(ssh: "),
+        "{message}"
+    );
+    // A host key that changed: refused, with ssh's words.
+    let fake = dir.path().join("fake_host_key");
+    let made = Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-f",
+            fake.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let real = std::fs::read_to_string(base_known_hosts(&base)).unwrap();
+    let address = real.split_whitespace().next().unwrap().to_string();
+    let fake_pub = std::fs::read_to_string(fake.with_extension("pub")).unwrap();
+    let fake_pub: Vec<&str> = fake_pub.split_whitespace().take(2).collect();
+    std::fs::write(&empty, format!("{address} {}\n", fake_pub.join(" "))).unwrap();
+    let home = Home::new().with("BGWORK_SSH_CONFIG", unknown.to_str().unwrap());
+    let (_, _, message) = home.error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+    assert!(
+        message.contains("CHANGED") && message.contains("Host key verification failed"),
+        "{message}"
+    );
+    // A key the host does not take.
+    let key = dir.path().join("other_key");
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f", key.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let refused = dir.path().join("refused_config");
+    let text: String = base
+        .lines()
+        .map(|l| match l.trim_start().starts_with("IdentityFile") {
+            true => format!("  IdentityFile {}", key.display()),
+            false => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&refused, text + "\n").unwrap();
+    let home = Home::new().with("BGWORK_SSH_CONFIG", refused.to_str().unwrap());
+    let (_, _, message) = home.error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+    assert!(
+        message.contains("refused the login") && message.contains("Permission denied"),
+        "{message}"
+    );
+    // The daemon keeps serving.
+    home.json(&["list"]);
+}
+
+#[test]
+fn issue24_2_a_host_bgwork_of_another_version_is_refused() {
+    let Some(host) = host("issue24_2_a_host_bgwork_of_another_version_is_refused") else {
+        return;
+    };
+    // A "bgwork" on the host that answers as another version (the host is this machine).
+    let fake = "/tmp/bgwork-test-old-relay";
+    std::fs::write(
+        fake,
+        "#!/bin/sh\necho '{\"relay\":\"bgwork\",\"version\":\"0.0.1\",\"protocol\":1,\"control\":1}'\ncat >/dev/null\n",
+    )
+    .unwrap();
+    let _ = Command::new("chmod").args(["755", fake]).status();
+    let home = Home::new()
+        .with("BGWORK_SSH_CONFIG", &host.config)
+        .with("BGWORK_REMOTE_BIN", fake);
+    let on = format!("ssh:{}", host.alias);
+    let (_, _, message) = home.error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+    assert!(
+        message.contains("bgwork 0.0.1") && message.contains("refused"),
+        "{message}"
+    );
+}
+
+#[test]
+fn issue24_3_stop_and_send_go_through_the_host_and_output_is_mirrored_for_wait_until() {
+    let Some(host) =
+        host("issue24_3_stop_and_send_go_through_the_host_and_output_is_mirrored_for_wait_until")
+    else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let item = h.start("echo ready; read line; echo got-$line; sleep 300");
+    let id = item["id"].as_str().unwrap().to_string();
+    let waited = h
+        .home
+        .run(&["--json", "wait", &id, "--until", "ready", "--timeout", "60"])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    h.home.json(&["send", &id, "hello\\n"]);
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "got-hello",
+            "--timeout",
+            "30",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    let grep = h.home.run(&["read", &id, "--grep", "got-"]).stdout;
+    assert!(grep.contains("got-hello"), "{grep}");
+    let pid = h.home.item(&id)["pid"].as_i64().unwrap();
+    h.home.json(&["stop", &id]);
+    let ended = wait_end(&h.home, &id);
+    assert!(
+        ended["end"].as_str().unwrap().starts_with("stopped_by"),
+        "{ended}"
+    );
+    // Whole-tree stop on the host (the host is this machine): the job's shell is gone.
+    eventually(Duration::from_secs(20), || !crate::util::alive(pid as i32));
+}
+
+/// A job that prints 1..=n every 0.1 s and counts its own starts in a file on the host.
+fn counting_job(runs: &str, n: u32) -> String {
+    format!("echo run >> {runs}; for i in $(seq {n}); do echo line-$i; sleep 0.1; done")
+}
+
+fn assert_complete(out: &str, n: u32) {
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("line-")).collect();
+    let want: Vec<String> = (1..=n).map(|i| format!("line-{i}")).collect();
+    assert_eq!(lines, want, "every line once, in order: {out}");
+}
+
+#[test]
+fn issue24_4_a_dropped_connection_is_adopted_never_replaced() {
+    let Some(host) = host("issue24_4_a_dropped_connection_is_adopted_never_replaced") else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let runs = format!("/tmp/bgwork-ssh-runs-{}", std::process::id());
+    let _ = std::fs::remove_file(&runs);
+    let item = h.start(&counting_job(&runs, 60));
+    let id = item["id"].as_str().unwrap().to_string();
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "line-5",
+            "--timeout",
+            "60",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    // The shared connection's master told to exit: the link drops mid-job.
+    let control = h.home.path().join("ssh").join("%C");
+    let out = Command::new("ssh")
+        .args(["-F", &h.host.config, "-o"])
+        .arg(format!("ControlPath={}", control.display()))
+        .args(["-O", "exit", &h.host.alias])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert_complete(&read_all(&h.home, &id), 60);
+    let started = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "started once: {started:?}");
+    let _ = std::fs::remove_file(&runs);
+}
+
+#[test]
+fn issue24_4_a_killed_local_daemon_takes_the_job_back_with_one_notice() {
+    let Some(host) = host("issue24_4_a_killed_local_daemon_takes_the_job_back_with_one_notice")
+    else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let runs = format!("/tmp/bgwork-ssh-runs-k{}", std::process::id());
+    let _ = std::fs::remove_file(&runs);
+    let on = h.on();
+    let reply = h.home.json(&[
+        "start",
+        "--window",
+        "0",
+        "--notify",
+        "--on",
+        &on,
+        "--",
+        &counting_job(&runs, 50),
+    ]);
+    let id = reply["id"].as_str().unwrap().to_string();
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "line-3",
+            "--timeout",
+            "60",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    h.home.kill_daemon();
+    // The next call starts a daemon, which takes the job back from the host (`list`
+    // shows the end without taking its notice).
+    h.home.start_daemon();
+    eventually(Duration::from_secs(120), || {
+        h.home.item(&id)["state"] == "ended"
+    });
+    assert_eq!(h.home.item(&id)["end"], "succeeded");
+    assert_complete(&read_all(&h.home, &id), 50);
+    let started = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "started once: {started:?}");
+    let notices = h.home.json(&["notices"]);
+    let ends: Vec<&Value> = notices["notices"]
+        .as_array()
+        .map(|n| n.iter().filter(|n| n.to_string().contains(&id)).collect())
+        .unwrap_or_default();
+    assert_eq!(ends.len(), 1, "one notice of its end: {notices}");
+    let again = h.home.json(&["notices"]);
+    assert!(
+        !again.to_string().contains(&format!("\"{id}\"")),
+        "once: {again}"
+    );
+    let _ = std::fs::remove_file(&runs);
+}
+
+/// An sshd of this test's own on a free loopback port (the host of `scripts/ssh-host`,
+/// same user and keys), and a client config that reaches it as `bgwork-down`.
+struct OwnSshd {
+    dir: tempfile::TempDir,
+    port: u16,
+    pid: Option<i32>,
+}
+
+impl OwnSshd {
+    fn new(host: &Host) -> OwnSshd {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let shared = std::path::Path::new(&host.config)
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let conf = std::fs::read_to_string(shared.join("sshd_config")).unwrap();
+        let conf: String = conf
+            .lines()
+            .map(|l| {
+                if l.starts_with("Port ") {
+                    format!("Port {port}")
+                } else if l.starts_with("PidFile ") {
+                    format!("PidFile {}", dir.path().join("sshd.pid").display())
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(dir.path().join("sshd_config"), conf + "\n").unwrap();
+        let key = std::fs::read_to_string(shared.join("host_key.pub")).unwrap();
+        let key: Vec<&str> = key.split_whitespace().take(2).collect();
+        std::fs::write(
+            dir.path().join("known_hosts"),
+            format!("[127.0.0.1]:{port} {}\n", key.join(" ")),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("ssh_config"),
+            format!(
+                "Host bgwork-down\n  HostName 127.0.0.1\n  Port {port}\n  User bgwork-ssh\n  IdentityFile {}\n  IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n",
+                shared.join("id_ed25519").display(),
+                dir.path().join("known_hosts").display()
+            ),
+        )
+        .unwrap();
+        let mut own = OwnSshd {
+            dir,
+            port,
+            pid: None,
+        };
+        own.up();
+        own
+    }
+
+    fn config(&self) -> String {
+        self.dir.path().join("ssh_config").display().to_string()
+    }
+
+    fn up(&mut self) {
+        let pid_file = self.dir.path().join("sshd.pid");
+        let _ = std::fs::remove_file(&pid_file);
+        let started = Command::new("/usr/sbin/sshd")
+            .arg("-f")
+            .arg(self.dir.path().join("sshd_config"))
+            .arg("-E")
+            .arg(self.dir.path().join("sshd.log"))
+            .status()
+            .unwrap();
+        assert!(started.success(), "sshd on port {} started", self.port);
+        eventually(Duration::from_secs(10), || {
+            std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim().parse::<i32>().is_ok())
+        });
+        self.pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse().ok());
+    }
+
+    fn down(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            eventually(Duration::from_secs(10), || !crate::util::alive(pid));
+        }
+    }
+}
+
+impl Drop for OwnSshd {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+#[test]
+fn issue24_3_a_host_down_is_shown_unreachable_and_the_mirror_resumes_without_loss() {
+    let Some(host) =
+        host("issue24_3_a_host_down_is_shown_unreachable_and_the_mirror_resumes_without_loss")
+    else {
+        return;
+    };
+    let mut sshd = OwnSshd::new(&host);
+    let h = SshHome::new(Host {
+        config: sshd.config(),
+        alias: "bgwork-down".into(),
+    });
+    let runs = format!("/tmp/bgwork-ssh-runs-d{}", std::process::id());
+    let _ = std::fs::remove_file(&runs);
+    let item = h.start(&counting_job(&runs, 100));
+    let id = item["id"].as_str().unwrap().to_string();
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "line-3",
+            "--timeout",
+            "60",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    // The host goes away: no new logins, and the open connection dropped.
+    sshd.down();
+    let control = h.home.path().join("ssh").join("%C");
+    let _ = Command::new("ssh")
+        .args(["-F", &h.host.config, "-o"])
+        .arg(format!("ControlPath={}", control.display()))
+        .args(["-O", "exit", &h.host.alias])
+        .output();
+    eventually(Duration::from_secs(30), || {
+        h.home.item(&id)["host_unreachable"]
+            .as_str()
+            .is_some_and(|u| u.contains("unreachable since") && u.contains("(ssh: "))
+    });
+    // What was mirrored stays readable while the host is down.
+    let out = read_all(&h.home, &id);
+    assert!(out.contains("line-3"), "{out}");
+    sshd.up();
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert!(ended.get("host_unreachable").is_none(), "{ended}");
+    assert_complete(&read_all(&h.home, &id), 100);
+    let started = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "started once: {started:?}");
+    let _ = std::fs::remove_file(&runs);
+}
+
+#[test]
+fn issue24_3_restart_of_a_job_on_a_host_runs_it_there_again() {
+    let Some(host) = host("issue24_3_restart_of_a_job_on_a_host_runs_it_there_again") else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let item = h.start("echo on-$(whoami)");
+    let id = item["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &id);
+    let again = h.home.json(&["restart", &id]);
+    assert_eq!(again["executor"], "ssh", "{again}");
+    assert_eq!(again["host"], "bgwork-test", "{again}");
+    let new = again["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &new);
+    assert!(read_all(&h.home, &new).contains("on-bgwork-ssh"));
+}
+
+#[test]
+fn issue24_5_work_on_hosts_counts_apart_from_this_machines_against_the_same_limit() {
+    let Some(host) =
+        host("issue24_5_work_on_hosts_counts_apart_from_this_machines_against_the_same_limit")
+    else {
+        return;
+    };
+    let h = SshHome::with(host, Home::new().with("BGWORK_MAX_RUNNING", "1"));
+    let first = h.start("sleep 60");
+    let first = first["id"].as_str().unwrap().to_string();
+    let on = h.on();
+    let (_, code, message) = h
+        .home
+        .error(&["start", "--window", "0", "--on", &on, "--", "sleep 60"]);
+    assert_eq!(code, "limit", "{message}");
+    assert!(
+        message.contains("jobs on ssh hosts") && message.contains(&first),
+        "{message}"
+    );
+    // This machine's slot is its own.
+    let here = h.home.start("sleep 60");
+    assert_eq!(h.home.item(&here)["state"], "running");
+}

@@ -26,9 +26,10 @@ fn host(test: &str) -> Option<Host> {
     match (std::env::var("BGWORK_TEST_SSH").as_deref(), config, alias) {
         (Ok("1"), Some(config), Some(alias)) => Some(Host { config, alias }),
         _ => {
-            eprintln!(
-                "{test}: NOT RUN: set BGWORK_TEST_SSH=1 with a host up (scripts/ssh-host start; \
-                 eval \"$(scripts/ssh-host env)\")"
+            crate::util::not_run(
+                test,
+                "set BGWORK_TEST_SSH=1 with a host up (scripts/ssh-host start; \
+                 eval \"$(scripts/ssh-host env)\")",
             );
             None
         }
@@ -452,9 +453,7 @@ fn issue24_4_a_killed_local_daemon_takes_the_job_back_with_one_notice() {
         h.home.item(&id)["state"] == "ended"
     });
     assert_eq!(h.home.item(&id)["end"], "succeeded");
-    assert_complete(&read_all(&h.home, &id), 50);
-    let started = std::fs::read_to_string(&runs).unwrap_or_default();
-    assert_eq!(started.lines().count(), 1, "started once: {started:?}");
+    // (Before the read: a read that shows the end delivers its notice.)
     let notices = h.home.json(&["notices"]);
     let ends: Vec<&Value> = notices["notices"]
         .as_array()
@@ -466,6 +465,9 @@ fn issue24_4_a_killed_local_daemon_takes_the_job_back_with_one_notice() {
         !again.to_string().contains(&format!("\"{id}\"")),
         "once: {again}"
     );
+    assert_complete(&read_all(&h.home, &id), 50);
+    let started = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "started once: {started:?}");
     let _ = std::fs::remove_file(&runs);
 }
 

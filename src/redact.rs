@@ -710,8 +710,7 @@ pub fn token_across(window: &[u8], at: usize) -> Option<(usize, usize)> {
 /// time, each ending at a line break where one comes soon after.
 pub fn mask_shapes_shown(bytes: &[u8]) -> Cow<'_, [u8]> {
     if bytes.len() <= SHOWN_BLOCK {
-        let found = crate::rendered::shown(bytes, &shape_finds);
-        return crate::rendered::replaced(bytes, &found);
+        return mask_shapes_shown_block(bytes);
     }
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;
@@ -721,10 +720,17 @@ pub fn mask_shapes_shown(bytes: &[u8]) -> Cow<'_, [u8]> {
         if let Some(newline) = memchr::memchr(b'\n', &bytes[end..soon]) {
             end += newline + 1;
         }
-        out.extend_from_slice(&mask_shapes_shown(&bytes[at..end]));
+        out.extend_from_slice(&mask_shapes_shown_block(&bytes[at..end]));
         at = end;
     }
     Cow::Owned(out)
+}
+
+/// One block of [`mask_shapes_shown`], rendered whole (a block cut at a line break may
+/// pass [`SHOWN_BLOCK`] by up to 64 KiB).
+fn mask_shapes_shown_block(bytes: &[u8]) -> Cow<'_, [u8]> {
+    let found = crate::rendered::shown(bytes, &shape_finds);
+    crate::rendered::replaced(bytes, &found)
 }
 
 /// The size of the blocks [`mask_shapes_shown`] renders.

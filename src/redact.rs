@@ -550,16 +550,25 @@ fn base64_middle(
     offset: usize,
     engine: &base64::engine::GeneralPurpose,
 ) -> Option<Vec<u8>> {
-    let mut input = vec![0u8; offset];
-    input.extend_from_slice(bytes);
-    let encoded = engine.encode(&input).into_bytes();
+    let (encoded, input_len) = encoded_after(bytes, offset, engine);
     // The first characters mix the prefix's bits in: none at offset 0, the first two
     // at 1 (a group of prefix, v0, v1), the first three at 2 (prefix, prefix, v0).
     let front = [0, 2, 3][offset];
     // The last character mixes in the bytes that follow, unless the value ends a group.
-    let back = usize::from(!input.len().is_multiple_of(3));
+    let back = usize::from(!input_len.is_multiple_of(3));
     let middle = encoded.get(front..encoded.len().checked_sub(back)?)?;
     (middle.len() >= MIN_BASE64_MIDDLE).then(|| middle.to_vec())
+}
+
+/// The base64 of `offset` zero bytes and then `bytes`, and the length encoded.
+fn encoded_after(
+    bytes: &[u8],
+    offset: usize,
+    engine: &base64::engine::GeneralPurpose,
+) -> (Vec<u8>, usize) {
+    let mut input = vec![0u8; offset];
+    input.extend_from_slice(bytes);
+    (engine.encode(&input).into_bytes(), input.len())
 }
 
 /// The base64 of `bytes` after `offset` (0, 1 or 2) other bytes, when they end the
@@ -570,9 +579,7 @@ fn base64_end(
     offset: usize,
     engine: &base64::engine::GeneralPurpose,
 ) -> Option<Vec<u8>> {
-    let mut input = vec![0u8; offset];
-    input.extend_from_slice(bytes);
-    let encoded = engine.encode(&input).into_bytes();
+    let (encoded, _) = encoded_after(bytes, offset, engine);
     let end = encoded.get([0, 2, 3][offset]..)?;
     (end.len() >= MIN_BASE64_MIDDLE).then(|| end.to_vec())
 }

@@ -620,9 +620,9 @@ fn url_quoted(bytes: &[u8], safe: &[u8], plus: bool, upper: bool) -> Vec<u8> {
 /// pass: a gap of any length in a pattern would make some texts cost quadratic time).
 const SHAPES: &str = r"(?x-u)
     \b(?P<sk>sk-[A-Za-z0-9_-]{20,})
-  | \b(?P<gh>(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})
-  | \b(?P<aws>(?:AKIA|ASIA)[0-9A-Z]{16})\b
-  | \b(?P<slack>xox[bpaors]-[A-Za-z0-9-]{10,})
+  | (?P<gh>(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})
+  | (?P<aws>(?:AKIA|ASIA)[0-9A-Z]{16})\b
+  | (?P<slack>xox[bpaors]-[A-Za-z0-9-]{10,})
 ";
 
 fn compiled(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
@@ -809,7 +809,7 @@ pub fn private_key_end(bytes: &[u8]) -> Option<usize> {
 /// in order of their starts. Text outside them is shown as it is.
 pub fn sensitive_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
     static RE: OnceLock<Regex> = OnceLock::new();
-    let begun = r"(?-u)\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*";
+    let begun = r"(?-u)(?:\bsk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*";
     let mut spans: Vec<(usize, usize)> = compiled(&RE, begun)
         .find_iter(bytes)
         .map(|found| (found.start(), found.end()))
@@ -833,7 +833,7 @@ pub fn may_hold_shapes(bytes: &[u8]) -> bool {
 pub fn unfinished_token(bytes: &[u8]) -> Option<usize> {
     static RE: OnceLock<Regex> = OnceLock::new();
     let unfinished =
-        r"(?-u)\b(?:sk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*\z";
+        r"(?-u)(?:\bsk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox[bpaors]-)[A-Za-z0-9_-]*\z";
     let re = compiled(&RE, unfinished);
     let at = crate::rendered::Shown::new(bytes)
         .unfinished(&|text| re.find(text).map_or(text.len(), |found| found.start()));

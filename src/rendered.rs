@@ -300,6 +300,8 @@ struct Cells {
     /// The cells of the line in progress, once something was written over it.
     line: Vec<(char, (u32, u32))>,
     cursor: usize,
+    /// The column a terminal saved (`ESC 7`, `ESC[s`) for a restore (`ESC 8`, `ESC[u`).
+    saved: usize,
     /// Whether the line in progress is still `text[line_start..]`, only ever appended
     /// to (most lines: each character costs one push), with `line_len` characters.
     appended: bool,
@@ -388,7 +390,9 @@ impl vte::Perform for Cells {
             _ => (end.saturating_sub(c.len_utf8() as u32), end),
         };
         self.settled = span.1;
-        if c != '\u{7f}' {
+        // A terminal shows nothing for bytes that are not UTF-8; the text view marks them.
+        let dropped = c == '\u{fffd}' && self.view == View::Line;
+        if c != '\u{7f}' && !dropped {
             self.put(c, span);
         }
     }
@@ -427,13 +431,22 @@ impl vte::Perform for Cells {
             'D' => self.cursor = self.cursor.saturating_sub(n),
             'C' => self.cursor = self.cursor.saturating_add(n).min(LINE_CELLS),
             'G' => self.cursor = (n - 1).min(LINE_CELLS),
+            's' => self.saved = self.cursor,
+            'u' => self.cursor = self.saved,
             _ => {}
         }
     }
 
-    fn esc_dispatch(&mut self, _: &[u8], _: bool, _: u8) {
+    fn esc_dispatch(&mut self, intermediates: &[u8], _: bool, byte: u8) {
         self.settled = self.at + 1;
         self.ground = true;
+        if self.view == View::Line && intermediates.is_empty() {
+            match byte {
+                b'7' => self.saved = self.cursor,
+                b'8' => self.cursor = self.saved,
+                _ => {}
+            }
+        }
     }
 
     fn osc_dispatch(&mut self, _: &[&[u8]], _: bool) {

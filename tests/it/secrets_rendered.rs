@@ -283,3 +283,52 @@ fn issue22_2_token_shapes_split_by_the_rendering_are_masked_in_raw_bytes_and_pag
     assert!(!stripped(&bytes).contains(&token), "{read}");
     assert!(!read.to_string().contains(&token), "{read}");
 }
+
+/// Found by attacking the merged whole: a terminal's saved cursor (`ESC 7`, `ESC 8`)
+/// joined a value on a pane's screen.
+#[test]
+fn issue22_2_a_saved_cursor_joins_no_value_on_a_screen() {
+    let home = Home::new().with("PW", SECRET);
+    let command = r#"A=${PW:0:6}; B=${PW:6}
+printf 's=\0337%sXXXX\0338\033[6C%s\n' "$A" "$B"
+echo done; sleep 30"#;
+    let id = home.start_with(&["--pty", "--secret", "PW"], command);
+    let mut screen = String::new();
+    eventually(Duration::from_secs(20), || {
+        screen = home.json(&["read", &id, "--screen"])["output"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        screen.contains("done")
+    });
+    assert_clean("read --screen", &screen);
+    for line in ["s="] {
+        assert!(
+            screen
+                .lines()
+                .any(|l| l.contains(line) && l.contains("[secret PW]")),
+            "line {line}:\n{screen}"
+        );
+    }
+    home.run(&["stop", &id]);
+}
+
+/// Found by attacking the merged whole: a token shape right after a letter or digit (a
+/// URL-quoted `=` is `%3D`, a JSON string's `\n`) was not masked.
+#[test]
+fn issue22_2_a_token_after_a_letter_or_a_digit_is_masked() {
+    let home = Home::new();
+    let command = r#"G=ghp_abcdefghijklmnopqrstuvwxyz0123456789
+echo "url=https://h/?a=1%26token%3D$G"
+echo "{\"msg\":\"line\\n$G\"}"
+echo "AWS_KEY%3DAKIAABCDEFGHIJ012345"
+echo "x${G}x""#;
+    let id = home.start_with(&[], command);
+    eventually(Duration::from_secs(20), || {
+        home.item(&id)["state"] == "ended"
+    });
+    let text = home.run(&["read", &id, "--all"]).stdout;
+    assert!(!text.contains("abcdefghijklmnop"), "{text}");
+    assert!(!text.contains("ABCDEFGHIJ012345"), "{text}");
+    assert_eq!(text.matches("[secret").count(), 4, "{text}");
+}

@@ -166,6 +166,19 @@ fn issue22_2_a_secret_split_by_the_rendering_reaches_no_reader() {
     assert_clean_bytes("the strip's read", &decode(&body["output_base64"]));
 }
 
+/// A pane's screen once it shows `done`.
+fn screen_once_done(home: &Home, id: &str) -> String {
+    let mut screen = String::new();
+    eventually(Duration::from_secs(20), || {
+        screen = home.json(&["read", id, "--screen"])["output"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        screen.contains("done")
+    });
+    screen
+}
+
 #[test]
 fn issue22_2_a_panes_screen_shows_no_secret_that_colours_or_cursor_moves_split() {
     let home = Home::new().with("PW", SECRET);
@@ -175,14 +188,7 @@ printf 'y=%s\n' "$PW" | grep --color=always hunt
 printf 'z=%s' "$A"; sleep 0.3; printf '\e[1m%s\e[0m\n' "$B"
 echo done; sleep 30"#;
     let id = home.start_with(&["--pty", "--secret", "PW"], command);
-    let mut screen = String::new();
-    eventually(Duration::from_secs(20), || {
-        screen = home.json(&["read", &id, "--screen"])["output"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        screen.contains("done")
-    });
+    let screen = screen_once_done(&home, &id);
     assert_clean("read --screen", &screen);
     for line in ["x=", "y=", "z="] {
         assert!(
@@ -293,14 +299,7 @@ fn issue22_2_a_saved_cursor_joins_no_value_on_a_screen() {
 printf 's=\0337%sXXXX\0338\033[6C%s\n' "$A" "$B"
 echo done; sleep 30"#;
     let id = home.start_with(&["--pty", "--secret", "PW"], command);
-    let mut screen = String::new();
-    eventually(Duration::from_secs(20), || {
-        screen = home.json(&["read", &id, "--screen"])["output"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        screen.contains("done")
-    });
+    let screen = screen_once_done(&home, &id);
     assert_clean("read --screen", &screen);
     assert!(
         screen

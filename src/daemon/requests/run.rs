@@ -92,7 +92,7 @@ impl Daemon {
             .launch(session, &args.start, launch, Some(&mut *ends_shown))
             .await?;
         auto = match auto {
-            Some((true, why)) => Some(match self.no_room(session)? {
+            Some((true, why)) => Some(match self.promotion_refused(&self.lock(), session)? {
                 None => (
                     true,
                     format!("{why}: backgrounded at once, its notice armed"),
@@ -358,12 +358,6 @@ impl Daemon {
             message,
             timeout_choice: None,
         })
-    }
-
-    /// Why a run of `session` promoted now would be killed (its session or the daemon
-    /// at its limit), counting the run itself; none when there is room.
-    fn no_room(&self, session: &str) -> Result<Option<String>, WireError> {
-        self.promotion_refused(&self.lock(), session)
     }
 
     /// Asks a job's supervisor to stop it now (TERM, KILL after `grace`).

@@ -159,33 +159,7 @@ fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
         &start["parameters"]
     };
     assert_eq!(schema["required"], json!(["command"]), "{start}");
-    let at = |step: usize| server.at(step).raw;
-    assert!(at(1).contains("bg-1"), "start: {}", excerpt(&at(1)));
-    assert!(at(6).contains("serving-now"), "read: {}", excerpt(&at(6)));
-    assert!(at(7).contains("timeout"), "wait: {}", excerpt(&at(7)));
-    assert!(at(8).contains("stopped"), "stop: {}", excerpt(&at(8)));
-    assert_eq!(
-        occurrences(&at(8), "end-mcp-marker"),
-        1,
-        "once: {}",
-        excerpt(&at(8))
-    );
-    assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
-    assert!(
-        at(8).contains("token [secret DEPLOY_TOKEN]"),
-        "{}",
-        excerpt(&at(8))
-    );
-    assert!(
-        !server.everything_sent().contains(SECRET),
-        "the secret reached the model"
-    );
-    assert_eq!(
-        occurrences(&at(2), "end-mcp-marker"),
-        1,
-        "the end at the next turn boundary: {}",
-        excerpt(&at(2))
-    );
+    crate::setup::assert_mcp_round(&server, SECRET);
 }
 
 #[test]

@@ -308,3 +308,37 @@ pub fn wait_for_pending_notice(world: &World) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// What the scripted MCP round (start, read, wait, stop) showed the model: each tool's
+/// answer at its step, the job's end once and at the next turn boundary, its secret
+/// masked and never sent.
+pub fn assert_mcp_round(server: &crate::server::ModelServer, secret: &str) {
+    use crate::server::excerpt;
+    let at = |step: usize| server.at(step).raw;
+    assert!(at(1).contains("bg-1"), "start: {}", excerpt(&at(1)));
+    assert!(at(6).contains("serving-now"), "read: {}", excerpt(&at(6)));
+    assert!(at(7).contains("timeout"), "wait: {}", excerpt(&at(7)));
+    assert!(at(8).contains("stopped"), "stop: {}", excerpt(&at(8)));
+    assert_eq!(
+        occurrences(&at(8), "end-mcp-marker"),
+        1,
+        "once: {}",
+        excerpt(&at(8))
+    );
+    assert_eq!(occurrences(&at(1), "end-mcp-marker"), 0);
+    assert!(
+        at(8).contains("token [secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(8))
+    );
+    assert!(
+        !server.everything_sent().contains(secret),
+        "the secret reached the model"
+    );
+    assert_eq!(
+        occurrences(&at(2), "end-mcp-marker"),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+}

@@ -569,7 +569,7 @@ fn in_use_line(bytes: &[u8]) -> Option<String> {
         regex::bytes::Regex::new(r"(?i)EADDRINUSE|address already in use").expect("a valid pattern")
     });
     // Plain text that does not hold the phrase cannot show it (masking adds none).
-    if !output::maybe_controls(bytes, true) && !pattern.is_match(bytes) {
+    if !crate::rendered::maybe_controls(bytes, true) && !pattern.is_match(bytes) {
         return None;
     }
     let mut in_key = false;

@@ -3,7 +3,7 @@
 //! in a thread whose own credentials are switched (a raw `setresuid`, which changes
 //! that thread only) or through `setpriv`.
 
-use crate::util::{alive, eventually, Home, BIN};
+use crate::util::{alive, eventually, output_within, Home, BIN};
 use serde_json::Value;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -51,25 +51,6 @@ fn xdg_command(data: &Path, runtime: &Path, args: &[&str]) -> Command {
         .env("XDG_RUNTIME_DIR", runtime)
         .stdin(Stdio::null());
     command
-}
-
-/// Runs a command to its end, failing the test when it takes longer than `limit`.
-fn output_within(mut command: Command, limit: Duration) -> std::process::Output {
-    let mut child = command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the command did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -94,7 +94,7 @@ fn issue25_1_codex_shell_start_notice_once_and_secret_never_sent() {
     let finished = exec(&world, &codex, "start the deploy in the background");
     server.save("codex_shell");
     finished.expect_ok();
-    crate::setup::assert_shell_round(&server, SECRET);
+    crate::setup::assert_shell_round(&server, "end-shell-marker", SECRET);
 }
 
 #[test]

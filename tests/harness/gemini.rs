@@ -60,7 +60,7 @@ fn issue25_1_gemini_shell_start_notice_once_and_secret_never_sent() {
     let finished = prompt(&world, &gemini, "start the deploy in the background");
     server.save("gemini_shell");
     finished.expect_ok();
-    crate::setup::assert_shell_round(&server, SECRET);
+    crate::setup::assert_shell_round(&server, "end-shell-marker", SECRET);
 }
 
 fn mcp(tool: &str, args: Value) -> Step {

@@ -344,22 +344,26 @@ pub fn assert_mcp_round(server: &crate::server::ModelServer, secret: &str) {
 }
 
 /// What the scripted shell round (a `bgwork start --notify --secret DEPLOY_TOKEN` whose
-/// job prints `end-shell-marker`, then three more tool calls) showed the model: the
+/// job prints `end-` and `marker`, then three more tool calls) showed the model: the
 /// start, the end once at the next turn boundary in its one line, its secret masked
 /// and never sent.
-pub fn assert_shell_round(server: &crate::server::ModelServer, secret: &str) {
+pub fn assert_shell_round(server: &crate::server::ModelServer, marker: &str, secret: &str) {
     use crate::server::excerpt;
     let at = |step: usize| server.at(step).raw;
-    assert!(at(1).contains("bg-1 started"), "{}", excerpt(&at(1)));
-    assert_eq!(occurrences(&at(1), "end-shell-marker"), 0);
+    assert!(
+        at(1).contains("bg-1 started"),
+        "the start's reply reached the model: {}",
+        excerpt(&at(1))
+    );
+    assert_eq!(occurrences(&at(1), marker), 0);
     assert_eq!(
-        occurrences(&at(2), "end-shell-marker"),
+        occurrences(&at(2), marker),
         1,
         "the end at the next turn boundary: {}",
         excerpt(&at(2))
     );
     assert_eq!(
-        occurrences(&at(4), "end-shell-marker"),
+        occurrences(&at(4), marker),
         1,
         "never twice: {}",
         excerpt(&at(4))

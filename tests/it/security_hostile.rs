@@ -53,6 +53,16 @@ fn xdg_command(data: &Path, runtime: &Path, args: &[&str]) -> Command {
     command
 }
 
+/// Another session of the home is served at once (within 10 s), whatever this one's
+/// job did to its folder.
+fn assert_another_session_served(home: &Home) {
+    let mut list = home.command(&["--session", "other", "--json", "list"]);
+    list.stdin(Stdio::null());
+    assert!(output_within(list, Duration::from_secs(10))
+        .status
+        .success());
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -360,11 +370,7 @@ fn issue16_1_a_fifo_report_is_refused_and_hangs_nothing() {
     assert!(tail.contains("report is not a regular file"), "{tail}");
     assert!(tail.contains("done"), "the output's tail follows: {tail}");
     // Another session is served at once.
-    let mut list = home.command(&["--session", "other", "--json", "list"]);
-    list.stdin(Stdio::null());
-    assert!(output_within(list, Duration::from_secs(10))
-        .status
-        .success());
+    assert_another_session_served(&home);
 }
 
 #[test]
@@ -709,11 +715,7 @@ fn a_status_file_replaced_by_a_fifo_hangs_nothing() {
     let out = output_within(wait, Duration::from_secs(30));
     let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(reply["items"][0]["end"], "lost", "{reply}");
-    let mut list = home.command(&["--session", "other", "--json", "list"]);
-    list.stdin(Stdio::null());
-    assert!(output_within(list, Duration::from_secs(10))
-        .status
-        .success());
+    assert_another_session_served(&home);
 }
 
 #[test]

@@ -846,14 +846,11 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Daemon { http, .. } => return Ok(run_daemon(http)),
         Commands::Ui { port, no_open } => return ui(&paths, &session, port, no_open, json),
         Commands::Close { id } => Request::Close { id },
-        Commands::Supervise { spec_file } => {
+        Commands::Supervise { spec_file } => match spec_file {
             // A job started from a spec file (by Slurm) takes its commands from its folder.
-            let commands = spec_file.is_some().then(|| {
-                Box::new(crate::executor::slurm::CommandFiles)
-                    as Box<dyn crate::supervisor::CommandSource>
-            });
-            crate::supervisor::run(spec_file.as_deref(), commands)
-        }
+            Some(spec_file) => crate::executor::slurm::supervise(spec_file),
+            None => crate::supervisor::run(crate::supervisor::Launch::Socket),
+        },
         Commands::Demo => return demo::run(),
         Commands::SshRelay => return Ok(crate::executor::ssh::relay::main()),
         Commands::Completions { shell } => {

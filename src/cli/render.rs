@@ -339,7 +339,7 @@ fn visible(text: &str, keep_lines: bool) -> Cow<'_, str> {
         c.is_control() && !(keep_lines && (c == '\n' || c == '\t'))
             || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
-    if !crate::output::maybe_controls(text.as_bytes(), keep_lines) || !text.chars().any(acts) {
+    if !crate::rendered::maybe_controls(text.as_bytes(), keep_lines) || !text.chars().any(acts) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);

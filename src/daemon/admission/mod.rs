@@ -16,7 +16,6 @@
 
 pub(crate) mod guard;
 
-use crate::daemon::monitor::MAX_MONITORS;
 use crate::daemon::{Daemon, Inner};
 use crate::executor::Which;
 use crate::store::Record;
@@ -24,6 +23,9 @@ use crate::wire::{ErrorCode, Kind, WireError};
 
 /// Sub-agents a session may run at once (contract §5).
 pub(crate) const MAX_SUB_AGENTS: usize = 2;
+
+/// Monitors a session may run at once (contract §5).
+pub(crate) const MAX_MONITORS: usize = 4;
 
 /// What a new item is, as its admission counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,8 +35,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Monitors a session may run at once (contract §5).
-pub(crate) const MAX_MONITORS: usize = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How often a monitor woken by the daemon's changes looks whether it was stopped.

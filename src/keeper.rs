@@ -73,7 +73,6 @@ pub fn main(dir: &Path) -> std::process::ExitCode {
     // The daemon waits for this word before it counts on the keeper.
     let mut stdout = std::io::stdout();
     let _ = stdout.write_all(b"ready\n").and_then(|()| stdout.flush());
-    drop(stdout);
     // A keeper whose folder is gone has nothing left to keep for.
     let watched = dir.to_path_buf();
     std::thread::spawn(move || loop {

@@ -14,6 +14,15 @@ impl Store {
         })
     }
 
+    /// How many records of every session wait.
+    pub fn count_waiting(&self) -> Result<usize> {
+        let n: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM items WHERE state = 'waiting'")?
+            .query_row([], |r| r.get(0))?;
+        Ok(n as usize)
+    }
+
     /// Moves a waiting record to `starting`, its start time now (its run is timed from
     /// here). False when it no longer waits (a stop ended it meanwhile).
     pub fn start_waiting(&mut self, row: i64, started_at: i64) -> Result<bool> {

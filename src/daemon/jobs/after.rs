@@ -30,6 +30,8 @@ use std::time::Duration;
 
 /// Items a session (with its sub-agents) may have waiting at once.
 pub(crate) const MAX_WAITING: usize = 32;
+/// Items every session together may have waiting at once (each has a keeper process).
+pub(crate) const MAX_WAITING_TOTAL: usize = 256;
 /// The file in a waiting item's folder that says what it waits for.
 const AFTER_FILE: &str = "after.json";
 /// The compiled size of an `output` regex, at most.
@@ -156,6 +158,17 @@ impl Daemon {
             ));
         }
         let record = self.lock().store.get(record.row)?.unwrap_or(record);
+        if record.state != State::Waiting {
+            // Stopped while its keeper was being started: let the keeper go.
+            forget_keeper(Path::new(&record.job_dir)).await;
+            let mut item = self.item(&record);
+            self.expect_items(std::slice::from_mut(&mut item), &[record]);
+            return Ok(StartReply {
+                item,
+                output: String::new(),
+                already_running: None,
+            });
+        }
         self.waiting.set(record.row, waiting_text(&awaited));
         tokio::spawn(self.clone().run_waiting(record.row, args, awaited));
         let mut item = self.item(&record);
@@ -197,6 +210,14 @@ impl Daemon {
                     "this session already has {MAX_WAITING} items waiting, its limit: {}. \
                      Stop one (`bgwork stop ID`) or let one start first",
                     waiting.join(", ")
+                ),
+            ));
+        }
+        if inner.store.count_waiting()? >= MAX_WAITING_TOTAL {
+            return Err(WireError::new(
+                ErrorCode::Limit,
+                format!(
+                    "{MAX_WAITING_TOTAL} items of all sessions wait for other work already,                      the daemon's limit: start this one once some have started"
                 ),
             ));
         }
@@ -422,6 +443,14 @@ impl Daemon {
     /// keeps waiting). A start that fails after the admission ends the item.
     async fn start_waited(&self, row: i64, args: &StartArgs) -> Result<(), WireError> {
         let on = On::of(args);
+        if let Some(twin) = self.twin_of_waiting(row, args).await? {
+            // As `start` answers with a running twin instead of starting a second server.
+            let reason = format!(
+                "the same command already runs as {twin} and listens on a port, so no second                  copy was started (start it with --allow-duplicate for one)"
+            );
+            self.cancel_waiting(row, &reason);
+            return Ok(());
+        }
         let record = {
             let mut inner = self.lock();
             let Some(record) = inner.store.get(row)? else {
@@ -488,6 +517,32 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// The running twin of a waiting item's command (`start`'s rule, unless
+    /// `allow_duplicate`): the same command, folder, kind and environment, listening.
+    async fn twin_of_waiting(
+        &self,
+        row: i64,
+        args: &StartArgs,
+    ) -> Result<Option<String>, WireError> {
+        if args.allow_duplicate {
+            return Ok(None);
+        }
+        let Some(record) = self.lock().store.get(row)? else {
+            return Ok(None);
+        };
+        let twin = crate::daemon::processes::Twin {
+            kind: record.kind,
+            command: &record.command,
+            cwd: &record.cwd,
+            env_names: record.env_names.clone(),
+            env: crate::daemon::start::job_env(args),
+        };
+        let listening = self.listening_twins(&record.session, &twin).await;
+        let inner = self.lock();
+        let found = Self::running_twin(&inner, &record.session, &twin, &listening)?;
+        Ok(found.map(|r| r.id))
     }
 
     /// A condition can no longer hold: the item ends `cancelled`, with a notice.

@@ -170,6 +170,12 @@ impl Daemon {
         launch: Launch,
         shown: Option<&mut crate::daemon::Shown<'_>>,
     ) -> Result<Launched, WireError> {
+        if !args.after.is_empty() {
+            // `start` hands a start with conditions to `jobs/after.rs` before this.
+            return Err(WireError::bad_request(
+                "only `start` waits for other work (--after): a run or a sub-agent starts                  at once; start it with `bgwork start --after …`",
+            ));
+        }
         check_start(args)?;
         let limits = limits_of(args)?;
         let (cwd, pane) = place(args)?;

@@ -483,13 +483,17 @@ fn issue26_4_a_server_already_running_is_not_started_twice_by_its_waiter() {
     let server = "python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); time.sleep(60)'";
     let first = home.start(server);
     eventually(Duration::from_secs(20), || {
-        state(&home, &first)["listening"].as_array().is_some_and(|l| !l.is_empty())
+        state(&home, &first)["listening"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty())
     });
     let a = home.start(&gate.after_go("true"));
     let again = start(&home, &["--after", &a], server);
     let again = again["id"].as_str().unwrap().to_string();
     gate.open();
-    eventually(Duration::from_secs(10), || state(&home, &again)["state"] == "ended");
+    eventually(Duration::from_secs(10), || {
+        state(&home, &again)["state"] == "ended"
+    });
     let ended = state(&home, &again);
     assert_eq!(ended["end"], "cancelled", "{ended}");
     assert!(

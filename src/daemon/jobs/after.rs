@@ -630,11 +630,14 @@ impl Daemon {
             Err(_) => return,
         };
         for record in waiting {
+            // What it waits for is listed from the first request on.
+            if let Ok(file) = read_after_file(Path::new(&record.job_dir)) {
+                self.waiting.set(record.row, waiting_text(&file.awaited));
+            }
             let daemon = self.clone();
             tokio::spawn(async move {
                 match taken_back(&record).await {
                     Ok((args, awaited)) => {
-                        daemon.waiting.set(record.row, waiting_text(&awaited));
                         daemon.run_waiting(record.row, args, awaited).await;
                     }
                     Err(reason) => {
@@ -790,10 +793,7 @@ async fn taken_back(record: &Record) -> Result<(StartArgs, Vec<Awaited>), String
     let job_dir = PathBuf::from(&record.job_dir);
     let owner = crate::daemon::settle::owner(record);
     tokio::task::spawn_blocking(move || {
-        let file = crate::paths::read_untrusted(&job_dir.join(AFTER_FILE), 1 << 20)
-            .map_err(|e| format!("what it waited for could not be read ({e})"))?;
-        let file: AfterFile = serde_json::from_slice(&file)
-            .map_err(|e| format!("what it waited for could not be read ({e})"))?;
+        let file = read_after_file(&job_dir)?;
         let kept = crate::keeper::ask(&job_dir, KeepRequest::Get)
             .map_err(|e| format!("its arguments are gone: {e}"))?;
         if file.owner != owner || kept.owner != owner {
@@ -803,4 +803,12 @@ async fn taken_back(record: &Record) -> Result<(StartArgs, Vec<Awaited>), String
     })
     .await
     .map_err(|e| e.to_string())?
+}
+
+/// A waiting item's `after.json` (its folder is outside input: no link followed).
+fn read_after_file(job_dir: &Path) -> Result<AfterFile, String> {
+    let bytes = crate::paths::read_untrusted(&job_dir.join(AFTER_FILE), 1 << 20)
+        .map_err(|e| format!("what it waited for could not be read ({e})"))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| format!("what it waited for could not be read ({e})"))
 }

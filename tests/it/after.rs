@@ -83,6 +83,9 @@ fn issue26_4_waiting_item_starts_once_the_awaited_job_succeeds() {
     assert_eq!(status["waiting"], 1, "{status}");
     assert_eq!(status["running"], 1, "{status}");
     assert!(!gate.exists("deployed"), "nothing runs while it waits");
+    let (_, code, message) = home.error(&["send", b_id, "x"]);
+    assert_eq!(code, "no_input", "{message}");
+    assert!(message.contains("runs nothing yet"), "{message}");
     gate.open();
     let ended = home.wait_end(b_id);
     assert_eq!(ended["end"], "succeeded", "{ended}");

@@ -18,7 +18,7 @@
 use crate::daemon::admission::{Admission, Newcomer};
 use crate::daemon::monitor::{LineMonitor, LineOutcome};
 use crate::daemon::{Daemon, Live, Pace};
-use crate::executor::On;
+use crate::executor::{On, Which};
 use crate::paths::now_ms;
 use crate::store::{EndRecord, NewNotice, NewRecord, Record};
 use crate::wire::after::{AfterFile, Awaited, KeepRequest, Kept, Until, MAX_AFTER, MAX_PATTERN};
@@ -113,6 +113,13 @@ impl Daemon {
             for after in &args.after {
                 let record = Self::find(&inner, session, &after.id)?;
                 check_target(&record, &after.id, &after.until)?;
+                let here = self.executors.which(record.row, &record.job_dir) == Which::Local;
+                if after.until == Until::Port && !here {
+                    return Err(WireError::bad_request(format!(
+                        "{} runs on another machine, whose ports this daemon does not see: wait                          for the line it prints instead (`--after {}:output 'listening on'`)",
+                        after.id, after.id
+                    )));
+                }
                 awaited.push(Awaited {
                     row: record.row,
                     id: after.id.clone(),

@@ -349,14 +349,20 @@ pub fn annotate_start(reply: &mut Value) {
     let Value::Object(fields) = reply else {
         return;
     };
-    let running = matches!(
-        fields.get("state").and_then(Value::as_str),
-        Some("running" | "starting" | "queued")
-    );
+    let state = fields.get("state").and_then(Value::as_str);
+    let running = matches!(state, Some("running" | "starting" | "queued"));
+    let id = fields.get("id").and_then(Value::as_str).unwrap_or("?");
+    if state == Some("waiting") {
+        let next = format!(
+            "{id} runs nothing until then (`waiting_for`); it starts by itself, and if it can \
+             no longer start it ends cancelled with a notice saying why; `stop` {id} cancels it"
+        );
+        fields.insert("next".into(), Value::String(next));
+        return;
+    }
     if !running || fields.contains_key("message") {
         return;
     }
-    let id = fields.get("id").and_then(Value::as_str).unwrap_or("?");
     let next = if fields.get("notify") == Some(&Value::Bool(true)) {
         format!("{id} runs on: `read` {id} shows its output; its end will come once as a notice, with no polling")
     } else {

@@ -45,8 +45,8 @@ impl After {
         };
         if id.is_empty() {
             return Err(format!(
-                "--after {text:?} names no item: give ID[:COND], e.g. `--after bg-3` or \
-                 `--after bg-3:output ready`"
+                "--after {text:?} names no item: give ID[:COND], e.g. bg-3 or \
+                 'bg-3:output ready'"
             ));
         }
         let until = match cond.map(str::trim_start) {
@@ -64,7 +64,7 @@ impl After {
                     Some(_) => {
                         return Err(format!(
                             "--after {text:?}: `output` needs a pattern after a space, e.g. \
-                             `--after {id}:output 'listening on'`"
+                             '{id}:output listening on'"
                         ))
                     }
                     None => return Err(bad_cond(text, id)),
@@ -91,7 +91,7 @@ impl After {
 fn bad_cond(text: &str, id: &str) -> String {
     format!(
         "--after {text:?}: the condition after `:` is one of `succeeded` (the default), \
-         `ended`, `output RE` or `port`, e.g. `--after {id}:ended`"
+         `ended`, `output RE` or `port`, e.g. {id}:ended"
     )
 }
 

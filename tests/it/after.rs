@@ -305,7 +305,7 @@ fn issue26_4_bad_input_gets_clear_errors_and_nothing_starts() {
     let (_, _, message) = refused(&failed);
     assert!(
         message.contains(&format!(
-            "FAILED (exit 2), so `--after {failed}` can never hold: nothing was started"
+            "FAILED (exit 2), so --after {failed} can never hold: nothing was started"
         )),
         "{message}"
     );
@@ -423,6 +423,13 @@ fn issue26_4_mcp_start_takes_after() {
     assert!(!error, "{reply}");
     assert_eq!(reply["state"], "waiting", "{reply}");
     assert_eq!(reply["waiting_for"], format!("waiting for {a} to succeed"));
+    assert!(
+        reply["next"]
+            .as_str()
+            .unwrap()
+            .contains("ends cancelled with a notice"),
+        "{reply}"
+    );
     let (_, list) = mcp.call("list", json!({}));
     let waiting = list["items"]
         .as_array()

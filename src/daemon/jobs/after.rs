@@ -116,7 +116,7 @@ impl Daemon {
                 let here = self.executors.which(record.row, &record.job_dir) == Which::Local;
                 if after.until == Until::Port && !here {
                     return Err(WireError::bad_request(format!(
-                        "{} runs on another machine, whose ports this daemon does not see: wait                          for the line it prints instead (`--after {}:output 'listening on'`)",
+                        "{} runs on another machine, whose ports this daemon does not see: wait                          for the line it prints instead (--after '{}:output listening on')",
                         after.id, after.id
                     )));
                 }
@@ -694,7 +694,7 @@ fn check_target(record: &Record, id: &str, until: &Until) -> Result<(), WireErro
     };
     if !kind_ok {
         return Err(WireError::bad_request(format!(
-            "{id} is a {:?} item, which has no {}: wait for it with `--after {id}:ended`",
+            "{id} is a {:?} item, which has no {}: wait for it with --after {id}:ended",
             record.kind,
             match until {
                 Until::Port => "processes listening on a port",
@@ -714,7 +714,7 @@ fn check_target(record: &Record, id: &str, until: &Until) -> Result<(), WireErro
     };
     if never {
         return Err(WireError::bad_request(format!(
-            "{report}, so `--after {id}{}` can never hold: nothing was started. Start it \
+            "{report}, so --after {id}{} can never hold: nothing was started. Start it \
              without --after, or after another item",
             match until {
                 Until::Port => ":port",

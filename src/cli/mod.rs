@@ -3,6 +3,7 @@
 
 mod demo;
 pub(crate) mod follow;
+mod notices;
 mod render;
 mod shell;
 
@@ -950,7 +951,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             peek,
             follow,
             wait_s: wait,
-            // A pull acknowledges what it could print (see `render::pull_notices`).
+            // A pull acknowledges what it could print (see `notices::pull_notices`).
             ack: !peek && !follow,
             limit: None,
         },

@@ -6,13 +6,13 @@
 //! sets its title, clears its screen or forges a line (contract §8). `--json` prints exact
 //! JSON, whose escaping is enough.
 
+use super::notices::{notices_text, pull_notices};
 use crate::client::Client;
-use crate::delivery::Delivery;
 use crate::observe;
 use crate::wire::{
-    self, Ack, End, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request,
-    RestartReply, RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason,
-    WaitReply, WireError,
+    self, Ack, End, Envelope, GcReply, Item, ListReply, ReadReply, Request, RestartReply,
+    RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason, WaitReply,
+    WireError,
 };
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -354,42 +354,6 @@ fn visible(text: &str, keep_lines: bool) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
-}
-
-/// `notices`: prints the pending notices, then acknowledges them. One that could not
-/// be printed (stdout full or gone) is not acknowledged: it stays pending for the next
-/// puller, and the call fails.
-fn pull_notices(
-    client: &mut Client,
-    envelope: &Envelope,
-    json: bool,
-) -> Result<ExitCode, WireError> {
-    let Request::Notices { wait_s, limit, .. } = envelope.request else {
-        unreachable!("called for notices")
-    };
-    let mut delivery = Delivery::over(client, &envelope.session);
-    let claimed = delivery.claim(limit, wait_s)?;
-    let reply = claimed.reply();
-    let text = match json {
-        true => wire::to_json_text(&reply),
-        false => notices_text(&reply),
-    };
-    let mut out = std::io::stdout().lock();
-    let printed = out
-        .write_all(text.as_bytes())
-        .and_then(|()| match text.ends_with('\n') {
-            true => Ok(()),
-            false => out.write_all(b"\n"),
-        })
-        .and_then(|()| out.flush());
-    if let Err(e) = printed {
-        return Err(WireError::new(
-            wire::ErrorCode::Unavailable,
-            format!("the notices could not be printed ({e}): they stay pending"),
-        ));
-    }
-    delivery.acknowledge(&claimed.ids())?;
-    Ok(ExitCode::SUCCESS)
 }
 
 pub(super) fn print_text(text: &str) {
@@ -944,27 +908,6 @@ fn wait_text(reply: &WaitReply, waited_s: Option<f64>, until: Option<&str>) -> S
     text
 }
 
-pub(super) fn notice_text(notice: &wire::Notice) -> String {
-    format!(
-        "{} [{}]\n{}",
-        inert(&notice.text),
-        inert(&notice.id),
-        indent(&notice.tail)
-    )
-}
-
-fn notices_text(reply: &NoticesReply) -> String {
-    if reply.notices.is_empty() {
-        return "no pending notices".to_string();
-    }
-    reply
-        .notices
-        .iter()
-        .map(notice_text)
-        .collect::<Vec<_>>()
-        .join("")
-}
-
 fn status_text(status: &StatusReply) -> String {
     let mut text = format!(
         "daemon pid {} (bgwork {})\nhome    {}\nsocket  {}\nrunning {}",
@@ -1001,7 +944,7 @@ fn status_text(status: &StatusReply) -> String {
     text
 }
 
-fn indent(text: &str) -> String {
+pub(super) fn indent(text: &str) -> String {
     let mut out: String = text
         .lines()
         .map(|line| format!("  | {}\n", inert(line)))

@@ -116,7 +116,8 @@ impl Daemon {
                 let here = self.executors.which(record.row, &record.job_dir) == Which::Local;
                 if after.until == Until::Port && !here {
                     return Err(WireError::bad_request(format!(
-                        "{} runs on another machine, whose ports this daemon does not see: wait                          for the line it prints instead (--after '{}:output listening on')",
+                        "{} runs on another machine, whose ports this daemon does not see: wait \
+                         for the line it prints instead (--after '{}:output listening on')",
                         after.id, after.id
                     )));
                 }
@@ -224,7 +225,8 @@ impl Daemon {
             return Err(WireError::new(
                 ErrorCode::Limit,
                 format!(
-                    "{MAX_WAITING_TOTAL} items of all sessions wait for other work already,                      the daemon's limit: start this one once some have started"
+                    "{MAX_WAITING_TOTAL} items of all sessions wait for other work already, \
+                     the daemon's limit: start this one once some have started"
                 ),
             ));
         }
@@ -453,7 +455,8 @@ impl Daemon {
         if let Some(twin) = self.twin_of_waiting(row, args).await? {
             // As `start` answers with a running twin instead of starting a second server.
             let reason = format!(
-                "the same command already runs as {twin} and listens on a port, so no second                  copy was started (start it with --allow-duplicate for one)"
+                "the same command already runs as {twin} and listens on a port, so no second \
+                 copy was started (start it with --allow-duplicate for one)"
             );
             self.cancel_waiting(row, &reason);
             return Ok(());
@@ -694,8 +697,8 @@ fn check_target(record: &Record, id: &str, until: &Until) -> Result<(), WireErro
     };
     if !kind_ok {
         return Err(WireError::bad_request(format!(
-            "{id} is a {:?} item, which has no {}: wait for it with --after {id}:ended",
-            record.kind,
+            "{id} is a {}, which has no {}: wait for it with --after {id}:ended",
+            crate::wire::name_of(&record.kind).replace('_', "-"),
             match until {
                 Until::Port => "processes listening on a port",
                 _ => "output of its own",

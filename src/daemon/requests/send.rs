@@ -33,7 +33,8 @@ impl Daemon {
                 return Err(WireError::new(
                     ErrorCode::NoInput,
                     format!(
-                        "{id} waits for {what} and runs nothing yet: nothing was sent; send it                          input once it runs"
+                        "{id} waits for {what} and runs nothing yet: nothing was sent; send it \
+                         input once it runs"
                     ),
                 ));
             }

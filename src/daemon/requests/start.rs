@@ -173,7 +173,8 @@ impl Daemon {
         if !args.after.is_empty() {
             // `start` hands a start with conditions to `jobs/after.rs` before this.
             return Err(WireError::bad_request(
-                "only `start` waits for other work (--after): a run or a sub-agent starts                  at once; start it with `bgwork start --after …`",
+                "only `start` waits for other work (--after): a run or a sub-agent starts \
+                 at once; start it with `bgwork start --after …`",
             ));
         }
         check_start(args)?;

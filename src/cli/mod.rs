@@ -80,7 +80,9 @@ Examples:
   bgwork start -- 'npm run dev'                  a shell line (pipes, globs, $VARS)
   bgwork start --notify --name tests -- cargo test --workspace
   bgwork start --pty --cols 100 -- python3       a pane: keystrokes and a screen
-  bgwork start --secret API_TOKEN -- ./deploy.sh its output shows [secret API_TOKEN]")]
+  bgwork start --secret API_TOKEN -- ./deploy.sh its output shows [secret API_TOKEN]
+  bgwork start --after bg-1 -- ./deploy.sh       once bg-1 succeeded (waiting until then)
+  bgwork start --after 'bg-2:output listening' -- npm test")]
     Start(StartCmd),
     /// Run COMMAND in the foreground with a deadline; past it, it moves to the background
     #[command(after_help = "\
@@ -360,6 +362,12 @@ Example:
     /// The relay to this host's daemon (started over ssh by a daemon elsewhere)
     #[command(hide = true)]
     SshRelay,
+    /// The keeper of a waiting item's start arguments (started by the daemon)
+    #[command(hide = true)]
+    Keep {
+        /// The waiting item's folder
+        dir: std::path::PathBuf,
+    },
     /// The per-job supervisor (started by the daemon)
     #[command(hide = true)]
     Supervise {
@@ -426,6 +434,10 @@ pub struct StartCmd {
     /// Stop the job (as the agent) once it has run for DURATION
     #[arg(long, value_name = "DURATION", value_parser = parse_span)]
     pub max_runtime: Option<f64>,
+    /// Wait (state `waiting`) until ID ends succeeded, or COND holds: `ended`, `output
+    /// RE` (a line of its output), `port` (it listens on one); repeatable, all required
+    #[arg(long, value_name = "ID[:COND]")]
+    pub after: Vec<String>,
     #[command(flatten)]
     pub on: OnCmd,
 }
@@ -851,6 +863,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             Some(spec_file) => crate::executor::slurm::supervise(spec_file),
             None => crate::supervisor::run(crate::supervisor::Launch::Socket),
         },
+        Commands::Keep { dir } => return Ok(crate::keeper::main(&dir)),
         Commands::Demo => return demo::run(),
         Commands::SshRelay => return Ok(crate::executor::ssh::relay::main()),
         Commands::Completions { shell } => {
@@ -961,6 +974,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             allow_duplicate: true,
             quiet_after: None,
             max_runtime: None,
+            after: Vec::new(),
             on: OnCmd::local(),
         })?),
         Commands::Run(run) => Request::Run(wire::RunArgs {
@@ -973,6 +987,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 allow_duplicate: true,
                 quiet_after: None,
                 max_runtime: None,
+                after: Vec::new(),
                 on: OnCmd::local(),
             })?,
             timeout_s: match run.timeout {
@@ -1235,6 +1250,12 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         keep_raw_log: job.keep_raw_log,
         slurm,
         ssh,
+        after: start
+            .after
+            .iter()
+            .map(|text| wire::after::After::parse(text))
+            .collect::<Result<_, _>>()
+            .map_err(WireError::bad_request)?,
     })
 }
 

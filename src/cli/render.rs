@@ -390,6 +390,9 @@ fn start_text(reply: &StartReply) -> String {
     let started = match (item.pid, item.state) {
         (Some(pid), _) => format!("started (pid {pid})"),
         (None, State::Starting) => "starting (its pid shows in `bgwork list`)".to_string(),
+        (None, State::Waiting) => {
+            inert(item.waiting_for.as_deref().unwrap_or("waiting")).to_string()
+        }
         (None, State::Queued) => match &item.slurm_job_id {
             Some(job) => format!("queued on Slurm (job {job})"),
             None => "queued on Slurm".to_string(),
@@ -408,6 +411,10 @@ fn start_text(reply: &StartReply) -> String {
     }
     match &item.report {
         Some(report) => text.push_str(&inert(report)),
+        None if item.state == State::Waiting => text.push_str(&format!(
+            "[nothing runs until then; a notice comes if it can no longer start; \
+             `bgwork stop {id}` cancels it]"
+        )),
         None if item.notify => text.push_str(&format!(
             "[{id} runs on: `bgwork read {id}` for its output; a notice will come when it ends]"
         )),
@@ -438,6 +445,7 @@ fn list_text(reply: &ListReply) -> String {
             .map(|(_, agent)| format!(" (by {agent})"))
             .unwrap_or_default();
         lines.push(format!("{}{owner}", row(item, now)));
+        lines.extend(waiting_line(item, "         "));
         lines.extend(listening_line(item, "         "));
         lines.extend(expected_line(item, "         "));
     }
@@ -472,6 +480,7 @@ fn sessions_text(reply: &ListReply) -> String {
         }
         let pad = "  ".repeat(parts.len() - 1);
         lines.push(format!("{pad}  {}", row(item, now)));
+        lines.extend(waiting_line(item, &format!("{pad}           ")));
         lines.extend(listening_line(item, &format!("{pad}           ")));
         lines.extend(expected_line(item, &format!("{pad}           ")));
     }
@@ -579,6 +588,12 @@ fn history_text(reply: &wire::HistoryReply) -> String {
         lines.push(format!("  last: {}", ends.join(", ")));
     }
     lines.join("\n")
+}
+
+/// `waiting for bg-3 to succeed` under a waiting item (`start --after`).
+fn waiting_line(item: &Item, pad: &str) -> Option<String> {
+    let waiting_for = item.waiting_for.as_deref()?;
+    Some(format!("{pad}{}", inert(waiting_for)))
 }
 
 /// `listening: 127.0.0.1:5173 → http://127.0.0.1:5173/` under an item that listens.
@@ -912,6 +927,12 @@ fn status_text(status: &StatusReply) -> String {
             let name = format!("{}{}", "  ".repeat(depth), inert(name));
             text.push_str(&format!("\n  {name:<30} {count}"));
         }
+    }
+    if status.waiting > 0 {
+        text.push_str(&format!(
+            "\nwaiting {} (started with --after: nothing runs yet; `bgwork list` says for what)",
+            status.waiting
+        ));
     }
     if let (Some(cpu), Some(rss), true) = (status.cpu_ms, status.rss_bytes, status.running > 0) {
         text.push_str(&format!(

@@ -7,6 +7,7 @@
 //! [`control`], the daemon ↔ supervisor protocol) is the only place that derives
 //! `Serialize`: the CLI, the MCP server and the web page all build these same types.
 
+pub mod after;
 pub mod control;
 pub mod frame;
 pub mod ssh;
@@ -189,6 +190,9 @@ pub struct StartArgs {
     /// Run it on this ssh host (`--on ssh:HOST`) instead of on this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh: Option<String>,
+    /// Start only once each of these holds (`--after ID[:COND]`, contract §14).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<after::After>,
 }
 
 /// What a job run on Slurm asks of the cluster (each passed to `sbatch` as it is).
@@ -479,6 +483,8 @@ pub enum State {
     Ended,
     /// Handed to a cluster's scheduler (Slurm), which has not started it yet.
     Queued,
+    /// Started with `--after`: nothing runs until what it waits for holds (§14).
+    Waiting,
 }
 
 /// How an item ended (contract §2). Exactly one per ended record.
@@ -568,6 +574,9 @@ pub struct Item {
     /// While its host cannot be reached: since when, and ssh's words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_unreachable: Option<String>,
+    /// A waiting item: what it waits for ("waiting for bg-3 to succeed", §14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// What an item's processes use and listen on, each field left out when unknown or
@@ -817,6 +826,9 @@ pub struct StatusReply {
     pub socket: String,
     pub running: u64,
     pub sessions: BTreeMap<String, u64>,
+    /// Items waiting for other work (`start --after`), not counted in `running`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting: u64,
     /// CPU time (ms) and resident memory of every running item's processes together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_ms: Option<u64>,

@@ -165,7 +165,9 @@ impl Daemon {
             ssh: Vec::new(),
             sub_agents: Vec::new(),
         };
-        for record in inner.store.list(&root, false)? {
+        // A waiting item runs nothing: it counts once it starts (`jobs/after.rs`).
+        let running = inner.store.list(&root, false)?.into_iter();
+        for record in running.filter(|r| r.state != crate::wire::State::Waiting) {
             match record.kind {
                 Kind::SubAgent => load.sub_agents.push(record),
                 Kind::Monitor => load.here.push(record),

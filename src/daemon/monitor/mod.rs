@@ -28,7 +28,8 @@ use crate::wire::{End, Kind, State};
 use event_log::EventLog;
 use follow::{Follow, LogSource};
 use fs_wake::{FsEvents, FsWake};
-use lines::{LineMonitor, Mode, Source};
+pub(crate) use lines::{LineMonitor, LineOutcome};
+use lines::{Mode, Source};
 use regex::Regex;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -294,6 +295,7 @@ impl Daemon {
             mode,
             saved: monitor.progress.clone(),
             saved_at: std::time::Instant::now(),
+            durable: true,
         }))))
     }
 

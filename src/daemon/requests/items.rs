@@ -46,6 +46,10 @@ impl Daemon {
                 text.push_str(&detail);
             }
         }
+        if let (Some(End::Cancelled), None, Some(detail)) = (record.end, record.pid, &detail) {
+            // A waiting item that never ran (`start --after`) says why it will not.
+            report = Some(format!("{id} was cancelled: {detail}"));
+        }
         let view = self.executors.view(record.row, &record.job_dir);
         if let (true, Some(End::Lost), Some(detail)) = (view.tells_loss(), record.end, &detail) {
             // A job on Slurm is lost for the reason Slurm gave, not a daemon restart.
@@ -95,6 +99,13 @@ impl Daemon {
             quiet_after_s: record.quiet_after_ms.map(|ms| ms as f64 / 1000.0),
             host: view.host,
             host_unreachable: view.unreachable.filter(|_| running),
+            waiting_for: (record.state == State::Waiting).then(|| {
+                let what = self.waiting.get(record.row);
+                format!(
+                    "waiting for {}",
+                    what.as_deref().unwrap_or("its conditions")
+                )
+            }),
         }
     }
 
@@ -260,7 +271,12 @@ impl Daemon {
     }
 
     pub(crate) async fn status(&self) -> Result<StatusReply, WireError> {
-        let unsettled = self.lock().store.unsettled()?;
+        let (waiting, unsettled): (Vec<_>, Vec<_>) = self
+            .lock()
+            .store
+            .unsettled()?
+            .into_iter()
+            .partition(|r| r.state == State::Waiting);
         let (cpu_ms, rss_bytes) = self.running_totals(&unsettled).await;
         let mut sessions = BTreeMap::new();
         for record in unsettled {
@@ -275,6 +291,7 @@ impl Daemon {
             sessions,
             cpu_ms: Some(cpu_ms),
             rss_bytes: Some(rss_bytes),
+            waiting: waiting.len() as u64,
         })
     }
 }

@@ -301,14 +301,7 @@ impl Supervisor {
                     cgroup::leave(dir);
                 }
                 let message = spawn::spawn_message(&spec, &e);
-                let status = ExitStatus {
-                    protocol: PROTOCOL,
-                    spawn_error: Some(message.clone()),
-                    ended_at_ms: now_ms(),
-                    owner: spec.owner.clone(),
-                    ..ExitStatus::default()
-                };
-                write_status(&job_dir, &status)?;
+                write_not_started(&job_dir, &spec.owner, &message)?;
                 let _ = std::fs::remove_file(&socket_path);
                 first.send(&FromSupervisor::SpawnFailed { message });
                 first.flush_blocking(Duration::from_secs(1));
@@ -1085,6 +1078,18 @@ fn reserve_status(job_dir: &Path) {
         JobDir(job_dir).temp(JobDir::STATUS),
         vec![b' '; STATUS_ROOM],
     );
+}
+
+/// Writes the status of a job of `owner` that could not start, and why.
+pub fn write_not_started(job_dir: &Path, owner: &str, why: &str) -> std::io::Result<()> {
+    let status = ExitStatus {
+        protocol: PROTOCOL,
+        spawn_error: Some(why.to_string()),
+        ended_at_ms: now_ms(),
+        owner: owner.to_string(),
+        ..ExitStatus::default()
+    };
+    write_status(job_dir, &status)
 }
 
 /// Reads a job's status file, if it has one. A status that names another owner than

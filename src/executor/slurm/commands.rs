@@ -8,9 +8,8 @@
 
 use super::handover;
 use crate::job_dir::JobDir;
-use crate::paths::now_ms;
-use crate::supervisor::{write_status, CommandSource, Launch, MAX_COMMAND_LINE};
-use crate::wire::control::{self, ExitStatus, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
+use crate::supervisor::{write_not_started, CommandSource, Launch, MAX_COMMAND_LINE};
+use crate::wire::control::{self, FromSupervisor, JobSpec, ToSupervisor};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -42,14 +41,7 @@ fn launch_from_file(path: &Path) -> std::io::Result<UnixStream> {
     match handover::receive(&job_dir, handover::PATIENCE) {
         Ok(values) => values.put(&mut spec),
         Err(why) => {
-            let status = ExitStatus {
-                protocol: PROTOCOL,
-                spawn_error: Some(why.clone()),
-                ended_at_ms: now_ms(),
-                owner: spec.owner.clone(),
-                ..ExitStatus::default()
-            };
-            write_status(&job_dir, &status)?;
+            write_not_started(&job_dir, &spec.owner, &why)?;
             return Err(std::io::Error::other(why));
         }
     }

@@ -1,8 +1,6 @@
-//! `bgwork notices`, the pull: claims the session's pending notices, prints them, and
-//! acknowledges them once stdout took them (contract §4); and the text of a notice,
-//! which the follower (`follow.rs`) prints too.
+//! `bgwork notices`, the pull: claims the session's pending notices, prints them (as
+//! `render` words them), and acknowledges them once stdout took them (contract §4).
 
-use super::render::{indent, inert};
 use crate::client::Client;
 use crate::delivery::Delivery;
 use crate::wire::{self, Envelope, NoticesReply, Request, WireError};
@@ -16,6 +14,7 @@ pub(super) fn pull_notices(
     client: &mut Client,
     envelope: &Envelope,
     json: bool,
+    as_text: fn(&NoticesReply) -> String,
 ) -> Result<ExitCode, WireError> {
     let Request::Notices { wait_s, limit, .. } = envelope.request else {
         unreachable!("called for notices")
@@ -25,7 +24,7 @@ pub(super) fn pull_notices(
     let reply = claimed.reply();
     let text = match json {
         true => wire::to_json_text(&reply),
-        false => notices_text(&reply),
+        false => as_text(&reply),
     };
     let mut out = std::io::stdout().lock();
     let printed = out
@@ -43,25 +42,4 @@ pub(super) fn pull_notices(
     }
     delivery.acknowledge(&claimed.ids())?;
     Ok(ExitCode::SUCCESS)
-}
-
-pub(super) fn notice_text(notice: &wire::Notice) -> String {
-    format!(
-        "{} [{}]\n{}",
-        inert(&notice.text),
-        inert(&notice.id),
-        indent(&notice.tail)
-    )
-}
-
-pub(super) fn notices_text(reply: &NoticesReply) -> String {
-    if reply.notices.is_empty() {
-        return "no pending notices".to_string();
-    }
-    reply
-        .notices
-        .iter()
-        .map(notice_text)
-        .collect::<Vec<_>>()
-        .join("")
 }

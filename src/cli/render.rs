@@ -6,13 +6,13 @@
 //! sets its title, clears its screen or forges a line (contract §8). `--json` prints exact
 //! JSON, whose escaping is enough.
 
-use super::notices::{notices_text, pull_notices};
+use super::notices::pull_notices;
 use crate::client::Client;
 use crate::observe;
 use crate::wire::{
-    self, Ack, End, Envelope, GcReply, Item, ListReply, ReadReply, Request, RestartReply,
-    RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason, WaitReply,
-    WireError,
+    self, Ack, End, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request,
+    RestartReply, RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason,
+    WaitReply, WireError,
 };
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -120,7 +120,7 @@ pub fn call_and_print(
         Request::NewSession { .. } => print(client, &envelope, json, |reply: &SessionReply| {
             inert(&reply.session).into_owned()
         }),
-        Request::Notices { ack: true, .. } => pull_notices(client, &envelope, json),
+        Request::Notices { ack: true, .. } => pull_notices(client, &envelope, json, notices_text),
         Request::Notices { .. } => print(client, &envelope, json, notices_text),
         Request::Gc { .. } => print(client, &envelope, json, |gc: &GcReply| {
             format!(
@@ -908,6 +908,26 @@ fn wait_text(reply: &WaitReply, waited_s: Option<f64>, until: Option<&str>) -> S
     text
 }
 
+pub(super) fn notice_text(notice: &wire::Notice) -> String {
+    format!(
+        "{} [{}]\n{}",
+        inert(&notice.text),
+        inert(&notice.id),
+        indent(&notice.tail)
+    )
+}
+
+fn notices_text(reply: &NoticesReply) -> String {
+    if reply.notices.is_empty() {
+        return "no pending notices".to_string();
+    }
+    reply
+        .notices
+        .iter()
+        .map(notice_text)
+        .collect::<Vec<_>>()
+        .join("")
+}
 fn status_text(status: &StatusReply) -> String {
     let mut text = format!(
         "daemon pid {} (bgwork {})\nhome    {}\nsocket  {}\nrunning {}",
@@ -944,7 +964,7 @@ fn status_text(status: &StatusReply) -> String {
     text
 }
 
-pub(super) fn indent(text: &str) -> String {
+fn indent(text: &str) -> String {
     let mut out: String = text
         .lines()
         .map(|line| format!("  | {}\n", inert(line)))

@@ -140,8 +140,21 @@ impl Daemon {
         store: Store,
     ) -> (Arc<Daemon>, mpsc::UnboundedReceiver<ExecEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
-        let executors = Executors::new(events, &paths.home);
-        let daemon = Daemon {
+        let daemon = Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| {
+            let me = me.clone();
+            let output: crate::executor::OutputSink = Arc::new(move |event| {
+                if let Some(daemon) = me.upgrade() {
+                    daemon.apply_output(event);
+                }
+            });
+            let executors = Executors::new(events, output, &paths.home);
+            Daemon::with_executors(paths, config, store, executors)
+        });
+        (daemon, receiver)
+    }
+
+    fn with_executors(paths: Paths, config: Config, store: Store, executors: Executors) -> Daemon {
+        Daemon {
             paths,
             config,
             inner: Mutex::new(Inner {
@@ -164,8 +177,7 @@ impl Daemon {
             big_replies: Arc::new(Semaphore::new(BIG_REPLIES)),
             http: tokio::sync::Mutex::new(None),
             waiting: Default::default(),
-        };
-        (Arc::new(daemon), receiver)
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -5,11 +5,12 @@
 //! `spawn_failed` follows as a message. `reattach` connects to the `control.sock` a supervisor keeps in its
 //! job's folder, checks the protocol version in `hello`, and falls back to the status
 //! file when no supervisor answers. Either way one task per job then relays the
-//! supervisor's messages as [`ExecEvent`]s and the daemon's commands to it.
+//! supervisor's messages as [`ExecEvent`]s and the daemon's commands to it; output
+//! progress, the most frequent message, it applies itself ([`OutputSink`]).
 
 use super::{
-    carries_all, Command, ExecEvent, Executor, JobHandle, On, Reattach, Running, View, Which,
-    WriteRefused, Writes,
+    carries_all, Command, ExecEvent, Executor, JobHandle, On, OutputSink, Reattach, Running, View,
+    Which, WriteRefused, Writes,
 };
 use crate::job_dir::JobDir;
 use crate::paths::SocketPath;
@@ -36,6 +37,8 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct LocalExecutor {
     exe: Arc<PathBuf>,
     events: mpsc::UnboundedSender<ExecEvent>,
+    /// Output progress, applied by the relay itself.
+    output: OutputSink,
     /// A supervisor started ahead of need, waiting for its job on its launch socket, so
     /// that `start` does not wait for a process to load.
     warm: Arc<Mutex<Option<Warm>>>,
@@ -48,11 +51,12 @@ struct Warm {
 }
 
 impl LocalExecutor {
-    pub fn new(events: mpsc::UnboundedSender<ExecEvent>) -> LocalExecutor {
+    pub fn new(events: mpsc::UnboundedSender<ExecEvent>, output: OutputSink) -> LocalExecutor {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("bgwork"));
         LocalExecutor {
             exe: Arc::new(exe),
             events,
+            output,
             warm: Arc::new(Mutex::new(None)),
         }
     }
@@ -180,6 +184,7 @@ impl LocalExecutor {
     ) -> JobHandle {
         let (commands, mut incoming) = mpsc::unbounded_channel();
         let events = self.events.clone();
+        let output = self.output.clone();
         let unanswered = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let handle = JobHandle::new(commands, unanswered.clone(), carries_all);
         tokio::spawn(async move {
@@ -203,7 +208,9 @@ impl LocalExecutor {
                             break;
                         }
                         Some(FromSupervisor::Output { log_len, dropped, unwritten, unwritten_at }) => {
-                            let _ = events.send(ExecEvent::Output {
+                            // Applied here: the waiters of this output are woken from
+                            // this task, with no hop through the event queue.
+                            output(ExecEvent::Output {
                                 row,
                                 log_len,
                                 dropped,

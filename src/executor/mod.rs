@@ -210,12 +210,25 @@ pub struct Executors {
     pub ssh: ssh::SshExecutor,
 }
 
+/// Applies an [`ExecEvent::Output`] at once, on the task that read it: output progress,
+/// the most frequent event by far, then wakes its item's waiters without passing
+/// through the task that applies the other events (one wake of a task less per report).
+/// Other events keep their queue, in order; a report applied this way is applied before
+/// any event its executor sends after it (an end comes after its last output), and
+/// applying it needs none sent before it (it updates a live item's figures and wakes
+/// its watchers).
+pub type OutputSink = std::sync::Arc<dyn Fn(ExecEvent) + Send + Sync>;
+
 impl Executors {
-    pub fn new(events: mpsc::UnboundedSender<ExecEvent>, home: &Path) -> Executors {
+    pub fn new(
+        events: mpsc::UnboundedSender<ExecEvent>,
+        output: OutputSink,
+        home: &Path,
+    ) -> Executors {
         Executors {
             slurm: slurm::SlurmExecutor::new(events.clone(), home),
             ssh: ssh::SshExecutor::new(events.clone(), home),
-            local: local::LocalExecutor::new(events),
+            local: local::LocalExecutor::new(events, output),
         }
     }
 

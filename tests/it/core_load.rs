@@ -931,3 +931,61 @@ fn issue11_printing_to_a_closed_pipe_is_no_panic() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// Jobs printing a line every 10 ms, each with a `wait --until` on a line that never
+/// comes: their supervisors report at the pace of a wait for a line (a quarter of a
+/// second), each report goes from the connection's task to its waiter with no hop
+/// between, and a job's own watch looks at most once a second, so the waits cost the
+/// daemon a few percent of a core (a tenth of one before, at 20 reports a second each).
+#[test]
+fn issue27_5_waits_on_chatty_jobs_cost_the_daemon_little() {
+    let home = Home::new()
+        .with("BGWORK_MAX_RUNNING", "100")
+        .with("BGWORK_MAX_STARTS_PER_MINUTE", "0");
+    let ticker =
+        "perl -e '$|=1; while (1) { print \"tick\\n\"; select(undef, undef, undef, 0.01) }'";
+    let jobs: Vec<String> = (0..20).map(|_| home.start(ticker)).collect();
+    let mut waiters: Vec<Child> = jobs
+        .iter()
+        .map(|id| {
+            home.command(&["wait", id, "--until", "NEVER-PRINTED", "--timeout", "120"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Every waiter has connected (its wait is registered once its request is read).
+    eventually(Duration::from_secs(30), || {
+        waiters.iter().all(|w| has_socket(w.id() as i32))
+    });
+    let pid = home.daemon_pid();
+    let (ticks, started) = (cpu_ticks(pid), Instant::now());
+    while started.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let used = cpu_ticks(pid) - ticks;
+    let share = used as f64 / started.elapsed().as_secs_f64();
+    for waiter in waiters.iter_mut() {
+        assert!(waiter.try_wait().unwrap().is_none(), "a wait ended early");
+        let _ = waiter.kill();
+        let _ = waiter.wait();
+    }
+    assert!(
+        share < 6.0,
+        "20 waits on 20 chatty jobs cost the daemon {share:.1} % of a core"
+    );
+    // The waits still find what they wait for, amid the stream.
+    let found = home
+        .run(&[
+            "--json",
+            "wait",
+            &jobs[0],
+            "--until",
+            "^tick$",
+            "--timeout",
+            "10",
+        ])
+        .json();
+    assert_eq!(found["reason"], "matched", "{found}");
+}

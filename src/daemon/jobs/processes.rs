@@ -20,8 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-/// A watcher looks at new output at most this often.
-const SCAN_PAUSE: Duration = Duration::from_millis(200);
+/// A watcher looks at new output at most this often: the pace of a job nobody waits
+/// on, so that its cost stays the same when someone does (a port in use is told within
+/// a second; a quiet spell's deadline is kept exactly whatever the pause).
+const SCAN_PAUSE: Duration = Duration::from_millis(crate::daemon::watchers::RELAXED_MS);
 /// The most new output one look scans for a port in use (the newest bytes).
 const SCAN_MAX: u64 = 64 << 10;
 /// How often a watcher with nothing to wait for checks that its job still runs (its
@@ -182,7 +184,13 @@ impl Daemon {
                 if ended {
                     return;
                 }
-                tokio::time::sleep(SCAN_PAUSE).await;
+                // A pause before the next look, but never past the end of the quiet
+                // spell that has just begun.
+                let pause = Instant::now() + SCAN_PAUSE;
+                let until = watch
+                    .quiet_deadline()
+                    .map_or(pause, |quiet| quiet.min(pause));
+                tokio::time::sleep_until(until.into()).await;
                 continue;
             }
             if ended {

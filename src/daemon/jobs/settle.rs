@@ -93,20 +93,7 @@ impl Daemon {
                 };
                 self.settle_or_retry(row, EndEvidence::Status(status));
             }
-            ExecEvent::Output {
-                row,
-                dropped,
-                unwritten,
-                unwritten_at,
-                ..
-            } => {
-                if let Some(live) = self.lock().live.get_mut(&row) {
-                    live.dropped = dropped;
-                    live.unwritten = unwritten;
-                    live.unwritten_at = unwritten_at;
-                }
-                self.output_grew(row);
-            }
+            event @ ExecEvent::Output { .. } => self.apply_output(event),
             ExecEvent::InputClosed { row } => {
                 if let Some(live) = self.lock().live.get_mut(&row) {
                     live.input_closed = true;
@@ -121,6 +108,27 @@ impl Daemon {
                 tokio::spawn(self.clone().recover(row));
             }
         }
+    }
+
+    /// Output progress: the live item's figures, and a wake of its output's watchers
+    /// (called by the task that read it, see [`crate::executor::OutputSink`]).
+    pub(crate) fn apply_output(&self, event: ExecEvent) {
+        let ExecEvent::Output {
+            row,
+            dropped,
+            unwritten,
+            unwritten_at,
+            ..
+        } = event
+        else {
+            return;
+        };
+        if let Some(live) = self.lock().live.get_mut(&row) {
+            live.dropped = dropped;
+            live.unwritten = unwritten;
+            live.unwritten_at = unwritten_at;
+        }
+        self.output_grew(row);
     }
 
     /// A supervisor connection closed without an end. A closed connection is no proof

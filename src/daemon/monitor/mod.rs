@@ -158,7 +158,7 @@ impl Daemon {
         // The output of the item it reads, when it reads one: nothing else's wakes it.
         let mut output = task
             .log_row()
-            .map(|row| self.watch_output(&[row], crate::daemon::Pace::Prompt));
+            .map(|row| self.watch_output(&[row], crate::daemon::Pace::Waiting));
         let mut backoff = FIRST_BACKOFF;
         let mut next_poll = Instant::now();
         let mut events = FsEvents::default();

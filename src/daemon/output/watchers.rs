@@ -1,11 +1,15 @@
 //! Who watches which item's output, and how promptly that item's supervisor reports it.
 //!
 //! A supervisor tells the daemon how far its log has grown at a pace the daemon sets:
-//! [`Pace::Prompt`] while someone waits for that output now (a `wait --until`, a
-//! `run`, a follower in the strip, a monitor of the output), [`Pace::Relaxed`]
-//! otherwise, which is enough for the daemon's own watch of each job (quiet spells, a
-//! port in use) and costs it almost nothing for output nobody waits on. Reads never
-//! depend on it: they take a log's length from the file.
+//! [`Pace::Prompt`] while a person or a stream shows that output as it comes (a `run`,
+//! a follower in the strip, a `start`'s window), [`Pace::Waiting`] while someone waits
+//! for a line of it (a `wait --until`, a monitor of the output: an agent that hears of
+//! it at its next turn), [`Pace::Relaxed`] otherwise, which is enough for the daemon's
+//! own watch of each job (quiet spells, a port in use) and costs it almost nothing for
+//! output nobody waits on. The fastest pace among an item's watchers is the one told.
+//! Output after a quiet spell is reported at once whatever the pace, so a pace only
+//! spaces the reports of output that streams. Reads never depend on it: they take a
+//! log's length from the file.
 //!
 //! Output of an item wakes only its own watchers. The pace a supervisor was told is
 //! decided here alone, under this registry's lock, so a watcher that comes and one that
@@ -16,11 +20,16 @@ use crate::wire::control::ToSupervisor;
 use std::collections::HashMap;
 use tokio::sync::watch;
 
-/// The progress interval of a job someone waits on. Output after a quiet spell is
-/// reported at once; output that streams, at most this often: 20 times a second looks
-/// live to a person, and a job printing 1,000 lines a second costs the daemon 20
-/// reports a second, not 500.
+/// The progress interval of a job whose output is shown as it comes. Output after a
+/// quiet spell is reported at once; output that streams, at most this often: 20 times
+/// a second looks live to a person, and a job printing 1,000 lines a second costs the
+/// daemon 20 reports a second, not 500.
 pub(crate) const PROMPT_MS: u64 = 50;
+/// The progress interval of a job someone waits on for a line (`wait --until`, a
+/// monitor): a line that streams in is found within a quarter of a second, well inside
+/// an agent's turn, and 50 such waits on chatty jobs cost the daemon 200 reports a
+/// second, not 1,000.
+pub(crate) const WAITING_MS: u64 = 250;
 /// The progress interval of a job nobody waits on: its quiet spells are told apart
 /// from the log's own length when they end, and a port in use a second later is soon
 /// enough; a hundred such jobs cost the daemon a hundred reports a second.
@@ -29,10 +38,22 @@ pub(crate) const RELAXED_MS: u64 = 1000;
 /// How soon a watcher needs to hear of new output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pace {
-    /// Within milliseconds: someone waits for it now.
+    /// Within milliseconds: it is shown as it comes.
     Prompt,
-    /// Within a fraction of a second: the daemon's own background watch.
+    /// Within a quarter of a second: someone waits for a line of it.
+    Waiting,
+    /// Within a second: the daemon's own background watch.
     Relaxed,
+}
+
+impl Pace {
+    fn every_ms(self) -> u64 {
+        match self {
+            Pace::Prompt => PROMPT_MS,
+            Pace::Waiting => WAITING_MS,
+            Pace::Relaxed => RELAXED_MS,
+        }
+    }
 }
 
 /// The watchers of one item, and the connection to its supervisor while it runs.
@@ -40,26 +61,30 @@ pub(crate) enum Pace {
 struct Item {
     watchers: Vec<(watch::Sender<()>, Pace)>,
     handle: Option<JobHandle>,
-    /// Whether the supervisor was last told to report promptly.
-    prompt: bool,
+    /// The interval the supervisor was last told (none yet: the relaxed one it starts
+    /// with).
+    told_ms: Option<u64>,
 }
 
 impl Item {
-    fn wants_prompt(&self) -> bool {
+    /// The interval its live watchers need: the fastest of their paces.
+    fn wanted_ms(&self) -> u64 {
         self.watchers
             .iter()
-            .any(|(sender, pace)| *pace == Pace::Prompt && !sender.is_closed())
+            .filter(|(sender, _)| !sender.is_closed())
+            .map(|(_, pace)| pace.every_ms())
+            .min()
+            .unwrap_or(RELAXED_MS)
     }
 
     /// Tells the supervisor the pace its watchers need, when it changed (or `always`).
     fn tell(&mut self, always: bool) {
-        let prompt = self.wants_prompt();
-        if prompt == self.prompt && !always {
+        let every_ms = self.wanted_ms();
+        if self.told_ms.unwrap_or(RELAXED_MS) == every_ms && !always {
             return;
         }
-        self.prompt = prompt;
+        self.told_ms = Some(every_ms);
         if let Some(handle) = &self.handle {
-            let every_ms = if prompt { PROMPT_MS } else { RELAXED_MS };
             // Every executor takes the pace (one that looks at its jobs' folders on a
             // clock of its own has nothing to change); a gone connection needs none.
             let _ = handle.send(ToSupervisor::Pace { every_ms });
@@ -100,7 +125,7 @@ impl OutputWatchers {
     }
 
     /// The output of `row` grew: wakes whoever watches it, forgets watchers that have
-    /// gone, and slows its supervisor down once no one waits promptly any more.
+    /// gone, and slows its supervisor down once no one waits at its pace any more.
     pub(crate) fn grew(&self, row: i64) {
         let mut items = self.items();
         let Some(item) = items.get_mut(&row) else {
@@ -126,7 +151,7 @@ impl OutputWatchers {
         let mut items = self.items();
         if let Some(item) = items.get_mut(&row) {
             item.handle = None;
-            item.prompt = false;
+            item.told_ms = None;
             if item.is_idle() {
                 items.remove(&row);
             }

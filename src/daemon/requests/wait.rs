@@ -87,7 +87,7 @@ impl Daemon {
         // Output of these items only, when a scan needs it; never output of others.
         let mut output = until
             .as_ref()
-            .map(|_| self.watch_output(&rows, crate::daemon::Pace::Prompt));
+            .map(|_| self.watch_output(&rows, crate::daemon::Pace::Waiting));
         // Ends come with a change of records, never with output alone: they are looked
         // for first, and again after each change.
         let mut look_at_ends = true;
@@ -214,7 +214,11 @@ impl Daemon {
         };
         let head = self.config.log_head;
         let gap = head..head + dropped;
-        let len = output::log_len(&path);
+        // The log held open is asked its length (no walk of its path at every wake).
+        let len = match &scan.file {
+            Some(file) => file.metadata().map_or(0, |m| m.len()),
+            None => output::log_len(&path),
+        };
         if len <= scan.lines.offset {
             return idle;
         }

@@ -5,7 +5,7 @@
 //! The spec file the batch script reads holds everything else. The supervisor, once
 //! Slurm has started it, makes a key pair (X25519) that lives in its memory only and
 //! leaves the public key in the folder ([`KEY_FILE`]); the daemon's tracker of the job,
-//! which looks at the folder every 100 ms, answers with the values sealed to that key
+//! woken by the key's rename (or at its next look, every 100 ms), answers with the values sealed to that key
 //! ([`SEALED_FILE`]: an anonymous `crypto_box`, X25519 + XSalsa20-Poly1305), and
 //! forgets them; the supervisor opens them in memory and removes both files. A daemon
 //! that no longer has the values (it was restarted while the job was queued: they were
@@ -159,6 +159,8 @@ pub fn receive(job_dir: &Path, patience: Duration) -> Result<Values, String> {
     };
     let key_path = job_dir.join(KEY_FILE);
     let sealed_path = job_dir.join(SEALED_FILE);
+    // Watched before the key is left, so an answer that comes at once is not missed.
+    let wake = super::folder_wake::watch_blocking(job_dir);
     crate::paths::write_whole(&key_path, &control::encode(&key))
         .map_err(|e| format!("could not leave its key in {}: {e}", job_dir.display()))?;
     let deadline = Instant::now() + patience;
@@ -183,7 +185,8 @@ pub fn receive(job_dir: &Path, patience: Duration) -> Result<Values, String> {
                 patience.as_secs()
             ));
         }
-        std::thread::sleep(LOOK_EVERY);
+        // The answer wakes this at once where inotify sees it; else the next look.
+        super::folder_wake::wait_blocking(wake.as_ref(), LOOK_EVERY);
     }
 }
 
@@ -237,6 +240,34 @@ mod tests {
         assert!(matches!(held, Held::HandedOver), "{held:?}");
         // Both files are gone, and nothing the folder ever held had the value.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// The daemon's answer is taken as soon as it is renamed into the folder, not at the
+    /// supervisor's next look (100 ms later): part of a Slurm job's start.
+    #[test]
+    fn issue27_6_the_supervisor_takes_the_answer_as_soon_as_it_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().to_path_buf();
+        let tracker = std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !folder.join(KEY_FILE).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // The supervisor has looked once by now and found no answer.
+            std::thread::sleep(Duration::from_millis(20));
+            let mut held = Held::Values(values());
+            held.answer(&folder);
+            Instant::now()
+        });
+        let got = receive(dir.path(), Duration::from_secs(10)).unwrap();
+        let taken = Instant::now();
+        let answered = tracker.join().unwrap();
+        assert_eq!(got, values());
+        let late = taken.duration_since(answered);
+        assert!(
+            late < Duration::from_millis(50),
+            "taken {late:?} after it was left"
+        );
     }
 
     #[test]

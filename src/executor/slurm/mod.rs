@@ -15,6 +15,7 @@
 //! `scancel` as the backstop when the supervisor does not end the job in time.
 
 mod commands;
+mod folder_wake;
 pub mod handover;
 mod options;
 mod scheduler;
@@ -442,6 +443,14 @@ fn refuses(command: &ToSupervisor) -> Option<&'static str> {
     }
 }
 
+/// The next wake of a folder's watch; never without one.
+async fn next_wake(wake: &mut Option<folder_wake::FolderWake>) {
+    match wake {
+        Some(wake) => wake.next().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A stop asked for: by whom, and when `scancel` takes over.
 struct Stop {
     actor: Actor,
@@ -487,12 +496,23 @@ impl Tracker {
         let mut scheduler = tokio::time::interval(SCHEDULER_EVERY);
         scheduler.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut commands_open = true;
+        // The supervisor's files (its key, its tree record, its status) are looked at
+        // as soon as they are renamed into place where inotify sees it, else on the
+        // clock.
+        let mut wake = folder_wake::FolderWake::new(&self.job_dir);
         loop {
             tokio::select! {
                 command = incoming.recv(), if commands_open => match command {
                     Some(command) => self.command(command).await,
                     None => commands_open = false,
                 },
+                _ = next_wake(&mut wake) => {
+                    if let Some(status) = self.look_at_files() {
+                        let status = self.with_slurm_detail(status).await;
+                        self.end(status);
+                        return;
+                    }
+                }
                 _ = files.tick() => {
                     if let Some(status) = self.look_at_files() {
                         let status = self.with_slurm_detail(status).await;

@@ -136,6 +136,7 @@ impl LocalExecutor {
                     unwritten,
                     unwritten_at,
                     status,
+                    between,
                     ..
                 })) => {
                     if protocol != PROTOCOL {
@@ -153,6 +154,7 @@ impl LocalExecutor {
                         unwritten,
                         unwritten_at,
                         handle,
+                        between: between.map(|between| *between),
                     });
                 }
                 Ok(Some(FromSupervisor::Exited { status })) => return Reattach::Ended(status),
@@ -218,6 +220,12 @@ impl LocalExecutor {
                             ended = true;
                             let _ = events.send(ExecEvent::Ended { row, status });
                             break;
+                        }
+                        Some(FromSupervisor::RunEnded { between }) => {
+                            let _ = events.send(ExecEvent::RunEnded {
+                                row,
+                                between: *between,
+                            });
                         }
                         Some(FromSupervisor::InputTaken { seq, queued }) => {
                             writes.answer(seq, Ok(queued));

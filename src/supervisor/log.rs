@@ -81,6 +81,18 @@ impl OutputLog {
         self.written
     }
 
+    /// Whether the log is empty or its last byte ends a line (so that a line bgwork
+    /// appends is a line of its own).
+    pub fn at_line_start(&self) -> bool {
+        let mut last = [0u8; 1];
+        self.written == 0
+            || self.unwritten > 0
+            || self
+                .file
+                .read_exact_at(&mut last, self.written - 1)
+                .map_or(true, |()| last[0] == b'\n')
+    }
+
     pub fn dropped(&self) -> u64 {
         self.punched_to - self.head
     }

@@ -2,4 +2,5 @@
 
 pub(crate) mod processes;
 pub(crate) mod report;
+pub(crate) mod restart_policy;
 pub(crate) mod settle;

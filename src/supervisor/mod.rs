@@ -474,7 +474,8 @@ impl Supervisor {
     /// process's memory), its own limit and samples; `spawned` tells the daemon.
     fn rerun(&mut self, run: u32, marker: &str) {
         let mut line = Vec::new();
-        if !self.log.at_line_start() {
+        let log_path = JobDir(Path::new(&self.spec.job_dir)).log();
+        if !self.log.at_line_start(&log_path) {
             line.push(b'\n');
         }
         line.extend_from_slice(marker.as_bytes());

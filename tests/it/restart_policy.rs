@@ -341,6 +341,19 @@ fn issue26_5_bad_policies_are_refused_with_the_fix() {
         let run = home.run(args);
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
     }
+    // On the socket, a foreground run and a sub-agent take no policy either.
+    for (op, words) in [
+        ("run", "a foreground `run`"),
+        ("agent_start", "a sub-agent"),
+    ] {
+        let reply = crate::hostile::raw(
+            &home,
+            &json!({"session": "test", "op": op, "command": "exit 1",
+                    "restart": {"on": "on-failure"}}),
+        );
+        let message = reply["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{op}: {reply}");
+    }
     assert_eq!(home.json(&["list", "--all"])["items"], json!([]));
 }
 
@@ -400,4 +413,62 @@ fn issue26_5_mcp_start_takes_the_policy_and_shows_its_restarts() {
         .as_str()
         .unwrap()
         .contains("backoff"));
+}
+
+#[test]
+fn issue26_5_the_marker_is_a_line_of_its_own_and_a_run_that_cannot_start_gives_up() {
+    let home = Home::new();
+    let folder = tempfile::tempdir().unwrap();
+    let cwd = folder.path().join("work");
+    std::fs::create_dir(&cwd).unwrap();
+    let id = home.start_with(
+        &[
+            "--restart",
+            "on-failure",
+            "--backoff",
+            "100ms",
+            "--cwd",
+            cwd.to_str().unwrap(),
+        ],
+        "printf 'no newline'; rmdir \"$PWD\"; exit 1",
+    );
+    let item = ended(&home, &id);
+    assert_eq!(item["end"], "failed", "{item}");
+    let report = item["report"].as_str().unwrap();
+    assert!(
+        report.contains("gave up after 1 of 5 restarts")
+            && report.contains("could not start it again"),
+        "{report}"
+    );
+    let notices = home.json(&["notices"]);
+    assert_eq!(notices["notices"].as_array().unwrap().len(), 1, "{notices}");
+    let text = log(&home, &id);
+    assert!(
+        text.starts_with(&format!("no newline\n[bgwork: {id} {MARKER} 1 of 5")),
+        "{text}"
+    );
+}
+
+#[test]
+fn issue26_5_no_quiet_spell_is_told_while_it_waits_out_its_back_off() {
+    let home = Home::new();
+    let id = home.start_with(
+        &[
+            "--restart",
+            "on-failure",
+            "--max-restarts",
+            "1",
+            "--backoff",
+            "2500ms",
+            "--quiet-after",
+            "1s",
+        ],
+        "exit 1",
+    );
+    let item = ended(&home, &id);
+    assert_eq!(restart_of(&item)["restarts"], 1, "{item}");
+    let notices = home.json(&["notices"]);
+    let notices = notices["notices"].as_array().unwrap();
+    assert_eq!(notices.len(), 1, "only its end: {notices:?}");
+    assert!(notices[0]["text"].as_str().unwrap().contains("gave up"));
 }

@@ -1,5 +1,6 @@
 //! The admission of a new item (contract §5): the one function every path that starts
 //! something calls — `start`, `agent start`, `monitor`, `restart` (through `start`),
+//! a restart policy's start again of its item (`jobs/restart_policy.rs`, `again`),
 //! and `run`, whose promotion past its deadline asks [`Daemon::promotion_refused`] —
 //! so that each rule has one place and the same filters everywhere.
 //!

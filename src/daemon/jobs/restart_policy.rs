@@ -21,6 +21,7 @@
 //! (whether or not the job was started with `--notify`), saying the policy gave up.
 
 use crate::daemon::admission::{Admission, Newcomer};
+use crate::daemon::start::Launch;
 use crate::daemon::Daemon;
 use crate::paths::{now_ms, rfc3339};
 use crate::store::{EndRecord, NewNotice, Record, RestartState};
@@ -50,7 +51,7 @@ pub(crate) struct Policy {
 
 impl Policy {
     /// The policy a start asks for (none without `restart`), or why it cannot have it.
-    pub(crate) fn of(args: &StartArgs, sub_agent: bool) -> Result<Option<Policy>, WireError> {
+    pub(crate) fn of(args: &StartArgs, launch: &Launch) -> Result<Option<Policy>, WireError> {
         let Some(asked) = &args.restart else {
             return Ok(None);
         };
@@ -61,11 +62,11 @@ impl Policy {
                 asked.on
             ));
         }
-        if args.pty || sub_agent {
-            let what = if sub_agent {
-                "a sub-agent"
-            } else {
-                "a pane (--pty)"
+        if args.pty || launch.sub_agent || launch.over_limit {
+            let what = match (launch.sub_agent, launch.over_limit) {
+                (true, _) => "a sub-agent",
+                (_, true) => "a foreground `run`",
+                _ => "a pane (--pty)",
             };
             return refuse(format!(
                 "--restart is for jobs, not {what}: start it without --restart"
@@ -381,7 +382,12 @@ impl Daemon {
                 self.lock().rerun_timers.remove(&row);
                 return;
             };
-            let due_in = state.next_at.unwrap_or(0).saturating_sub(now_ms());
+            // Never longer than its longest back-off (a wall clock set back meanwhile).
+            let due_in = state
+                .next_at
+                .unwrap_or(0)
+                .saturating_sub(now_ms())
+                .min(state.backoff_max_ms as i64);
             if due_in > 0 {
                 tokio::time::sleep(Duration::from_millis(due_in as u64)).await;
                 continue;

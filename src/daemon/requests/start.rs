@@ -171,7 +171,7 @@ impl Daemon {
         shown: Option<&mut crate::daemon::Shown<'_>>,
     ) -> Result<Launched, WireError> {
         check_start(args)?;
-        let policy = crate::daemon::restart_policy::Policy::of(args, launch.sub_agent)?;
+        let policy = crate::daemon::restart_policy::Policy::of(args, &launch)?;
         let limits = limits_of(args)?;
         let (cwd, pane) = place(args)?;
         let twin = crate::daemon::processes::Twin {

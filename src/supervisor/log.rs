@@ -91,7 +91,7 @@ impl OutputLog {
         let mut last = [0u8; 1];
         crate::paths::open_untrusted(path)
             .and_then(|file| file.read_exact_at(&mut last, self.written - 1))
-            .map_or(false, |()| last[0] == b'\n')
+            .is_ok_and(|()| last[0] == b'\n')
     }
 
     pub fn dropped(&self) -> u64 {

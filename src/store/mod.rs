@@ -639,8 +639,12 @@ impl Store {
                 settlement.cpu_ms.map(|n| n.min(i64::MAX as u64) as i64),
                 settlement.peak_rss.map(|n| n.min(i64::MAX as u64) as i64),
             ])?;
-        if changed == 1 {
+        // A job stopped while it waited out its restart policy's back-off: its last
+        // run's end is in the history already.
+        if changed == 1 && !restarts::waiting_in(&tx, row)? {
             history::add_run(&tx, row, settlement)?;
+        }
+        if changed == 1 {
             if let Some(notice) = &settlement.notice {
                 tx.prepare_cached(
                     "INSERT OR IGNORE INTO notices(key, row, session, item, end_kind, exit_code,

@@ -89,6 +89,16 @@ pub(super) fn parse(column: usize, text: &str) -> rusqlite::Result<RestartState>
     })
 }
 
+/// Whether `row` waits out its back-off (inside a transaction).
+pub(super) fn waiting_in(tx: &rusqlite::Transaction, row: i64) -> Result<bool> {
+    use rusqlite::OptionalExtension;
+    let waiting: Option<bool> = tx
+        .prepare_cached("SELECT runs_ended > restarts FROM restarts WHERE row = ?1")?
+        .query_row([row], |r| r.get(0))
+        .optional()?;
+    Ok(waiting.unwrap_or(false))
+}
+
 impl Store {
     /// Gives `row` its restart policy (when its record is written).
     pub fn set_restart_policy(

@@ -209,6 +209,11 @@ fn issue26_5_a_stop_during_the_back_off_ends_it_stopped_and_it_never_starts_agai
         json!([]),
         "an agent's stop"
     );
+    // One run, which failed: the stop ended no run (none ran), so it adds none.
+    let history = home.json(&["history", "--", "echo once; exit 2"]);
+    let command = &history["commands"][0];
+    assert_eq!(command["runs"], 1, "{history}");
+    assert_eq!(command["last"][0]["end"], "failed", "{history}");
 }
 
 #[test]

@@ -477,3 +477,36 @@ fn issue26_5_no_quiet_spell_is_told_while_it_waits_out_its_back_off() {
     assert_eq!(notices.len(), 1, "only its end: {notices:?}");
     assert!(notices[0]["text"].as_str().unwrap().contains("gave up"));
 }
+
+#[test]
+fn issue26_5_a_supervisor_killed_during_the_back_off_ends_lost_and_nothing_starts() {
+    let home = Home::new();
+    let id = home.start_with(
+        &["--restart", "on-failure", "--backoff", "1s"],
+        "echo once; exit 1",
+    );
+    let mut item = Value::Null;
+    eventually(Duration::from_secs(20), || {
+        item = listed(&home, &id);
+        item["state"] == "restarting"
+    });
+    let folder = std::path::PathBuf::from(item["folder"].as_str().unwrap());
+    let supervisor: i32 = std::fs::read_to_string(folder.join("supervisor.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &supervisor.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let item = ended(&home, &id);
+    assert_eq!(item["end"], "lost", "{item}");
+    assert_eq!(
+        restart_of(&item)["restarts"],
+        0,
+        "no start was decided: {item}"
+    );
+    assert!(!log(&home, &id).contains(MARKER));
+}

@@ -393,6 +393,12 @@ impl Daemon {
                 continue;
             }
             let restart = state.restarts + 1;
+            if !self.lock().live.contains_key(&row) {
+                // Its supervisor is not connected (being reconnected, or gone): nothing
+                // is decided until it answers (or is found lost, which ends the wait).
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
             let admitted = {
                 let mut inner = self.lock();
                 let admission = Admission {

@@ -26,6 +26,7 @@ pub mod history;
 pub mod hook;
 pub mod http;
 pub mod job_dir;
+pub mod keeper;
 pub mod keys;
 pub mod mcp;
 pub mod observe;

@@ -1,9 +1,9 @@
 //! What bgwork learns by looking at a job's processes in `/proc`: CPU time, memory and
 //! the TCP ports they listen on. Read only; nothing here signals or changes a process.
 //!
-//! How it works: a job's processes are the descendants of its supervisor (found from
-//! the `processes` record of its folder, checked against the supervisor's start time so
-//! a reused pid is never taken for it). CPU time is `utime + stime` of each process
+//! How it works: a job's processes are the descendants of its supervisor (found by
+//! `supervisor::tree::job_pids` from the `processes` record of its folder, checked
+//! against the supervisor's start time so a reused pid is never taken for it). CPU time is `utime + stime` of each process
 //! (`/proc/PID/stat`, threads included), memory the sum of their resident sets
 //! (`/proc/PID/statm`; pages shared between processes count once per process, as `ps`
 //! adds them). Ports: the socket inodes in each process's `fd/` folder, looked up in the
@@ -13,7 +13,6 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::BufRead;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::Path;
 
 /// CPU time and resident memory of a set of processes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,33 +30,6 @@ pub struct Observed {
     pub usage: Usage,
     /// Listening addresses, e.g. `127.0.0.1:5173`, `[::]:8000`, sorted by port.
     pub listening: Vec<String>,
-}
-
-/// The processes of the job whose folder is `job_dir`: every live descendant of its
-/// supervisor (not the supervisor itself). Empty when the supervisor is gone.
-pub fn job_pids(job_dir: &Path) -> Vec<i32> {
-    supervisor_of(job_dir)
-        .map(crate::supervisor::tree::descendants)
-        .unwrap_or_default()
-}
-
-/// The pid of the live supervisor of the job whose folder is `job_dir`. The folder's
-/// `processes` record names it, but the job may have rewritten that file: the process
-/// it names counts only when it has the recorded start time and its stderr is that
-/// folder's `supervisor.log` (where every supervisor writes), which no job can arrange
-/// for a process that is not its own supervisor.
-pub fn supervisor_of(job_dir: &Path) -> Option<i32> {
-    let record = crate::supervisor::tree::TreeRecord::read(job_dir);
-    let (pid, start) = record.supervisor?;
-    if crate::supervisor::tree::start_time(pid) != Some(start) {
-        return None;
-    }
-    let stderr = std::fs::read_link(format!("/proc/{pid}/fd/2")).ok()?;
-    let stderr = stderr.to_string_lossy();
-    let stderr = Path::new(stderr.strip_suffix(" (deleted)").unwrap_or(&stderr));
-    let log = |dir: &Path| crate::job_dir::JobDir(dir).supervisor_log();
-    let canonical = std::fs::canonicalize(job_dir).ok();
-    (stderr == log(job_dir) || canonical.is_some_and(|dir| stderr == log(&dir))).then_some(pid)
 }
 
 /// A process (of those this user may look into) that holds one of the sockets

@@ -97,63 +97,7 @@ pub fn text_end(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> u64
         // The range crosses the dropped middle or the file is short: hold nothing back.
         return to;
     }
-    to - unfinished_suffix(&bytes) as u64
-}
-
-/// How many bytes at the end of `bytes` begin something unfinished: a UTF-8 character
-/// missing its last bytes, or an escape sequence missing its final byte or terminator.
-pub fn unfinished_suffix(bytes: &[u8]) -> usize {
-    let utf8 = unfinished_utf8(bytes);
-    if utf8 > 0 {
-        return utf8;
-    }
-    let Some(esc) = bytes.iter().rposition(|&b| b == 0x1b) else {
-        return 0;
-    };
-    if escape_complete(&bytes[esc..]) {
-        0
-    } else {
-        bytes.len() - esc
-    }
-}
-
-/// The length of a UTF-8 character cut short at the end of `bytes` (0 when none).
-fn unfinished_utf8(bytes: &[u8]) -> usize {
-    for k in 1..=3.min(bytes.len()) {
-        let suffix = &bytes[bytes.len() - k..];
-        match suffix[0] {
-            // A continuation byte: the character may start further back.
-            0x80..=0xbf => continue,
-            0xc2..=0xf4 => {
-                return match std::str::from_utf8(suffix) {
-                    // Valid so far and cut short: `error_len` is None only then.
-                    Err(e) if e.valid_up_to() == 0 && e.error_len().is_none() => k,
-                    _ => 0,
-                };
-            }
-            _ => return 0,
-        }
-    }
-    0
-}
-
-/// Whether an escape sequence (starting with ESC) has all its bytes.
-fn escape_complete(seq: &[u8]) -> bool {
-    let Some(&kind) = seq.get(1) else {
-        return false;
-    };
-    let rest = &seq[2..];
-    match kind {
-        // CSI: parameters and intermediates, then one final byte.
-        b'[' => rest.iter().any(|&b| !(0x20..=0x3f).contains(&b)),
-        // Strings (OSC, DCS, SOS, PM, APC) end with BEL or ESC \ (whose ESC would be
-        // the last one, so only BEL is seen here); another control byte also ends them
-        // as far as a terminal is concerned.
-        b']' | b'P' | b'X' | b'^' | b'_' => rest.iter().any(|&b| b < 0x20),
-        // Intermediates, then a final byte.
-        0x20..=0x2f => rest.iter().any(|&b| !(0x20..=0x2f).contains(&b)),
-        _ => true,
-    }
+    to - crate::rendered::unfinished_suffix(&bytes) as u64
 }
 
 /// A range of a log, whole or as its head and tail when larger than `max` bytes, so
@@ -252,20 +196,6 @@ pub fn readable(bytes: &[u8]) -> String {
 /// person who asked with `--no-redact`): the one rendering, [`crate::rendered::text`].
 pub fn plain_text(bytes: &[u8]) -> String {
     crate::rendered::text(bytes)
-}
-
-/// Whether `bytes` may hold a character that acts on a terminal: a C0 control (but a
-/// line break or tab when `keep_lines`), DEL, or the lead byte of a C1 control (0xC2)
-/// or of a line or direction mark (0xE2). False means surely none; true means look
-/// closer. One branch-free pass, which the compiler vectorizes: most output is plain,
-/// and a megabyte of it is cleared in well under a millisecond.
-pub fn maybe_controls(bytes: &[u8], keep_lines: bool) -> bool {
-    bytes.chunks(4096).any(|chunk| {
-        chunk.iter().fold(false, |found, &b| {
-            let kept = keep_lines & ((b == b'\n') | (b == b'\t'));
-            found | ((b < 0x20) & !kept) | (b == 0x7f) | (b == 0xc2) | (b == 0xe2)
-        })
-    })
 }
 
 /// Clips text longer than `max` to its head and tail around an elision line.
@@ -472,25 +402,6 @@ pub fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::i
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_quick_scan_never_misses_a_control() {
-        for text in ["plain\n\ttext", "caf\u{e9}"] {
-            assert!(!super::maybe_controls(text.as_bytes(), true), "{text:?}");
-        }
-        for text in [
-            "a\rb",
-            "\u{1b}[31m",
-            "\u{7f}",
-            "\u{9b}2J",
-            "\u{2028}",
-            "\u{202e}x",
-        ] {
-            assert!(super::maybe_controls(text.as_bytes(), true), "{text:?}");
-        }
-        assert!(super::maybe_controls(b"a\nb", false));
-        assert!(!super::maybe_controls(b"a\nb", true));
-    }
-
     use super::*;
 
     #[test]
@@ -531,26 +442,6 @@ mod tests {
         assert!(clipped.starts_with(&"a".repeat(50)));
         assert!(clipped.ends_with(&"z".repeat(50)));
         assert!(clipped.contains("/x/output.log"));
-    }
-
-    #[test]
-    fn unfinished_characters_and_escapes_are_held_back() {
-        assert_eq!(unfinished_suffix(b"caf\xc3"), 1);
-        assert_eq!(unfinished_suffix(b"caf\xc3\xa9"), 0);
-        assert_eq!(unfinished_suffix(b"x \xe2\x9c"), 2);
-        assert_eq!(unfinished_suffix(b"x \xf0\x9f\x98"), 3);
-        assert_eq!(unfinished_suffix(b"bad \xff"), 0);
-        assert_eq!(unfinished_suffix(b"bad \xc3A"), 0);
-        assert_eq!(unfinished_suffix(b"lone \x9c"), 0);
-        assert_eq!(unfinished_suffix(b"red \x1b[3"), 3);
-        assert_eq!(unfinished_suffix(b"red \x1b[31m"), 0);
-        assert_eq!(unfinished_suffix(b"esc \x1b"), 1);
-        assert_eq!(unfinished_suffix(b"\x1b]0;title"), 9);
-        assert_eq!(unfinished_suffix(b"\x1b]0;title\x07ok"), 0);
-        assert_eq!(unfinished_suffix(b"\x1b]0;title\x1b\\"), 0);
-        assert_eq!(unfinished_suffix(b"\x1b(B plain"), 0);
-        assert_eq!(unfinished_suffix(b"\x1b("), 2);
-        assert_eq!(unfinished_suffix(b"plain"), 0);
     }
 
     #[test]

@@ -274,15 +274,15 @@ impl StreamMask {
     pub fn push<'a>(&mut self, chunk: &'a [u8], out: &'a mut Vec<u8>) -> &'a [u8] {
         out.clear();
         let plain = self.held.is_empty()
-            && !crate::output::maybe_controls(chunk, true)
-            && !crate::output::maybe_controls(&self.line, true);
+            && !crate::rendered::maybe_controls(chunk, true)
+            && !crate::rendered::maybe_controls(&self.line, true);
         if plain && self.secrets.automaton.find(chunk).is_none() {
             // Nothing to replace: no copy, only the start of a form kept back.
             // (Nor the start of a character whose rest has not come.)
             let held = self
                 .secrets
                 .first_unfinished(chunk, 0, false)
-                .min(chunk.len() - crate::output::unfinished_suffix(chunk));
+                .min(chunk.len() - crate::rendered::unfinished_suffix(chunk));
             self.held.extend_from_slice(&chunk[held..]);
             self.written(&chunk[..held]);
             return &chunk[..held];
@@ -294,7 +294,7 @@ impl StreamMask {
         let (mut bytes, hold) = self.masked(bytes, context, false);
         // Nor an escape sequence or a character whose rest has not come, so that a
         // marker never lands inside one.
-        let hold = hold.min(bytes.len() - crate::output::unfinished_suffix(&bytes[context..]));
+        let hold = hold.min(bytes.len() - crate::rendered::unfinished_suffix(&bytes[context..]));
         let longest = self.secrets.longest;
         let release = hold
             .max(context)
@@ -408,7 +408,7 @@ impl StreamMask {
     /// The marker of the form that the end of what `bytes` show begins.
     fn begun_marker(&self, bytes: &[u8]) -> Vec<u8> {
         let mut texts = vec![bytes.to_vec()];
-        if crate::output::maybe_controls(bytes, true) {
+        if crate::rendered::maybe_controls(bytes, true) {
             for view in [crate::rendered::View::Text, crate::rendered::View::Line] {
                 texts.push(crate::rendered::render(bytes, view).text.into_bytes());
             }

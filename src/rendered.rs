@@ -14,6 +14,8 @@
 //! shows a line. [`shown`] looks for something in the bytes as they are and in both
 //! views, and gives each find as the raw span from the first to the last byte that
 //! produced it, so that replacing that span removes it from every view.
+//! [`maybe_controls`] and [`unfinished_suffix`] are the renderer's rules that readers and
+//! masking share: which bytes render as themselves, and where a rendering may end.
 
 use std::borrow::Cow;
 
@@ -126,13 +128,83 @@ fn render_as(bytes: &[u8], view: View, mapped: bool) -> Rendered {
 /// Readable text of `bytes` ([`View::Text`]): escapes stripped, `\r` and backspace
 /// applied, invalid UTF-8 replaced.
 pub fn text(bytes: &[u8]) -> String {
-    if !crate::output::maybe_controls(bytes, true) {
+    if !maybe_controls(bytes, true) {
         return match std::str::from_utf8(bytes) {
             Ok(text) => text.to_owned(),
             Err(_) => String::from_utf8_lossy(bytes).into_owned(),
         };
     }
     render_as(bytes, View::Text, false).text
+}
+
+/// Whether `bytes` may hold a character that acts on a terminal: a C0 control (but a
+/// line break or tab when `keep_lines`), DEL, or the lead byte of a C1 control (0xC2)
+/// or of a line or direction mark (0xE2). False means surely none; true means look
+/// closer. One branch-free pass, which the compiler vectorizes: most output is plain,
+/// and a megabyte of it is cleared in well under a millisecond.
+pub fn maybe_controls(bytes: &[u8], keep_lines: bool) -> bool {
+    bytes.chunks(4096).any(|chunk| {
+        chunk.iter().fold(false, |found, &b| {
+            let kept = keep_lines & ((b == b'\n') | (b == b'\t'));
+            found | ((b < 0x20) & !kept) | (b == 0x7f) | (b == 0xc2) | (b == 0xe2)
+        })
+    })
+}
+
+/// How many bytes at the end of `bytes` begin something unfinished: a UTF-8 character
+/// missing its last bytes, or an escape sequence missing its final byte or terminator.
+pub fn unfinished_suffix(bytes: &[u8]) -> usize {
+    let utf8 = unfinished_utf8(bytes);
+    if utf8 > 0 {
+        return utf8;
+    }
+    let Some(esc) = bytes.iter().rposition(|&b| b == 0x1b) else {
+        return 0;
+    };
+    if escape_complete(&bytes[esc..]) {
+        0
+    } else {
+        bytes.len() - esc
+    }
+}
+
+/// The length of a UTF-8 character cut short at the end of `bytes` (0 when none).
+fn unfinished_utf8(bytes: &[u8]) -> usize {
+    for k in 1..=3.min(bytes.len()) {
+        let suffix = &bytes[bytes.len() - k..];
+        match suffix[0] {
+            // A continuation byte: the character may start further back.
+            0x80..=0xbf => continue,
+            0xc2..=0xf4 => {
+                return match std::str::from_utf8(suffix) {
+                    // Valid so far and cut short: `error_len` is None only then.
+                    Err(e) if e.valid_up_to() == 0 && e.error_len().is_none() => k,
+                    _ => 0,
+                };
+            }
+            _ => return 0,
+        }
+    }
+    0
+}
+
+/// Whether an escape sequence (starting with ESC) has all its bytes.
+fn escape_complete(seq: &[u8]) -> bool {
+    let Some(&kind) = seq.get(1) else {
+        return false;
+    };
+    let rest = &seq[2..];
+    match kind {
+        // CSI: parameters and intermediates, then one final byte.
+        b'[' => rest.iter().any(|&b| !(0x20..=0x3f).contains(&b)),
+        // Strings (OSC, DCS, SOS, PM, APC) end with BEL or ESC \ (whose ESC would be
+        // the last one, so only BEL is seen here); another control byte also ends them
+        // as far as a terminal is concerned.
+        b']' | b'P' | b'X' | b'^' | b'_' => rest.iter().any(|&b| b < 0x20),
+        // Intermediates, then a final byte.
+        0x20..=0x2f => rest.iter().any(|&b| !(0x20..=0x2f).contains(&b)),
+        _ => true,
+    }
 }
 
 /// Something found: its raw span and what replaces it.
@@ -152,7 +224,7 @@ pub struct Shown<'a> {
 
 impl<'a> Shown<'a> {
     pub fn new(bytes: &'a [u8]) -> Shown<'a> {
-        let views = match crate::output::maybe_controls(bytes, true) {
+        let views = match maybe_controls(bytes, true) {
             // The line view differs from the text only where the cursor moves.
             true => match moves_cursor(bytes) {
                 true => vec![render(bytes, View::Text), render(bytes, View::Line)],
@@ -460,6 +532,45 @@ const LINE_CELLS: usize = 4096;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unfinished_characters_and_escapes_are_held_back() {
+        assert_eq!(unfinished_suffix(b"caf\xc3"), 1);
+        assert_eq!(unfinished_suffix(b"caf\xc3\xa9"), 0);
+        assert_eq!(unfinished_suffix(b"x \xe2\x9c"), 2);
+        assert_eq!(unfinished_suffix(b"x \xf0\x9f\x98"), 3);
+        assert_eq!(unfinished_suffix(b"bad \xff"), 0);
+        assert_eq!(unfinished_suffix(b"bad \xc3A"), 0);
+        assert_eq!(unfinished_suffix(b"lone \x9c"), 0);
+        assert_eq!(unfinished_suffix(b"red \x1b[3"), 3);
+        assert_eq!(unfinished_suffix(b"red \x1b[31m"), 0);
+        assert_eq!(unfinished_suffix(b"esc \x1b"), 1);
+        assert_eq!(unfinished_suffix(b"\x1b]0;title"), 9);
+        assert_eq!(unfinished_suffix(b"\x1b]0;title\x07ok"), 0);
+        assert_eq!(unfinished_suffix(b"\x1b]0;title\x1b\\"), 0);
+        assert_eq!(unfinished_suffix(b"\x1b(B plain"), 0);
+        assert_eq!(unfinished_suffix(b"\x1b("), 2);
+        assert_eq!(unfinished_suffix(b"plain"), 0);
+    }
+
+    #[test]
+    fn the_quick_scan_never_misses_a_control() {
+        for text in ["plain\n\ttext", "caf\u{e9}"] {
+            assert!(!maybe_controls(text.as_bytes(), true), "{text:?}");
+        }
+        for text in [
+            "a\rb",
+            "\u{1b}[31m",
+            "\u{7f}",
+            "\u{9b}2J",
+            "\u{2028}",
+            "\u{202e}x",
+        ] {
+            assert!(maybe_controls(text.as_bytes(), true), "{text:?}");
+        }
+        assert!(maybe_controls(b"a\nb", false));
+        assert!(!maybe_controls(b"a\nb", true));
+    }
 
     fn find_word(word: &'static str) -> impl Fn(&[u8]) -> Vec<Found> {
         move |text: &[u8]| {

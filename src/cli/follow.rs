@@ -7,7 +7,7 @@
 //! quietly (exit 0); one whose daemon goes away ends with an error (exit 1); either way
 //! the notices it did not acknowledge are delivered again to the next puller.
 
-use super::render::notice_text;
+use super::notices::notice_text;
 use crate::client::Client;
 use crate::delivery::{show, Delivery, OutKind};
 use crate::wire::{Envelope, ErrorCode, Request, WireError};

@@ -3,6 +3,7 @@
 
 mod demo;
 pub(crate) mod follow;
+mod notices;
 mod render;
 mod shell;
 
@@ -80,7 +81,9 @@ Examples:
   bgwork start --notify --name tests -- cargo test --workspace
   bgwork start --pty --cols 100 -- python3       a pane: keystrokes and a screen
   bgwork start --secret API_TOKEN -- ./deploy.sh its output shows [secret API_TOKEN]
-  bgwork start --restart on-failure -- 'npm run dev'  started again if it crashes")]
+  bgwork start --restart on-failure -- 'npm run dev'  started again if it crashes
+  bgwork start --after bg-1 -- ./deploy.sh       once bg-1 succeeded (waiting until then)
+  bgwork start --after 'bg-2:output listening' -- npm test")]
     Start(Box<StartCmd>),
     /// Run COMMAND in the foreground with a deadline; past it, it moves to the background
     #[command(after_help = "\
@@ -360,6 +363,12 @@ Example:
     /// The relay to this host's daemon (started over ssh by a daemon elsewhere)
     #[command(hide = true)]
     SshRelay,
+    /// The keeper of a waiting item's start arguments (started by the daemon)
+    #[command(hide = true)]
+    Keep {
+        /// The waiting item's folder
+        dir: std::path::PathBuf,
+    },
     /// The per-job supervisor (started by the daemon)
     #[command(hide = true)]
     Supervise {
@@ -426,6 +435,10 @@ pub struct StartCmd {
     /// Stop the job (as the agent) once it has run for DURATION
     #[arg(long, value_name = "DURATION", value_parser = parse_span)]
     pub max_runtime: Option<f64>,
+    /// Wait (state `waiting`) until ID ends succeeded, or COND holds: `ended`, `output
+    /// RE` (a line of its output), `port` (it listens on one); repeatable, all required
+    #[arg(long, value_name = "ID[:COND]")]
+    pub after: Vec<String>,
     #[command(flatten)]
     pub on: OnCmd,
     #[command(flatten)]
@@ -865,14 +878,12 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::Daemon { http, .. } => return Ok(run_daemon(http)),
         Commands::Ui { port, no_open } => return ui(&paths, &session, port, no_open, json),
         Commands::Close { id } => Request::Close { id },
-        Commands::Supervise { spec_file } => {
+        Commands::Supervise { spec_file } => match spec_file {
             // A job started from a spec file (by Slurm) takes its commands from its folder.
-            let commands = spec_file.is_some().then(|| {
-                Box::new(crate::executor::slurm::CommandFiles)
-                    as Box<dyn crate::supervisor::CommandSource>
-            });
-            crate::supervisor::run(spec_file.as_deref(), commands)
-        }
+            Some(spec_file) => crate::executor::slurm::supervise(spec_file),
+            None => crate::supervisor::run(crate::supervisor::Launch::Socket),
+        },
+        Commands::Keep { dir } => return Ok(crate::keeper::main(&dir)),
         Commands::Demo => return demo::run(),
         Commands::SshRelay => return Ok(crate::executor::ssh::relay::main()),
         Commands::Completions { shell } => {
@@ -957,7 +968,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             peek,
             follow,
             wait_s: wait,
-            // A pull acknowledges what it could print (see `render::pull_notices`).
+            // A pull acknowledges what it could print (see `notices::pull_notices`).
             ack: !peek && !follow,
             limit: None,
         },
@@ -983,6 +994,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             allow_duplicate: true,
             quiet_after: None,
             max_runtime: None,
+            after: Vec::new(),
             on: OnCmd::local(),
             restart: RestartPolicyCmd::default(),
         })?),
@@ -996,6 +1008,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 allow_duplicate: true,
                 quiet_after: None,
                 max_runtime: None,
+                after: Vec::new(),
                 on: OnCmd::local(),
                 restart: RestartPolicyCmd::default(),
             })?,
@@ -1264,6 +1277,12 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
             max_restarts: start.restart.max_restarts,
             backoff: start.restart.backoff,
         }),
+        after: start
+            .after
+            .iter()
+            .map(|text| wire::after::After::parse(text))
+            .collect::<Result<_, _>>()
+            .map_err(WireError::bad_request)?,
     })
 }
 

@@ -6,13 +6,13 @@
 //! sets its title, clears its screen or forges a line (contract §8). `--json` prints exact
 //! JSON, whose escaping is enough.
 
+use super::notices::{notices_text, pull_notices};
 use crate::client::Client;
-use crate::delivery::Delivery;
 use crate::observe;
 use crate::wire::{
-    self, Ack, End, Envelope, GcReply, Item, ListReply, NoticesReply, ReadReply, Request,
-    RestartReply, RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason,
-    WaitReply, WireError,
+    self, Ack, End, Envelope, GcReply, Item, ListReply, ReadReply, Request, RestartReply,
+    RunOutcome, RunReply, SessionReply, StartReply, State, StatusReply, WaitReason, WaitReply,
+    WireError,
 };
 use base64::Engine;
 use serde::de::DeserializeOwned;
@@ -339,7 +339,7 @@ fn visible(text: &str, keep_lines: bool) -> Cow<'_, str> {
         c.is_control() && !(keep_lines && (c == '\n' || c == '\t'))
             || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
-    if !crate::output::maybe_controls(text.as_bytes(), keep_lines) || !text.chars().any(acts) {
+    if !crate::rendered::maybe_controls(text.as_bytes(), keep_lines) || !text.chars().any(acts) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
@@ -354,42 +354,6 @@ fn visible(text: &str, keep_lines: bool) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
-}
-
-/// `notices`: prints the pending notices, then acknowledges them. One that could not
-/// be printed (stdout full or gone) is not acknowledged: it stays pending for the next
-/// puller, and the call fails.
-fn pull_notices(
-    client: &mut Client,
-    envelope: &Envelope,
-    json: bool,
-) -> Result<ExitCode, WireError> {
-    let Request::Notices { wait_s, limit, .. } = envelope.request else {
-        unreachable!("called for notices")
-    };
-    let mut delivery = Delivery::over(client, &envelope.session);
-    let claimed = delivery.claim(limit, wait_s)?;
-    let reply = claimed.reply();
-    let text = match json {
-        true => wire::to_json_text(&reply),
-        false => notices_text(&reply),
-    };
-    let mut out = std::io::stdout().lock();
-    let printed = out
-        .write_all(text.as_bytes())
-        .and_then(|()| match text.ends_with('\n') {
-            true => Ok(()),
-            false => out.write_all(b"\n"),
-        })
-        .and_then(|()| out.flush());
-    if let Err(e) = printed {
-        return Err(WireError::new(
-            wire::ErrorCode::Unavailable,
-            format!("the notices could not be printed ({e}): they stay pending"),
-        ));
-    }
-    delivery.acknowledge(&claimed.ids())?;
-    Ok(ExitCode::SUCCESS)
 }
 
 pub(super) fn print_text(text: &str) {
@@ -426,6 +390,9 @@ fn start_text(reply: &StartReply) -> String {
     let started = match (item.pid, item.state) {
         (Some(pid), _) => format!("started (pid {pid})"),
         (None, State::Starting) => "starting (its pid shows in `bgwork list`)".to_string(),
+        (None, State::Waiting) => {
+            inert(item.waiting_for.as_deref().unwrap_or("waiting")).to_string()
+        }
         (None, State::Queued) => match &item.slurm_job_id {
             Some(job) => format!("queued on Slurm (job {job})"),
             None => "queued on Slurm".to_string(),
@@ -448,6 +415,10 @@ fn start_text(reply: &StartReply) -> String {
     }
     match &item.report {
         Some(report) => text.push_str(&inert(report)),
+        None if item.state == State::Waiting => text.push_str(&format!(
+            "[nothing runs until then; a notice comes if it can no longer start; \
+             `bgwork stop {id}` cancels it]"
+        )),
         None if item.notify => text.push_str(&format!(
             "[{id} runs on: `bgwork read {id}` for its output; a notice will come when it ends]"
         )),
@@ -478,6 +449,7 @@ fn list_text(reply: &ListReply) -> String {
             .map(|(_, agent)| format!(" (by {agent})"))
             .unwrap_or_default();
         lines.push(format!("{}{owner}", row(item, now)));
+        lines.extend(waiting_line(item, "         "));
         lines.extend(listening_line(item, "         "));
         lines.extend(expected_line(item, "         "));
         lines.extend(restart_line(item, "         ", now));
@@ -513,6 +485,7 @@ fn sessions_text(reply: &ListReply) -> String {
         }
         let pad = "  ".repeat(parts.len() - 1);
         lines.push(format!("{pad}  {}", row(item, now)));
+        lines.extend(waiting_line(item, &format!("{pad}           ")));
         lines.extend(listening_line(item, &format!("{pad}           ")));
         lines.extend(expected_line(item, &format!("{pad}           ")));
         lines.extend(restart_line(item, &format!("{pad}           "), now));
@@ -658,6 +631,12 @@ fn history_text(reply: &wire::HistoryReply) -> String {
         lines.push(format!("  last: {}", ends.join(", ")));
     }
     lines.join("\n")
+}
+
+/// `waiting for bg-3 to succeed` under a waiting item (`start --after`).
+fn waiting_line(item: &Item, pad: &str) -> Option<String> {
+    let waiting_for = item.waiting_for.as_deref()?;
+    Some(format!("{pad}{}", inert(waiting_for)))
 }
 
 /// `listening: 127.0.0.1:5173 → http://127.0.0.1:5173/` under an item that listens.
@@ -972,27 +951,6 @@ fn wait_text(reply: &WaitReply, waited_s: Option<f64>, until: Option<&str>) -> S
     text
 }
 
-pub(super) fn notice_text(notice: &wire::Notice) -> String {
-    format!(
-        "{} [{}]\n{}",
-        inert(&notice.text),
-        inert(&notice.id),
-        indent(&notice.tail)
-    )
-}
-
-fn notices_text(reply: &NoticesReply) -> String {
-    if reply.notices.is_empty() {
-        return "no pending notices".to_string();
-    }
-    reply
-        .notices
-        .iter()
-        .map(notice_text)
-        .collect::<Vec<_>>()
-        .join("")
-}
-
 fn status_text(status: &StatusReply) -> String {
     let mut text = format!(
         "daemon pid {} (bgwork {})\nhome    {}\nsocket  {}\nrunning {}",
@@ -1019,6 +977,12 @@ fn status_text(status: &StatusReply) -> String {
             text.push_str(&format!("\n  {}", inert(item)));
         }
     }
+    if status.waiting > 0 {
+        text.push_str(&format!(
+            "\nwaiting {} (started with --after: nothing runs yet; `bgwork list` says for what)",
+            status.waiting
+        ));
+    }
     if let (Some(cpu), Some(rss), true) = (status.cpu_ms, status.rss_bytes, status.running > 0) {
         text.push_str(&format!(
             "\nusing   cpu {}, memory {} (the running items' processes together)",
@@ -1029,7 +993,7 @@ fn status_text(status: &StatusReply) -> String {
     text
 }
 
-fn indent(text: &str) -> String {
+pub(super) fn indent(text: &str) -> String {
     let mut out: String = text
         .lines()
         .map(|line| format!("  | {}\n", inert(line)))

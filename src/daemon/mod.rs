@@ -130,6 +130,8 @@ pub struct Daemon {
     big_replies: Arc<Semaphore>,
     /// The work strip, once served (`ui`, `daemon --http`).
     pub(crate) http: tokio::sync::Mutex<Option<crate::http::Serving>>,
+    /// What each waiting item waits for (`start --after`).
+    pub(crate) waiting: jobs::after::Board,
 }
 
 impl Daemon {
@@ -164,6 +166,7 @@ impl Daemon {
             idle: Default::default(),
             big_replies: Arc::new(Semaphore::new(BIG_REPLIES)),
             http: tokio::sync::Mutex::new(None),
+            waiting: Default::default(),
         };
         (Arc::new(daemon), receiver)
     }
@@ -302,6 +305,9 @@ impl Daemon {
         // Records whose end the reply shows: the reply delivers their notices.
         let mut shown = Shown::new(self);
         let line = match envelope.request {
+            Request::Start(args) if !args.after.is_empty() => {
+                reply(&self.start_after(&session, args, &mut shown).await)
+            }
             Request::Start(args) => reply(&self.start(&session, args, &mut shown).await),
             Request::List { all, all_sessions } => {
                 reply(&self.list(&session, all, all_sessions).await)

@@ -218,6 +218,7 @@ pub async fn run(
     daemon.reconcile().await;
     tokio::spawn(daemon.clone().apply_events(events));
     daemon.resume_monitors();
+    daemon.resume_waiting();
     daemon.executors.warm_up();
     // Once records are reconciled (a page would show them half done).
     crate::http::resume(&daemon.backend(), http).await;

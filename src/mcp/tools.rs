@@ -71,6 +71,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "gpus": {"type": "integer", "minimum": 1, "description": "With on=slurm: GPUs for the job"},
                     "nodes": {"type": "integer", "minimum": 1, "description": "With on=slurm: nodes for the job (the command runs on the first)"},
                     "sbatch_args": {"type": "array", "items": {"type": "string"}, "description": "With on=slurm: more sbatch options, each one argument, e.g. [\"--constraint=a100\"]"},
+                    "after": {"type": "array", "items": {"type": "string"}, "description": "Start it only once other work got far enough, each entry \"ID[:COND]\", all required: \"bg-3\" (bg-3 ended succeeded), \"bg-3:ended\" (ended at all), \"bg-3:output RE\" (a line of its output matches the regex), \"bg-3:port\" (it listens on a TCP port). Until then the result's `state` is `waiting` with `waiting_for`, and nothing runs; if a condition can no longer hold (bg-3 failed, was stopped, ended without the line) it ends `cancelled` with a notice saying why"},
                     "verbose": verbose
                 }),
                 &["command"],
@@ -351,14 +352,23 @@ pub fn annotate_start(reply: &mut Value) {
     let Value::Object(fields) = reply else {
         return;
     };
+    let state = fields.get("state").and_then(Value::as_str);
     let running = matches!(
-        fields.get("state").and_then(Value::as_str),
+        state,
         Some("running" | "starting" | "queued" | "restarting")
     );
+    let id = fields.get("id").and_then(Value::as_str).unwrap_or("?");
+    if state == Some("waiting") {
+        let next = format!(
+            "{id} runs nothing until then (`waiting_for`); it starts by itself, and if it can \
+             no longer start it ends cancelled with a notice saying why; `stop` {id} cancels it"
+        );
+        fields.insert("next".into(), Value::String(next));
+        return;
+    }
     if !running || fields.contains_key("message") {
         return;
     }
-    let id = fields.get("id").and_then(Value::as_str).unwrap_or("?");
     let restarts = fields.contains_key("restart");
     let next = if fields.get("notify") == Some(&Value::Bool(true)) {
         format!("{id} runs on: `read` {id} shows its output; its end will come once as a notice, with no polling")
@@ -543,6 +553,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
 fn local(mut args: StartArgs) -> StartArgs {
     args.slurm = None;
     args.ssh = None;
+    args.after.clear();
     args
 }
 
@@ -605,6 +616,14 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
             a.flag("pty")?,
             "",
         )?,
+        after: match a.0.get("after") {
+            Some(Value::String(one)) => vec![one.clone()],
+            _ => a.texts("after")?,
+        }
+        .iter()
+        .map(|text| crate::wire::after::After::parse(text))
+        .collect::<Result<_, _>>()
+        .map_err(WireError::bad_request)?,
     })
 }
 

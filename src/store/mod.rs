@@ -6,6 +6,7 @@
 //! so a crash can never keep one without the other. Schema changes are migrations in
 //! [`schema`], applied in order and counted in `PRAGMA user_version`.
 
+mod after;
 mod harness;
 mod history;
 mod monitors;
@@ -935,6 +936,7 @@ fn parse_state(column: usize, text: &str) -> rusqlite::Result<State> {
         "starting" => State::Starting,
         "running" => State::Running,
         "ended" => State::Ended,
+        "waiting" => State::Waiting,
         _ => return Err(unknown(column, text)),
     })
 }

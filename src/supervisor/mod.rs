@@ -79,11 +79,21 @@ pub trait CommandSource {
     fn answer(&mut self, job_dir: &Path, seq: u64, answer: &FromSupervisor);
 }
 
+/// Where a supervisor's job comes from.
+pub enum Launch {
+    /// The launch socket the daemon started this process with (its stdin).
+    Socket,
+    /// A launch socket made here (a job that a cluster's scheduler started hands over
+    /// no socket), once the signals are blocked (making it may start a thread), and
+    /// where that job's commands come from instead of a daemon's connection.
+    Made {
+        make: Box<dyn FnOnce() -> std::io::Result<UnixStream>>,
+        commands: Box<dyn CommandSource>,
+    },
+}
+
 /// Runs one job to its end. Called by `bgwork supervise`; never returns to a caller.
-/// `spec_file`: the job's spec lies in that file (a job started by a cluster's
-/// scheduler, which hands over no socket) instead of coming on the launch socket;
-/// `commands`: where such a job's commands come from.
-pub fn run(spec_file: Option<&Path>, commands: Option<Box<dyn CommandSource>>) -> ! {
+pub fn run(launch: Launch) -> ! {
     // Before any thread is made (the spec file's reader): a signal the kernel gives a
     // thread that does not block it is lost to the signalfd, and a lost SIGCHLD would
     // leave the job's end unseen.
@@ -91,14 +101,14 @@ pub fn run(spec_file: Option<&Path>, commands: Option<Box<dyn CommandSource>>) -
         crate::note!("bgwork supervise: could not block signals: {e}");
         std::process::exit(1);
     }
-    let launch = match spec_file {
+    let (launch, commands) = match launch {
         // SAFETY: the daemon starts every supervisor with its launch socket on LAUNCH_FD
         // and nothing else in this process owns that descriptor.
-        None => unsafe { UnixStream::from_raw_fd(LAUNCH_FD) },
-        Some(path) => match launch_from_file(path) {
-            Ok(launch) => launch,
+        Launch::Socket => (unsafe { UnixStream::from_raw_fd(LAUNCH_FD) }, None),
+        Launch::Made { make, commands } => match make() {
+            Ok(launch) => (launch, Some(commands)),
             Err(e) => {
-                crate::note!("bgwork supervise: {}: {e}", path.display());
+                crate::note!("bgwork supervise: {e}");
                 std::process::exit(1);
             }
         },
@@ -124,12 +134,6 @@ pub fn run(spec_file: Option<&Path>, commands: Option<Box<dyn CommandSource>>) -
     std::process::exit(code)
 }
 
-/// A launch socket fed from a spec file: the spec is read and the file removed; the
-/// job's environment and secrets, which the file does not hold, are asked of the
-/// daemon through the job's folder (`handover`) and put under the environment Slurm
-/// gave this process (`environ::under_scheduler`); the whole spec is written on one
-/// end of a socket pair by a thread, whose other end becomes the launch socket; nobody
-/// answers on it. A job whose values cannot come ends as not started, with why.
 /// The signals the supervisor takes through its signalfd.
 fn handled_signals() -> SigSet {
     let mut mask = SigSet::empty();
@@ -142,37 +146,6 @@ fn handled_signals() -> SigSet {
         mask.add(signal);
     }
     mask
-}
-
-fn launch_from_file(path: &Path) -> std::io::Result<UnixStream> {
-    use crate::executor::slurm::handover;
-    let bytes = crate::paths::read_untrusted(path, 64 << 20)?;
-    let _ = std::fs::remove_file(path);
-    let mut spec: JobSpec = control::decode(&bytes).map_err(std::io::Error::other)?;
-    let job_dir = PathBuf::from(&spec.job_dir);
-    match handover::receive(&job_dir, handover::PATIENCE) {
-        Ok(values) => values.put(&mut spec),
-        Err(why) => {
-            let status = ExitStatus {
-                protocol: PROTOCOL,
-                spawn_error: Some(why.clone()),
-                ended_at_ms: now_ms(),
-                owner: spec.owner.clone(),
-                ..ExitStatus::default()
-            };
-            write_status(&job_dir, &status)?;
-            return Err(std::io::Error::other(why));
-        }
-    }
-    crate::environ::under_scheduler(&mut spec, std::env::vars_os());
-    let spec = control::encode(&spec);
-    let (ours, mut theirs) = UnixStream::pair()?;
-    std::thread::spawn(move || {
-        let _ = theirs.write_all(&spec);
-        // Held open until the job is read: dropped with this thread afterwards.
-        let _ = theirs.shutdown(std::net::Shutdown::Write);
-    });
-    Ok(ours)
 }
 
 /// How the job's main process ended: its exit code, or the signal that ended it.
@@ -338,14 +311,7 @@ impl Supervisor {
                     cgroup::leave(dir);
                 }
                 let message = spawn::spawn_message(&spec, &e);
-                let status = ExitStatus {
-                    protocol: PROTOCOL,
-                    spawn_error: Some(message.clone()),
-                    ended_at_ms: now_ms(),
-                    owner: spec.owner.clone(),
-                    ..ExitStatus::default()
-                };
-                write_status(&job_dir, &status)?;
+                write_not_started(&job_dir, &spec.owner, &message)?;
                 let _ = std::fs::remove_file(&socket_path);
                 first.send(&FromSupervisor::SpawnFailed { message });
                 first.flush_blocking(Duration::from_secs(1));
@@ -1263,6 +1229,18 @@ fn reserve_status(job_dir: &Path) {
         JobDir(job_dir).temp(JobDir::STATUS),
         vec![b' '; STATUS_ROOM],
     );
+}
+
+/// Writes the status of a job of `owner` that could not start, and why.
+pub fn write_not_started(job_dir: &Path, owner: &str, why: &str) -> std::io::Result<()> {
+    let status = ExitStatus {
+        protocol: PROTOCOL,
+        spawn_error: Some(why.to_string()),
+        ended_at_ms: now_ms(),
+        owner: owner.to_string(),
+        ..ExitStatus::default()
+    };
+    write_status(job_dir, &status)
 }
 
 /// Reads a job's status file, if it has one. A status that names another owner than

@@ -9,6 +9,7 @@
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use std::collections::HashMap;
+use std::path::Path;
 
 /// Every live descendant of `root` (not `root` itself), zombies excluded. Walks the
 /// kernel's per-task `children` lists (cost: the size of the tree), or, where the
@@ -282,6 +283,31 @@ pub fn is_supervisor(pid: i32) -> bool {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let supervise = cmdline.split(|&b| b == 0).nth(1) == Some(b"supervise".as_slice());
     supervise && matches!(parent_and_state(pid), Some((_, state)) if state != 'Z')
+}
+
+/// The processes of the job whose folder is `job_dir`: every live descendant of its
+/// supervisor (not the supervisor itself). Empty when the supervisor is gone.
+pub fn job_pids(job_dir: &Path) -> Vec<i32> {
+    supervisor_of(job_dir).map(descendants).unwrap_or_default()
+}
+
+/// The pid of the live supervisor of the job whose folder is `job_dir`. The folder's
+/// `processes` record names it, but the job may have rewritten that file: the process
+/// it names counts only when it has the recorded start time and its stderr is that
+/// folder's `supervisor.log` (where every supervisor writes), which no job can arrange
+/// for a process that is not its own supervisor.
+pub fn supervisor_of(job_dir: &Path) -> Option<i32> {
+    let record = TreeRecord::read(job_dir);
+    let (pid, start) = record.supervisor?;
+    if start_time(pid) != Some(start) {
+        return None;
+    }
+    let stderr = std::fs::read_link(format!("/proc/{pid}/fd/2")).ok()?;
+    let stderr = stderr.to_string_lossy();
+    let stderr = Path::new(stderr.strip_suffix(" (deleted)").unwrap_or(&stderr));
+    let log = |dir: &Path| crate::job_dir::JobDir(dir).supervisor_log();
+    let canonical = std::fs::canonicalize(job_dir).ok();
+    (stderr == log(job_dir) || canonical.is_some_and(|dir| stderr == log(&dir))).then_some(pid)
 }
 
 #[cfg(test)]

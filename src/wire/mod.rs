@@ -7,6 +7,7 @@
 //! [`control`], the daemon ↔ supervisor protocol) is the only place that derives
 //! `Serialize`: the CLI, the MCP server and the web page all build these same types.
 
+pub mod after;
 pub mod control;
 pub mod frame;
 pub mod ssh;
@@ -192,10 +193,13 @@ pub struct StartArgs {
     /// Start it again, as the same item, when it fails (`--restart on-failure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartPolicyArgs>,
+    /// Start only once each of these holds (`--after ID[:COND]`, contract §14).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<after::After>,
 }
 
 /// A restart policy as a caller asks for it (`start --restart on-failure
-/// [--max-restarts N] [--backoff MIN..MAX]`), checked by the daemon (contract §14).
+/// [--max-restarts N] [--backoff MIN..MAX]`), checked by the daemon (contract §15).
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 pub struct RestartPolicyArgs {
     /// The policy's name: `on-failure` (the only one).
@@ -208,7 +212,7 @@ pub struct RestartPolicyArgs {
     pub backoff: Option<String>,
 }
 
-/// Where an item with a restart policy is in it (contract §14).
+/// Where an item with a restart policy is in it (contract §15).
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 pub struct RestartView {
     pub policy: String,
@@ -523,6 +527,8 @@ pub enum State {
     Queued,
     /// Its run failed and its restart policy starts it again after the back-off.
     Restarting,
+    /// Started with `--after`: nothing runs until what it waits for holds (§14).
+    Waiting,
 }
 
 /// How an item ended (contract §2). Exactly one per ended record.
@@ -615,6 +621,9 @@ pub struct Item {
     /// Its restart policy and where it is in it (`start --restart on-failure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartView>,
+    /// A waiting item: what it waits for ("waiting for bg-3 to succeed", §14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// What an item's processes use and listen on, each field left out when unknown or
@@ -864,6 +873,9 @@ pub struct StatusReply {
     pub socket: String,
     pub running: u64,
     pub sessions: BTreeMap<String, u64>,
+    /// Items waiting for other work (`start --after`), not counted in `running`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting: u64,
     /// CPU time (ms) and resident memory of every running item's processes together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_ms: Option<u64>,

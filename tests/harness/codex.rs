@@ -94,38 +94,7 @@ fn issue25_1_codex_shell_start_notice_once_and_secret_never_sent() {
     let finished = exec(&world, &codex, "start the deploy in the background");
     server.save("codex_shell");
     finished.expect_ok();
-    let at = |step: usize| server.at(step).raw;
-    assert!(at(1).contains("bg-1 started"), "{}", excerpt(&at(1)));
-    assert_eq!(occurrences(&at(1), "end-shell-marker"), 0);
-    assert_eq!(
-        occurrences(&at(2), "end-shell-marker"),
-        1,
-        "the end at the next turn boundary: {}",
-        excerpt(&at(2))
-    );
-    assert_eq!(
-        occurrences(&at(4), "end-shell-marker"),
-        1,
-        "never twice: {}",
-        excerpt(&at(4))
-    );
-    assert!(
-        at(2).contains("[secret DEPLOY_TOKEN]"),
-        "{}",
-        excerpt(&at(2))
-    );
-    // Each notice says which id ended and how to read the rest, in one line.
-    assert!(
-        at(2).contains(
-            "- bg-1 finished successfully (exit 0): `bgwork read bg-1` for its output [ntc-"
-        ),
-        "{}",
-        excerpt(&at(2))
-    );
-    assert!(
-        !server.everything_sent().contains(SECRET),
-        "the secret reached the model"
-    );
+    crate::setup::assert_shell_round(&server, "end-shell-marker", SECRET);
 }
 
 #[test]
@@ -198,18 +167,7 @@ fn issue25_5_codex_goes_on_under_a_stopped_daemon() {
     let finished = exec(&world, &codex, "say something");
     drop(stopped);
     server.save("codex_stopped_daemon");
-    finished.expect_ok();
-    assert!(
-        server.at(1).raw.contains("still-going"),
-        "{}",
-        excerpt(&server.at(1).raw)
-    );
-    assert!(
-        finished.took < Duration::from_secs(30),
-        "took {:?}",
-        finished.took
-    );
-    crate::setup::assert_nothing_said(&server.everything_sent());
+    crate::setup::assert_went_on(&server, &finished, Duration::from_secs(30));
     eprintln!("codex under a stopped daemon: {:?}", finished.took);
 }
 

@@ -60,38 +60,7 @@ fn issue25_1_gemini_shell_start_notice_once_and_secret_never_sent() {
     let finished = prompt(&world, &gemini, "start the deploy in the background");
     server.save("gemini_shell");
     finished.expect_ok();
-    let at = |step: usize| server.at(step).raw;
-    assert!(at(1).contains("bg-1 started"), "{}", excerpt(&at(1)));
-    assert_eq!(occurrences(&at(1), "end-shell-marker"), 0);
-    assert_eq!(
-        occurrences(&at(2), "end-shell-marker"),
-        1,
-        "the end at the next turn boundary: {}",
-        excerpt(&at(2))
-    );
-    assert_eq!(
-        occurrences(&at(4), "end-shell-marker"),
-        1,
-        "never twice: {}",
-        excerpt(&at(4))
-    );
-    assert!(
-        at(2).contains("[secret DEPLOY_TOKEN]"),
-        "{}",
-        excerpt(&at(2))
-    );
-    // Each notice says which id ended and how to read the rest, in one line.
-    assert!(
-        at(2).contains(
-            "- bg-1 finished successfully (exit 0): `bgwork read bg-1` for its output [ntc-"
-        ),
-        "{}",
-        excerpt(&at(2))
-    );
-    assert!(
-        !server.everything_sent().contains(SECRET),
-        "the secret reached the model"
-    );
+    crate::setup::assert_shell_round(&server, "end-shell-marker", SECRET);
 }
 
 fn mcp(tool: &str, args: Value) -> Step {
@@ -172,18 +141,7 @@ fn issue25_5_gemini_goes_on_under_a_stopped_daemon() {
     let finished = prompt(&world, &gemini, "say something");
     drop(stopped);
     server.save("gemini_stopped_daemon");
-    finished.expect_ok();
-    assert!(
-        server.at(1).raw.contains("still-going"),
-        "{}",
-        excerpt(&server.at(1).raw)
-    );
-    assert!(
-        finished.took < Duration::from_secs(40),
-        "took {:?}",
-        finished.took
-    );
-    crate::setup::assert_nothing_said(&server.everything_sent());
+    crate::setup::assert_went_on(&server, &finished, Duration::from_secs(40));
     eprintln!("gemini under a stopped daemon: {:?}", finished.took);
 }
 

@@ -342,3 +342,60 @@ pub fn assert_mcp_round(server: &crate::server::ModelServer, secret: &str) {
         excerpt(&at(2))
     );
 }
+
+/// What the scripted shell round (a `bgwork start --notify --secret DEPLOY_TOKEN` whose
+/// job prints `end-` and `marker`, then three more tool calls) showed the model: the
+/// start, the end once at the next turn boundary in its one line, its secret masked
+/// and never sent.
+pub fn assert_shell_round(server: &crate::server::ModelServer, marker: &str, secret: &str) {
+    use crate::server::excerpt;
+    let at = |step: usize| server.at(step).raw;
+    assert!(
+        at(1).contains("bg-1 started"),
+        "the start's reply reached the model: {}",
+        excerpt(&at(1))
+    );
+    assert_eq!(occurrences(&at(1), marker), 0);
+    assert_eq!(
+        occurrences(&at(2), marker),
+        1,
+        "the end at the next turn boundary: {}",
+        excerpt(&at(2))
+    );
+    assert_eq!(
+        occurrences(&at(4), marker),
+        1,
+        "never twice: {}",
+        excerpt(&at(4))
+    );
+    assert!(
+        at(2).contains("[secret DEPLOY_TOKEN]"),
+        "{}",
+        excerpt(&at(2))
+    );
+    // Each notice says which id ended and how to read the rest, in one line.
+    assert!(
+        at(2).contains(
+            "- bg-1 finished successfully (exit 0): `bgwork read bg-1` for its output [ntc-"
+        ),
+        "{}",
+        excerpt(&at(2))
+    );
+    assert!(
+        !server.everything_sent().contains(secret),
+        "the secret reached the model"
+    );
+}
+
+/// A harness that went on under a stopped daemon: its tool ran, it finished within
+/// `limit` (each hook giving up within 1.25 s), and no hook told the model anything.
+pub fn assert_went_on(server: &crate::server::ModelServer, finished: &Finished, limit: Duration) {
+    finished.expect_ok();
+    assert!(
+        server.at(1).raw.contains("still-going"),
+        "{}",
+        crate::server::excerpt(&server.at(1).raw)
+    );
+    assert!(finished.took < limit, "took {:?}", finished.took);
+    assert_nothing_said(&server.everything_sent());
+}

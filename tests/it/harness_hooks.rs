@@ -3,7 +3,7 @@
 //! docs/harnesses.md, and the bound on notices per turn boundary (hooks and MCP).
 
 use crate::mcp::Mcp;
-use crate::util::{eventually, Home, BIN};
+use crate::util::{eventually, finish_within, Home, BIN};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -68,25 +68,6 @@ impl SpawnShell for Command {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
-    }
-}
-
-/// Waits for the hook, reading its output as it comes (as a harness does: a rewake hook
-/// acknowledges its notice only once its stderr was read); kills it, by pid, past `limit`.
-fn finish_within(child: Child, limit: Duration) -> Output {
-    let pid = child.id();
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(child.wait_with_output());
-    });
-    match receiver.recv_timeout(limit) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("still running after {limit:?}");
-        }
     }
 }
 

@@ -63,13 +63,7 @@ fn hostile15_2_port_in_use_notice_masks_token_shapes() {
         "echo 'Error: listen EADDRINUSE: address already in use 127.0.0.1:47611 \
          sk-abcdefghijklmnopqrstuvwx1234'; sleep 30",
     );
-    let mut notices = Vec::new();
-    crate::util::eventually(std::time::Duration::from_secs(20), || {
-        let reply = home.json(&["notices"]);
-        notices.extend(reply["notices"].as_array().cloned().unwrap_or_default());
-        !notices.is_empty()
-    });
-    let shown = serde_json::to_string(&notices).unwrap();
+    let shown = first_notices(&home);
     assert!(shown.contains("EADDRINUSE"), "{shown}");
     assert!(
         !shown.contains("sk-abcdef"),
@@ -209,13 +203,7 @@ fn hostile15_6_port_holder_of_another_session_is_named_without_its_token() {
             .is_some_and(|l| !l.is_empty())
     });
     let id = home.start(&format!("{server}; sleep 30"));
-    let mut notices = Vec::new();
-    crate::util::eventually(std::time::Duration::from_secs(20), || {
-        let reply = home.json(&["notices"]);
-        notices.extend(reply["notices"].as_array().cloned().unwrap_or_default());
-        !notices.is_empty()
-    });
-    let shown = serde_json::to_string(&notices).unwrap();
+    let shown = first_notices(&home);
     assert!(shown.contains("of session other"), "{shown}");
     assert!(
         !shown.contains("ghp_abc"),
@@ -223,4 +211,15 @@ fn hostile15_6_port_holder_of_another_session_is_named_without_its_token() {
     );
     home.run(&["stop", &id]);
     home.run(&["--session", "other", "stop", &holder]);
+}
+
+/// The session's first notices, taken (within 20 s), as JSON text.
+fn first_notices(home: &Home) -> String {
+    let mut notices = Vec::new();
+    crate::util::eventually(std::time::Duration::from_secs(20), || {
+        let reply = home.json(&["notices"]);
+        notices.extend(reply["notices"].as_array().cloned().unwrap_or_default());
+        !notices.is_empty()
+    });
+    serde_json::to_string(&notices).unwrap()
 }

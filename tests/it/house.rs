@@ -214,3 +214,265 @@ fn issue23_7_only_wire_derives_serialize_but_the_slurm_executors_own_file() {
         outside.join("\n")
     );
 }
+
+#[test]
+fn issue23_6_no_import_loop_between_top_level_modules() {
+    // ARCHITECTURE.md: no module imports one that imports it back, directly or round a
+    // longer ring; a piece two modules share lives in the one that owns it.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let loops = import_loops(&root);
+    assert!(
+        loops.is_empty(),
+        "import loops between top-level modules of src/ (move the shared piece to the \
+         module that owns it):\n{}",
+        loops.join("\n")
+    );
+}
+
+/// Every ring of imports between the top-level modules of the crate at `src`, each as
+/// its modules and, for each import in the ring, where it is first made.
+fn import_loops(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    sources(src, &mut files);
+    let top: std::collections::BTreeSet<String> = std::fs::read_dir(src)
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let name = match entry.path().is_dir() {
+                true => name,
+                false => name.strip_suffix(".rs")?.to_string(),
+            };
+            (name != "lib" && name != "main").then_some(name)
+        })
+        .collect();
+    // (importer, imported) → the first place the import is made.
+    let mut edges = std::collections::BTreeMap::<(String, String), String>::new();
+    for file in files {
+        let relative = file.strip_prefix(src).unwrap();
+        let mut parts: Vec<String> = relative
+            .with_extension("")
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        if parts.last().is_some_and(|p| p == "mod") {
+            parts.pop();
+        }
+        if parts == ["lib"] || parts == ["main"] {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (imported, line) in top_level_imports(&text, parts.len()) {
+            if imported != parts[0] && top.contains(&imported) {
+                edges
+                    .entry((parts[0].clone(), imported))
+                    .or_insert_with(|| format!("{}:{line}", relative.display()));
+            }
+        }
+    }
+    let reaches = |from: &str, to: &str| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut next = vec![from.to_string()];
+        while let Some(module) = next.pop() {
+            for ((a, b), _) in edges.range((module.clone(), String::new())..) {
+                if *a != module {
+                    break;
+                }
+                if b == to {
+                    return true;
+                }
+                if seen.insert(b.clone()) {
+                    next.push(b.clone());
+                }
+            }
+        }
+        false
+    };
+    let mut rings: Vec<Vec<&String>> = Vec::new();
+    for module in &top {
+        if rings.iter().any(|ring| ring.contains(&module)) || !reaches(module, module) {
+            continue;
+        }
+        let ring: Vec<&String> = top
+            .iter()
+            .filter(|other| *other == module || (reaches(module, other) && reaches(other, module)))
+            .collect();
+        rings.push(ring);
+    }
+    rings
+        .iter()
+        .map(|ring| {
+            let imports: Vec<String> = edges
+                .iter()
+                .filter(|((a, b), _)| ring.contains(&a) && ring.contains(&b))
+                .map(|((a, b), at)| format!("  {a} -> {b} ({at})"))
+                .collect();
+            let names: Vec<&str> = ring.iter().map(|m| m.as_str()).collect();
+            format!("{}:\n{}", names.join(" <-> "), imports.join("\n"))
+        })
+        .collect()
+}
+
+/// A token of Rust code, as far as paths need: a word, `::`, or another character.
+#[derive(Debug, PartialEq)]
+enum Token {
+    Word(String),
+    Path,
+    Punct(char),
+}
+
+/// The names a file of a module `depth` levels below the crate root imports from the
+/// crate root (`crate::NAME`, `crate::{NAME, …}`, or a `super::` chain that climbs to
+/// the root), each with its line. Comments, strings and character literals are not
+/// code, and an inline `mod NAME { … }` adds a level for the `super::` inside it.
+fn top_level_imports(text: &str, depth: usize) -> Vec<(String, usize)> {
+    let tokens = tokens(text);
+    let word = |k: usize| match tokens.get(k) {
+        Some((Token::Word(w), _)) => Some(w.as_str()),
+        _ => None,
+    };
+    let is = |k: usize, token: Token| tokens.get(k).is_some_and(|(t, _)| *t == token);
+    // The first names of what a path imports from the token at `k` on.
+    let names_at = |k: usize| -> Vec<String> {
+        if !is(k, Token::Punct('{')) {
+            return word(k).map(|w| vec![w.to_string()]).unwrap_or_default();
+        }
+        let (mut names, mut nesting, mut item_start) = (Vec::new(), 0, true);
+        for (token, _) in &tokens[k..] {
+            match token {
+                Token::Punct('{') => nesting += 1,
+                Token::Punct('}') if nesting == 1 => break,
+                Token::Punct('}') => nesting -= 1,
+                Token::Punct(',') if nesting == 1 => item_start = true,
+                Token::Word(w) if nesting == 1 && item_start => {
+                    names.push(w.clone());
+                    item_start = false;
+                }
+                _ => item_start = false,
+            }
+        }
+        names
+    };
+    let (mut found, mut braces, mut inline) = (Vec::new(), 0usize, Vec::new());
+    for (k, (token, line)) in tokens.iter().enumerate() {
+        match token {
+            Token::Punct('{') => {
+                braces += 1;
+                if k >= 2 && word(k - 2) == Some("mod") && word(k - 1).is_some() {
+                    inline.push(braces);
+                }
+            }
+            Token::Punct('}') => {
+                if inline.last() == Some(&braces) {
+                    inline.pop();
+                }
+                braces = braces.saturating_sub(1);
+            }
+            Token::Word(w)
+                if w == "crate"
+                    && is(k + 1, Token::Path)
+                    && (k == 0 || !is(k - 1, Token::Punct('$'))) =>
+            {
+                found.extend(names_at(k + 2).into_iter().map(|n| (n, *line)));
+            }
+            Token::Word(w) if w == "super" && (k == 0 || !is(k - 1, Token::Path)) => {
+                let mut climbed = 0;
+                let mut at = k;
+                while word(at) == Some("super") && is(at + 1, Token::Path) {
+                    climbed += 1;
+                    at += 2;
+                }
+                if climbed > 0 && climbed >= depth + inline.len() {
+                    found.extend(names_at(at).into_iter().map(|n| (n, *line)));
+                }
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The tokens of Rust code with their lines, comments, strings (raw ones too) and
+/// character literals left out.
+fn tokens(text: &str) -> Vec<(Token, usize)> {
+    let chars: Vec<char> = text.chars().collect();
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let (mut tokens, mut line, mut i) = (Vec::new(), 1, 0);
+    // Moves `i` past `end`, counting lines; to the end of the text when it is absent.
+    let skip_to = |i: &mut usize, line: &mut usize, end: &str| {
+        let end: Vec<char> = end.chars().collect();
+        while *i < chars.len() && !chars[*i..].starts_with(&end) {
+            *line += usize::from(chars[*i] == '\n');
+            *i += 1;
+        }
+        *i = (*i + end.len()).min(chars.len());
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '\n' {
+            line += 1;
+            i += 1;
+        } else if c == '/' && next == Some('/') {
+            skip_to(&mut i, &mut line, "\n");
+            line += 1;
+        } else if c == '/' && next == Some('*') {
+            let mut nesting = 0;
+            while i < chars.len() {
+                if chars[i..].starts_with(&['/', '*']) {
+                    nesting += 1;
+                    i += 2;
+                } else if chars[i..].starts_with(&['*', '/']) {
+                    nesting -= 1;
+                    i += 2;
+                    if nesting == 0 {
+                        break;
+                    }
+                } else {
+                    line += usize::from(chars[i] == '\n');
+                    i += 1;
+                }
+            }
+        } else if c == '"' {
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                line += usize::from(chars[i] == '\n');
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i += 1;
+        } else if c == '\'' {
+            // A character literal ('x', '\n', '\u{1b}'), or a lifetime ('a).
+            if next == Some('\\') {
+                i += 3;
+                skip_to(&mut i, &mut line, "'");
+            } else if chars.get(i + 2) == Some(&'\'') {
+                i += 3;
+            } else {
+                i += 1;
+            }
+        } else if ident(c) {
+            let start = i;
+            while i < chars.len() && ident(chars[i]) {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            // A raw string: r"…", r#"…"#, br"…".
+            let hashes = chars[i..].iter().take_while(|&&c| c == '#').count();
+            if (word == "r" || word == "br") && chars.get(i + hashes) == Some(&'"') {
+                i += hashes + 1;
+                skip_to(&mut i, &mut line, &format!("\"{}", "#".repeat(hashes)));
+            } else {
+                tokens.push((Token::Word(word), line));
+            }
+        } else if c == ':' && next == Some(':') {
+            tokens.push((Token::Path, line));
+            i += 2;
+        } else {
+            if !c.is_whitespace() {
+                tokens.push((Token::Punct(c), line));
+            }
+            i += 1;
+        }
+    }
+    tokens
+}

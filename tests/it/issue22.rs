@@ -4,7 +4,6 @@
 
 use crate::util::{eventually, Home};
 use serde_json::Value;
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -131,19 +130,7 @@ fn issue22_9_a_start_with_another_environment_is_another_server_also_after_a_res
 
 /// Sends one HTTP/1.1 request to the strip; returns its status code.
 fn http_status(port: u16, request: &str) -> u16 {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {answer:?}"))
+    crate::strip::http(port, request).0
 }
 
 fn ui(home: &Home) -> (u16, String) {

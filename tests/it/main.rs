@@ -1,6 +1,7 @@
 //! One integration-test binary: every test drives the real `bgwork` binary against a
 //! real daemon in a temporary `BGWORK_HOME`.
 
+mod after;
 mod conformance;
 mod core_load;
 mod delivery;

@@ -70,6 +70,11 @@ impl Mcp {
         }
     }
 
+    /// The server's pid.
+    pub(crate) fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
     /// Calls a tool; returns (is_error, structured content).
     pub(crate) fn call(&mut self, tool: &str, arguments: Value) -> (bool, Value) {
         let reply = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
@@ -261,21 +266,11 @@ fn hook(home: &Home, event: Value, extra: &[&str]) -> String {
 fn hook_with_env(home: &Home, event: Value, extra: &[&str], env: &[(&str, &Path)]) -> String {
     let mut args = vec!["hook", "claude-code"];
     args.extend_from_slice(extra);
-    let mut child = home
-        .command(&args)
+    let mut command = home.command(&args);
+    command
         .env_remove("BGWORK_SESSION")
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(event.to_string().as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+        .envs(env.iter().copied());
+    let output = crate::util::hook_output(command, &event);
     assert!(output.status.success());
     String::from_utf8(output.stdout).unwrap()
 }

@@ -2,7 +2,7 @@
 //! not JSON-RPC, non-UTF-8 environments, relative paths, clients that cancel or vanish,
 //! and a daemon that stops answering.
 
-use crate::util::{eventually, Home, BIN};
+use crate::util::{eventually, finish_within, Home, BIN};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -401,21 +401,24 @@ fn issue16_2_the_hook_answers_within_2_s_when_the_daemon_is_stopped() {
     let home = Home::new();
     home.start("exit 3");
     let stopped = Stopped::daemon_of(&home);
+    let hook = || {
+        home.command(&["hook", "claude-code"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
     let began = Instant::now();
-    let mut hook = home
-        .command(&["hook", "claude-code"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut first = hook();
     let event = json!({"session_id": "s", "hook_event_name": "UserPromptSubmit", "prompt": "hi"});
-    hook.stdin
+    first
+        .stdin
         .take()
         .unwrap()
         .write_all(event.to_string().as_bytes())
         .unwrap();
-    let output = finish_within(hook, Duration::from_secs(10));
+    let output = finish_within(first, Duration::from_secs(10));
     let took = began.elapsed();
     assert!(took < Duration::from_secs(2), "the hook took {took:?}");
     assert!(output.status.success());
@@ -426,32 +429,12 @@ fn issue16_2_the_hook_answers_within_2_s_when_the_daemon_is_stopped() {
     assert!(stderr.contains("stopped"), "{stderr}");
     // A harness that never closes the hook's stdin does not hold it either.
     let began = Instant::now();
-    let mut silent = home
-        .command(&["hook", "claude-code"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut silent = hook();
     let open_stdin = silent.stdin.take();
     let output = finish_within(silent, Duration::from_secs(10));
     drop(open_stdin);
     assert!(output.status.success());
     assert!(began.elapsed() < Duration::from_secs(2));
-}
-
-/// Waits for a child to end, killing it (and failing) past `limit`.
-fn finish_within(mut child: Child, limit: Duration) -> std::process::Output {
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
 }
 
 #[test]

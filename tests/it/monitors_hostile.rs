@@ -3,12 +3,12 @@
 //! rotation, restarts across the log cap, progress bars, relative paths, bad timeouts,
 //! wall-clock jumps, files that exist for a moment, and the Stop hook.
 
-use crate::util::{eventually, Home};
+use crate::util::{cpu_time, eventually, Home};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn monitor(home: &Home, args: &[&str]) -> String {
@@ -47,19 +47,6 @@ fn raw_request(home: &Home, request: Value) -> Value {
     let mut line = String::new();
     BufReader::new(stream).read_line(&mut line).unwrap();
     serde_json::from_str(&line).unwrap()
-}
-
-/// CPU time (user + system) a process has used.
-fn cpu_time(pid: i32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10)
 }
 
 fn status_kib(pid: i32, key: &str) -> u64 {
@@ -586,20 +573,9 @@ fn issue16_12_the_stop_hook_waits_on_jobs_and_waits_but_never_on_watches() {
     let file = home.path().join("watched.log");
     let watch = monitor(&home, &["watch", "--file", file.to_str().unwrap()]);
     let stop_hook = || -> String {
-        let mut child = home
-            .command(&["hook", "claude-code", "--wait-on-stop"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
         let event = serde_json::json!({"session_id": "x", "hook_event_name": "Stop"});
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(event.to_string().as_bytes())
-            .unwrap();
-        let output = child.wait_with_output().unwrap();
+        let command = home.command(&["hook", "claude-code", "--wait-on-stop"]);
+        let output = crate::util::hook_output(command, &event);
         assert!(output.status.success());
         String::from_utf8(output.stdout).unwrap()
     };

@@ -7,16 +7,18 @@ fn pane(home: &Home, command: &str) -> String {
     home.start_with(&["--pty"], command)
 }
 
-fn screen(home: &Home, id: &str) -> String {
+/// What `read --screen` shows of a pane now.
+pub(crate) fn screen(home: &Home, id: &str) -> String {
     home.json(&["read", id, "--screen"])["output"]
         .as_str()
         .unwrap()
         .to_string()
 }
 
-fn until(home: &Home, id: &str, pattern: &str) {
+/// Waits (at most 30 s) until the item's output matches `pattern`.
+pub(crate) fn until(home: &Home, id: &str, pattern: &str) {
     let reply = home
-        .run(&["--json", "wait", id, "--until", pattern, "--timeout", "20"])
+        .run(&["--json", "wait", id, "--until", pattern, "--timeout", "30"])
         .json();
     assert_eq!(reply["reason"], "matched", "{pattern}: {reply}");
 }

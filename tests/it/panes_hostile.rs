@@ -3,26 +3,13 @@
 //! restart, keys refused, characters split between reads, a `run` whose stdin never
 //! closes, and a `run` killed at the limit that reads as the agent's own stop.
 
+use crate::panes::{screen, until};
 use crate::util::{eventually, Home};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn screen(home: &Home, id: &str) -> String {
-    home.json(&["read", id, "--screen"])["output"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-fn until(home: &Home, id: &str, pattern: &str) {
-    let reply = home
-        .run(&["--json", "wait", id, "--until", pattern, "--timeout", "30"])
-        .json();
-    assert_eq!(reply["reason"], "matched", "{pattern}: {reply}");
-}
 
 fn log_path(home: &Home, id: &str) -> PathBuf {
     PathBuf::from(home.item(id)["log_path"].as_str().unwrap())

@@ -338,6 +338,7 @@ fn issue26_5_bad_policies_are_refused_with_the_fix() {
     refused(&["--pty"], "not a pane");
     refused(&["--on", "slurm"], "not supported on Slurm");
     refused(&["--on", "ssh:nowhere"], "ssh hosts");
+    refused(&["--after", "bg-1"], "--restart and --after together");
     // Options of a policy without one, or another policy: usage errors.
     for args in [
         &["start", "--max-restarts", "3", "--", "true"][..],

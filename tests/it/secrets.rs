@@ -7,7 +7,6 @@ use crate::mcp::Mcp;
 use crate::util::{eventually, Home};
 use base64::Engine;
 use serde_json::{json, Value};
-use std::io::Write;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -50,24 +49,36 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
+/// A whole log read with `read --raw` in pages of 64 bytes, each from where the last
+/// ended, until a page moves no further: the replies, in order.
+fn raw_pages(home: &Home, id: &str) -> Vec<Value> {
+    let (mut from, mut pages) = (0u64, Vec::new());
+    loop {
+        let page = home.json(&[
+            "read",
+            id,
+            "--raw",
+            "--from",
+            &from.to_string(),
+            "--max-bytes",
+            "64",
+        ]);
+        let to = page["to"].as_u64().unwrap();
+        pages.push(page);
+        if to == from {
+            return pages;
+        }
+        from = to;
+    }
+}
+
 /// Feeds one hook event to `bgwork hook claude-code` for `session`; returns its output.
 fn hook(home: &Home, session: &str) -> String {
-    let mut child = home
-        .command(&["hook", "claude-code"])
-        .env_remove("BGWORK_SESSION")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut command = home.command(&["hook", "claude-code"]);
+    command.env_remove("BGWORK_SESSION");
     let event =
         json!({"session_id": session, "hook_event_name": "UserPromptSubmit", "prompt": "next?"});
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(event.to_string().as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = crate::util::hook_output(command, &event);
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
@@ -263,28 +274,13 @@ fn issue15_1_pages_of_a_read_never_cut_a_secret_and_keep_raw_log_keeps_it_on_dis
     let command = format!("printf '%s' {}; echo \"$TOKEN\"; echo end", "x".repeat(55));
     let id = home.start_with(&["--env", &env, "--keep-raw-log"], &command);
     home.wait_end(&id);
-    let mut from = 0u64;
     let mut all = Vec::new();
-    loop {
-        let page = home.json(&[
-            "read",
-            &id,
-            "--raw",
-            "--from",
-            &from.to_string(),
-            "--max-bytes",
-            "64",
-        ]);
+    for page in raw_pages(&home, &id) {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(page["output_base64"].as_str().unwrap())
             .unwrap();
         assert_clean("a page", &String::from_utf8_lossy(&bytes));
         all.extend_from_slice(&bytes);
-        let to = page["to"].as_u64().unwrap();
-        if to == from {
-            break;
-        }
-        from = to;
     }
     let all = String::from_utf8(all).unwrap();
     assert_eq!(all, format!("{}[secret TOKEN]\nend\n", "x".repeat(55)));
@@ -395,25 +391,10 @@ fn issue15_1_a_token_cut_by_a_page_or_a_write_is_not_shown_in_pieces() {
     let command = format!("printf '%s ' {}; echo {token}; echo end", "x".repeat(49));
     let id = home.start_with(&[], &command);
     home.wait_end(&id);
-    let mut from = 0u64;
-    let mut pages = Vec::new();
-    loop {
-        let page = home.json(&[
-            "read",
-            &id,
-            "--raw",
-            "--from",
-            &from.to_string(),
-            "--max-bytes",
-            "64",
-        ]);
-        pages.push(page["output"].as_str().unwrap().to_string());
-        let to = page["to"].as_u64().unwrap();
-        if to == from {
-            break;
-        }
-        from = to;
-    }
+    let pages: Vec<String> = raw_pages(&home, &id)
+        .iter()
+        .map(|page| page["output"].as_str().unwrap().to_string())
+        .collect();
     for page in &pages {
         assert!(!page.contains("a1B2a1B2"), "{pages:?}");
     }

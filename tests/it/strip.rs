@@ -25,7 +25,7 @@ fn token(url: &str) -> String {
 }
 
 /// Sends one HTTP/1.1 request; returns the status code, the headers and the body.
-fn http(port: u16, request: &str) -> (u16, String, String) {
+pub(crate) fn http(port: u16, request: &str) -> (u16, String, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the strip");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))

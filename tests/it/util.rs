@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_bgwork");
@@ -197,6 +197,53 @@ pub fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) {
     }
 }
 
+/// Waits for a child to end, reading its output as it comes (as a harness does: a
+/// rewake hook acknowledges its notice only once its stderr was read); kills it, by
+/// pid, and fails the test past `limit`.
+pub fn finish_within(child: Child, limit: Duration) -> Output {
+    let pid = child.id();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    match receiver.recv_timeout(limit) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("still running after {limit:?}");
+        }
+    }
+}
+
+/// Runs a command to its end with its stdout and stderr read, failing the test when
+/// it takes longer than `limit`.
+pub fn output_within(mut command: Command, limit: Duration) -> Output {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish_within(child, limit)
+}
+
+/// Feeds one hook event to `command` (a `bgwork hook …`) on its stdin; returns how it
+/// ended and what it printed.
+pub fn hook_output(mut command: Command, event: &Value) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        event.to_string().as_bytes(),
+    )
+    .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// Whether a process is alive (not a zombie).
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -206,6 +253,20 @@ pub fn alive(pid: i32) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// CPU time (user + system) a process has used, from `/proc/PID/stat` (in clock
+/// ticks of 10 ms).
+pub fn cpu_time(pid: i32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
 }
 
 /// Pids of processes whose environment holds `BGWORK_HOME=home` (the jobs of a home).

@@ -17,7 +17,6 @@
 
 pub(crate) mod guard;
 
-use crate::daemon::monitor::MAX_MONITORS;
 use crate::daemon::{Daemon, Inner};
 use crate::executor::Which;
 use crate::store::Record;
@@ -25,6 +24,9 @@ use crate::wire::{ErrorCode, Kind, WireError};
 
 /// Sub-agents a session may run at once (contract §5).
 pub(crate) const MAX_SUB_AGENTS: usize = 2;
+
+/// Monitors a session may run at once (contract §5).
+pub(crate) const MAX_MONITORS: usize = 4;
 
 /// What a new item is, as its admission counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,7 +180,9 @@ impl Daemon {
             ssh: Vec::new(),
             sub_agents: Vec::new(),
         };
-        for record in inner.store.list(&root, false)? {
+        // A waiting item runs nothing: it counts once it starts (`jobs/after.rs`).
+        let running = inner.store.list(&root, false)?.into_iter();
+        for record in running.filter(|r| r.state != crate::wire::State::Waiting) {
             match record.kind {
                 Kind::SubAgent => load.sub_agents.push(record),
                 Kind::Monitor => load.here.push(record),

@@ -1,5 +1,6 @@
 //! The glue to the executors: applying their events and settling ends, a sub-agent's report, and what the daemon learns from running jobs' processes.
 
+pub(crate) mod after;
 pub(crate) mod processes;
 pub(crate) mod report;
 pub(crate) mod restart_policy;

@@ -266,10 +266,11 @@ impl Daemon {
         }
         let pid = record.pid?;
         let dir = PathBuf::from(&record.job_dir);
-        let waiting =
-            tokio::task::spawn_blocking(move || foreground_reads(pid, &observe::job_pids(&dir)))
-                .await
-                .unwrap_or(false);
+        let waiting = tokio::task::spawn_blocking(move || {
+            foreground_reads(pid, &crate::supervisor::tree::job_pids(&dir))
+        })
+        .await
+        .unwrap_or(false);
         waiting.then_some(line)
     }
 
@@ -546,7 +547,9 @@ fn live(seen: &Observed) -> crate::wire::Cost {
 pub(crate) fn observe_dirs(dirs: &[PathBuf], ports: bool) -> Vec<Option<Observed>> {
     let pids: Vec<Option<Vec<i32>>> = dirs
         .iter()
-        .map(|dir| observe::supervisor_of(dir).map(crate::supervisor::tree::descendants))
+        .map(|dir| {
+            crate::supervisor::tree::supervisor_of(dir).map(crate::supervisor::tree::descendants)
+        })
         .collect();
     let known: Vec<Vec<i32>> = pids.iter().flatten().cloned().collect();
     let mut seen = observe::observe_jobs(&known, ports).into_iter();
@@ -563,7 +566,7 @@ pub(crate) fn observe_read(reply: &mut crate::wire::ReadReply, job_dir: &Path, p
 }
 
 fn cpu_of(job_dir: &Path) -> u64 {
-    observe::usage(&observe::job_pids(job_dir)).cpu_ms
+    observe::usage(&crate::supervisor::tree::job_pids(job_dir)).cpu_ms
 }
 
 /// The first line of `bytes` that says an address is in use, as a reader is shown it
@@ -575,7 +578,7 @@ fn in_use_line(bytes: &[u8]) -> Option<String> {
         regex::bytes::Regex::new(r"(?i)EADDRINUSE|address already in use").expect("a valid pattern")
     });
     // Plain text that does not hold the phrase cannot show it (masking adds none).
-    if !output::maybe_controls(bytes, true) && !pattern.is_match(bytes) {
+    if !crate::rendered::maybe_controls(bytes, true) && !pattern.is_match(bytes) {
         return None;
     }
     let mut in_key = false;
@@ -731,7 +734,7 @@ fn holder_of(named: &Named, own: i64, running: &[Record]) -> Option<String> {
         .filter(|r| r.row == own)
         .chain(running.iter().filter(|r| r.row != own && observable(r)));
     for record in own_first {
-        let pids = observe::job_pids(Path::new(&record.job_dir));
+        let pids = crate::supervisor::tree::job_pids(Path::new(&record.job_dir));
         let holder = pids.iter().find(|&&pid| {
             observe::socket_inodes(pid)
                 .iter()

@@ -1,5 +1,5 @@
 //! Restart policies (`start --restart on-failure [--max-restarts N] [--backoff
-//! MIN..MAX]`, contract §14): a job whose run ends `failed` or `signaled` is started
+//! MIN..MAX]`, contract §15): a job whose run ends `failed` or `signaled` is started
 //! again as the same item, after a back-off, through the one admission.
 //!
 //! How it works: the job's supervisor knows how many restarts it may make

@@ -452,7 +452,10 @@ impl Daemon {
         let (mut attached, mut settled, mut lost) = (0, 0, 0);
         // Every job is looked for at once: one slow supervisor delays no other.
         let mut pending = tokio::task::JoinSet::new();
-        for record in unsettled.into_iter().filter(|r| r.kind != Kind::Monitor) {
+        for record in unsettled
+            .into_iter()
+            .filter(|r| r.kind != Kind::Monitor && r.state != State::Waiting)
+        {
             if record.job_dir.is_empty() {
                 let reason = "the daemon stopped while starting it".to_string();
                 self.settle_or_retry(record.row, EndEvidence::Lost(reason));

@@ -41,9 +41,48 @@ pub(crate) struct LineMonitor {
     /// The progress last saved, and when.
     pub saved: ScanProgress,
     pub saved_at: Instant,
+    /// A monitor's scan saves its progress; a waiting item's (`jobs/after.rs`) reads
+    /// again from the start after a restart, and saves nothing.
+    pub durable: bool,
+}
+
+/// What a waiting item's scan of an output found (`start --after ID:output RE`).
+pub(crate) enum LineOutcome {
+    Matched,
+    Pending {
+        behind: bool,
+    },
+    /// The item ended without such a line (or its log is gone): the detail says so.
+    Never(String),
 }
 
 impl LineMonitor {
+    /// A scan of item `target`'s output, from its first byte, for a line that
+    /// `regex` matches, for the waiting item `row`.
+    pub fn of_output(row: i64, target: i64, id: &str, regex: Regex) -> LineMonitor {
+        LineMonitor {
+            row,
+            source: Source::Log(LogSource::new(target, id.to_string())),
+            lines: LineScan::at(0),
+            mode: Mode::Wait {
+                pattern: regex.as_str().to_string(),
+            },
+            regex: Some(regex),
+            saved: ScanProgress::default(),
+            saved_at: Instant::now(),
+            durable: false,
+        }
+    }
+
+    /// [`LineMonitor::step`] of a waiting item's scan.
+    pub fn step_output(&mut self, daemon: &Daemon) -> LineOutcome {
+        match self.step(daemon) {
+            Outcome::Done(End::Succeeded, _) => LineOutcome::Matched,
+            Outcome::Done(_, detail) => LineOutcome::Never(detail),
+            Outcome::Pending { behind } => LineOutcome::Pending { behind },
+        }
+    }
+
     /// Reads up to [`STEP`] bytes of what is new and acts on the lines in it.
     pub fn step(&mut self, daemon: &Daemon) -> Outcome {
         let mut buf = Vec::new();
@@ -232,6 +271,9 @@ impl LineMonitor {
     /// Saves how far the scan got: at once when `now`, otherwise at most every
     /// [`SAVE_EVERY`]. What is saved never goes back past recorded matches.
     fn save(&mut self, daemon: &Daemon, now: bool) {
+        if !self.durable {
+            return;
+        }
         let mut progress = ScanProgress {
             offset: self.lines.line_start,
             file: self.file_id(),

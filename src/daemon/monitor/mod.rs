@@ -28,15 +28,14 @@ use crate::wire::{End, Kind, State};
 use event_log::EventLog;
 use follow::{Follow, LogSource};
 use fs_wake::{FsEvents, FsWake};
-use lines::{LineMonitor, Mode, Source};
+pub(crate) use lines::{LineMonitor, LineOutcome};
+use lines::{Mode, Source};
 use regex::Regex;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Monitors a session may run at once (contract §5).
-pub(crate) const MAX_MONITORS: usize = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How often a monitor woken by the daemon's changes looks whether it was stopped.
@@ -296,6 +295,7 @@ impl Daemon {
             mode,
             saved: monitor.progress.clone(),
             saved_at: std::time::Instant::now(),
+            durable: true,
         }))))
     }
 

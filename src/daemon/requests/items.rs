@@ -46,6 +46,10 @@ impl Daemon {
                 text.push_str(&detail);
             }
         }
+        if let (Some(End::Cancelled), None, Some(detail)) = (record.end, record.pid, &detail) {
+            // A waiting item that never ran (`start --after`) says why it will not.
+            report = Some(format!("{id} was cancelled: {detail}"));
+        }
         let view = self.executors.view(record.row, &record.job_dir);
         if let (true, Some(End::Lost), Some(detail)) = (view.tells_loss(), record.end, &detail) {
             // A job on Slurm is lost for the reason Slurm gave, not a daemon restart.
@@ -105,6 +109,13 @@ impl Daemon {
             host: view.host,
             host_unreachable: view.unreachable.filter(|_| running),
             restart: crate::daemon::restart_policy::view(record),
+            waiting_for: (record.state == State::Waiting).then(|| {
+                let what = self.waiting.get(record.row);
+                format!(
+                    "waiting for {}",
+                    what.as_deref().unwrap_or("its conditions")
+                )
+            }),
         }
     }
 
@@ -270,7 +281,12 @@ impl Daemon {
     }
 
     pub(crate) async fn status(&self) -> Result<StatusReply, WireError> {
-        let unsettled = self.lock().store.unsettled()?;
+        let (waiting, unsettled): (Vec<_>, Vec<_>) = self
+            .lock()
+            .store
+            .unsettled()?
+            .into_iter()
+            .partition(|r| r.state == State::Waiting);
         let (cpu_ms, rss_bytes) = self.running_totals(&unsettled).await;
         let mut sessions = BTreeMap::new();
         let mut restarting = Vec::new();
@@ -300,6 +316,7 @@ impl Daemon {
             cpu_ms: Some(cpu_ms),
             rss_bytes: Some(rss_bytes),
             restarting,
+            waiting: waiting.len() as u64,
         })
     }
 }

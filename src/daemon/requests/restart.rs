@@ -70,6 +70,7 @@ impl Daemon {
             }
         }
         let start = StartArgs {
+            after: Vec::new(),
             command: record.command.clone(),
             cwd: Some(record.cwd.clone()),
             env,

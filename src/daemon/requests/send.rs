@@ -28,6 +28,16 @@ impl Daemon {
                     format!("{id} has ended and takes no input: start it again to send it input"),
                 ));
             }
+            if record.state == State::Waiting {
+                let what = self.waiting.get(record.row).unwrap_or_default();
+                return Err(WireError::new(
+                    ErrorCode::NoInput,
+                    format!(
+                        "{id} waits for {what} and runs nothing yet: nothing was sent; send it \
+                         input once it runs"
+                    ),
+                ));
+            }
             let live = inner.live.get(&record.row).ok_or_else(|| {
                 WireError::new(
                     ErrorCode::NotRunning,

@@ -170,6 +170,13 @@ impl Daemon {
         launch: Launch,
         shown: Option<&mut crate::daemon::Shown<'_>>,
     ) -> Result<Launched, WireError> {
+        if !args.after.is_empty() {
+            // `start` hands a start with conditions to `jobs/after.rs` before this.
+            return Err(WireError::bad_request(
+                "only `start` waits for other work (--after): a run or a sub-agent starts \
+                 at once; start it with `bgwork start --after …`",
+            ));
+        }
         check_start(args)?;
         let policy = crate::daemon::restart_policy::Policy::of(args, &launch)?;
         let limits = limits_of(args)?;
@@ -331,7 +338,7 @@ impl Daemon {
 
     /// What the job's supervisor is handed: its command and environment (with the
     /// session and id a `bgwork` call inside it needs), its log's cap and its limits.
-    fn job_spec(
+    pub(crate) fn job_spec(
         &self,
         record: &Record,
         args: &StartArgs,
@@ -406,7 +413,7 @@ impl Daemon {
     }
 
     /// Settles a record that could not start and returns the error for the caller.
-    fn spawn_failed(&self, row: i64, id: &str, reason: String) -> WireError {
+    pub(crate) fn spawn_failed(&self, row: i64, id: &str, reason: String) -> WireError {
         let settlement = EndRecord {
             end: End::SpawnFailed,
             exit_code: None,
@@ -522,7 +529,11 @@ pub(crate) fn job_env(args: &StartArgs) -> (BTreeMap<String, String>, Vec<[Strin
     (env, env_bytes)
 }
 
-fn write_job_record(job_dir: &Path, record: &Record, args: &StartArgs) -> Result<(), String> {
+pub(crate) fn write_job_record(
+    job_dir: &Path,
+    record: &Record,
+    args: &StartArgs,
+) -> Result<(), String> {
     let (env, env_bytes) = job_env(args);
     let description = JobRecord {
         session: record.session.clone(),
@@ -552,7 +563,7 @@ fn write_job_record(job_dir: &Path, record: &Record, args: &StartArgs) -> Result
     .map_err(|e| format!("could not write in {}: {e}", job_dir.display()))
 }
 
-fn check_start(args: &StartArgs) -> Result<(), WireError> {
+pub(crate) fn check_start(args: &StartArgs) -> Result<(), WireError> {
     if args.command.trim().is_empty() {
         return Err(WireError::bad_request(
             "no command: give one after `--`, e.g. `bgwork start -- make test`",
@@ -584,7 +595,7 @@ fn check_start(args: &StartArgs) -> Result<(), WireError> {
 /// `--quiet-after` and `--max-runtime` in milliseconds, checked: a quiet spell of 1 s
 /// to a week (shorter ones would make a notice of every pause), a run time of 1 ms to
 /// a year.
-fn limits_of(args: &StartArgs) -> Result<(Option<u64>, Option<u64>), WireError> {
+pub(crate) fn limits_of(args: &StartArgs) -> Result<(Option<u64>, Option<u64>), WireError> {
     let check = |flag: &str, value: Option<f64>, min: f64, max_days: f64| match value {
         None => Ok(None),
         Some(s) if s.is_finite() && s >= min && s <= max_days * 86_400.0 => {
@@ -673,7 +684,7 @@ fn secret_pairs(args: &StartArgs) -> Vec<[String; 2]> {
 /// Where a job runs: its working directory (a request with none runs in the daemon
 /// user's home, never in the daemon's own folder; a relative one is refused, never
 /// interpreted) and, for a pane, its terminal's size.
-pub(super) fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), WireError> {
+pub(crate) fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), WireError> {
     let cwd = match (&args.cwd, &args.ssh) {
         // On an ssh host: the remote user's home.
         (None, Some(_)) => "~".to_string(),

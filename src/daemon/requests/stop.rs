@@ -65,7 +65,7 @@ impl Daemon {
             let attached = |d: &Daemon| {
                 let inner = d.lock();
                 inner.live.contains_key(&row)
-                    || matches!(inner.store.get(row), Ok(Some(r)) if r.state == State::Ended || r.kind == Kind::Monitor)
+                    || matches!(inner.store.get(row), Ok(Some(r)) if matches!(r.state, State::Ended | State::Waiting) || r.kind == Kind::Monitor)
                     || !matches!(inner.store.get(row), Ok(Some(_)))
             };
             self.wait_for(ATTACH_WAIT, attached).await;
@@ -95,6 +95,17 @@ impl Daemon {
         };
         if record.state == State::Ended {
             return Ok(());
+        }
+        if record.state == State::Waiting {
+            // Nothing runs yet: it ends at once (`jobs/after.rs`).
+            drop(inner);
+            if self.stop_waiting(row, actor) {
+                return Ok(());
+            }
+            return Err(WireError::new(
+                ErrorCode::NotRunning,
+                format!("{} began to start just now: stop it again", record.id),
+            ));
         }
         if record.kind == Kind::Monitor {
             drop(inner);
@@ -128,6 +139,13 @@ impl Daemon {
             // An item still being started (or taken back) is stopped as it comes alive.
             self.stopping_all.store(true, Ordering::SeqCst);
             let unsettled = self.lock().store.unsettled().unwrap_or_default();
+            let (waiting, unsettled): (Vec<Record>, Vec<Record>) = unsettled
+                .into_iter()
+                .partition(|r| r.state == State::Waiting);
+            // Work that waits for work ends without running.
+            for record in &waiting {
+                let _ = self.stop_waiting(record.row, Actor::Agent);
+            }
             let (monitors, rows): (Vec<Record>, Vec<Record>) =
                 unsettled.into_iter().partition(|r| r.kind == Kind::Monitor);
             let rows: Vec<i64> = rows.iter().map(|r| r.row).collect();

@@ -19,7 +19,7 @@ pub mod handover;
 mod options;
 mod scheduler;
 
-pub use commands::CommandFiles;
+pub use commands::{supervise, CommandFiles};
 pub use options::choose;
 pub use scheduler::parse_exit_code;
 

@@ -167,6 +167,7 @@ function row(item) {
     el('span', { class: 'age', title: item.started_at }),
     item.pid ? el('span', {}, `pid ${item.pid}`) : null,
     ...ports(item),
+    item.waiting_for ? el('span', { class: 'waiting' }, item.waiting_for) : null,
     item.expected ? el('span', { class: 'expected' }, item.expected) : null,
     item.restart ? el('span', { class: 'restart', title: item.restart.refused || '' }, restartText(item.restart)) : null,
     item.cpu_ms !== undefined && item.cpu_ms !== null ? el('span', {}, `cpu ${(item.cpu_ms / 1000).toFixed(1)}s`) : null,

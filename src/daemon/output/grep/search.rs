@@ -1,5 +1,5 @@
-//! `read --grep`: the lines of an item's kept log that match a regex, with their line
-//! numbers, byte offsets and context, without moving the read cursor.
+//! The search of `read --grep` through a log: its lines that match, with their line
+//! numbers, byte offsets and context.
 //!
 //! How it works: the log is read in buffers of [`BUF`] bytes (passing over the dropped
 //! middle and any hole, `SEEK_DATA`), each ending at a line boundary. A stretch of a
@@ -12,22 +12,17 @@
 //!
 //! Line numbers count from the first byte of the log. Past the dropped middle they go
 //! on as if the middle were one line break, and say so (`line_at_least`).
-//!
-//! A search runs off the daemon's lock on a reply thread, and a reply holds at most
-//! `max_matches` matches and about `max_bytes` of text.
 
-use crate::daemon::{Answer, Daemon};
+use super::shown::{cost, first_unplain, render, render_into, shown};
+use super::Pattern;
 use crate::output;
-use crate::wire::{self, GrepLine, GrepMatch, GrepReply, ReadArgs, State, WireError};
+use crate::wire::{GrepLine, GrepMatch};
 use memchr::{memchr, memrchr};
 use nix::errno::Errno;
 use nix::unistd::{lseek, Whence};
-use regex::{bytes, Regex, RegexBuilder};
 use std::borrow::Cow;
 use std::fs::File;
 use std::ops::Range;
-use std::path::PathBuf;
-use std::sync::Arc;
 
 /// Bytes read at a time.
 const BUF: usize = 4 << 20;
@@ -37,19 +32,6 @@ const TOKEN_CONTEXT: usize = 2048;
 const BLOCK: usize = 64 << 10;
 /// Lines are searched in pieces of at most this many bytes.
 pub(crate) const MAX_LINE: usize = 64 << 10;
-/// A line shown longer than this is clipped around its match.
-const SHOWN: usize = 2 << 10;
-/// Matches a reply carries unless the caller says otherwise, and at most.
-pub(crate) const DEFAULT_MATCHES: usize = 1000;
-const MAX_MATCHES: usize = 10_000;
-/// Text a reply carries unless the caller says otherwise (`max_bytes`).
-pub(crate) const DEFAULT_TEXT: usize = 1 << 20;
-/// The most context lines asked for.
-const MAX_CONTEXT: usize = 100;
-/// The most a regex may take once compiled (a huge alternation is refused, not
-/// compiled for seconds), and the longest pattern.
-const REGEX_SIZE: usize = 8 << 20;
-const MAX_PATTERN: usize = 64 << 10;
 
 /// What a search looks for and how much it returns.
 pub(crate) struct Search<'a> {
@@ -78,312 +60,6 @@ pub(crate) struct Found {
     /// the bytes of it that were gone (the dropped middle, and holes punched since).
     pub to: u64,
     pub skipped: u64,
-}
-
-/// A search pattern, compiled for text (a line as `read` shows it) and for bytes (a
-/// plain stretch of the log, searched where it lies: no copy, no UTF-8 check again).
-pub(crate) struct Pattern {
-    text: Regex,
-    bytes: bytes::Regex,
-}
-
-/// Compiles a search pattern, or says what is wrong with it.
-pub(crate) fn compile(pattern: &str) -> Result<Pattern, WireError> {
-    if pattern.len() > MAX_PATTERN {
-        return Err(WireError::bad_request(format!(
-            "--grep: the regex is {} bytes long, over the limit of {MAX_PATTERN}: search for \
-             fewer alternatives at once",
-            pattern.len()
-        )));
-    }
-    let refused = |e: regex::Error| match e {
-        regex::Error::CompiledTooBig(limit) => WireError::bad_request(format!(
-            "--grep: the regex is too large once compiled (over {limit} bytes): make it \
-             simpler (fewer alternatives, smaller repetition counts such as {{1000}}, \
-             or ASCII classes like [0-9] or (?-u:\\w) in place of Unicode ones)"
-        )),
-        e => WireError::bad_request(format!("--grep is not a valid regular expression: {e}")),
-    };
-    let text = RegexBuilder::new(pattern)
-        .multi_line(true)
-        .size_limit(REGEX_SIZE)
-        .dfa_size_limit(REGEX_SIZE)
-        .build()
-        .map_err(refused)?;
-    let bytes = bytes::RegexBuilder::new(pattern)
-        .multi_line(true)
-        .size_limit(REGEX_SIZE)
-        .dfa_size_limit(REGEX_SIZE)
-        .build()
-        .map_err(refused)?;
-    Ok(Pattern { text, bytes })
-}
-
-/// Checks the numbers of a grep request.
-fn limits(args: &ReadArgs) -> Result<(usize, usize, usize), WireError> {
-    if args.raw || args.screen || args.all || args.tail.is_some() {
-        return Err(WireError::bad_request(
-            "--grep searches the whole kept log and returns lines: it does not combine with \
-             --raw, --screen, --all or --tail (use --from to start further on)",
-        ));
-    }
-    let context = args.context.unwrap_or(0);
-    if context > MAX_CONTEXT {
-        return Err(WireError::bad_request(format!(
-            "--context {context} is over the limit of {MAX_CONTEXT} lines"
-        )));
-    }
-    let matches = args.max_matches.unwrap_or(DEFAULT_MATCHES);
-    if matches == 0 || matches > MAX_MATCHES {
-        return Err(WireError::bad_request(format!(
-            "--max-matches {matches}: give 1 to {MAX_MATCHES}"
-        )));
-    }
-    let text = args.max_bytes.unwrap_or(DEFAULT_TEXT).max(64);
-    if text > crate::daemon::read::MAX_READ_BYTES {
-        return Err(WireError::bad_request(format!(
-            "--max-bytes {text} is over the cap of {} bytes per reply: narrow the regex, \
-             or go on with --from",
-            crate::daemon::read::MAX_READ_BYTES
-        )));
-    }
-    Ok((context, matches, text))
-}
-
-/// What a search takes from the records, under the lock.
-struct Plan {
-    id: String,
-    path: PathBuf,
-    len: u64,
-    dropped: u64,
-    running: bool,
-}
-
-impl Daemon {
-    /// The reply to `read --grep`, encoded; the cursor does not move.
-    pub(crate) async fn grep(self: &Arc<Self>, session: &str, args: ReadArgs) -> Answer {
-        let failed = |e: WireError| -> Answer { wire::encode_result::<()>(&Err(e)).into() };
-        let (context, max_matches, max_text) = match limits(&args) {
-            Ok(limits) => limits,
-            Err(e) => return failed(e),
-        };
-        let plan = {
-            let inner = self.lock();
-            match Self::find(&inner, session, &args.id) {
-                Ok(record) => {
-                    let path = output::log_path(&record.job_dir);
-                    Plan {
-                        id: crate::daemon::items::display_id(session, &record),
-                        len: output::log_len(&path),
-                        path,
-                        dropped: inner.dropped(&record),
-                        running: record.state != State::Ended,
-                    }
-                }
-                Err(e) => return failed(e),
-            }
-        };
-        // Every search may read the whole log: it waits its turn with the big reads.
-        let permit = self.big_reply_permit().await;
-        let head = self.config.log_head;
-        let pattern = args.grep.unwrap_or_default();
-        let from = args.from.unwrap_or(0);
-        let redact = !args.no_redact;
-        let build = move || -> Result<GrepReply, WireError> {
-            let regex = compile(&pattern)?;
-            let from = from.min(plan.len);
-            let gap = head..head + plan.dropped;
-            let search = Search {
-                regex: &regex,
-                from,
-                to: plan.len,
-                gap: gap.clone(),
-                context,
-                max_matches,
-                max_text,
-                redact,
-            };
-            let found = match plan.len {
-                0 => Ok(Found {
-                    to: from,
-                    ..Found::default()
-                }),
-                _ => output::open_log(&plan.path).and_then(|file| search.run(&file)),
-            }
-            .map_err(|e| {
-                WireError::internal(format!(
-                    "the log of {} ({}) could not be searched: {e}",
-                    plan.id,
-                    plan.path.display()
-                ))
-            })?;
-            let message = found.stopped_by.map(|why| {
-                format!(
-                    "more matches: {why}; narrow the regex or go on with --from {}",
-                    found.next_from.unwrap_or(found.to)
-                )
-            });
-            Ok(GrepReply {
-                id: plan.id,
-                running: plan.running,
-                matches: found.matches,
-                truncated: found.truncated,
-                next_from: found.next_from,
-                from,
-                to: found.to,
-                dropped_bytes: found.skipped,
-                log_path: plan.path.display().to_string(),
-                message,
-            })
-        };
-        let line =
-            match crate::daemon::read::in_background(move || wire::encode_result(&build())).await {
-                Ok(line) => line,
-                Err(e) => wire::encode_result::<()>(&Err(WireError::internal(format!(
-                    "the search failed: {e}"
-                )))),
-            };
-        Answer {
-            line,
-            deliver: Vec::new(),
-            permit,
-        }
-    }
-}
-
-/// The text of a line as `read` shows it: escapes stripped, `\r` rewrites collapsed,
-/// bad UTF-8 replaced (plain text is borrowed).
-fn render(bytes: &[u8]) -> Cow<'_, str> {
-    match first_unplain(bytes) {
-        None => String::from_utf8_lossy(bytes),
-        Some(_) => Cow::Owned(strip_colors(bytes).unwrap_or_else(|| output::readable(bytes))),
-    }
-}
-
-/// Appends the text of a line as [`render`] makes it to `out`, without a copy of its own
-/// in the common cases (plain text, colors).
-fn render_into(out: &mut String, bytes: &[u8]) {
-    if let Ok(text) = std::str::from_utf8(bytes) {
-        let mark = out.len();
-        if strip_into(out, text) {
-            return;
-        }
-        out.truncate(mark);
-    }
-    out.push_str(&render(bytes));
-}
-
-/// The text of a line whose only escapes are CSI sequences (colors, the common case of
-/// a terminal's output), as [`output::readable`] makes it but without its parser; none
-/// when the line holds anything else that `readable` would rewrite, or bad UTF-8.
-fn strip_colors(bytes: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    let mut out = String::with_capacity(text.len());
-    strip_into(&mut out, text).then_some(out)
-}
-
-/// Appends `text` to `out` with its CSI sequences left out; false (and `out` partly
-/// written) when `text` holds anything else that `readable` would rewrite.
-fn strip_into(out: &mut String, text: &str) -> bool {
-    let mut rest = text;
-    while let Some(esc) = memchr(0x1b, rest.as_bytes()) {
-        let before = &rest[..esc];
-        if first_unplain(before.as_bytes()).is_some() {
-            return false;
-        }
-        out.push_str(before);
-        // ESC [, parameters, intermediates, a final byte.
-        let seq = &rest.as_bytes()[esc..];
-        if seq.get(1) != Some(&b'[') {
-            return false;
-        }
-        let mut i = 2;
-        while seq.get(i).is_some_and(|b| (0x30..=0x3f).contains(b)) {
-            i += 1;
-        }
-        while seq.get(i).is_some_and(|b| (0x20..=0x2f).contains(b)) {
-            i += 1;
-        }
-        if !seq.get(i).is_some_and(|b| (0x40..=0x7e).contains(b)) {
-            return false;
-        }
-        rest = &rest[esc + i + 1..];
-    }
-    if first_unplain(rest.as_bytes()).is_some() {
-        return false;
-    }
-    out.push_str(rest);
-    true
-}
-
-/// Whether `b` (followed by `next`) is a byte `read` rewrites: a control byte other
-/// than `\n` and `\t`, DEL, or a C1 control written as UTF-8.
-fn unplain_at(bytes: &[u8], i: usize) -> bool {
-    let b = bytes[i];
-    (b < 0x20 && b != b'\n' && b != b'\t')
-        || b == 0x7f
-        || (b == 0xc2 && bytes.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
-}
-
-/// The index of the first byte `read` rewrites, if any. Looks at blocks of 256 bytes
-/// with a test the compiler vectorises, then finds the byte in a block that has one.
-fn first_unplain(bytes: &[u8]) -> Option<usize> {
-    let mut start = 0;
-    for block in bytes.chunks(256) {
-        let suspect = block.iter().fold(false, |any, &b| {
-            any | ((b < 0x20) & (b != b'\n') & (b != b'\t')) | (b == 0x7f) | (b == 0xc2)
-        });
-        if suspect {
-            if let Some(i) = (start..start + block.len()).find(|&i| unplain_at(bytes, i)) {
-                return Some(i);
-            }
-        }
-        start += block.len();
-    }
-    None
-}
-
-/// What a line shown costs a reply: its text and the fields around it (its number,
-/// offset and the JSON of them), so that a log of empty lines with `--context 100`
-/// cannot make a reply a hundred times the size `--max-bytes` allows.
-fn cost(line: &GrepLine) -> usize {
-    line.text.len() + LINE_COST
-}
-
-/// About what the fields of a line shown take besides its text.
-const LINE_COST: usize = 48;
-
-/// Clips a shown line to about [`SHOWN`] bytes, around `around` (the match) if given.
-fn shown(text: &str, around: Option<Range<usize>>) -> String {
-    if text.len() <= SHOWN {
-        return text.to_string();
-    }
-    let (start, end) = match around {
-        Some(m) => {
-            let pad = SHOWN.saturating_sub(m.len()) / 2;
-            let start = m.start.saturating_sub(pad);
-            (start, (start + SHOWN).max(m.end.min(m.start + SHOWN)))
-        }
-        None => (0, SHOWN),
-    };
-    let start = floor_boundary(text, start);
-    let end = floor_boundary(text, end.min(text.len()));
-    let mut out = String::new();
-    if start > 0 {
-        out.push_str(&format!("[... {start} bytes] "));
-    }
-    out.push_str(&text[start..end]);
-    if end < text.len() {
-        out.push_str(&format!(" [... {} bytes]", text.len() - end));
-    }
-    out
-}
-
-fn floor_boundary(text: &str, mut i: usize) -> usize {
-    while i > 0 && !text.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 /// A piece of a line in the buffer: `[start, end)` of the buffer, and where the next
@@ -1049,6 +725,8 @@ impl Scan<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::output::grep::compile;
+    use crate::daemon::output::grep::shown::{strip_colors, SHOWN};
     use std::io::Write;
 
     fn search_in(bytes: &[u8], pattern: &str, context: usize, gap: Range<u64>) -> Found {

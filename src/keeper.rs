@@ -1,0 +1,131 @@
+//! `bgwork keep`: the process that keeps a waiting item's start arguments (its
+//! environment's values among them) in memory while it waits, so that they are never
+//! written to disk and still outlive a daemon restart (contract §14).
+//!
+//! How it works: the daemon starts it in a session of its own with the folder of the
+//! waiting item, hands it the arguments on stdin (one JSON line, `wire::after::Kept`),
+//! and reads `ready` on its stdout once it listens on `keep.sock` in that folder (0700,
+//! the daemon's). Each connection of its own uid may ask `get` (the arguments, one
+//! line) or `done` (the same, and the keeper ends). It ends as well when its folder is
+//! gone (`gc`, a removed home), so that none outlives its item for long.
+
+use crate::wire::after::{KeepRequest, Kept};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The keeper's socket in a waiting item's folder.
+pub const SOCKET: &str = "keep.sock";
+/// The largest arguments a keeper takes (a request line is at most 1 MiB; base64 of
+/// the environment's bytes may add to it).
+const MAX_KEPT: u64 = 8 << 20;
+/// How often a keeper looks whether its folder is still there.
+const FOLDER_CHECK: Duration = Duration::from_secs(2);
+
+/// The socket of the keeper of a waiting item's folder.
+pub fn socket_of(job_dir: &Path) -> PathBuf {
+    job_dir.join(SOCKET)
+}
+
+/// Runs the keeper of `dir` until it is told `done` or its folder is gone.
+pub fn main(dir: &Path) -> std::process::ExitCode {
+    let mut line = Vec::new();
+    let read = std::io::stdin()
+        .lock()
+        .take(MAX_KEPT)
+        .read_until(b'\n', &mut line);
+    let kept: Kept = match read.map_err(|e| e.to_string()).and_then(|_| {
+        serde_json::from_slice(&line).map_err(|e| format!("unreadable arguments: {e}"))
+    }) {
+        Ok(kept) => kept,
+        Err(e) => {
+            eprintln!("bgwork keep: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let answer = match serde_json::to_vec(&kept) {
+        Ok(mut answer) => {
+            answer.push(b'\n');
+            answer
+        }
+        Err(e) => {
+            eprintln!("bgwork keep: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let socket = socket_of(dir);
+    let _ = std::fs::remove_file(&socket);
+    let short = match crate::paths::SocketPath::new(&socket) {
+        Ok(short) => short,
+        Err(e) => {
+            eprintln!("bgwork keep: {}: {e}", dir.display());
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let listener = match UnixListener::bind(&short.path) {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("bgwork keep: could not listen on {}: {e}", socket.display());
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    // The daemon waits for this word before it counts on the keeper.
+    let mut stdout = std::io::stdout();
+    let _ = stdout.write_all(b"ready\n").and_then(|()| stdout.flush());
+    // A keeper whose folder is gone has nothing left to keep for.
+    let watched = dir.to_path_buf();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(FOLDER_CHECK);
+        if std::fs::symlink_metadata(&watched).is_err() {
+            std::process::exit(0);
+        }
+    });
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        if serve(stream, &answer) == Some(KeepRequest::Done) {
+            let _ = std::fs::remove_file(&socket);
+            return std::process::ExitCode::SUCCESS;
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// Answers one connection; returns what it asked.
+fn serve(stream: UnixStream, answer: &[u8]) -> Option<KeepRequest> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let own = getsockopt(&stream, PeerCredentials)
+        .is_ok_and(|peer| peer.uid() == nix::unistd::geteuid().as_raw());
+    if !own {
+        return None;
+    }
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    BufReader::new(&stream).take(64).read_line(&mut line).ok()?;
+    let request: KeepRequest = serde_json::from_str(line.trim()).ok()?;
+    (&stream).write_all(answer).ok()?;
+    Some(request)
+}
+
+/// Asks the keeper of `job_dir` for the arguments it keeps (and, with `done`, to end).
+/// Blocking: call it off the daemon's runtime threads.
+pub fn ask(job_dir: &Path, request: KeepRequest) -> Result<Kept, String> {
+    let socket = socket_of(job_dir);
+    let short = crate::paths::SocketPath::new(&socket).map_err(|e| e.to_string())?;
+    let stream = UnixStream::connect(&short.path)
+        .map_err(|e| format!("its keeper does not answer ({e})"))?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+    let mut line = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+    line.push(b'\n');
+    (&stream)
+        .write_all(&line)
+        .map_err(|e| format!("its keeper does not answer ({e})"))?;
+    let mut answer = Vec::new();
+    BufReader::new(&stream)
+        .take(MAX_KEPT)
+        .read_until(b'\n', &mut answer)
+        .map_err(|e| format!("its keeper does not answer ({e})"))?;
+    serde_json::from_slice(&answer).map_err(|e| format!("its keeper answered badly ({e})"))
+}

@@ -81,9 +81,10 @@ Examples:
   bgwork start --notify --name tests -- cargo test --workspace
   bgwork start --pty --cols 100 -- python3       a pane: keystrokes and a screen
   bgwork start --secret API_TOKEN -- ./deploy.sh its output shows [secret API_TOKEN]
+  bgwork start --restart on-failure -- 'npm run dev'  started again if it crashes
   bgwork start --after bg-1 -- ./deploy.sh       once bg-1 succeeded (waiting until then)
   bgwork start --after 'bg-2:output listening' -- npm test")]
-    Start(StartCmd),
+    Start(Box<StartCmd>),
     /// Run COMMAND in the foreground with a deadline; past it, it moves to the background
     #[command(after_help = "\
 Output streams as it comes. Ended in time: exits with the command's own status. Still
@@ -440,6 +441,25 @@ pub struct StartCmd {
     pub after: Vec<String>,
     #[command(flatten)]
     pub on: OnCmd,
+    #[command(flatten)]
+    pub restart: RestartPolicyCmd,
+}
+
+/// A job's restart policy (`start --restart on-failure`).
+#[derive(Args, Debug, Default)]
+pub struct RestartPolicyCmd {
+    /// Start the job again, as the same item, when it ends FAILED or killed by a
+    /// signal from elsewhere (never after a stop, nor past --max-runtime); its one
+    /// notice comes when it gives up
+    #[arg(long, value_name = "POLICY", value_parser = ["on-failure"])]
+    pub restart: Option<String>,
+    /// With --restart: how often it is started again at most, 1 to 1000 [default: 5]
+    #[arg(long, value_name = "N", requires = "restart")]
+    pub max_restarts: Option<u32>,
+    /// With --restart: the wait before each new start, MIN..MAX, doubling from MIN
+    /// up to MAX [default: 1s..60s]
+    #[arg(long, value_name = "MIN..MAX", requires = "restart")]
+    pub backoff: Option<String>,
 }
 
 /// Where a job runs: this machine, or a Slurm cluster.
@@ -900,7 +920,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             };
             return Ok(crate::hook::run(&paths, harness, wait_on_stop));
         }
-        Commands::Start(start) => Request::Start(start_args(start)?),
+        Commands::Start(start) => Request::Start(start_args(*start)?),
         Commands::List { all, all_sessions } => Request::List { all, all_sessions },
         Commands::Read(read) if read.follow => {
             return render::follow_output(
@@ -976,6 +996,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             max_runtime: None,
             after: Vec::new(),
             on: OnCmd::local(),
+            restart: RestartPolicyCmd::default(),
         })?),
         Commands::Run(run) => Request::Run(wire::RunArgs {
             start: start_args(StartCmd {
@@ -989,6 +1010,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 max_runtime: None,
                 after: Vec::new(),
                 on: OnCmd::local(),
+                restart: RestartPolicyCmd::default(),
             })?,
             timeout_s: match run.timeout {
                 Some(TimeoutArg::Seconds(s)) => Some(s),
@@ -1250,6 +1272,11 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
         keep_raw_log: job.keep_raw_log,
         slurm,
         ssh,
+        restart: start.restart.restart.map(|on| wire::RestartPolicyArgs {
+            on,
+            max_restarts: start.restart.max_restarts,
+            backoff: start.restart.backoff,
+        }),
         after: start
             .after
             .iter()

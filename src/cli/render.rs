@@ -409,6 +409,10 @@ fn start_text(reply: &StartReply) -> String {
         text.push_str(&line);
         text.push('\n');
     }
+    if let Some(line) = restart_line(item, "", std::time::SystemTime::now()) {
+        text.push_str(&line);
+        text.push('\n');
+    }
     match &item.report {
         Some(report) => text.push_str(&inert(report)),
         None if item.state == State::Waiting => text.push_str(&format!(
@@ -448,6 +452,7 @@ fn list_text(reply: &ListReply) -> String {
         lines.extend(waiting_line(item, "         "));
         lines.extend(listening_line(item, "         "));
         lines.extend(expected_line(item, "         "));
+        lines.extend(restart_line(item, "         ", now));
     }
     lines.join("\n")
 }
@@ -483,8 +488,46 @@ fn sessions_text(reply: &ListReply) -> String {
         lines.extend(waiting_line(item, &format!("{pad}           ")));
         lines.extend(listening_line(item, &format!("{pad}           ")));
         lines.extend(expected_line(item, &format!("{pad}           ")));
+        lines.extend(restart_line(item, &format!("{pad}           "), now));
     }
     lines.join("\n")
+}
+
+/// Under an item with a restart policy: its restarts, how its last run ended, and
+/// when it starts again (or why it was not).
+fn restart_line(item: &Item, pad: &str, now: std::time::SystemTime) -> Option<String> {
+    let restart = item.restart.as_ref()?;
+    let mut line = match (restart.restarts, restart.last_end) {
+        (0, None) => format!(
+            "{pad}restarts on failure: at most {} (--restart {}, back-off {})",
+            restart.max_restarts, restart.policy, restart.backoff
+        ),
+        _ => format!(
+            "{pad}restarts: {} of {} (--restart {}, back-off {})",
+            restart.restarts, restart.max_restarts, restart.policy, restart.backoff
+        ),
+    };
+    if let Some(end) = restart.last_end {
+        line.push_str("; last run ");
+        line.push_str(&match (restart.last_exit_code, restart.last_signal) {
+            (_, Some(signal)) => format!("{} (sig {signal})", wire::name_of(&end)),
+            (Some(code), None) => format!("{} ({code})", wire::name_of(&end)),
+            (None, None) => wire::name_of(&end),
+        });
+    }
+    if let Some(at) = &restart.next_attempt_at {
+        let left = humantime::parse_rfc3339(at)
+            .ok()
+            .map(|at| at.duration_since(now).unwrap_or_default());
+        match left {
+            Some(left) => line.push_str(&format!("; next start in {}", short_duration(left))),
+            None => line.push_str(&format!("; next start at {}", inert(at))),
+        }
+    }
+    if let Some(refused) = &restart.refused {
+        line.push_str(&format!(" ({})", inert(refused)));
+    }
+    Some(line)
 }
 
 /// One item on one line: id, state (with its exit), age, pid, what it runs.
@@ -946,6 +989,12 @@ fn status_text(status: &StatusReply) -> String {
             let name = session.rsplit('/').next().unwrap_or(session);
             let name = format!("{}{}", "  ".repeat(depth), inert(name));
             text.push_str(&format!("\n  {name:<30} {count}"));
+        }
+    }
+    if !status.restarting.is_empty() {
+        text.push_str("\nrestarting (waiting out their back-off):");
+        for item in &status.restarting {
+            text.push_str(&format!("\n  {}", inert(item)));
         }
     }
     if status.waiting > 0 {

@@ -78,8 +78,9 @@ impl Daemon {
             };
             item.expected = Some(expectation.line());
             item.usual_ms = expectation.usual_ms;
-            if record.state == State::Running {
-                let running = now_ms().saturating_sub(record.started_at).max(0) as u64;
+            // A job waiting out its restart policy's back-off runs nothing now.
+            if record.state == State::Running && !crate::daemon::restart_policy::waiting(record) {
+                let running = now_ms().saturating_sub(record.run_started_at()).max(0) as u64;
                 item.progress = expectation.progress(running);
             }
         }
@@ -139,7 +140,7 @@ impl Daemon {
         let after = expectation
             .overrun_after(self.config.overrun_margin)?
             .as_millis() as i64;
-        Some((record.started_at.saturating_add(after), expectation))
+        Some((record.run_started_at().saturating_add(after), expectation))
     }
 
     /// The one notice of a job running far past its usual time, with its last lines;
@@ -148,7 +149,7 @@ impl Daemon {
         if !self.listening_of(record).await.is_empty() {
             return;
         }
-        let running = now_ms().saturating_sub(record.started_at).max(0) as u64;
+        let running = now_ms().saturating_sub(record.run_started_at()).max(0) as u64;
         let usual = expectation.usual_ms.unwrap_or_default();
         let text = format!(
             "{} has run {}, over 3× its usual {} ({}): it may be stuck (`bgwork read {}`, \

@@ -31,7 +31,7 @@ mod strip;
 
 use admission::guard;
 pub use config::Config;
-use jobs::{processes, report, settle};
+use jobs::{processes, report, restart_policy, settle};
 use output::{pane, read, scan, watchers};
 use requests::{items, run, start};
 pub use serve::main;
@@ -97,6 +97,8 @@ pub(crate) struct Inner {
     pub claimed: std::collections::HashSet<String>,
     /// Recent starts of each root session (the start-rate guard).
     pub starts: guard::Starts,
+    /// Jobs whose restart policy has a timer waiting for their next start.
+    pub rerun_timers: std::collections::HashSet<i64>,
 }
 
 pub struct Daemon {
@@ -163,6 +165,7 @@ impl Daemon {
                 screens: pane::Screens::default(),
                 claimed: Default::default(),
                 starts: Default::default(),
+                rerun_timers: Default::default(),
             }),
             changed: watch::channel(0).0,
             output: Default::default(),

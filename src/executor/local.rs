@@ -140,6 +140,7 @@ impl LocalExecutor {
                     unwritten,
                     unwritten_at,
                     status,
+                    between,
                     ..
                 })) => {
                     if protocol != PROTOCOL {
@@ -157,6 +158,7 @@ impl LocalExecutor {
                         unwritten,
                         unwritten_at,
                         handle,
+                        between: between.map(|between| *between),
                     });
                 }
                 Ok(Some(FromSupervisor::Exited { status })) => return Reattach::Ended(status),
@@ -225,6 +227,12 @@ impl LocalExecutor {
                             ended = true;
                             let _ = events.send(ExecEvent::Ended { row, status });
                             break;
+                        }
+                        Some(FromSupervisor::RunEnded { between }) => {
+                            let _ = events.send(ExecEvent::RunEnded {
+                                row,
+                                between: *between,
+                            });
                         }
                         Some(FromSupervisor::InputTaken { seq, queued }) => {
                             writes.answer(seq, Ok(queued));

@@ -324,6 +324,12 @@ pub enum ExecEvent {
     InputClosed { row: i64 },
     /// The job ended with this status.
     Ended { row: i64, status: ExitStatus },
+    /// A run of a job with a restart policy ended; its supervisor waits to start it
+    /// again (or for a stop).
+    RunEnded {
+        row: i64,
+        between: crate::wire::control::BetweenRuns,
+    },
     /// The connection to the job's supervisor was lost without an end.
     Detached { row: i64 },
 }
@@ -451,6 +457,8 @@ pub struct Running {
     pub unwritten: u64,
     pub unwritten_at: u64,
     pub handle: JobHandle,
+    /// A run that ended while no daemon listened, whose job waits to start again.
+    pub between: Option<crate::wire::control::BetweenRuns>,
 }
 
 /// What reattaching to a job found.

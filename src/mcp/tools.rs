@@ -60,6 +60,9 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "allow_duplicate": {"type": "boolean", "description": "Start even when the same command already runs in this session and folder (default false: the result is the running item, with `already_running`)"},
                     "quiet_after_s": {"type": "number", "exclusiveMinimum": 0, "description": "Fire a notice when it has printed nothing for this many seconds (once per quiet spell), saying whether it is busy, idle or waiting at a prompt"},
                     "max_runtime_s": {"type": "number", "exclusiveMinimum": 0, "description": "Stop it once it has run this many seconds (its end says \"ran past its limit\")"},
+                    "restart": {"type": "string", "enum": ["on-failure"], "description": "`on-failure`: when it ends failed or killed by a signal from elsewhere, start it again as the same id after a back-off (never after a stop, nor past max_runtime_s), for servers that crash; `list` shows `restarting` and its `restart` count, its log has a marker line at each start, and one notice comes only when it gives up (or, with notify, at its end)"},
+                    "max_restarts": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "With restart: how often it is started again at most (default 5); then it ends with its last end"},
+                    "backoff": {"type": "string", "description": "With restart: the wait before each new start, MIN..MAX, doubling from MIN up to MAX (default \"1s..60s\")"},
                     "on": {"type": "string", "pattern": "^(local|slurm|ssh:.+)$", "description": "Where it runs: `local` (this machine), `slurm` (a Slurm cluster through sbatch) or `ssh:HOST` (a host as ssh knows it; `cwd` is then a path there) (default: BGWORK_EXECUTOR of the server, else local); a job on Slurm is `queued` until the cluster starts it"},
                     "partition": {"type": "string", "description": "With on=slurm: the Slurm partition"},
                     "time": {"type": "string", "description": "With on=slurm: the time limit in Slurm's words (30, 0:05, 1:00:00, 2-0)"},
@@ -350,7 +353,10 @@ pub fn annotate_start(reply: &mut Value) {
         return;
     };
     let state = fields.get("state").and_then(Value::as_str);
-    let running = matches!(state, Some("running" | "starting" | "queued"));
+    let running = matches!(
+        state,
+        Some("running" | "starting" | "queued" | "restarting")
+    );
     let id = fields.get("id").and_then(Value::as_str).unwrap_or("?");
     if state == Some("waiting") {
         let next = format!(
@@ -363,8 +369,11 @@ pub fn annotate_start(reply: &mut Value) {
     if !running || fields.contains_key("message") {
         return;
     }
+    let restarts = fields.contains_key("restart");
     let next = if fields.get("notify") == Some(&Value::Bool(true)) {
         format!("{id} runs on: `read` {id} shows its output; its end will come once as a notice, with no polling")
+    } else if restarts {
+        format!("{id} runs on, started again when it fails: `read` {id} shows its output, `list` its restarts; a notice comes only if it gives up (notify was not set)")
     } else {
         format!("{id} runs on: `read` {id} shows its output, `wait` {id} waits for its end (notify was not set: no notice will come)")
     };
@@ -592,6 +601,7 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
         max_runtime_s: a.number("max_runtime_s")?,
         secrets,
         keep_raw_log: false,
+        restart: restart_policy(a)?,
         slurm: crate::executor::slurm::choose(
             a.text("on")?.as_deref(),
             crate::wire::SlurmArgs {
@@ -615,6 +625,26 @@ fn start_args(a: &Args) -> Result<StartArgs, WireError> {
         .collect::<Result<_, _>>()
         .map_err(WireError::bad_request)?,
     })
+}
+
+/// The `restart`, `max_restarts` and `backoff` arguments of `start` (the daemon checks
+/// them).
+fn restart_policy(a: &Args) -> Result<Option<crate::wire::RestartPolicyArgs>, WireError> {
+    let max_restarts = a.count("max_restarts")?;
+    let backoff = a.text("backoff")?;
+    let Some(on) = a.text("restart")? else {
+        if max_restarts.is_some() || backoff.is_some() {
+            return Err(WireError::bad_request(
+                "max_restarts and backoff go with restart: \"on-failure\"; nothing was started",
+            ));
+        }
+        return Ok(None);
+    };
+    Ok(Some(crate::wire::RestartPolicyArgs {
+        on,
+        max_restarts: max_restarts.map(|n| n.min(u32::MAX as usize) as u32),
+        backoff,
+    }))
 }
 
 /// The `env` argument: an object of NAME: value strings.

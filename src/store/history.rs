@@ -20,7 +20,11 @@ pub(super) fn add_run(tx: &Transaction, row: i64, settlement: &EndRecord) -> Res
     }
     let found: Option<(String, String, String, String, String, i64)> = tx
         .prepare_cached(
-            "SELECT kind, session, id, command, cwd, started_at FROM items WHERE row = ?1",
+            // A job started again by its restart policy: its run began at that start.
+            "SELECT kind, session, id, command, cwd,
+                    COALESCE((SELECT run_started_at FROM restarts WHERE restarts.row = items.row),
+                             started_at)
+             FROM items WHERE row = ?1",
         )?
         .query_row([row], |r| {
             Ok((

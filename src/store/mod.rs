@@ -11,6 +11,7 @@ mod harness;
 mod history;
 mod monitors;
 mod notices;
+mod restarts;
 mod schema;
 mod sessions;
 
@@ -20,6 +21,7 @@ pub use monitors::{mode_text, MonitorRow, ScanProgress, Watched};
 pub use sessions::sub_session_name;
 
 use crate::wire::{Actor, End, Kind, State};
+pub use restarts::RestartState;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,8 @@ pub struct Record {
     /// stop after this long running.
     pub quiet_after_ms: Option<u64>,
     pub max_runtime_ms: Option<u64>,
+    /// Its restart policy and where it is in it (`start --restart on-failure`).
+    pub restart: Option<RestartState>,
 }
 
 /// What a new record holds before it runs.
@@ -178,7 +182,9 @@ const RESERVE_STEP: i64 = 4096;
 const RECORD_COLUMNS: &str = "row, session, id, kind, state, end_kind, exit_code, signal, name, \
     command, cwd, pid, started_at, ended_at, notify, env_names, job_dir, stop_actor, dropped, \
     log_len, lost_reason, cols, rows, unwritten, unwritten_at, cpu_ms, peak_rss, quiet_after_ms, \
-    max_runtime_ms";
+    max_runtime_ms, (SELECT json_array(max_restarts, backoff_min_ms, backoff_max_ms, restarts, \
+    runs_ended, last_end, last_exit_code, last_signal, last_ended_at, next_at, run_started_at, \
+    refused) FROM restarts WHERE restarts.row = items.row)";
 
 /// `end_kind` of a notice about a running job (quiet, a port in use), not an end.
 pub(crate) const EVENT_NOTICE: &str = "event";
@@ -634,8 +640,12 @@ impl Store {
                 settlement.cpu_ms.map(|n| n.min(i64::MAX as u64) as i64),
                 settlement.peak_rss.map(|n| n.min(i64::MAX as u64) as i64),
             ])?;
-        if changed == 1 {
+        // A job stopped while it waited out its restart policy's back-off: its last
+        // run's end is in the history already.
+        if changed == 1 && !restarts::waiting_in(&tx, row)? {
             history::add_run(&tx, row, settlement)?;
+        }
+        if changed == 1 {
             if let Some(notice) = &settlement.notice {
                 tx.prepare_cached(
                     "INSERT OR IGNORE INTO notices(key, row, session, item, end_kind, exit_code,
@@ -780,6 +790,8 @@ impl Store {
             .execute([row])?;
         tx.prepare_cached("DELETE FROM notices WHERE row = ?1")?
             .execute([row])?;
+        tx.prepare_cached("DELETE FROM restarts WHERE row = ?1")?
+            .execute([row])?;
         tx.prepare_cached("DELETE FROM items WHERE row = ?1")?
             .execute([row])?;
         tx.commit()?;
@@ -835,6 +847,10 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
         peak_rss: r.get::<_, Option<i64>>(26)?.map(|n| n.max(0) as u64),
         quiet_after_ms: r.get::<_, Option<i64>>(27)?.map(|n| n.max(0) as u64),
         max_runtime_ms: r.get::<_, Option<i64>>(28)?.map(|n| n.max(0) as u64),
+        restart: r
+            .get::<_, Option<String>>(29)?
+            .map(|text| restarts::parse(29, &text))
+            .transpose()?,
     })
 }
 

@@ -188,6 +188,23 @@ const MIGRATIONS: &[&str] = &[
         bound_at       INTEGER NOT NULL
     );
     CREATE INDEX harness_sessions_by_process ON harness_sessions(pid, started);",
+    // 11: restart policies (`start --restart on-failure`): one row per job that has
+    // one, with where it is in it (see `store/restarts.rs`).
+    "CREATE TABLE restarts(
+        row            INTEGER PRIMARY KEY,
+        max_restarts   INTEGER NOT NULL,
+        backoff_min_ms INTEGER NOT NULL,
+        backoff_max_ms INTEGER NOT NULL,
+        restarts       INTEGER NOT NULL DEFAULT 0,
+        runs_ended     INTEGER NOT NULL DEFAULT 0,
+        last_end       TEXT,
+        last_exit_code INTEGER,
+        last_signal    INTEGER,
+        last_ended_at  INTEGER,
+        next_at        INTEGER,
+        run_started_at INTEGER,
+        refused        TEXT
+    );",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

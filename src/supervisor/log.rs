@@ -81,6 +81,19 @@ impl OutputLog {
         self.written
     }
 
+    /// Whether the log at `path` (this log's file, whose own descriptor is write-only)
+    /// is empty or its last byte ends a line, so that a line bgwork appends is a line
+    /// of its own. Opened as outside input (the job may have replaced the name).
+    pub fn at_line_start(&self, path: &std::path::Path) -> bool {
+        if self.written == 0 {
+            return true;
+        }
+        let mut last = [0u8; 1];
+        crate::paths::open_untrusted(path)
+            .and_then(|file| file.read_exact_at(&mut last, self.written - 1))
+            .is_ok_and(|()| last[0] == b'\n')
+    }
+
     pub fn dropped(&self) -> u64 {
         self.punched_to - self.head
     }

@@ -22,7 +22,9 @@ pub mod tree;
 use crate::job_dir::JobDir;
 use crate::paths::{now_ms, SocketPath};
 use crate::redact::{Secrets, StreamMask};
-use crate::wire::control::{self, ExitStatus, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL};
+use crate::wire::control::{
+    self, BetweenRuns, ExitStatus, FromSupervisor, JobSpec, ToSupervisor, PROTOCOL,
+};
 use crate::wire::Actor;
 use conn::Conn;
 use log::OutputLog;
@@ -238,6 +240,14 @@ struct Supervisor {
     commands_at: Instant,
     /// The figures last written to [`JobDir::FIGURES`]: dropped, unwritten, unwritten at.
     figures_written: (u64, u64, u64),
+    /// The job's run (0 for the first; a restart policy starts more, see `rerun`).
+    run: u32,
+    /// While a run has ended and the job waits to be started again.
+    between: Option<BetweenRuns>,
+    /// The supervisor itself got TERM or INT: no run is started again.
+    terminated: bool,
+    /// Why the job could not be started again, when it could not.
+    rerun_failed: Option<String>,
 }
 
 /// The first samples of a job's memory come quickly (short jobs), then ever more
@@ -353,6 +363,10 @@ impl Supervisor {
             commands: None,
             commands_at: Instant::now(),
             figures_written: (0, 0, 0),
+            run: 0,
+            between: None,
+            terminated: false,
+            rerun_failed: None,
             spec,
         })
     }
@@ -362,15 +376,128 @@ impl Supervisor {
         for message in pending {
             self.handle(0, message);
         }
-        while !self.finished() {
-            self.poll_once();
-            self.report_progress(false);
-            self.escalate_when_due();
-            self.limit_when_due();
-            self.sample_when_due();
-            self.commands_when_due();
+        loop {
+            while !self.finished() {
+                self.poll_once();
+                self.report_progress(false);
+                self.escalate_when_due();
+                self.limit_when_due();
+                self.sample_when_due();
+                self.commands_when_due();
+            }
+            if !self.wait_between_runs() {
+                break;
+            }
         }
         self.finish();
+    }
+
+    /// A run that ended failed or signaled (not by a stop, not past its limit, not by
+    /// a TERM to this supervisor), with restarts left: the daemon is told, and this
+    /// waits for its `rerun` (true: the job runs again) or a stop (false: the end is
+    /// written). Without a daemon it waits, so a daemon that comes back finds it.
+    fn wait_between_runs(&mut self) -> bool {
+        let Some(rule) = self.spec.restart else {
+            return false;
+        };
+        if self.output.is_some() {
+            self.read_output();
+        }
+        self.output = None;
+        self.flush_mask();
+        let status = self.run_status();
+        let end = crate::end::classify(&status, self.pty.is_some());
+        let restartable = matches!(end, crate::wire::End::Failed | crate::wire::End::Signaled)
+            && status.past_limit_ms.is_none()
+            && !self.terminated;
+        if !restartable || self.run >= rule.max_restarts {
+            return false;
+        }
+        let between = BetweenRuns {
+            run: self.run,
+            status,
+        };
+        self.between = Some(between.clone());
+        for conn in &mut self.conns {
+            conn.send(&FromSupervisor::RunEnded {
+                between: Box::new(between.clone()),
+            });
+        }
+        self.report_progress(true);
+        while self.between.is_some() {
+            if self.stop_actor.is_some() || self.terminated || self.rerun_failed.is_some() {
+                self.between = None;
+                return false;
+            }
+            self.poll_once();
+            self.commands_when_due();
+        }
+        true
+    }
+
+    /// Starts the job again as run `run`, after `marker` as a line of its own in the
+    /// log: a fresh process with the same spec (environment and secrets are in this
+    /// process's memory), its own limit and samples; `spawned` tells the daemon.
+    fn rerun(&mut self, run: u32, marker: &str) {
+        let mut line = Vec::new();
+        let log_path = JobDir(Path::new(&self.spec.job_dir)).log();
+        if !self.log.at_line_start(&log_path) {
+            line.push(b'\n');
+        }
+        line.extend_from_slice(marker.as_bytes());
+        line.push(b'\n');
+        self.log.append(&line);
+        if let Some(raw) = self.raw_log.as_mut() {
+            raw.append(&line);
+        }
+        // What the last run's mask held back was written by `flush_mask`.
+        self.mask = self
+            .mask
+            .take()
+            .map(|mask| StreamMask::new(mask.secrets().clone()));
+        self.splicing = self.mask.is_none();
+        let spawned = match spawn::spawn_job(&self.spec) {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                let message = spawn::spawn_message(&self.spec, &e);
+                self.log
+                    .append(format!("[bgwork: could not start it again: {message}]\n").as_bytes());
+                self.rerun_failed = Some(message);
+                self.progress_due = true;
+                return;
+            }
+        };
+        let job_dir = PathBuf::from(&self.spec.job_dir);
+        let record = tree::TreeRecord {
+            supervisor: tree::start_time(self.me).map(|start| (self.me, start)),
+            job: tree::start_time(spawned.pid).map(|start| (spawned.pid, start)),
+            cgroup: self.cgroup.clone(),
+        };
+        if let Err(e) = record.write(&job_dir) {
+            crate::note!("bgwork supervise: could not record the job's processes: {e}");
+        }
+        self.pid = spawned.pid;
+        self.output = Some(spawned.output);
+        self.stdin = Some(spawned.input);
+        self.pty = spawned.pty;
+        self.input_queue.clear();
+        self.close_input = false;
+        self.phase = Phase::Running;
+        self.killed_after_ms = None;
+        self.past_limit = false;
+        self.limit_at = self
+            .spec
+            .max_runtime_ms
+            .map(|ms| Instant::now() + Duration::from_millis(ms));
+        self.sample_every = FIRST_SAMPLE;
+        self.sample_at = Instant::now() + FIRST_SAMPLE;
+        self.run = run;
+        self.between = None;
+        self.progress_due = true;
+        for conn in &mut self.conns {
+            conn.send(&FromSupervisor::Spawned { pid: spawned.pid });
+        }
+        self.report_progress(true);
     }
 
     /// Carries out the commands its [`CommandSource`] has (a supervisor under Slurm),
@@ -680,7 +807,9 @@ impl Supervisor {
         while let Ok(Some(info)) = self.signals.read_signal() {
             let signal = info.ssi_signo as i32;
             if signal == Signal::SIGTERM as i32 || signal == Signal::SIGINT as i32 {
-                // Someone stopped the supervisor itself: stop the job, record no actor.
+                // Someone stopped the supervisor itself: stop the job, record no actor
+                // (and start it no more).
+                self.terminated = true;
                 self.begin_stop(None, Duration::from_secs(5));
             }
         }
@@ -841,9 +970,22 @@ impl Supervisor {
                 unwritten: self.log.unwritten(),
                 unwritten_at: self.log.unwritten_at(),
                 status: self.final_status.clone(),
+                between: self.between.clone().map(Box::new),
             }),
+            ToSupervisor::Stop { actor, .. } if self.between.is_some() => {
+                // Waiting to start again: nothing runs, so the stop ends it now.
+                self.stop_actor.get_or_insert(actor);
+                None
+            }
             ToSupervisor::Stop { grace_ms, actor } => {
                 self.begin_stop(Some(actor), Duration::from_millis(grace_ms));
+                None
+            }
+            ToSupervisor::Rerun { run, marker } => {
+                // Only the start the waiting run calls for: a repeated one starts nothing.
+                if self.between.as_ref().is_some_and(|b| b.run + 1 == run) {
+                    self.rerun(run, &marker);
+                }
                 None
             }
             ToSupervisor::Input { data } => {
@@ -937,15 +1079,11 @@ impl Supervisor {
         }
     }
 
-    fn finish(&mut self) {
-        if self.output.is_some() {
-            self.read_output();
-        }
-        // Output a leftover process still holds open is not read any more.
-        self.flush_mask();
-        self.mask_report();
+    /// How the current run ended, as a status (for its end, or a run that will be
+    /// started again).
+    fn run_status(&self) -> ExitStatus {
         let (exit_code, signal) = self.phase.main_end().unwrap_or((None, None));
-        let status = ExitStatus {
+        ExitStatus {
             protocol: PROTOCOL,
             exit_code,
             signal,
@@ -968,7 +1106,20 @@ impl Supervisor {
             peak_rss_bytes: Some(self.peak_rss.max(children_max_rss())),
             scheduler_end: None,
             detail: None,
-        };
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.output.is_some() {
+            self.read_output();
+        }
+        // Output a leftover process still holds open is not read any more.
+        self.flush_mask();
+        self.mask_report();
+        let mut status = self.run_status();
+        if let Some(message) = &self.rerun_failed {
+            status.detail = Some(format!("could not start it again: {message}"));
+        }
         let job_dir = PathBuf::from(&self.spec.job_dir);
         self.final_status = Some(status.clone());
         // The status is the only durable word of how the job ended: while it cannot be

@@ -54,6 +54,30 @@ pub struct JobSpec {
     /// (an older daemon), the prompt one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_every_ms: Option<u64>,
+    /// A restart policy: a run that fails (or is killed by a signal from elsewhere)
+    /// does not end the job while restarts are left; the supervisor waits for the
+    /// daemon's `rerun` (after the back-off and the admission) or a stop.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartRule>,
+}
+
+/// A job's restart policy as its supervisor (how many restarts it may make) and its
+/// description (`job.json`, so that a daemon that lost its database keeps it) hold it.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartRule {
+    pub max_restarts: u32,
+    #[serde(default)]
+    pub backoff_min_ms: u64,
+    #[serde(default)]
+    pub backoff_max_ms: u64,
+}
+
+/// A run of a job with a restart policy that ended and will be started again: run
+/// `run` (0 for the first) ended with `status`, and the supervisor waits.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct BetweenRuns {
+    pub run: u32,
+    pub status: ExitStatus,
 }
 
 /// A job's description, written into its folder when it starts (`job.json`): what a
@@ -83,6 +107,9 @@ pub struct JobRecord {
     /// identity, after a daemon restart too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_digest: Option<String>,
+    /// Its restart policy (`start --restart on-failure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartRule>,
 }
 
 /// The name of a job's description in its folder.
@@ -129,6 +156,13 @@ pub enum ToSupervisor {
     Pace {
         every_ms: u64,
     },
+    /// Start the job again (run `run`, counted from 0), writing `marker` as a line
+    /// of the log first. Carried out only while run `run - 1` has ended and waits:
+    /// a repeated `rerun` starts nothing.
+    Rerun {
+        run: u32,
+        marker: String,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -145,6 +179,9 @@ pub enum FromSupervisor {
         unwritten_at: u64,
         /// Present once the job has ended (the status file holds the same).
         status: Option<ExitStatus>,
+        /// Present while a run has ended and the job waits to be started again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        between: Option<Box<BetweenRuns>>,
     },
     Spawned {
         pid: i32,
@@ -178,6 +215,10 @@ pub enum FromSupervisor {
     },
     Exited {
         status: ExitStatus,
+    },
+    /// A run ended and the job waits for `rerun` (its restart policy) or a stop.
+    RunEnded {
+        between: Box<BetweenRuns>,
     },
 }
 

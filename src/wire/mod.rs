@@ -190,9 +190,51 @@ pub struct StartArgs {
     /// Run it on this ssh host (`--on ssh:HOST`) instead of on this machine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh: Option<String>,
+    /// Start it again, as the same item, when it fails (`--restart on-failure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartPolicyArgs>,
     /// Start only once each of these holds (`--after ID[:COND]`, contract §14).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<after::After>,
+}
+
+/// A restart policy as a caller asks for it (`start --restart on-failure
+/// [--max-restarts N] [--backoff MIN..MAX]`), checked by the daemon (contract §15).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestartPolicyArgs {
+    /// The policy's name: `on-failure` (the only one).
+    pub on: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    /// The back-off between an end and the next start, `MIN..MAX` (`1s..60s`),
+    /// doubling from MIN up to MAX.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
+}
+
+/// Where an item with a restart policy is in it (contract §15).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestartView {
+    pub policy: String,
+    /// How often it was started again so far, and how often it may be.
+    pub restarts: u32,
+    pub max_restarts: u32,
+    pub backoff: String,
+    /// How the run before the latest start (or before the wait) ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_end: Option<End>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_signal: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ended_at: Option<String>,
+    /// While it waits out its back-off: when it starts again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+    /// Why the last attempt was not admitted (it is tried again at `next_attempt_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// What a job run on Slurm asks of the cluster (each passed to `sbatch` as it is).
@@ -483,6 +525,8 @@ pub enum State {
     Ended,
     /// Handed to a cluster's scheduler (Slurm), which has not started it yet.
     Queued,
+    /// Its run failed and its restart policy starts it again after the back-off.
+    Restarting,
     /// Started with `--after`: nothing runs until what it waits for holds (§14).
     Waiting,
 }
@@ -574,6 +618,9 @@ pub struct Item {
     /// While its host cannot be reached: since when, and ssh's words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_unreachable: Option<String>,
+    /// Its restart policy and where it is in it (`start --restart on-failure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RestartView>,
     /// A waiting item: what it waits for ("waiting for bg-3 to succeed", §14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
@@ -834,6 +881,10 @@ pub struct StatusReply {
     pub cpu_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_bytes: Option<u64>,
+    /// Items (`session/id`) that wait out a restart policy's back-off, with their count
+    /// of restarts (`bg-3 restart 2 of 5`); among `running`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restarting: Vec<String>,
 }
 
 /// `status` when no daemon runs for the home (`status` never starts one).

@@ -23,6 +23,7 @@ mod output;
 mod panes;
 mod panes_hostile;
 mod restart;
+mod restart_policy;
 mod search;
 mod secrets;
 mod secrets22;

@@ -67,6 +67,7 @@ impl Daemon {
         root: &str,
         over_cap: bool,
         held: bool,
+        again: bool,
     ) -> Result<(), WireError> {
         // Checked under the lock that writes the record: a shutdown that has begun sees
         // every start that got past this.
@@ -79,7 +80,11 @@ impl Daemon {
         }
         let cap = self.config.max_running_total;
         if !over_cap && cap > 0 {
-            let running = inner.store.count_unsettled()?;
+            // A restart policy's new start of an item that counts already.
+            let running = inner
+                .store
+                .count_unsettled()?
+                .saturating_sub(usize::from(again));
             if running >= cap {
                 return Err(total_error(cap, running));
             }

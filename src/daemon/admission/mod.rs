@@ -1,5 +1,6 @@
 //! The admission of a new item (contract §5): the one function every path that starts
 //! something calls — `start`, `agent start`, `monitor`, `restart` (through `start`),
+//! a restart policy's start again of its item (`jobs/restart_policy.rs`, `again`),
 //! and `run`, whose promotion past its deadline asks [`Daemon::promotion_refused`] —
 //! so that each rule has one place and the same filters everywhere.
 //!
@@ -47,6 +48,9 @@ pub(crate) struct Admission {
     pub checked_at_promotion: bool,
     /// A restart that holds a start of the rate guard (`Daemon::hold_start`).
     pub held: bool,
+    /// A restart policy's new start of this item (its row), which counts among the
+    /// running items already: it is not counted against itself.
+    pub again: Option<i64>,
 }
 
 /// The running items of a session's tree (its root and every sub-agent under it),
@@ -84,8 +88,19 @@ impl Daemon {
     ) -> Result<String, WireError> {
         let root = inner.store.root_of(session)?;
         let over = admission.checked_at_promotion;
-        self.check_guards_held(inner, &root, over, admission.held)?;
-        let load = self.load(inner, session)?;
+        self.check_guards_held(
+            inner,
+            &root,
+            over,
+            admission.held,
+            admission.again.is_some(),
+        )?;
+        let mut load = self.load(inner, session)?;
+        if let Some(row) = admission.again {
+            for records in [&mut load.here, &mut load.slurm, &mut load.ssh] {
+                records.retain(|r| r.row != row);
+            }
+        }
         match admission.newcomer {
             Newcomer::SubAgent if load.sub_agents.len() >= MAX_SUB_AGENTS => {
                 let running = running_items(self, &root, &load.sub_agents);

@@ -94,6 +94,12 @@ impl Daemon {
         shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<StartReply, WireError> {
         crate::daemon::start::check_start(&args)?;
+        if args.restart.is_some() {
+            return Err(WireError::bad_request(
+                "--restart and --after together are not supported yet: start it with --after \
+                 alone, or with --restart once what it waits for holds",
+            ));
+        }
         let limits = crate::daemon::start::limits_of(&args)?;
         let (cwd, pane) = crate::daemon::start::place(&args)?;
         if args.after.len() > MAX_AFTER {
@@ -473,6 +479,7 @@ impl Daemon {
                 newcomer: Newcomer::Job(on.which()),
                 checked_at_promotion: false,
                 held: false,
+                again: None,
             };
             let root = self.admit(&mut inner, &record.session, admission)?;
             if !inner.store.start_waiting(row, now_ms())? {

@@ -3,4 +3,5 @@
 pub(crate) mod after;
 pub(crate) mod processes;
 pub(crate) mod report;
+pub(crate) mod restart_policy;
 pub(crate) mod settle;

@@ -204,6 +204,12 @@ impl Daemon {
 
     /// A quiet spell passed its `--quiet-after`: its notice, once.
     async fn quiet_spell(&self, watch: &mut JobWatch, record: &Record) {
+        if crate::daemon::restart_policy::waiting(record) {
+            // Nothing runs while it waits out its restart policy's back-off: no spell
+            // to tell (a new one begins with the next run's output).
+            watch.fired = true;
+            return;
+        }
         let (since, cpu_then) = watch.spell_cpu;
         let sampled = since.elapsed();
         if sampled < MIN_SPELL_SAMPLE {

@@ -2,6 +2,7 @@
 //! every unsettled record when the daemon starts (contract §7).
 
 use crate::daemon::report::Report;
+use crate::daemon::restart_policy;
 use crate::daemon::{Daemon, Live};
 use crate::end;
 use crate::executor::{ExecEvent, Reattach};
@@ -82,7 +83,14 @@ impl Daemon {
                     });
                 }
                 self.records_changed();
-                self.watch_job(row, true);
+                // A run its restart policy started again keeps the job's one watcher.
+                let again = matches!(
+                    self.lock().store.get(row),
+                    Ok(Some(record)) if record.restart.as_ref().is_some_and(|r| r.restarts > 0)
+                );
+                if !again {
+                    self.watch_job(row, true);
+                }
             }
             ExecEvent::SpawnFailed { row, message } => {
                 let status = ExitStatus {
@@ -102,6 +110,7 @@ impl Daemon {
             ExecEvent::Ended { row, status } => {
                 self.settle_or_retry(row, EndEvidence::Status(status))
             }
+            ExecEvent::RunEnded { row, between } => self.run_ended(row, between),
             ExecEvent::Detached { row } => {
                 // The handle is dead; a new one comes with a reconnect.
                 self.end_live(&mut self.lock(), row);
@@ -152,8 +161,12 @@ impl Daemon {
                             crate::note!("bgwork daemon: {e}");
                         }
                     }
+                    let between = running.between.clone();
                     self.go_live(&mut inner, row, live(running));
                     drop(inner);
+                    if let Some(between) = between {
+                        self.run_ended(row, between);
+                    }
                     if said {
                         crate::note!("bgwork daemon: {} reconnected to its supervisor", record.id);
                     }
@@ -215,11 +228,16 @@ impl Daemon {
                 pid: status.pid,
                 unwritten: status.unwritten,
                 unwritten_at: status.unwritten_at,
-                notice: self
-                    .armed_notice(record, end, code, signal, path, dropped)
-                    .or_else(|| self.limit_notice(record, status, path))
-                    .map(|notice| notice.with_unwritten(status.unwritten))
-                    .map(|notice| notice.with_cost(status.cpu_ms, status.peak_rss_bytes)),
+                notice: restart_policy::gave_up(
+                    record,
+                    end,
+                    status,
+                    self.armed_notice(record, end, code, signal, path, dropped)
+                        .or_else(|| self.limit_notice(record, status, path)),
+                    || output::tail(path, self.config.log_head, dropped),
+                )
+                .map(|notice| notice.with_unwritten(status.unwritten))
+                .map(|notice| notice.with_cost(status.cpu_ms, status.peak_rss_bytes)),
                 cpu_ms: status.cpu_ms,
                 peak_rss: status.peak_rss_bytes,
             }
@@ -395,7 +413,21 @@ impl Daemon {
                 .store
                 .adopt(row, &record, &description.id, &dir_text)
             {
-                Ok(true) => taken.push(format!("{} ({})", description.id, record.session)),
+                Ok(true) => {
+                    if let Some(rule) = description.restart.filter(|_| !ended) {
+                        let (min, max) = (rule.backoff_min_ms, rule.backoff_max_ms);
+                        let policy = self.lock().store.set_restart_policy(
+                            row,
+                            rule.max_restarts,
+                            min,
+                            max.max(min),
+                        );
+                        if let Err(e) = policy {
+                            crate::note!("bgwork daemon: {}: its restart policy: {e}", dir.display());
+                        }
+                    }
+                    taken.push(format!("{} ({})", description.id, record.session))
+                }
                 Ok(false) => crate::note!(
                     "bgwork daemon: {} names {} of {}, which the database already holds: left as it is",
                     dir.display(),
@@ -458,9 +490,14 @@ impl Daemon {
                             crate::note!("bgwork daemon: {e}");
                         }
                     }
+                    let between = running.between.clone();
                     self.go_live(&mut inner, record.row, live(running));
                     drop(inner);
                     self.watch_job(record.row, false);
+                    if let Some(between) = between {
+                        // It waits to start again: its policy goes on from its record.
+                        self.run_ended(record.row, between);
+                    }
                     attached += 1;
                 }
                 Reattach::Ended(status) => {

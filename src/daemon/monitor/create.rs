@@ -71,6 +71,7 @@ impl Daemon {
             newcomer: Newcomer::Monitor,
             checked_at_promotion: false,
             held: false,
+            again: None,
         };
         let root = self.admit(&mut inner, session, admission)?;
         let mode = mode_text(args.mode);

@@ -55,11 +55,19 @@ impl Daemon {
             // A job on Slurm is lost for the reason Slurm gave, not a daemon restart.
             report = Some(format!("{id} was lost: {detail}"));
         }
+        if let (Some(text), Some(gave_up)) = (
+            report.as_mut(),
+            crate::daemon::restart_policy::gave_up_words(record),
+        ) {
+            text.push_str(&gave_up);
+        }
         if let Some(text) = report.as_mut() {
             text.push_str(&cost);
         }
         let running = record.state != State::Ended;
+        let restarting = crate::daemon::restart_policy::waiting(record);
         let state = match (view.which.queues(), record.state) {
+            (_, State::Starting | State::Running) if restarting => State::Restarting,
             (true, State::Starting) => State::Queued,
             (_, state) => state,
         };
@@ -73,7 +81,8 @@ impl Daemon {
             name: record.name.clone(),
             command: record.command.clone(),
             cwd: record.cwd.clone(),
-            pid: record.pid,
+            // Waiting out its back-off, it has no process.
+            pid: record.pid.filter(|_| state != State::Restarting),
             started_at: rfc3339(record.started_at),
             ended_at: record.ended_at.map(rfc3339),
             notify: record.notify,
@@ -99,6 +108,7 @@ impl Daemon {
             quiet_after_s: record.quiet_after_ms.map(|ms| ms as f64 / 1000.0),
             host: view.host,
             host_unreachable: view.unreachable.filter(|_| running),
+            restart: crate::daemon::restart_policy::view(record),
             waiting_for: (record.state == State::Waiting).then(|| {
                 let what = self.waiting.get(record.row);
                 format!(
@@ -279,7 +289,21 @@ impl Daemon {
             .partition(|r| r.state == State::Waiting);
         let (cpu_ms, rss_bytes) = self.running_totals(&unsettled).await;
         let mut sessions = BTreeMap::new();
+        let mut restarting = Vec::new();
         for record in unsettled {
+            if let Some(state) = record
+                .restart
+                .as_ref()
+                .filter(|_| crate::daemon::restart_policy::waiting(&record))
+            {
+                restarting.push(format!(
+                    "{}/{}: restart {} of {}",
+                    record.session,
+                    record.id,
+                    state.restarts + 1,
+                    state.max_restarts
+                ));
+            }
             *sessions.entry(record.session).or_insert(0) += 1;
         }
         Ok(StatusReply {
@@ -291,6 +315,7 @@ impl Daemon {
             sessions,
             cpu_ms: Some(cpu_ms),
             rss_bytes: Some(rss_bytes),
+            restarting,
             waiting: waiting.len() as u64,
         })
     }

@@ -94,6 +94,18 @@ impl Daemon {
                 .executors
                 .on_of(record.row, &record.job_dir)
                 .slurm_args(),
+            // Its restart policy too, afresh (no restarts made yet).
+            restart: record
+                .restart
+                .as_ref()
+                .map(|state| crate::wire::RestartPolicyArgs {
+                    on: crate::daemon::restart_policy::ON_FAILURE.to_string(),
+                    max_restarts: Some(state.max_restarts),
+                    backoff: Some(format!(
+                        "{}ms..{}ms",
+                        state.backoff_min_ms, state.backoff_max_ms
+                    )),
+                }),
         };
         let holds = held.is_some();
         let reply = match record.kind {

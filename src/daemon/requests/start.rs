@@ -178,6 +178,7 @@ impl Daemon {
             ));
         }
         check_start(args)?;
+        let policy = crate::daemon::restart_policy::Policy::of(args, &launch)?;
         let limits = limits_of(args)?;
         let (cwd, pane) = place(args)?;
         let twin = crate::daemon::processes::Twin {
@@ -213,7 +214,8 @@ impl Daemon {
             cols: pane.map(|p| p.cols),
             rows: pane.map(|p| p.rows),
         };
-        let (record, sub_session) = match self.record_start(&new, args, &launch, twin, limits)? {
+        let recorded = self.record_start(&new, args, &launch, twin, (limits, policy))?;
+        let (record, sub_session) = match recorded {
             Recorded::New(record, sub_session) => (*record, sub_session),
             Recorded::Twin(row) => return Ok(Launched::Twin(row)),
         };
@@ -221,7 +223,8 @@ impl Daemon {
             shown.watch(&[record.row]);
         }
         let job_dir = self.prepare_folder(&record, args, &cwd)?;
-        let spec = self.job_spec(&record, args, &job_dir, sub_session, pane, limits);
+        let mut spec = self.job_spec(&record, args, &job_dir, sub_session, pane, limits);
+        spec.restart = policy.map(|policy| policy.rule());
         let started = self.executors.start(record.row, &spec, &On::of(args)).await;
         let handle = match started {
             Ok(handle) => handle,
@@ -256,7 +259,10 @@ impl Daemon {
         args: &StartArgs,
         launch: &Launch,
         twin: Option<(&crate::daemon::processes::Twin<'_>, &[i64])>,
-        limits: (Option<u64>, Option<u64>),
+        (limits, policy): (
+            (Option<u64>, Option<u64>),
+            Option<crate::daemon::restart_policy::Policy>,
+        ),
     ) -> Result<Recorded, WireError> {
         let session = new.session.as_str();
         let mut inner = self.lock();
@@ -274,6 +280,7 @@ impl Daemon {
             newcomer,
             checked_at_promotion: launch.over_limit,
             held: launch.held,
+            again: None,
         };
         let root = self.admit(&mut inner, session, admission)?;
         let (record, sub_session) = if launch.sub_agent {
@@ -288,6 +295,9 @@ impl Daemon {
         if limits != (None, None) {
             inner.store.set_limits(record.row, limits.0, limits.1)?;
         }
+        self.record_policy(&mut inner, record.row, policy)?;
+        // The record as it is now (with its policy).
+        let record = inner.store.get(record.row)?.unwrap_or(record);
         Ok(Recorded::New(Box::new(record), sub_session))
     }
 
@@ -368,6 +378,7 @@ impl Daemon {
             keep_raw_log: args.keep_raw_log,
             // Prompt once someone waits on its output (see `output_watch`).
             progress_every_ms: Some(crate::daemon::watchers::RELAXED_MS),
+            restart: None,
         }
     }
 
@@ -539,6 +550,11 @@ pub(crate) fn write_job_record(
         secret_names: args.secrets.clone(),
         keep_raw_log: args.keep_raw_log,
         env_digest: Some(environ::digest(&env, &env_bytes)),
+        restart: record.restart.as_ref().map(|state| control::RestartRule {
+            max_restarts: state.max_restarts,
+            backoff_min_ms: state.backoff_min_ms,
+            backoff_max_ms: state.backoff_max_ms,
+        }),
     };
     std::fs::write(
         crate::job_dir::JobDir(job_dir).record(),

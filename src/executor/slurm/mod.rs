@@ -335,6 +335,7 @@ impl SlurmExecutor {
             unwritten,
             unwritten_at,
             handle,
+            between: None,
         })
     }
 
@@ -434,6 +435,9 @@ fn refuses(command: &ToSupervisor) -> Option<&'static str> {
             Some("a job on Slurm has no terminal to resize (panes run on this machine)")
         }
         ToSupervisor::Hello { .. } => Some("a job on Slurm is not reached by a connection"),
+        ToSupervisor::Rerun { .. } => {
+            Some("restart policies are not supported on Slurm yet (`--restart` runs locally)")
+        }
         ToSupervisor::Stop { .. }
         | ToSupervisor::Input { .. }
         | ToSupervisor::Write { .. }
@@ -615,7 +619,11 @@ impl Tracker {
             // The folder is looked at every 100 ms whatever the pace: nothing to tell.
             Command::Send(ToSupervisor::Pace { .. }) => {}
             // Refused by the handle before they are sent (see `refuses`).
-            Command::Send(command @ (ToSupervisor::Resize { .. } | ToSupervisor::Hello { .. })) => {
+            Command::Send(
+                command @ (ToSupervisor::Resize { .. }
+                | ToSupervisor::Hello { .. }
+                | ToSupervisor::Rerun { .. }),
+            ) => {
                 crate::note!(
                     "bgwork daemon: Slurm job {} cannot carry out {command:?}",
                     self.job_id

@@ -279,6 +279,7 @@ impl Executor for SshExecutor {
             unwritten: 0,
             unwritten_at: 0,
             handle,
+            between: None,
         })
     }
 
@@ -319,6 +320,7 @@ fn refuses(command: &ToSupervisor) -> Option<&'static str> {
         }
         ToSupervisor::CloseInput => Some("a job on an ssh host has no foreground input to close"),
         ToSupervisor::Hello { .. } => Some("a job on an ssh host is reached through its host"),
+        ToSupervisor::Rerun { .. } => Some("restart policies are not supported on ssh hosts yet"),
         ToSupervisor::Stop { .. } | ToSupervisor::Write { .. } | ToSupervisor::Pace { .. } => None,
     }
 }

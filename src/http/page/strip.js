@@ -169,6 +169,7 @@ function row(item) {
     ...ports(item),
     item.waiting_for ? el('span', { class: 'waiting' }, item.waiting_for) : null,
     item.expected ? el('span', { class: 'expected' }, item.expected) : null,
+    item.restart ? el('span', { class: 'restart', title: item.restart.refused || '' }, restartText(item.restart)) : null,
     item.cpu_ms !== undefined && item.cpu_ms !== null ? el('span', {}, `cpu ${(item.cpu_ms / 1000).toFixed(1)}s`) : null,
     item.rss_bytes ? el('span', {}, `mem ${bytes(item.rss_bytes)}`) : null,
   ];
@@ -184,6 +185,20 @@ function row(item) {
   el('span', { class: 'what', title: what }, what),
   el('span', { class: 'acts' }, ...actions(item)),
   el('span', { class: 'meta' }, ...meta));
+}
+
+// A restart policy's count, how the last run ended and when it starts again.
+function restartText(restart) {
+  let text = `restarts ${restart.restarts}/${restart.max_restarts}`;
+  if (restart.last_end) {
+    const code = restart.last_signal ? ` sig ${restart.last_signal}`
+      : (restart.last_exit_code !== undefined && restart.last_exit_code !== null ? ` ${restart.last_exit_code}` : '');
+    text += `, last ${restart.last_end}${code}`;
+  }
+  if (restart.next_attempt_at) {
+    text += `, next start ${new Date(restart.next_attempt_at).toLocaleTimeString()}`;
+  }
+  return text;
 }
 
 // A listening address as a link (a wildcard address is reached on loopback).

@@ -18,6 +18,10 @@ pub struct SshJob {
     pub session: String,
     #[serde(default)]
     pub remote_id: Option<String>,
+    /// `--max-runtime` (ms), which the host's supervisor keeps: the end's report says
+    /// the limit.
+    #[serde(default)]
+    pub max_runtime_ms: Option<u64>,
 }
 
 /// The relay's first line: which bgwork answers.

@@ -275,6 +275,7 @@ impl Daemon {
             sessions,
             cpu_ms: Some(cpu_ms),
             rss_bytes: Some(rss_bytes),
+            hosts_unreachable: self.executors.ssh.unreachable(),
         })
     }
 }

@@ -163,6 +163,17 @@ pub struct Link {
     down: Mutex<Option<(i64, String)>>,
     /// When the next connection may be tried, and the back-off after it.
     retry: Mutex<(tokio::time::Instant, Duration)>,
+    /// How many jobs' tasks use it now.
+    jobs: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A job's task using a link: counted while it lives.
+pub struct Busy(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Link {
@@ -174,7 +185,14 @@ impl Link {
             next: std::sync::atomic::AtomicU64::new(1),
             down: Mutex::new(None),
             retry: Mutex::new((tokio::time::Instant::now(), BACKOFF_FIRST)),
+            jobs: Arc::default(),
         }
+    }
+
+    /// Counts a job's task as using the link while the guard lives.
+    pub fn busy(&self) -> Busy {
+        self.jobs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Busy(self.jobs.clone())
     }
 
     /// "host unreachable since T (ssh: …)" while the link is down.
@@ -418,6 +436,16 @@ impl Links {
                 ))
             })
             .clone()
+    }
+
+    /// The links that jobs use now.
+    pub fn busy(&self) -> Vec<Arc<Link>> {
+        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        links
+            .values()
+            .filter(|l| l.jobs.load(std::sync::atomic::Ordering::SeqCst) > 0)
+            .cloned()
+            .collect()
     }
 
     /// The link of `host` if one was made.

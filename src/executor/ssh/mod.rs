@@ -144,6 +144,16 @@ impl SshExecutor {
         }
     }
 
+    /// "host H unreachable since T: …" of each host with work running that cannot be
+    /// reached now.
+    pub fn unreachable(&self) -> Vec<String> {
+        self.links
+            .busy()
+            .iter()
+            .filter_map(|l| l.unreachable())
+            .collect()
+    }
+
     fn host_of(&self, row: i64, job_dir: &str) -> Option<String> {
         let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(host) = views.get(&row) {
@@ -170,6 +180,7 @@ impl SshExecutor {
             name: format!("bgw-{}-{row}", self.home_id),
             session: session_of(&self.home_id, spec),
             remote_id: None,
+            max_runtime_ms: spec.max_runtime_ms,
         };
         write_ssh_file(&job_dir, &job)?;
         self.set_host(row, host);
@@ -314,12 +325,30 @@ impl Executor for SshExecutor {
 /// What a job on a host cannot be asked.
 fn refuses(command: &ToSupervisor) -> Option<&'static str> {
     match command {
-        ToSupervisor::Resize { .. } | ToSupervisor::Input { .. } | ToSupervisor::Signal { .. } => {
+        ToSupervisor::Resize { .. } | ToSupervisor::Input { .. } => {
             Some("panes on ssh hosts are not supported yet")
         }
-        ToSupervisor::CloseInput => Some("a job on an ssh host has no foreground input to close"),
+        ToSupervisor::Signal { signal } if key_of(*signal).is_none() => {
+            Some("a job on an ssh host takes the keys C-c, C-\\ and C-z, no other signal")
+        }
         ToSupervisor::Hello { .. } => Some("a job on an ssh host is reached through its host"),
-        ToSupervisor::Stop { .. } | ToSupervisor::Write { .. } | ToSupervisor::Pace { .. } => None,
+        ToSupervisor::Signal { .. }
+        | ToSupervisor::CloseInput
+        | ToSupervisor::Stop { .. }
+        | ToSupervisor::Write { .. }
+        | ToSupervisor::Pace { .. } => None,
+    }
+}
+
+/// The key of `send --key` that makes the host's daemon send a plain job `signal`, as
+/// `keys::plain_job_key` maps it.
+fn key_of(signal: i32) -> Option<&'static str> {
+    use nix::sys::signal::Signal;
+    match signal {
+        s if s == Signal::SIGINT as i32 => Some("C-c"),
+        s if s == Signal::SIGQUIT as i32 => Some("C-\\"),
+        s if s == Signal::SIGTSTP as i32 => Some("C-z"),
+        _ => None,
     }
 }
 
@@ -348,6 +377,7 @@ enum Look {
 
 impl Tracker {
     async fn run(mut self, mut incoming: mpsc::UnboundedReceiver<Command>) {
+        let _busy = self.link.busy();
         let mut tick = tokio::time::interval(MIRROR_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut commands_open = true;
@@ -575,8 +605,20 @@ impl Tracker {
         status.peak_rss_bytes = item.cost.peak_rss_bytes;
         let detail = item.end_detail.clone();
         match item.end {
-            Some(End::StoppedByAgent) => status.stop_actor = Some(Actor::Agent),
-            Some(End::StoppedByPerson) => status.stop_actor = Some(Actor::Person),
+            Some(end @ (End::StoppedByAgent | End::StoppedByPerson)) => {
+                status.stop_actor = Some(match end {
+                    End::StoppedByAgent => Actor::Agent,
+                    _ => Actor::Person,
+                });
+                // The host's item says what its stop had to do in its report
+                // ("bg-3 was stopped by the agent: did not stop on TERM; …").
+                let said = item
+                    .report
+                    .as_deref()
+                    .and_then(|r| r.split_once(": "))
+                    .map(|(_, said)| said);
+                self.stop_figures(&mut status, said);
+            }
             Some(End::SpawnFailed) => {
                 status.spawn_error = Some(format!(
                     "on {}: {}",
@@ -607,6 +649,22 @@ impl Tracker {
         status
     }
 
+    /// What the host's stop had to do, from its end's report (the same bgwork wrote
+    /// it: `settle::stop_detail`): killed after the grace, past `--max-runtime`.
+    fn stop_figures(&self, status: &mut ExitStatus, detail: Option<&str>) {
+        let Some(detail) = detail else { return };
+        // `settle::PAST_LIMIT`.
+        if detail.starts_with("ran past its limit") {
+            status.past_limit_ms = self.job.max_runtime_ms.or(Some(0));
+        }
+        if detail.contains("killed at once") {
+            status.killed_after_ms = Some(0);
+        } else if let Some(rest) = detail.split("killed after ").nth(1) {
+            let seconds = rest.split(' ').next().and_then(|s| s.parse::<f64>().ok());
+            status.killed_after_ms = seconds.map(|s| (s * 1000.0).round() as u64);
+        }
+    }
+
     fn command(&mut self, command: Command) {
         let Some(id) = self.job.remote_id.clone() else {
             if let Command::Write { answer, .. } = command {
@@ -631,6 +689,34 @@ impl Tracker {
                     let grace = Duration::from_millis(grace_ms);
                     if let Err(e) = link.request(&envelope, grace).await {
                         crate::note!("bgwork daemon: the stop did not reach the host: {e}");
+                    }
+                });
+            }
+            Command::Send(command @ (ToSupervisor::Signal { .. } | ToSupervisor::CloseInput)) => {
+                let key = match command {
+                    ToSupervisor::Signal { signal } => key_of(signal).unwrap_or("C-c"),
+                    _ => "C-d",
+                };
+                let closes = key == "C-d";
+                let envelope = self.envelope(Request::Send(SendArgs {
+                    id,
+                    text: String::new(),
+                    keys: vec![key.to_string()],
+                }));
+                let (events, row) = (self.events.clone(), self.row);
+                tokio::spawn(async move {
+                    match link.request(&envelope, Duration::ZERO).await {
+                        Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
+                            Ok(_) if closes => {
+                                let _ = events.send(ExecEvent::InputClosed { row });
+                            }
+                            Ok(_) => {}
+                            Err(e) => crate::note!(
+                                "bgwork daemon: {key} was refused there: {}",
+                                e.message
+                            ),
+                        },
+                        Err(e) => crate::note!("bgwork daemon: {key} did not reach the host: {e}"),
                     }
                 });
             }

@@ -166,6 +166,8 @@ function row(item) {
       + (item.exit_code !== null && item.exit_code !== undefined ? ` ${item.exit_code}` : '')),
     el('span', { class: 'age', title: item.started_at }),
     item.pid ? el('span', {}, `pid ${item.pid}`) : null,
+    item.host ? el('span', { class: 'host' }, `on ${item.host}`) : null,
+    item.host_unreachable ? el('span', { class: 'unreachable' }, item.host_unreachable) : null,
     ...ports(item),
     item.expected ? el('span', { class: 'expected' }, item.expected) : null,
     item.cpu_ms !== undefined && item.cpu_ms !== null ? el('span', {}, `cpu ${(item.cpu_ms / 1000).toFixed(1)}s`) : null,

@@ -25,7 +25,11 @@ pub(crate) fn host(test: &str) -> Option<Host> {
         .ok()
         .filter(|c| !c.is_empty());
     match (std::env::var("BGWORK_TEST_SSH").as_deref(), config, alias) {
-        (Ok("1"), Some(config), Some(alias)) => Some(Host { config, alias }),
+        (Ok("1"), Some(config), Some(alias)) => {
+            let host = Host { config, alias };
+            warm(&host);
+            Some(host)
+        }
         _ => {
             crate::util::not_run(
                 test,
@@ -35,6 +39,28 @@ pub(crate) fn host(test: &str) -> Option<Host> {
             None
         }
     }
+}
+
+/// Copies this build of bgwork to the host once for all the tests (the first start
+/// to a host copies it; tests that start at once would each copy it).
+fn warm(host: &Host) {
+    static WARM: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = WARM.lock().unwrap_or_else(|p| p.into_inner());
+    if *done {
+        return;
+    }
+    let home = Home::new()
+        .with("BGWORK_SSH_CONFIG", &host.config)
+        .with("BGWORK_ANSWER_TIMEOUT_MS", "300000");
+    let on = format!("ssh:{}", host.alias);
+    let id = home.json(&["start", "--window", "0", "--on", &on, "--", "true"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    home.run(&["wait", &id, "--timeout", "300"]);
+    let _ = home.command(&["shutdown", "--stop-work"]).output();
+    clean_host(host, home.path());
+    *done = true;
 }
 
 /// A home whose daemon reaches the host; the host's daemon of this home is shut down

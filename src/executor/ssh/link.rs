@@ -2,8 +2,8 @@
 //! connection master (`ControlMaster`, its socket in a private folder of the home), and
 //! over it one `ssh -T` channel to `bgwork ssh-relay` on the host, which carries
 //! bgwork's own JSON-lines requests to the host's daemon. Requests are numbered: the
-//! relay answers each as `N <reply line>`, in any order, so a slow request (a stop's
-//! grace) holds up no other.
+//! relay answers each as `N <reply line>` (a `read` with `output_frame` followed by its
+//! output, raw), in any order, so a slow request (a stop's grace) holds up no other.
 //!
 //! A link that fails is marked down with ssh's own words and when it went down; it is
 //! tried again with back-off, and while it is down every request fails at once (no
@@ -140,7 +140,9 @@ pub fn explain(host: &str, stderr: &str) -> String {
     }
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
+/// A reply line and the output frame after it (empty when none).
+type Reply = (Vec<u8>, Vec<u8>);
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
 /// An open channel to the host's relay.
 struct Channel {
@@ -232,6 +234,18 @@ impl Link {
         envelope: &Envelope,
         takes: Duration,
     ) -> Result<Vec<u8>, LinkError> {
+        self.request_frame(envelope, takes)
+            .await
+            .map(|(line, _)| line)
+    }
+
+    /// Sends one request and returns its reply line and the output frame after it
+    /// (a `read` with `output_frame`).
+    pub async fn request_frame(
+        &self,
+        envelope: &Envelope,
+        takes: Duration,
+    ) -> Result<Reply, LinkError> {
         let (id, answer, closed, alive) = {
             let mut channel = self.channel.lock().await;
             let open = channel
@@ -279,7 +293,7 @@ impl Link {
         };
         tokio::select! {
             reply = answer => match reply {
-                Ok(line) => Ok(line),
+                Ok(reply) => Ok(reply),
                 Err(_) => {
                     let why = format!("the connection to {} closed", self.call.host);
                     self.mark_down(&why);
@@ -384,12 +398,23 @@ async fn read_replies(
                     .ok()
                     .and_then(|s| s.parse::<u64>().ok());
                 let Some(id) = id else { continue };
+                let body = line[space + 1..].to_vec();
+                let mut frame = Vec::new();
+                if let Some(n) = super::relay::frame_len(&body) {
+                    frame.resize(n as usize, 0);
+                    if tokio::io::AsyncReadExt::read_exact(&mut lines, &mut frame)
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
                 let waiter = pending
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id);
                 if let Some(waiter) = waiter {
-                    let _ = waiter.send(line[space + 1..].to_vec());
+                    let _ = waiter.send((body, frame));
                 }
             }
             _ => break,

@@ -151,6 +151,8 @@ struct Channel {
     /// Ends (with its reader) when the channel closes.
     closed: Arc<tokio::sync::Notify>,
     alive: Arc<std::sync::atomic::AtomicBool>,
+    /// When (ms) the channel last brought a reply.
+    heard: Arc<std::sync::atomic::AtomicI64>,
     _child: tokio::process::Child,
 }
 
@@ -246,7 +248,7 @@ impl Link {
         envelope: &Envelope,
         takes: Duration,
     ) -> Result<Reply, LinkError> {
-        let (id, answer, closed, alive) = {
+        let (id, answer, closed, alive, heard, pending) = {
             let mut channel = self.channel.lock().await;
             let open = channel
                 .as_ref()
@@ -289,7 +291,14 @@ impl Link {
                 return Err(LinkError::Down(why));
             }
             let _ = open.stdin.flush().await;
-            (id, rx, open.closed.clone(), open.alive.clone())
+            (
+                id,
+                rx,
+                open.closed.clone(),
+                open.alive.clone(),
+                open.heard.clone(),
+                open.pending.clone(),
+            )
         };
         tokio::select! {
             reply = answer => match reply {
@@ -306,7 +315,19 @@ impl Link {
                 Err(LinkError::InDoubt(self.unreachable().unwrap_or(why)))
             }
             _ = tokio::time::sleep(PATIENCE + takes) => {
-                // A channel that does not answer is given up, and opened again.
+                pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                let quiet_ms = crate::paths::now_ms()
+                    - heard.load(std::sync::atomic::Ordering::SeqCst);
+                if quiet_ms < PATIENCE.as_millis() as i64 {
+                    // Other replies come: this one request is slow there (a loaded
+                    // host), not the link; the requests in flight keep their channel.
+                    return Err(LinkError::InDoubt(format!(
+                        "{} did not answer request {id} within {} s",
+                        self.call.host,
+                        (PATIENCE + takes).as_secs()
+                    )));
+                }
+                // A channel that does not answer at all is given up, and opened again.
                 alive.store(false, std::sync::atomic::Ordering::SeqCst);
                 let why = format!("{} did not answer request {id} within {} s", self.call.host, (PATIENCE + takes).as_secs());
                 self.mark_down(&why);
@@ -356,11 +377,13 @@ impl Link {
         let pending: Pending = Arc::default();
         let closed = Arc::new(tokio::sync::Notify::new());
         let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let heard = Arc::new(std::sync::atomic::AtomicI64::new(crate::paths::now_ms()));
         tokio::spawn(read_replies(
             lines,
             pending.clone(),
             closed.clone(),
             alive.clone(),
+            heard.clone(),
         ));
         // ssh's complaints after the channel opened go to the daemon's log.
         let host = self.call.host.clone();
@@ -375,6 +398,7 @@ impl Link {
             pending,
             closed,
             alive,
+            heard,
             _child: child,
         })
     }
@@ -385,11 +409,13 @@ async fn read_replies(
     pending: Pending,
     closed: Arc<tokio::sync::Notify>,
     alive: Arc<std::sync::atomic::AtomicBool>,
+    heard: Arc<std::sync::atomic::AtomicI64>,
 ) {
     loop {
         let mut line = Vec::new();
         match lines.read_until(b'\n', &mut line).await {
             Ok(n) if n > 0 && line.ends_with(b"\n") => {
+                heard.store(crate::paths::now_ms(), std::sync::atomic::Ordering::SeqCst);
                 line.pop();
                 let Some(space) = line.iter().position(|&b| b == b' ') else {
                     continue;

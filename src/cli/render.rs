@@ -453,6 +453,10 @@ fn list_text(reply: &ListReply) -> String {
         lines.extend(listening_line(item, "         "));
         lines.extend(expected_line(item, "         "));
         lines.extend(restart_line(item, "         ", now));
+        lines.extend(unreachable_line(
+            item.host_unreachable.as_deref(),
+            "         ",
+        ));
     }
     lines.join("\n")
 }
@@ -489,6 +493,10 @@ fn sessions_text(reply: &ListReply) -> String {
         lines.extend(listening_line(item, &format!("{pad}           ")));
         lines.extend(expected_line(item, &format!("{pad}           ")));
         lines.extend(restart_line(item, &format!("{pad}           "), now));
+        lines.extend(unreachable_line(
+            item.host_unreachable.as_deref(),
+            &format!("{pad}           "),
+        ));
     }
     lines.join("\n")
 }
@@ -583,6 +591,11 @@ fn cost_cells(item: &Item) -> (String, String) {
 
 /// What history expects of an item not yet ended: `history: usually 41 s (5 runs)`, or
 /// for a running one `history: running 1m20s, usually 41 s (5 runs)`.
+/// While a job's host cannot be reached: since when, and ssh's words.
+fn unreachable_line(unreachable: Option<&str>, pad: &str) -> Option<String> {
+    unreachable.map(|why| format!("{pad}{}", inert(why)))
+}
+
 fn expected_line(item: &Item, pad: &str) -> Option<String> {
     let expected = item.expected.as_deref()?;
     let line = match (&item.progress, expected.find(" (")) {
@@ -710,6 +723,9 @@ fn print_read(reply: &ReadReply) {
     }
     let _ = out.write_all(read_status_line(reply).as_bytes());
     let _ = out.write_all(b"\n");
+    if let Some(line) = unreachable_line(reply.host_unreachable.as_deref(), "") {
+        let _ = out.write_all(format!("[{line}: output so far]\n").as_bytes());
+    }
 }
 
 /// `read --grep` as grep prints it: `LINE:BYTE:TEXT` for a match, `LINE-BYTE-TEXT`
@@ -1009,6 +1025,9 @@ fn status_text(status: &StatusReply) -> String {
             observe::cpu_text(cpu),
             observe::bytes_text(rss)
         ));
+    }
+    for why in &status.hosts_unreachable {
+        text.push_str(&format!("\n{}", inert(why)));
     }
     text
 }

@@ -755,6 +755,9 @@ pub struct ReadReply {
     /// What the item's processes use and listen on (as in [`Item`]).
     #[serde(flatten)]
     pub cost: Cost,
+    /// While the host of a job on one cannot be reached (as in [`Item`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_unreachable: Option<String>,
 }
 
 /// `read --grep`: the lines of a log that match, with their context.
@@ -885,6 +888,10 @@ pub struct StatusReply {
     /// of restarts (`bg-3 restart 2 of 5`); among `running`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub restarting: Vec<String>,
+    /// The ssh hosts of running work that cannot be reached now: since when, and
+    /// ssh's words.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts_unreachable: Vec<String>,
 }
 
 /// `status` when no daemon runs for the home (`status` never starts one).

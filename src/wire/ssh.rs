@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The version of the relay's channel: a line `N <request>` in, `N <reply>` out.
-pub const RELAY_PROTOCOL: u32 = 1;
+/// The version of the relay's channel: a line `N <request>` in, `N <reply>` out, and
+/// after a reply that says `"output_bytes":K` its K bytes of output.
+pub const RELAY_PROTOCOL: u32 = 2;
 
 /// What `ssh.json` holds: the job's host, and who it is there. Written before the job
 /// is handed over (then with its remote id), so a restarted daemon finds it by name
@@ -18,6 +19,10 @@ pub struct SshJob {
     pub session: String,
     #[serde(default)]
     pub remote_id: Option<String>,
+    /// `--max-runtime` (ms), which the host's supervisor keeps: the end's report says
+    /// the limit.
+    #[serde(default)]
+    pub max_runtime_ms: Option<u64>,
 }
 
 /// The relay's first line: which bgwork answers.

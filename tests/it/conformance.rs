@@ -1,7 +1,9 @@
-//! One job lifecycle, two executors: each test below is written once and run on this
-//! machine (`conformance::local::…`) and on a Slurm cluster (`conformance::slurm::…`).
-//! The Slurm runs need `BGWORK_TEST_SLURM=1` and a cluster that answers (see
-//! `tests/it/slurm.rs`); without it they say on stderr that they did not run.
+//! One job lifecycle, three executors: each test below is written once and run on this
+//! machine (`conformance::local::…`), on a Slurm cluster (`conformance::slurm::…`) and
+//! on an ssh host (`conformance::ssh::…`). The Slurm runs need `BGWORK_TEST_SLURM=1`
+//! and a cluster that answers (see `tests/it/slurm.rs`), the ssh runs
+//! `BGWORK_TEST_SSH=1` and a host (see `tests/it/ssh.rs`); without them they say on
+//! stderr that they did not run.
 //!
 //! What a user relies on whichever executor runs the work: the table of ends with the
 //! job's own codes, incremental reads with no gap and no repeat, `wait` for any, all
@@ -11,18 +13,45 @@
 
 use crate::util::{eventually, Home};
 use serde_json::Value;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Where the work runs.
 pub enum Exec {
     Local,
-    Slurm { conf: String },
+    Slurm {
+        conf: String,
+    },
+    /// The test host (this machine, as another user): files the job and the test both
+    /// use lie in `shared`, a folder that user may write in; the homes made are cleaned
+    /// on the host when the test ends.
+    Ssh {
+        host: crate::ssh::Host,
+        shared: tempfile::TempDir,
+        homes: std::cell::RefCell<Vec<PathBuf>>,
+    },
 }
 
 impl Exec {
     fn slurm(test: &str) -> Option<Exec> {
         crate::slurm::cluster(&format!("conformance::slurm::{test}"))
             .map(|conf| Exec::Slurm { conf })
+    }
+
+    fn ssh(test: &str) -> Option<Exec> {
+        let host = crate::ssh::host(&format!("conformance::ssh::{test}"))?;
+        let shared = tempfile::Builder::new()
+            .prefix("bgw-ssh-shared")
+            .tempdir_in("/tmp")
+            .expect("a shared folder");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
+        Some(Exec::Ssh {
+            host,
+            shared,
+            homes: Default::default(),
+        })
     }
 
     /// A home whose `start` runs work on this executor by default.
@@ -32,22 +61,47 @@ impl Exec {
             Exec::Slurm { conf } => Home::new()
                 .with("SLURM_CONF", conf)
                 .with("BGWORK_EXECUTOR", "slurm"),
+            Exec::Ssh { host, homes, .. } => {
+                let home = Home::new()
+                    .with("BGWORK_SSH_CONFIG", &host.config)
+                    .with("BGWORK_EXECUTOR", &format!("ssh:{}", host.alias));
+                homes.borrow_mut().push(home.path().to_path_buf());
+                home
+            }
+        }
+    }
+
+    /// A file both the test and the job see: in the home (Slurm's nodes share it), or
+    /// in the folder shared with the host's user.
+    fn marker(&self, home: &Home, name: &str) -> PathBuf {
+        match self {
+            Exec::Local | Exec::Slurm { .. } => home.path().join(name),
+            Exec::Ssh { shared, .. } => shared.path().join(name),
+        }
+    }
+
+    /// Where the status files of the home's jobs are written.
+    fn status_dir(&self, home: &Home) -> PathBuf {
+        match self {
+            Exec::Local | Exec::Slurm { .. } => home.path().join("jobs"),
+            Exec::Ssh { host, .. } => crate::ssh::remote_jobs(host, home.path()),
         }
     }
 
     /// The setting that limits this executor's work per session.
     fn limit_setting(&self) -> &'static str {
         match self {
-            Exec::Local => "BGWORK_MAX_RUNNING",
+            Exec::Local | Exec::Ssh { .. } => "BGWORK_MAX_RUNNING",
             Exec::Slurm { .. } => "BGWORK_MAX_SLURM",
         }
     }
 
-    /// How long a job may take to be running (Slurm schedules about once a second).
+    /// How long a job may take to be running (Slurm schedules about once a second; a
+    /// host's first job pays for the connection and copying bgwork there).
     fn patience(&self) -> Duration {
         match self {
             Exec::Local => Duration::from_secs(20),
-            Exec::Slurm { .. } => Duration::from_secs(60),
+            Exec::Slurm { .. } | Exec::Ssh { .. } => Duration::from_secs(60),
         }
     }
 
@@ -61,6 +115,7 @@ impl Exec {
         match self {
             Exec::Local => assert!(reply["executor"].is_null(), "{reply}"),
             Exec::Slurm { .. } => assert_eq!(reply["executor"], "slurm", "{reply}"),
+            Exec::Ssh { .. } => assert_eq!(reply["executor"], "ssh", "{reply}"),
         }
         let id = reply["id"].as_str().expect("an id").to_string();
         eventually(self.patience(), || {
@@ -80,6 +135,16 @@ impl Exec {
     }
 }
 
+impl Drop for Exec {
+    fn drop(&mut self) {
+        if let Exec::Ssh { host, homes, .. } = self {
+            for home in homes.borrow().iter() {
+                crate::ssh::clean_host(host, home);
+            }
+        }
+    }
+}
+
 /// Each test once per executor.
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
@@ -91,6 +156,16 @@ macro_rules! conformance {
                 #[test]
                 fn $name() {
                     if let Some(exec) = super::Exec::slurm(stringify!($name)) {
+                        super::$name(&exec)
+                    }
+                }
+            )*
+        }
+        mod ssh {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(exec) = super::Exec::ssh(stringify!($name)) {
                         super::$name(&exec)
                     }
                 }
@@ -111,17 +186,17 @@ conformance!(
     a_large_send_is_taken_whole,
 );
 
-/// A shell line that waits until the file `name` exists in the home (a filesystem
-/// both the daemon and a Slurm node see).
-fn until_file(home: &Home, name: &str) -> String {
+/// A shell line that waits until the file `name` exists where both the test and the
+/// job see it (`Exec::marker`).
+fn until_file(exec: &Exec, home: &Home, name: &str) -> String {
     format!(
         "while [ ! -e '{}' ]; do sleep 0.05; done",
-        home.path().join(name).display()
+        exec.marker(home, name).display()
     )
 }
 
-fn touch(home: &Home, name: &str) {
-    std::fs::write(home.path().join(name), b"").expect("touch");
+fn touch(exec: &Exec, home: &Home, name: &str) {
+    std::fs::write(exec.marker(home, name), b"").expect("touch");
 }
 
 fn ends_keep_the_jobs_own_codes(exec: &Exec) {
@@ -183,18 +258,18 @@ fn wait_for_any_all_and_a_pattern(exec: &Exec) {
         &[],
         &format!(
             "echo starting; {}; echo READY; sleep 300",
-            until_file(&home, "ready")
+            until_file(exec, &home, "ready")
         ),
     );
     let quick = exec.start(
         &home,
         &[],
-        &format!("{}; exit 0", until_file(&home, "quick")),
+        &format!("{}; exit 0", until_file(exec, &home, "quick")),
     );
     let slow = exec.start(
         &home,
         &[],
-        &format!("{}; exit 3", until_file(&home, "slow")),
+        &format!("{}; exit 3", until_file(exec, &home, "slow")),
     );
     let timeout = exec.patience().as_secs().to_string();
 
@@ -211,7 +286,7 @@ fn wait_for_any_all_and_a_pattern(exec: &Exec) {
         ])
         .json();
     assert_eq!(nothing["reason"], "timeout", "{nothing}");
-    touch(&home, "ready");
+    touch(exec, &home, "ready");
     let matched = home.json(&[
         "wait",
         &pattern,
@@ -223,7 +298,7 @@ fn wait_for_any_all_and_a_pattern(exec: &Exec) {
     assert_eq!(matched["reason"], "matched", "{matched}");
     assert_eq!(matched["items"][0]["state"], "running", "{matched}");
 
-    touch(&home, "quick");
+    touch(exec, &home, "quick");
     let any = home.json(&["wait", &quick, &slow, "--any", "--timeout", &timeout]);
     assert_eq!(any["reason"], "ended", "{any}");
     let ended: Vec<&str> = any["items"]
@@ -235,7 +310,7 @@ fn wait_for_any_all_and_a_pattern(exec: &Exec) {
         .collect();
     assert_eq!(ended, vec![quick.as_str()], "{any}");
 
-    touch(&home, "slow");
+    touch(exec, &home, "slow");
     let run = home.run(&[
         "--json",
         "wait",
@@ -306,7 +381,7 @@ fn stop_with_grace_ends_a_term_ignoring_child(exec: &Exec) {
         "trap 'echo bye; exit 7' TERM; echo up; while :; do sleep 0.1; done",
     );
     // The child ignores TERM and outlives its parent unless the whole tree is killed.
-    let pid_file = home.path().join("child.pid");
+    let pid_file = exec.marker(&home, "child.pid");
     let stubborn = exec.start(
         &home,
         &[],
@@ -349,14 +424,17 @@ fn a_killed_daemon_reattaches_and_settles_what_ended_meanwhile(exec: &Exec) {
     let ends = exec.start(
         &home,
         &["--notify"],
-        &format!("echo one; {}; echo two; exit 7", until_file(&home, "go")),
+        &format!(
+            "echo one; {}; echo two; exit 7",
+            until_file(exec, &home, "go")
+        ),
     );
     let runs = exec.start(
         &home,
         &[],
         &format!(
             "echo first; {}; echo second; sleep 300",
-            until_file(&home, "go")
+            until_file(exec, &home, "go")
         ),
     );
     for (id, line) in [(&ends, "one\n"), (&runs, "first\n")] {
@@ -366,9 +444,9 @@ fn a_killed_daemon_reattaches_and_settles_what_ended_meanwhile(exec: &Exec) {
         assert_eq!(home.json(&["read", id])["output"], line);
     }
     home.kill_daemon();
-    touch(&home, "go");
+    touch(exec, &home, "go");
     // The first ends while no daemon runs.
-    let status = home.path().join("jobs");
+    let status = exec.status_dir(&home);
     eventually(exec.patience(), || {
         std::fs::read_dir(&status)
             .map(|d| d.flatten().any(|e| e.path().join("status").exists()))

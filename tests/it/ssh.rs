@@ -11,12 +11,13 @@ use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;
 
-struct Host {
-    config: String,
-    alias: String,
+pub(crate) struct Host {
+    pub(crate) config: String,
+    pub(crate) alias: String,
 }
 
-fn host(test: &str) -> Option<Host> {
+/// The host of the tests, or `None` (the test is not run, and says so).
+pub(crate) fn host(test: &str) -> Option<Host> {
     let config = std::env::var("BGWORK_SSH_CONFIG")
         .ok()
         .filter(|c| !c.is_empty());
@@ -24,7 +25,11 @@ fn host(test: &str) -> Option<Host> {
         .ok()
         .filter(|c| !c.is_empty());
     match (std::env::var("BGWORK_TEST_SSH").as_deref(), config, alias) {
-        (Ok("1"), Some(config), Some(alias)) => Some(Host { config, alias }),
+        (Ok("1"), Some(config), Some(alias)) => {
+            let host = Host { config, alias };
+            warm(&host);
+            Some(host)
+        }
         _ => {
             crate::util::not_run(
                 test,
@@ -34,6 +39,28 @@ fn host(test: &str) -> Option<Host> {
             None
         }
     }
+}
+
+/// Copies this build of bgwork to the host once for all the tests (the first start
+/// to a host copies it; tests that start at once would each copy it).
+fn warm(host: &Host) {
+    static WARM: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = WARM.lock().unwrap_or_else(|p| p.into_inner());
+    if *done {
+        return;
+    }
+    let home = Home::new()
+        .with("BGWORK_SSH_CONFIG", &host.config)
+        .with("BGWORK_ANSWER_TIMEOUT_MS", "300000");
+    let on = format!("ssh:{}", host.alias);
+    let id = home.json(&["start", "--window", "0", "--on", &on, "--", "true"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    home.run(&["wait", &id, "--timeout", "300"]);
+    let _ = home.command(&["shutdown", "--stop-work"]).output();
+    clean_host(host, home.path());
+    *done = true;
 }
 
 /// A home whose daemon reaches the host; the host's daemon of this home is shut down
@@ -57,21 +84,6 @@ impl SshHome {
         format!("ssh:{}", self.host.alias)
     }
 
-    /// `ssh` with the test's config, as the test's own call.
-    fn ssh(&self, remote: &str) -> std::process::Output {
-        Command::new("ssh")
-            .args([
-                "-F",
-                &self.host.config,
-                "-o",
-                "BatchMode=yes",
-                &self.host.alias,
-                remote,
-            ])
-            .output()
-            .expect("ssh runs")
-    }
-
     fn start(&self, command: &str) -> Value {
         let on = self.on();
         self.home
@@ -80,9 +92,9 @@ impl SshHome {
 }
 
 /// The home id the daemon names its work on hosts by (FNV-1a of the home's path).
-fn home_id(home: &Home) -> String {
+pub(crate) fn home_id(home: &std::path::Path) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in home.path().as_os_str().as_encoded_bytes() {
+    for byte in home.as_os_str().as_encoded_bytes() {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
@@ -92,20 +104,55 @@ fn home_id(home: &Home) -> String {
 impl Drop for SshHome {
     fn drop(&mut self) {
         let _ = self.home.command(&["shutdown", "--stop-work"]).output();
-        // The shared connection this home's daemon opened (it would linger idle 60 s).
-        let control = self.home.path().join("ssh").join("%C");
-        let _ = Command::new("ssh")
-            .args(["-F", &self.host.config, "-o"])
-            .arg(format!("ControlPath={}", control.display()))
-            .args(["-O", "exit", &self.host.alias])
-            .output();
-        let remote = format!(
-            "for b in \"$HOME\"/.cache/bgwork/bin/*/bgwork; do BGWORK_HOME=\"$HOME\"/.bgwork-remote/{} \"$b\" status >/dev/null 2>&1 && BGWORK_HOME=\"$HOME\"/.bgwork-remote/{} \"$b\" shutdown --stop-work; done; true",
-            home_id(&self.home),
-            home_id(&self.home)
-        );
-        let _ = self.ssh(&remote);
+        clean_host(&self.host, self.home.path());
     }
+}
+
+/// Ends what a home (its daemon already shut down) left: the shared connection its
+/// daemon opened (it would linger idle 60 s), and the host's daemon of that home with
+/// its work and folder.
+pub(crate) fn clean_host(host: &Host, home: &std::path::Path) {
+    let control = home.join("ssh").join("%C");
+    let _ = Command::new("ssh")
+        .args(["-F", &host.config, "-o"])
+        .arg(format!("ControlPath={}", control.display()))
+        .args(["-O", "exit", &host.alias])
+        .output();
+    let id = home_id(home);
+    let remote = format!(
+        "h=\"$HOME\"/.bgwork-remote/{id}; for b in \"$HOME\"/.cache/bgwork/bin/*/bgwork; do BGWORK_HOME=\"$h\" \"$b\" status >/dev/null 2>&1 && BGWORK_HOME=\"$h\" \"$b\" shutdown --stop-work; done; rm -rf \"$h\"; true"
+    );
+    let _ = Command::new("ssh")
+        .args([
+            "-F",
+            &host.config,
+            "-o",
+            "BatchMode=yes",
+            &host.alias,
+            &remote,
+        ])
+        .output();
+}
+
+/// The folder on the host (this machine) where the host's daemon of `home` keeps its
+/// jobs.
+pub(crate) fn remote_jobs(host: &Host, home: &std::path::Path) -> std::path::PathBuf {
+    let out = Command::new("ssh")
+        .args([
+            "-F",
+            &host.config,
+            "-o",
+            "BatchMode=yes",
+            &host.alias,
+            "echo $HOME",
+        ])
+        .output()
+        .expect("ssh runs");
+    let remote_home = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    std::path::Path::new(&remote_home)
+        .join(".bgwork-remote")
+        .join(home_id(home))
+        .join("jobs")
 }
 
 /// The known-hosts file a client config names.
@@ -662,4 +709,458 @@ fn issue24_5_work_on_hosts_counts_apart_from_this_machines_against_the_same_limi
     // This machine's slot is its own.
     let here = h.home.start("sleep 60");
     assert_eq!(h.home.item(&here)["state"], "running");
+}
+
+/// The pid of the connection master a home's daemon opened to `alias` (`ssh -O check`).
+fn master_pid(home: &Home, config: &str, alias: &str) -> Option<i32> {
+    let control = home.path().join("ssh").join("%C");
+    let out = Command::new("ssh")
+        .args(["-F", config, "-o"])
+        .arg(format!("ControlPath={}", control.display()))
+        .args(["-O", "check", alias])
+        .output()
+        .ok()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    said.split("pid=")
+        .nth(1)?
+        .split(')')
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn kill9(pid: i32) {
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+}
+
+/// Takes the session's notices into `pool` until `id` has one, within `patience`;
+/// returns those of `id` (the others stay in `pool` for later calls).
+fn notices_of(home: &Home, pool: &mut Vec<Value>, id: &str, patience: Duration) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + patience;
+    while !pool.iter().any(|n| n["item"] == id) && std::time::Instant::now() < deadline {
+        let reply = home.json(&["notices", "--wait", "2"]);
+        pool.extend(reply["notices"].as_array().cloned().unwrap_or_default());
+    }
+    pool.iter().filter(|n| n["item"] == id).cloned().collect()
+}
+
+#[test]
+fn issue24_5_a_link_down_for_20_s_while_the_job_prints_loses_nothing_and_says_so_everywhere() {
+    let Some(host) = host(
+        "issue24_5_a_link_down_for_20_s_while_the_job_prints_loses_nothing_and_says_so_everywhere",
+    ) else {
+        return;
+    };
+    let mut sshd = OwnSshd::new(&host);
+    let h = SshHome::new(Host {
+        config: sshd.config(),
+        alias: "bgwork-down".into(),
+    });
+    let runs = format!("/tmp/bgwork-ssh-runs-p{}", std::process::id());
+    let _ = std::fs::remove_file(&runs);
+    let on = h.on();
+    let reply = h.home.json(&[
+        "start",
+        "--window",
+        "0",
+        "--notify",
+        "--on",
+        &on,
+        "--",
+        &counting_job(&runs, 300),
+    ]);
+    let id = reply["id"].as_str().unwrap().to_string();
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "line-3",
+            "--timeout",
+            "60",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    // The link goes down: sshd stopped, the shared connection's master killed.
+    let master = master_pid(&h.home, &h.host.config, &h.host.alias).expect("a master runs");
+    sshd.down();
+    kill9(master);
+    let down_at = std::time::Instant::now();
+    eventually(Duration::from_secs(30), || {
+        h.home.item(&id)["host_unreachable"]
+            .as_str()
+            .is_some_and(|u| u.contains("unreachable since") && u.contains("(ssh: "))
+    });
+    // Said by `read` (JSON and text), `status`, `list`'s text and MCP's `list` and `read`,
+    // while what was mirrored stays readable.
+    let read = h.home.json(&["read", &id, "--all"]);
+    assert!(
+        read["host_unreachable"]
+            .as_str()
+            .is_some_and(|u| u.contains("bgwork-down unreachable since")),
+        "{read}"
+    );
+    assert!(
+        read["output"].as_str().unwrap().contains("line-3\n"),
+        "{read}"
+    );
+    let text = h.home.run(&["read", &id]).stdout;
+    assert!(text.contains("unreachable since"), "{text}");
+    let listed = h.home.run(&["list"]).stdout;
+    assert!(
+        listed.contains("host bgwork-down unreachable since"),
+        "{listed}"
+    );
+    let status = h.home.json(&["status"]);
+    assert!(
+        status["hosts_unreachable"][0]
+            .as_str()
+            .is_some_and(|u| u.contains("bgwork-down unreachable since")),
+        "{status}"
+    );
+    let mut mcp = crate::mcp::Mcp::start(&h.home);
+    let (error, listed) = mcp.call("list", serde_json::json!({}));
+    assert!(!error, "{listed}");
+    assert!(
+        listed.to_string().contains("unreachable since"),
+        "MCP list: {listed}"
+    );
+    let (error, read) = mcp.call("read", serde_json::json!({"id": id}));
+    assert!(!error, "{read}");
+    assert!(read["host_unreachable"].is_string(), "MCP read: {read}");
+    drop(mcp);
+    // The outage lasts its 20 s (the fault itself, not a wait for something).
+    if let Some(left) = Duration::from_secs(20).checked_sub(down_at.elapsed()) {
+        std::thread::sleep(left);
+    }
+    sshd.up();
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert!(ended.get("host_unreachable").is_none(), "{ended}");
+    assert_complete(&read_all(&h.home, &id), 300);
+    let started = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "started once: {started:?}");
+    assert!(h.home.json(&["status"]).get("hosts_unreachable").is_none());
+    let _ = std::fs::remove_file(&runs);
+}
+
+/// The pid in a file of the host's folder of this home's jobs (this machine's disk).
+fn remote_pid(h: &SshHome, file: &str) -> i32 {
+    let jobs = remote_jobs(&h.host, h.home.path());
+    let path = match file {
+        "daemon.lock" => jobs.parent().unwrap().join(file),
+        _ => std::fs::read_dir(&jobs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path().join(file))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("no {file} in {}", jobs.display())),
+    };
+    let text = std::fs::read_to_string(&path).unwrap();
+    text.split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {}: {text:?}", path.display()))
+}
+
+#[test]
+fn issue24_6_a_killed_host_daemon_is_taken_back_never_run_again() {
+    let Some(host) = host("issue24_6_a_killed_host_daemon_is_taken_back_never_run_again") else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let runs = format!("/tmp/bgwork-ssh-runs-r{}", std::process::id());
+    let _ = std::fs::remove_file(&runs);
+    let on = h.on();
+    let reply = h.home.json(&[
+        "start",
+        "--window",
+        "0",
+        "--notify",
+        "--on",
+        &on,
+        "--",
+        &counting_job(&runs, 80),
+    ]);
+    let id = reply["id"].as_str().unwrap().to_string();
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "line-5",
+            "--timeout",
+            "60",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    let daemon = remote_pid(&h, "daemon.lock");
+    assert!(
+        crate::util::alive(daemon),
+        "the host's daemon {daemon} runs"
+    );
+    kill9(daemon);
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    assert_complete(&read_all(&h.home, &id), 80);
+    let started = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "started once: {started:?}");
+    assert_ne!(remote_pid(&h, "daemon.lock"), daemon, "a new daemon there");
+    let _ = std::fs::remove_file(&runs);
+}
+
+#[test]
+fn issue24_6_a_killed_host_supervisor_ends_the_job_lost_with_the_reason() {
+    let Some(host) = host("issue24_6_a_killed_host_supervisor_ends_the_job_lost_with_the_reason")
+    else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let on = h.on();
+    let reply = h.home.json(&[
+        "start",
+        "--window",
+        "0",
+        "--notify",
+        "--on",
+        &on,
+        "--",
+        "echo up; sleep 300",
+    ]);
+    let id = reply["id"].as_str().unwrap().to_string();
+    let waited = h
+        .home
+        .run(&["--json", "wait", &id, "--until", "up", "--timeout", "60"])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    let supervisor = remote_pid(&h, "supervisor.pid");
+    kill9(supervisor);
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["end"], "lost", "{ended}");
+    assert!(ended["exit_code"].is_null(), "no invented code: {ended}");
+    assert!(ended["signal"].is_null(), "{ended}");
+    let reason = ended["lost_reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("on bgwork-test: "), "{ended}");
+    assert!(
+        ended["report"]
+            .as_str()
+            .is_some_and(|r| r.contains("lost") && r.contains("bgwork-test")),
+        "{ended}"
+    );
+    assert_eq!(read_all(&h.home, &id).lines().next(), Some("up"));
+}
+
+#[test]
+fn issue24_1_a_host_key_changed_while_a_job_runs_is_refused_with_ssh_words_and_the_job_kept() {
+    let Some(host) = host(
+        "issue24_1_a_host_key_changed_while_a_job_runs_is_refused_with_ssh_words_and_the_job_kept",
+    ) else {
+        return;
+    };
+    let sshd = OwnSshd::new(&host);
+    let h = SshHome::new(Host {
+        config: sshd.config(),
+        alias: "bgwork-down".into(),
+    });
+    let runs = format!("/tmp/bgwork-ssh-runs-h{}", std::process::id());
+    let _ = std::fs::remove_file(&runs);
+    let id = h.start(&counting_job(&runs, 200))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "line-3",
+            "--timeout",
+            "60",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    // The recorded key is now another one; the open connection goes.
+    let known = sshd.dir.path().join("known_hosts");
+    let real = std::fs::read_to_string(&known).unwrap();
+    let fake = sshd.dir.path().join("fake_key");
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&fake)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let fake_pub = std::fs::read_to_string(fake.with_extension("pub")).unwrap();
+    let fake_pub: Vec<&str> = fake_pub.split_whitespace().take(2).collect();
+    let address = real.split_whitespace().next().unwrap();
+    std::fs::write(&known, format!("{address} {}\n", fake_pub.join(" "))).unwrap();
+    kill9(master_pid(&h.home, &h.host.config, &h.host.alias).expect("a master runs"));
+    eventually(Duration::from_secs(30), || {
+        h.home.item(&id)["host_unreachable"]
+            .as_str()
+            .is_some_and(|u| u.contains("CHANGED") && u.contains("Host key verification failed"))
+    });
+    assert_eq!(h.home.item(&id)["state"], "running", "kept, not lost");
+    std::fs::write(&known, real).unwrap();
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert_complete(&read_all(&h.home, &id), 200);
+    let started = std::fs::read_to_string(&runs).unwrap_or_default();
+    assert_eq!(started.lines().count(), 1, "started once: {started:?}");
+    let _ = std::fs::remove_file(&runs);
+}
+
+#[test]
+fn issue24_3_a_host_without_bgwork_gets_it_copied_checked_and_private() {
+    let Some(host) = host("issue24_3_a_host_without_bgwork_gets_it_copied_checked_and_private")
+    else {
+        return;
+    };
+    // The host's third user (scripts/ssh-host), whose copy the test removes first.
+    let Some(home2) = Command::new("getent")
+        .args(["passwd", "bgwork-ssh2"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|l| l.split(':').nth(5).map(str::to_string))
+        .filter(|h| !h.is_empty())
+    else {
+        crate::util::not_run(
+            "issue24_3_a_host_without_bgwork_gets_it_copied_checked_and_private",
+            "no user bgwork-ssh2 on the host: run scripts/ssh-host start again",
+        );
+        return;
+    };
+    let cache = std::path::Path::new(home2.trim()).join(".cache/bgwork");
+    let _ = std::fs::remove_dir_all(&cache);
+    let h = SshHome::new(Host {
+        config: host.config,
+        alias: format!("bgwork-ssh2@{}", host.alias),
+    });
+    let item = h.start("echo on-$(whoami)");
+    let id = item["id"].as_str().unwrap().to_string();
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert!(read_all(&h.home, &id).contains("on-bgwork-ssh2"));
+    let folders: Vec<_> = std::fs::read_dir(cache.join("bin"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    for dir in [&cache, &cache.join("bin"), &folders[0]] {
+        let meta = std::fs::metadata(dir).unwrap();
+        assert_eq!(
+            meta.permissions().mode() & 0o777,
+            0o700,
+            "{}",
+            dir.display()
+        );
+    }
+    let copy = folders[0].join("bgwork");
+    let meta = std::fs::metadata(&copy).unwrap();
+    let owner = Command::new("id")
+        .args(["-u", "bgwork-ssh2"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        meta.uid().to_string(),
+        String::from_utf8_lossy(&owner.stdout).trim()
+    );
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        std::fs::read(crate::util::BIN).unwrap(),
+        "the same bytes"
+    );
+}
+
+#[test]
+fn issue24_9_max_runtime_quiet_after_monitors_and_keys_work_on_a_host_job() {
+    let Some(host) = host("issue24_9_max_runtime_quiet_after_monitors_and_keys_work_on_a_host_job")
+    else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let on = h.on();
+    let start = |options: &[&str], command: &str| -> String {
+        let mut args = vec!["start", "--window", "0", "--on", &on];
+        args.extend_from_slice(options);
+        args.extend_from_slice(&["--", command]);
+        h.home.json(&args)["id"].as_str().unwrap().to_string()
+    };
+    let limited = start(&["--notify", "--max-runtime", "2s"], "echo up; sleep 300");
+    let quiet = start(&["--quiet-after", "1s"], "echo first; sleep 300");
+    let watched = start(&[], "sleep 1; echo READY-42; sleep 300");
+    let keyed = start(
+        &[],
+        "trap 'echo got-int; exit 4' INT; echo up; while :; do sleep 0.1; done",
+    );
+    let monitor = h.home.json(&[
+        "monitor",
+        "wait",
+        "--until-output",
+        &watched,
+        "READY-[0-9]+",
+        "--notify",
+    ]);
+    let monitor = monitor["id"].as_str().unwrap().to_string();
+
+    // (Its notice before any `wait`: a wait that shows the end delivers it.)
+    let mut pool = Vec::new();
+    let told = notices_of(&h.home, &mut pool, &limited, Duration::from_secs(60));
+    assert_eq!(told.len(), 1, "its limit is told: {told:?}");
+    assert!(
+        told[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("ran past its limit"),
+        "{told:?}"
+    );
+    let ended = h.home.item(&limited);
+    assert_eq!(ended["end"], "stopped_by_agent", "{ended}");
+    assert!(
+        ended["report"]
+            .as_str()
+            .is_some_and(|r| r.contains("ran past its limit (--max-runtime 2s)")),
+        "{ended}"
+    );
+
+    let spells = notices_of(&h.home, &mut pool, &quiet, Duration::from_secs(30));
+    let text = spells
+        .first()
+        .map(|n| n["text"].to_string())
+        .unwrap_or_default();
+    assert!(text.contains("has printed nothing for 1s"), "{spells:?}");
+    assert!(
+        text.contains("ssh host"),
+        "no CPU figure of a process here: {text}"
+    );
+    assert!(spells[0]["tail"].as_str().unwrap().contains("first"));
+
+    let matched = notices_of(&h.home, &mut pool, &monitor, Duration::from_secs(30));
+    assert!(
+        matched
+            .first()
+            .is_some_and(|n| n.to_string().contains("READY-42")),
+        "{matched:?}"
+    );
+
+    let waited = h
+        .home
+        .run(&["--json", "wait", &keyed, "--until", "up", "--timeout", "60"])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    h.home.json(&["send", &keyed, "--key", "C-c"]);
+    let ended = wait_end(&h.home, &keyed);
+    assert_eq!(ended["end"], "failed", "{ended}");
+    assert_eq!(ended["exit_code"], 4, "{ended}");
+    assert!(read_all(&h.home, &keyed).contains("got-int"));
 }

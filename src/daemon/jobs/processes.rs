@@ -234,6 +234,10 @@ impl Daemon {
             true => format!("quiet and busy (cpu {percent:.0}%)"),
             false => format!("quiet and idle (cpu {percent:.0}%)"),
         };
+        // A job on an ssh host has no processes here to measure.
+        if self.executors.which(record.row, &record.job_dir) == crate::executor::Which::Ssh {
+            how = "quiet (it runs on an ssh host, whose CPU use is not measured here)".into();
+        }
         if record.kind == Kind::Pane && percent < BUSY_PERCENT {
             if let Some(prompt) = self.waiting_prompt(record).await {
                 how = format!("waiting for input at a prompt: {prompt:?} (cpu {percent:.0}%)");

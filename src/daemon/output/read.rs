@@ -46,6 +46,8 @@ struct Plan {
     /// What an ended job cost.
     cpu_ms: Option<u64>,
     peak_rss: Option<u64>,
+    /// While the job's host cannot be reached: since when, and ssh's words.
+    host_unreachable: Option<String>,
 }
 
 impl Daemon {
@@ -125,6 +127,7 @@ impl Daemon {
             (None, false, Some(_)) => len.saturating_sub(TAIL_WINDOW),
             (None, false, None) => inner.store.cursor(session, record.row)?.min(len),
         };
+        let item = self.item_as(session, &record);
         Ok(Plan {
             id: crate::daemon::items::display_id(session, &record),
             row: record.row,
@@ -134,7 +137,8 @@ impl Daemon {
             from,
             by_cursor,
             running: record.state != State::Ended,
-            report: self.item_as(session, &record).report,
+            report: item.report,
+            host_unreachable: item.host_unreachable,
             unwritten: inner.unwritten(&record),
             observe: (record.state != State::Ended
                 && record.kind != crate::wire::Kind::Monitor
@@ -349,6 +353,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
         output_base64: base64,
         output_bytes: frame.as_ref().map(|bytes| bytes.len() as u64),
         cost: crate::wire::Cost::recorded(plan.cpu_ms, plan.peak_rss),
+        host_unreachable: plan.host_unreachable,
     };
     if let Some((job_dir, ports)) = &plan.observe {
         crate::daemon::processes::observe_read(&mut reply, job_dir, *ports);

@@ -317,6 +317,7 @@ impl Daemon {
             rss_bytes: Some(rss_bytes),
             restarting,
             waiting: waiting.len() as u64,
+            hosts_unreachable: self.executors.ssh.unreachable(),
         })
     }
 }

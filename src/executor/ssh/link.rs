@@ -2,8 +2,8 @@
 //! connection master (`ControlMaster`, its socket in a private folder of the home), and
 //! over it one `ssh -T` channel to `bgwork ssh-relay` on the host, which carries
 //! bgwork's own JSON-lines requests to the host's daemon. Requests are numbered: the
-//! relay answers each as `N <reply line>`, in any order, so a slow request (a stop's
-//! grace) holds up no other.
+//! relay answers each as `N <reply line>` (a `read` with `output_frame` followed by its
+//! output, raw), in any order, so a slow request (a stop's grace) holds up no other.
 //!
 //! A link that fails is marked down with ssh's own words and when it went down; it is
 //! tried again with back-off, and while it is down every request fails at once (no
@@ -140,7 +140,9 @@ pub fn explain(host: &str, stderr: &str) -> String {
     }
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>>;
+/// A reply line and the output frame after it (empty when none).
+type Reply = (Vec<u8>, Vec<u8>);
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
 /// An open channel to the host's relay.
 struct Channel {
@@ -149,6 +151,8 @@ struct Channel {
     /// Ends (with its reader) when the channel closes.
     closed: Arc<tokio::sync::Notify>,
     alive: Arc<std::sync::atomic::AtomicBool>,
+    /// When (ms) the channel last brought a reply.
+    heard: Arc<std::sync::atomic::AtomicI64>,
     _child: tokio::process::Child,
 }
 
@@ -163,6 +167,17 @@ pub struct Link {
     down: Mutex<Option<(i64, String)>>,
     /// When the next connection may be tried, and the back-off after it.
     retry: Mutex<(tokio::time::Instant, Duration)>,
+    /// How many jobs' tasks use it now.
+    jobs: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A job's task using a link: counted while it lives.
+pub struct Busy(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Link {
@@ -174,7 +189,14 @@ impl Link {
             next: std::sync::atomic::AtomicU64::new(1),
             down: Mutex::new(None),
             retry: Mutex::new((tokio::time::Instant::now(), BACKOFF_FIRST)),
+            jobs: Arc::default(),
         }
+    }
+
+    /// Counts a job's task as using the link while the guard lives.
+    pub fn busy(&self) -> Busy {
+        self.jobs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Busy(self.jobs.clone())
     }
 
     /// "host unreachable since T (ssh: …)" while the link is down.
@@ -214,7 +236,19 @@ impl Link {
         envelope: &Envelope,
         takes: Duration,
     ) -> Result<Vec<u8>, LinkError> {
-        let (id, answer, closed, alive) = {
+        self.request_frame(envelope, takes)
+            .await
+            .map(|(line, _)| line)
+    }
+
+    /// Sends one request and returns its reply line and the output frame after it
+    /// (a `read` with `output_frame`).
+    pub async fn request_frame(
+        &self,
+        envelope: &Envelope,
+        takes: Duration,
+    ) -> Result<Reply, LinkError> {
+        let (id, answer, closed, alive, heard, pending) = {
             let mut channel = self.channel.lock().await;
             let open = channel
                 .as_ref()
@@ -257,11 +291,18 @@ impl Link {
                 return Err(LinkError::Down(why));
             }
             let _ = open.stdin.flush().await;
-            (id, rx, open.closed.clone(), open.alive.clone())
+            (
+                id,
+                rx,
+                open.closed.clone(),
+                open.alive.clone(),
+                open.heard.clone(),
+                open.pending.clone(),
+            )
         };
         tokio::select! {
             reply = answer => match reply {
-                Ok(line) => Ok(line),
+                Ok(reply) => Ok(reply),
                 Err(_) => {
                     let why = format!("the connection to {} closed", self.call.host);
                     self.mark_down(&why);
@@ -274,7 +315,19 @@ impl Link {
                 Err(LinkError::InDoubt(self.unreachable().unwrap_or(why)))
             }
             _ = tokio::time::sleep(PATIENCE + takes) => {
-                // A channel that does not answer is given up, and opened again.
+                pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                let quiet_ms = crate::paths::now_ms()
+                    - heard.load(std::sync::atomic::Ordering::SeqCst);
+                if quiet_ms < PATIENCE.as_millis() as i64 {
+                    // Other replies come: this one request is slow there (a loaded
+                    // host), not the link; the requests in flight keep their channel.
+                    return Err(LinkError::InDoubt(format!(
+                        "{} did not answer request {id} within {} s",
+                        self.call.host,
+                        (PATIENCE + takes).as_secs()
+                    )));
+                }
+                // A channel that does not answer at all is given up, and opened again.
                 alive.store(false, std::sync::atomic::Ordering::SeqCst);
                 let why = format!("{} did not answer request {id} within {} s", self.call.host, (PATIENCE + takes).as_secs());
                 self.mark_down(&why);
@@ -324,11 +377,13 @@ impl Link {
         let pending: Pending = Arc::default();
         let closed = Arc::new(tokio::sync::Notify::new());
         let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let heard = Arc::new(std::sync::atomic::AtomicI64::new(crate::paths::now_ms()));
         tokio::spawn(read_replies(
             lines,
             pending.clone(),
             closed.clone(),
             alive.clone(),
+            heard.clone(),
         ));
         // ssh's complaints after the channel opened go to the daemon's log.
         let host = self.call.host.clone();
@@ -343,6 +398,7 @@ impl Link {
             pending,
             closed,
             alive,
+            heard,
             _child: child,
         })
     }
@@ -353,11 +409,13 @@ async fn read_replies(
     pending: Pending,
     closed: Arc<tokio::sync::Notify>,
     alive: Arc<std::sync::atomic::AtomicBool>,
+    heard: Arc<std::sync::atomic::AtomicI64>,
 ) {
     loop {
         let mut line = Vec::new();
         match lines.read_until(b'\n', &mut line).await {
             Ok(n) if n > 0 && line.ends_with(b"\n") => {
+                heard.store(crate::paths::now_ms(), std::sync::atomic::Ordering::SeqCst);
                 line.pop();
                 let Some(space) = line.iter().position(|&b| b == b' ') else {
                     continue;
@@ -366,12 +424,23 @@ async fn read_replies(
                     .ok()
                     .and_then(|s| s.parse::<u64>().ok());
                 let Some(id) = id else { continue };
+                let body = line[space + 1..].to_vec();
+                let mut frame = Vec::new();
+                if let Some(n) = super::relay::frame_len(&body) {
+                    frame.resize(n as usize, 0);
+                    if tokio::io::AsyncReadExt::read_exact(&mut lines, &mut frame)
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
                 let waiter = pending
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id);
                 if let Some(waiter) = waiter {
-                    let _ = waiter.send(line[space + 1..].to_vec());
+                    let _ = waiter.send((body, frame));
                 }
             }
             _ => break,
@@ -418,6 +487,16 @@ impl Links {
                 ))
             })
             .clone()
+    }
+
+    /// The links that jobs use now.
+    pub fn busy(&self) -> Vec<Arc<Link>> {
+        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        links
+            .values()
+            .filter(|l| l.jobs.load(std::sync::atomic::Ordering::SeqCst) > 0)
+            .cloned()
+            .collect()
     }
 
     /// The link of `host` if one was made.

@@ -26,7 +26,7 @@ use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::ssh::SshJob;
 use crate::wire::{
     Actor, End, Envelope, ErrorCode, Item, ListReply, ReadArgs, ReadReply, Request, SendArgs,
-    StartArgs, StartReply, StopArgs, WireError,
+    StartArgs, StartReply, StopArgs, WaitArgs, WireError,
 };
 use link::{LinkError, Links};
 use std::collections::HashMap;
@@ -38,8 +38,13 @@ use tokio::sync::mpsc;
 
 /// The file in a job's folder that says it runs on a host, and as which job there.
 pub const SSH_FILE: &str = "ssh.json";
-/// How often a job's task asks the host for new output.
+/// How often a job's task asks the host for new output until the daemon sets a pace
+/// (`Pace`: 50 ms while someone waits on the output, else 1 s), and the bounds of it.
 const MIRROR_EVERY: Duration = Duration::from_millis(100);
+const MIRROR_FASTEST: Duration = Duration::from_millis(50);
+const MIRROR_SLOWEST: Duration = Duration::from_millis(500);
+/// How long one `wait` for the job's end stays open on the host.
+const END_WAIT_S: f64 = 30.0;
 /// The most output one request brings over.
 const CHUNK: usize = 4 << 20;
 
@@ -144,6 +149,16 @@ impl SshExecutor {
         }
     }
 
+    /// "host H unreachable since T: …" of each host with work running that cannot be
+    /// reached now.
+    pub fn unreachable(&self) -> Vec<String> {
+        self.links
+            .busy()
+            .iter()
+            .filter_map(|l| l.unreachable())
+            .collect()
+    }
+
     fn host_of(&self, row: i64, job_dir: &str) -> Option<String> {
         let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(host) = views.get(&row) {
@@ -170,6 +185,7 @@ impl SshExecutor {
             name: format!("bgw-{}-{row}", self.home_id),
             session: session_of(&self.home_id, spec),
             remote_id: None,
+            max_runtime_ms: spec.max_runtime_ms,
         };
         write_ssh_file(&job_dir, &job)?;
         self.set_host(row, host);
@@ -315,13 +331,31 @@ impl Executor for SshExecutor {
 /// What a job on a host cannot be asked.
 fn refuses(command: &ToSupervisor) -> Option<&'static str> {
     match command {
-        ToSupervisor::Resize { .. } | ToSupervisor::Input { .. } | ToSupervisor::Signal { .. } => {
+        ToSupervisor::Resize { .. } | ToSupervisor::Input { .. } => {
             Some("panes on ssh hosts are not supported yet")
         }
-        ToSupervisor::CloseInput => Some("a job on an ssh host has no foreground input to close"),
+        ToSupervisor::Signal { signal } if key_of(*signal).is_none() => {
+            Some("a job on an ssh host takes the keys C-c, C-\\ and C-z, no other signal")
+        }
         ToSupervisor::Hello { .. } => Some("a job on an ssh host is reached through its host"),
         ToSupervisor::Rerun { .. } => Some("restart policies are not supported on ssh hosts yet"),
-        ToSupervisor::Stop { .. } | ToSupervisor::Write { .. } | ToSupervisor::Pace { .. } => None,
+        ToSupervisor::Signal { .. }
+        | ToSupervisor::CloseInput
+        | ToSupervisor::Stop { .. }
+        | ToSupervisor::Write { .. }
+        | ToSupervisor::Pace { .. } => None,
+    }
+}
+
+/// The key of `send --key` that makes the host's daemon send a plain job `signal`, as
+/// `keys::plain_job_key` maps it.
+fn key_of(signal: i32) -> Option<&'static str> {
+    use nix::sys::signal::Signal;
+    match signal {
+        s if s == Signal::SIGINT as i32 => Some("C-c"),
+        s if s == Signal::SIGQUIT as i32 => Some("C-\\"),
+        s if s == Signal::SIGTSTP as i32 => Some("C-z"),
+        _ => None,
     }
 }
 
@@ -342,6 +376,46 @@ struct Tracker {
     stop_actor: Option<Actor>,
 }
 
+/// A `wait` for the job's end kept open on the host, asked again when it times out;
+/// each answer asks the job's task for a look. Ends with its guard.
+struct EndWait(tokio::task::JoinHandle<()>);
+
+impl EndWait {
+    fn start(
+        link: Arc<link::Link>,
+        envelope: Envelope,
+        ended: mpsc::UnboundedSender<()>,
+    ) -> EndWait {
+        EndWait(tokio::spawn(async move {
+            let takes = Duration::from_secs_f64(END_WAIT_S);
+            loop {
+                match link.request(&envelope, takes).await {
+                    Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
+                        Ok(reply) if reply["reason"] == "ended" => {
+                            let _ = ended.send(());
+                            return;
+                        }
+                        Ok(_) => {}
+                        // Refused there (the job's task learns why): not asked at once.
+                        Err(_) => tokio::time::sleep(MIRROR_SLOWEST).await,
+                    },
+                    // The job's task finds out what went wrong; this waits for the link.
+                    Err(_) => tokio::time::sleep(MIRROR_SLOWEST).await,
+                }
+                if ended.is_closed() {
+                    return;
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for EndWait {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What one look at the host found.
 enum Look {
     Going,
@@ -349,21 +423,61 @@ enum Look {
 }
 
 impl Tracker {
+    /// Mirrors at the pace the daemon asks, and at once when the host's daemon says
+    /// the job ended (a `wait` kept open there), so an end is known here within the
+    /// link's round trip, not a poll's period.
     async fn run(mut self, mut incoming: mpsc::UnboundedReceiver<Command>) {
+        let _busy = self.link.busy();
         let mut tick = tokio::time::interval(MIRROR_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut commands_open = true;
+        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<()>();
+        let mut end_wait: Option<EndWait> = None;
         loop {
-            tokio::select! {
-                command = incoming.recv(), if commands_open => match command {
-                    Some(command) => self.command(command),
-                    None => commands_open = false,
-                },
-                _ = tick.tick() => {
-                    if let Look::Ended(status) = self.look().await {
-                        let _ = self.events.send(ExecEvent::Ended { row: self.row, status: *status });
-                        return;
+            let look = tokio::select! {
+                biased;
+                command = incoming.recv(), if commands_open => {
+                    match command {
+                        Some(Command::Send(ToSupervisor::Pace { every_ms })) => {
+                            let every = Duration::from_millis(every_ms)
+                                .clamp(MIRROR_FASTEST, MIRROR_SLOWEST);
+                            if every != tick.period() {
+                                tick = tokio::time::interval(every);
+                                tick.set_missed_tick_behavior(
+                                    tokio::time::MissedTickBehavior::Delay,
+                                );
+                            }
+                        }
+                        Some(command) => self.command(command),
+                        None => commands_open = false,
                     }
+                    false
+                }
+                Some(()) = ended_rx.recv() => true,
+                _ = tick.tick() => true,
+            };
+            if !look {
+                continue;
+            }
+            if let Look::Ended(status) = self.look().await {
+                let _ = self.events.send(ExecEvent::Ended {
+                    row: self.row,
+                    status: *status,
+                });
+                return;
+            }
+            if end_wait.is_none() && self.spawned {
+                if let Some(id) = self.job.remote_id.clone() {
+                    end_wait = Some(EndWait::start(
+                        self.link.clone(),
+                        self.envelope(Request::Wait(WaitArgs {
+                            ids: vec![id],
+                            all: false,
+                            until: None,
+                            timeout_s: Some(END_WAIT_S),
+                        })),
+                        ended_tx.clone(),
+                    ));
                 }
             }
         }
@@ -462,32 +576,29 @@ impl Tracker {
             return Ok(Look::Going);
         };
         loop {
-            let reply: ReadReply = self
-                .ask(Request::Read(ReadArgs {
-                    id: id.clone(),
-                    from: Some(self.mirrored),
-                    raw: true,
-                    max_bytes: Some(CHUNK),
-                    no_redact: false,
-                    ..ReadArgs::default()
-                }))
+            // The exact bytes, raw after the reply's line (no base64, no JSON escapes).
+            let (line, bytes) = self
+                .link
+                .request_frame(
+                    &self.envelope(Request::Read(ReadArgs {
+                        id: id.clone(),
+                        from: Some(self.mirrored),
+                        raw: true,
+                        max_bytes: Some(CHUNK),
+                        no_redact: false,
+                        output_frame: true,
+                        ..ReadArgs::default()
+                    })),
+                    Duration::ZERO,
+                )
                 .await?;
-            let bytes = reply
-                .output_base64
-                .as_deref()
-                .map(|b| {
-                    use base64::Engine;
-                    base64::engine::general_purpose::STANDARD
-                        .decode(b)
-                        .unwrap_or_default()
-                })
-                .unwrap_or_default();
+            let reply: ReadReply = crate::wire::decode_reply(&line).map_err(LinkError::Refused)?;
             if reply.from > self.mirrored {
                 self.dropped += reply.from - self.mirrored;
             }
             let grew = !bytes.is_empty();
             if grew {
-                self.append(&bytes);
+                self.append(reply.from, &bytes);
             }
             self.mirrored = reply.to.max(self.mirrored);
             if grew || reply.from > self.mirrored {
@@ -533,13 +644,21 @@ impl Tracker {
         }
     }
 
-    fn append(&self, bytes: &[u8]) {
+    /// Writes `bytes` at the host's offset `at`: a middle the host's cap dropped stays
+    /// a hole here too, so every byte keeps its offset (and a reattach resumes from
+    /// the log's length).
+    fn append(&self, at: u64, bytes: &[u8]) {
         let log = JobDir(&self.job_dir).log();
         let written = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
-            .and_then(|mut file| file.write_all(bytes));
+            .and_then(|mut file| {
+                if file.metadata()?.len() < at {
+                    file.set_len(at)?;
+                }
+                file.write_all(bytes)
+            });
         if let Err(e) = written {
             crate::note!(
                 "bgwork daemon: could not mirror output into {}: {e}",
@@ -577,8 +696,20 @@ impl Tracker {
         status.peak_rss_bytes = item.cost.peak_rss_bytes;
         let detail = item.end_detail.clone();
         match item.end {
-            Some(End::StoppedByAgent) => status.stop_actor = Some(Actor::Agent),
-            Some(End::StoppedByPerson) => status.stop_actor = Some(Actor::Person),
+            Some(end @ (End::StoppedByAgent | End::StoppedByPerson)) => {
+                status.stop_actor = Some(match end {
+                    End::StoppedByAgent => Actor::Agent,
+                    _ => Actor::Person,
+                });
+                // The host's item says what its stop had to do in its report
+                // ("bg-3 was stopped by the agent: did not stop on TERM; …").
+                let said = item
+                    .report
+                    .as_deref()
+                    .and_then(|r| r.split_once(": "))
+                    .map(|(_, said)| said);
+                self.stop_figures(&mut status, said);
+            }
             Some(End::SpawnFailed) => {
                 status.spawn_error = Some(format!(
                     "on {}: {}",
@@ -609,6 +740,22 @@ impl Tracker {
         status
     }
 
+    /// What the host's stop had to do, from its end's report (the same bgwork wrote
+    /// it: `settle::stop_detail`): killed after the grace, past `--max-runtime`.
+    fn stop_figures(&self, status: &mut ExitStatus, detail: Option<&str>) {
+        let Some(detail) = detail else { return };
+        // `settle::PAST_LIMIT`.
+        if detail.starts_with("ran past its limit") {
+            status.past_limit_ms = self.job.max_runtime_ms.or(Some(0));
+        }
+        if detail.contains("killed at once") {
+            status.killed_after_ms = Some(0);
+        } else if let Some(rest) = detail.split("killed after ").nth(1) {
+            let seconds = rest.split(' ').next().and_then(|s| s.parse::<f64>().ok());
+            status.killed_after_ms = seconds.map(|s| (s * 1000.0).round() as u64);
+        }
+    }
+
     fn command(&mut self, command: Command) {
         let Some(id) = self.job.remote_id.clone() else {
             if let Command::Write { answer, .. } = command {
@@ -633,6 +780,34 @@ impl Tracker {
                     let grace = Duration::from_millis(grace_ms);
                     if let Err(e) = link.request(&envelope, grace).await {
                         crate::note!("bgwork daemon: the stop did not reach the host: {e}");
+                    }
+                });
+            }
+            Command::Send(command @ (ToSupervisor::Signal { .. } | ToSupervisor::CloseInput)) => {
+                let key = match command {
+                    ToSupervisor::Signal { signal } => key_of(signal).unwrap_or("C-c"),
+                    _ => "C-d",
+                };
+                let closes = key == "C-d";
+                let envelope = self.envelope(Request::Send(SendArgs {
+                    id,
+                    text: String::new(),
+                    keys: vec![key.to_string()],
+                }));
+                let (events, row) = (self.events.clone(), self.row);
+                tokio::spawn(async move {
+                    match link.request(&envelope, Duration::ZERO).await {
+                        Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
+                            Ok(_) if closes => {
+                                let _ = events.send(ExecEvent::InputClosed { row });
+                            }
+                            Ok(_) => {}
+                            Err(e) => crate::note!(
+                                "bgwork daemon: {key} was refused there: {}",
+                                e.message
+                            ),
+                        },
+                        Err(e) => crate::note!("bgwork daemon: {key} did not reach the host: {e}"),
                     }
                 });
             }

@@ -1,8 +1,10 @@
 //! `bgwork ssh-relay`, run on the host by the local daemon over its ssh channel: it
 //! says which bgwork it is, then carries each request line `N <envelope>` to the host's
 //! own daemon (started when none answers, as any client starts one) and writes its
-//! reply as `N <reply line>`. Each request is served on a thread of its own, so a
-//! slow one (a stop's grace) holds up no other.
+//! reply as `N <reply line>`; a reply that says `"output_bytes":K` (a `read` asked with
+//! `output_frame`) is followed by its K bytes of output, raw, as on the daemon's own
+//! socket. Each request is served on a thread of its own, so a slow one (a stop's
+//! grace) holds up no other.
 
 use crate::client::Client;
 use crate::paths::Paths;
@@ -35,7 +37,7 @@ pub fn main() -> ExitCode {
         let body = line[space + 1..].to_vec();
         let out = out.clone();
         std::thread::spawn(move || {
-            let mut reply = answer(&body);
+            let (mut reply, frame) = answer(&body);
             if !reply.ends_with(b"\n") {
                 reply.push(b'\n');
             }
@@ -43,6 +45,7 @@ pub fn main() -> ExitCode {
             framed.extend_from_slice(&reply);
             let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
             let _ = out.write_all(&framed);
+            let _ = out.write_all(&frame);
             let _ = out.flush();
         });
     }
@@ -53,27 +56,54 @@ fn error_line(error: WireError) -> Vec<u8> {
     wire::encode_line(&ErrorReply { error })
 }
 
-fn answer(body: &[u8]) -> Vec<u8> {
+/// The reply line to one request, and the output frame that follows it (empty when
+/// none).
+fn answer(body: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let envelope: Envelope = match serde_json::from_slice(body) {
         Ok(envelope) => envelope,
-        Err(e) => return error_line(WireError::bad_request(format!("the relay got {e}"))),
+        Err(e) => {
+            return (
+                error_line(WireError::bad_request(format!("the relay got {e}"))),
+                Vec::new(),
+            )
+        }
     };
     let paths = Paths::from_env();
     let mut client = match Client::connect(&paths) {
         Ok(client) => client,
-        Err(e) => return error_line(e),
+        Err(e) => return (error_line(e), Vec::new()),
     };
     if let Err(e) = client.send(&envelope) {
-        return error_line(e);
+        return (error_line(e), Vec::new());
     }
-    match client.next_line() {
+    let line = match client.next_line() {
         Ok(Some(line)) => line,
-        Ok(None) => error_line(WireError::new(
-            wire::ErrorCode::Unavailable,
-            "the host's daemon closed the connection",
-        )),
-        Err(e) => error_line(e),
+        Ok(None) => {
+            return (
+                error_line(WireError::new(
+                    wire::ErrorCode::Unavailable,
+                    "the host's daemon closed the connection",
+                )),
+                Vec::new(),
+            )
+        }
+        Err(e) => return (error_line(e), Vec::new()),
+    };
+    let Some(n) = frame_len(&line) else {
+        return (line, Vec::new());
+    };
+    match client.read_frame(n) {
+        Ok(frame) => (line, frame),
+        Err(e) => (error_line(e), Vec::new()),
     }
+}
+
+/// The length of the output frame a reply line announces (`"output_bytes":K`).
+pub fn frame_len(line: &[u8]) -> Option<u64> {
+    const KEY: &[u8] = b"\"output_bytes\":";
+    line.windows(KEY.len()).position(|w| w == KEY)?;
+    let reply: serde_json::Value = serde_json::from_slice(line).ok()?;
+    reply["output_bytes"].as_u64()
 }
 
 /// Checks the relay's first line: the same bgwork, or a clear refusal.

@@ -166,6 +166,8 @@ function row(item) {
       + (item.exit_code !== null && item.exit_code !== undefined ? ` ${item.exit_code}` : '')),
     el('span', { class: 'age', title: item.started_at }),
     item.pid ? el('span', {}, `pid ${item.pid}`) : null,
+    item.host ? el('span', { class: 'host' }, `on ${item.host}`) : null,
+    item.host_unreachable ? el('span', { class: 'unreachable' }, item.host_unreachable) : null,
     ...ports(item),
     item.waiting_for ? el('span', { class: 'waiting' }, item.waiting_for) : null,
     item.expected ? el('span', { class: 'expected' }, item.expected) : null,

@@ -97,6 +97,7 @@ impl Daemon {
             output_base64: None,
             output_bytes: None,
             cost: crate::wire::Cost::recorded(record.cpu_ms, record.peak_rss),
+            host_unreachable: None,
         })
     }
 

@@ -67,7 +67,8 @@ impl Daemon {
             exit_code: record.exit_code,
             signal: record.signal,
             name: record.name.clone(),
-            command: record.command.clone(),
+            // Token shapes masked, as in the run history (contract §8).
+            command: crate::redact::mask_shapes(record.command.clone()),
             cwd: record.cwd.clone(),
             pid: record.pid,
             started_at: rfc3339(record.started_at),
@@ -275,6 +276,7 @@ impl Daemon {
             sessions,
             cpu_ms: Some(cpu_ms),
             rss_bytes: Some(rss_bytes),
+            settings_refused: self.config.refused.clone(),
         })
     }
 }

@@ -162,7 +162,11 @@ impl Expectation {
     pub fn basis(&self) -> String {
         match self.own_ends == self.runs {
             true => plural(self.runs, "run"),
-            false => format!("{} of {} ended by themselves", self.own_ends, plural(self.runs, "run")),
+            false => format!(
+                "{} of {} ended by themselves",
+                self.own_ends,
+                plural(self.runs, "run")
+            ),
         }
     }
 
@@ -274,7 +278,10 @@ mod tests {
         assert_ne!(normalise("cd x\nmake"), normalise("cd x make"));
         assert_eq!(normalise_folder("/a/./b//c/"), "/a/b/c");
         assert_eq!(normalise_folder("/"), "/");
-        assert_eq!(normalise_folder("/nonexistent-bgwork/a/../b/."), "/nonexistent-bgwork/b");
+        assert_eq!(
+            normalise_folder("/nonexistent-bgwork/a/../b/."),
+            "/nonexistent-bgwork/b"
+        );
         assert_eq!(normalise_folder("/../x-bgwork-none"), "/x-bgwork-none");
         assert_eq!(normalise("a\u{a0}b  c\r\n d"), "a\u{a0}b c\r\nd");
         let long = "x".repeat(5000);

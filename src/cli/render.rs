@@ -598,7 +598,12 @@ fn history_text(reply: &wire::HistoryReply, session: &str) -> String {
             .collect();
         lines.push(format!("  last: {}", ends.join(", ")));
     }
-    if let Some(more) = reply.commands.len().checked_sub(HISTORY_SHOWN).filter(|n| *n > 0) {
+    if let Some(more) = reply
+        .commands
+        .len()
+        .checked_sub(HISTORY_SHOWN)
+        .filter(|n| *n > 0)
+    {
         lines.push(format!(
             "{more} more commands, run less recently: `bgwork history -- CMD` shows one, \
              `--json` all"

@@ -169,7 +169,11 @@ impl Config {
             Some(n) => config.max_running_total = n as usize,
             None => config.max_running_total = config.max_running_total.max(config.max_running),
         }
-        if let Some(n) = s.number("BGWORK_MAX_STARTS_PER_MINUTE", config.max_starts_per_minute, 0) {
+        if let Some(n) = s.number(
+            "BGWORK_MAX_STARTS_PER_MINUTE",
+            config.max_starts_per_minute,
+            0,
+        ) {
             config.max_starts_per_minute = n as usize;
         }
         if let Some(n) = s.number("BGWORK_LOG_CAP", config.log_cap, 1 << 16) {

@@ -460,14 +460,19 @@ fn issue26_h1_no_token_or_env_or_secret_value_in_history_list_or_store() {
 fn issue26_h1_runs_kept_before_are_masked_when_the_daemon_starts() {
     let home = Home::new();
     let project = Project::new();
-    let dir = project.dir();
     run_in(&home, &project, &[], "true");
     let real = history(&home, &project, None)["cwd"]
         .as_str()
         .unwrap()
         .to_string();
     home.json(&["shutdown"]);
-    insert_run(&home, &real, &format!("curl -H 'x: {GHP}'"), 1000, "succeeded");
+    insert_run(
+        &home,
+        &real,
+        &format!("curl -H 'x: {GHP}'"),
+        1000,
+        "succeeded",
+    );
     let all = history(&home, &project, None);
     assert!(!all.to_string().contains(GHP), "{all}");
     let stored = stored_commands(&home);
@@ -531,7 +536,10 @@ fn issue26_h3_mcp_history_stays_short_and_says_what_it_left_out() {
         .as_str()
         .unwrap()
         .starts_with("true 11 "));
-    let (_, one) = mcp.call("history", json!({"cwd": dir, "command": format!("true 0 {long}")}));
+    let (_, one) = mcp.call(
+        "history",
+        json!({"cwd": dir, "command": format!("true 0 {long}")}),
+    );
     assert_eq!(one["commands"][0]["runs"], 1, "{one}");
     // The CLI's text cuts each command.
     let text = home.run(&["history", "--cwd", &dir]).stdout;
@@ -547,7 +555,14 @@ fn issue26_h4_a_failing_history_never_keeps_an_end_from_being_recorded() {
     home.json(&["shutdown"]);
     db(&home).execute_batch("DROP TABLE runs").unwrap();
     let started = Instant::now();
-    let run = home.run(&["--json", "run", "--cwd", &project.dir(), "--", "echo after-drop"]);
+    let run = home.run(&[
+        "--json",
+        "run",
+        "--cwd",
+        &project.dir(),
+        "--",
+        "echo after-drop",
+    ]);
     assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
     let run = run.json();
     assert_eq!(run["state"], "ended", "{run}");
@@ -575,7 +590,11 @@ fn issue26_h5_long_commands_do_not_merge() {
     assert_eq!(commands.len(), 2, "{all}");
     // Shown cut, with the length and a digest of the whole.
     let shown = commands[0]["command"].as_str().unwrap();
-    assert!(shown.len() < 4200 && shown.contains("… ("), "{}", &shown[4000..]);
+    assert!(
+        shown.len() < 4200 && shown.contains("… ("),
+        "{}",
+        &shown[4000..]
+    );
 }
 
 #[test]
@@ -613,7 +632,11 @@ fn issue26_h7_history_refuses_unknown_flags_and_names_the_missing_command() {
     }
     let text = home.run(&["history", "--cwd", &dir, "--", "nosuch"]);
     assert_eq!(text.code, 0);
-    assert!(text.stdout.contains("no history of `nosuch`"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("no history of `nosuch`"),
+        "{}",
+        text.stdout
+    );
     // An empty command is refused, by the CLI and MCP alike.
     let (code, _, message) = home.error(&["history", "--cwd", &dir, "--", " "]);
     assert_eq!(code, 2, "{message}");
@@ -670,7 +693,10 @@ fn issue26_h9_one_unreadable_run_is_skipped_not_the_folder() {
     let text = home.run(&["history", "--cwd", &project.dir()]);
     assert_eq!(text.code, 0, "{}", text.stderr);
     let auto = run_in(&home, &project, &["--timeout", "auto"], "true");
-    assert!(auto["timeout_choice"].as_str().unwrap().contains("usually"), "{auto}");
+    assert!(
+        auto["timeout_choice"].as_str().unwrap().contains("usually"),
+        "{auto}"
+    );
 }
 
 #[test]
@@ -683,7 +709,13 @@ fn issue26_h10_an_absurd_stored_duration_overflows_nothing() {
         .as_str()
         .unwrap()
         .to_string();
-    insert_run(&home, &real, "sleep 3 # big", 4_000_000_000_000_000_000, "succeeded");
+    insert_run(
+        &home,
+        &real,
+        "sleep 3 # big",
+        4_000_000_000_000_000_000,
+        "succeeded",
+    );
     let id = home.start_with(&["--cwd", &dir], "sleep 3 # big");
     let notices = home.json(&["notices", "--wait", "2"]);
     assert_eq!(notices["notices"], json!([]), "{notices}");
@@ -693,7 +725,10 @@ fn issue26_h10_an_absurd_stored_duration_overflows_nothing() {
         .starts_with("usually "));
     home.json(&["stop", &id]);
     let past = history(&home, &project, Some("sleep 3 # big"));
-    assert_eq!(past["commands"][0]["median_ms"], 4_000_000_000_000_000_000u64);
+    assert_eq!(
+        past["commands"][0]["median_ms"],
+        4_000_000_000_000_000_000u64
+    );
 }
 
 #[test]
@@ -731,7 +766,10 @@ fn issue26_h12_bad_settings_are_said_in_the_log_and_status() {
         assert_eq!(log.matches(name).count(), 1, "{name}: {log}");
     }
     let text = home.run(&["status"]).stdout;
-    assert!(text.contains("setting BGWORK_MAX_RUNNING=\"ten\""), "{text}");
+    assert!(
+        text.contains("setting BGWORK_MAX_RUNNING=\"ten\""),
+        "{text}"
+    );
 }
 
 #[test]

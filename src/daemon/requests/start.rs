@@ -631,7 +631,8 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
         let value = value.trim();
         let folded = crate::history::normalise(value);
         let named = args.name.as_deref().is_some_and(|n| n.contains(value));
-        let held = args.command.contains(value) || (!folded.is_empty() && command.contains(&folded));
+        let held =
+            args.command.contains(value) || (!folded.is_empty() && command.contains(&folded));
         if held || named {
             let place = if named { "--name" } else { "command line" };
             let what = match args.secrets.contains(&name) {

@@ -1,8 +1,9 @@
 //! Run history: how long a command usually takes in a folder, from the ends bgwork
-//! recorded (contract §13). No I/O: the store keeps the runs, this reads them.
+//! recorded (contract §13). The store keeps the runs, this reads them (its only I/O:
+//! a folder's canonical path, in [`normalise_folder`]).
 //!
 //! How it works: every ended job or pane adds one [`Run`] under its key, the job's
-//! folder and its command [`normalise`]d, in the transaction that records its end. The
+//! folder and its command's [`key`], in the transaction that records its end. The
 //! runs of a key, newest first, give an [`Expectation`]: the median and p90 of the
 //! durations of the runs that ended by themselves (`succeeded` or `failed`; a stop, a
 //! signal or a loss says nothing of how long the work takes), and how many of the
@@ -17,36 +18,78 @@ pub const RUNS_KEPT: usize = 20;
 pub const RUNS_TOTAL: i64 = 20_000;
 /// How many of the newest runs "failed" is counted over.
 pub const RECENT: usize = 5;
-/// The largest command text kept as a key (longer ones are cut, on a char boundary).
+/// The longest command kept whole as a key: a longer one is kept as its first part, cut
+/// with "…", and a digest of the whole, so two long commands never merge.
 pub const COMMAND_MAX: usize = 4096;
+/// How much of a long command its key shows.
+const COMMAND_SHOWN: usize = 4000;
 
-/// The key of a command: blanks (spaces, tabs) collapsed to one space, each line
-/// trimmed, empty lines dropped, so `pytest -q` and ` pytest  -q ` are one command.
-pub fn normalise(command: &str) -> String {
-    let mut key = command
-        .lines()
-        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|line| !line.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n");
-    if key.len() > COMMAND_MAX {
-        let mut end = COMMAND_MAX;
-        while !key.is_char_boundary(end) {
-            end -= 1;
-        }
-        key.truncate(end);
-    }
-    key
+/// The blanks folded: what bash splits words on (a space, a tab). A `\r`, a no-break
+/// space or another Unicode space is part of a word to bash, so it is kept.
+fn blank(c: char) -> bool {
+    c == ' ' || c == '\t'
 }
 
-/// The key of a folder: the path with `.` components, repeated and trailing slashes
-/// dropped (`/a/./b/` is `/a/b`); `..` and links are left as they are (the job's `cwd`
-/// was taken as given).
+/// The command as its runs are filed: blanks (spaces, tabs) collapsed to one space, each
+/// line (ended by `\n`) trimmed, empty lines dropped, so `pytest -q` and ` pytest  -q `
+/// are one command.
+pub fn normalise(command: &str) -> String {
+    command
+        .split('\n')
+        .map(|line| {
+            line.split(blank)
+                .filter(|word| !word.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The key a command's runs are kept under: [`normalise`]d, token shapes masked (as
+/// every reader masks them, so no key holds a token), and one over [`COMMAND_MAX`]
+/// bytes cut with "…" and told apart by a digest of the whole.
+pub fn key(command: &str) -> String {
+    let key = crate::redact::mask_shapes(normalise(command));
+    if key.len() <= COMMAND_MAX {
+        return key;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let mut end = COMMAND_SHOWN;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes, sha256 {hex})", &key[..end], key.len())
+}
+
+/// The key of a folder: its canonical path when it exists here (`..` and symbolic
+/// links resolved, so one folder has one history however it is named); otherwise the
+/// path with `.`, `..`, repeated and trailing slashes resolved as text (`/a/./b/../c/`
+/// is `/a/c`).
 pub fn normalise_folder(cwd: &str) -> String {
-    let parts: Vec<&str> = cwd
-        .split('/')
-        .filter(|part| !part.is_empty() && *part != ".")
-        .collect();
+    if cwd.starts_with('/') {
+        if let Some(real) = std::fs::canonicalize(cwd)
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_string))
+        {
+            return real;
+        }
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in cwd.split('/') {
+        match part {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            // Above the root is the root.
+            ".." if cwd.starts_with('/') => {}
+            part => parts.push(part),
+        }
+    }
     match cwd.starts_with('/') {
         true => format!("/{}", parts.join("/")),
         false => parts.join("/"),
@@ -83,9 +126,10 @@ pub struct Expectation {
     /// run did (a server stopped every time has no usual time).
     pub usual_ms: Option<u64>,
     pub p90_ms: Option<u64>,
-    /// How many runs ended by themselves.
+    /// How many runs ended by themselves: the basis of the usual time.
     pub own_ends: usize,
-    /// The newest runs looked at for failures (at most [`RECENT`]), and how many failed.
+    /// The newest runs that ended by themselves looked at for failures (at most
+    /// [`RECENT`]), and how many of them failed.
     pub recent: usize,
     pub recent_failed: usize,
 }
@@ -96,32 +140,44 @@ impl Expectation {
         if runs.is_empty() {
             return None;
         }
-        let mut durations: Vec<u64> = runs
-            .iter()
-            .filter(|r| r.ended_by_itself())
-            .filter_map(|r| r.duration_ms)
-            .collect();
+        let own: Vec<&Run> = runs.iter().filter(|r| r.ended_by_itself()).collect();
+        let mut durations: Vec<u64> = own.iter().filter_map(|r| r.duration_ms).collect();
         durations.sort_unstable();
-        let recent = runs.len().min(RECENT);
+        let recent = own.len().min(RECENT);
         Some(Expectation {
             runs: runs.len(),
-            usual_ms: rank(&durations, 50),
+            usual_ms: median(&durations),
             p90_ms: rank(&durations, 90),
             own_ends: durations.len(),
             recent,
-            recent_failed: runs[..recent]
+            recent_failed: own[..recent]
                 .iter()
                 .filter(|r| r.end == End::Failed)
                 .count(),
         })
     }
 
-    /// One short line: "usually 41 s (5 runs; 2 of the last 5 failed)".
+    /// The runs the usual time comes from, in words: "5 runs", or "3 of 7 runs ended by
+    /// themselves" when others were stopped, signaled or lost.
+    pub fn basis(&self) -> String {
+        match self.own_ends == self.runs {
+            true => plural(self.runs, "run"),
+            false => format!(
+                "{} of {} ended by themselves",
+                self.own_ends,
+                plural(self.runs, "run")
+            ),
+        }
+    }
+
+    /// One short line: "usually 41 s (5 runs; 2 of the last 5 failed)". The count is
+    /// of the runs the usual time comes from (those that ended by themselves), and so
+    /// are the failures.
     pub fn line(&self) -> String {
-        let runs = plural(self.runs, "run");
         let Some(usual) = self.usual_ms else {
             return format!(
-                "no usual time: {runs}, none ended by itself (stopped, signaled or lost)"
+                "no usual time: {}, none ended by itself (stopped, signaled or lost)",
+                plural(self.runs, "run")
             );
         };
         let failed = match (self.recent_failed, self.recent) {
@@ -130,7 +186,7 @@ impl Expectation {
             (failed, recent) if failed == recent => format!("; the last {recent} failed"),
             (failed, recent) => format!("; {failed} of the last {recent} failed"),
         };
-        format!("usually {} ({runs}{failed})", human_ms(usual))
+        format!("usually {} ({}{failed})", human_ms(usual), self.basis())
     }
 
     /// A running item's progress against its usual time: "running 1m20s, usually 41 s".
@@ -152,6 +208,21 @@ impl Expectation {
         Some(Duration::from_millis(
             usual.saturating_mul(3).max(usual.saturating_add(margin)),
         ))
+    }
+}
+
+/// The median of sorted `values`: the middle one, or the mean of the two middle ones of
+/// an even count.
+fn median(values: &[u64]) -> Option<u64> {
+    let n = values.len();
+    match n {
+        0 => None,
+        n if n % 2 == 1 => Some(values[n / 2]),
+        n => {
+            let (a, b) = (values[n / 2 - 1], values[n / 2]);
+            // No sum that could overflow.
+            Some(a / 2 + b / 2 + (a % 2 + b % 2) / 2)
+        }
     }
 }
 
@@ -207,7 +278,15 @@ mod tests {
         assert_ne!(normalise("cd x\nmake"), normalise("cd x make"));
         assert_eq!(normalise_folder("/a/./b//c/"), "/a/b/c");
         assert_eq!(normalise_folder("/"), "/");
-        assert_eq!(normalise_folder("/a/../b"), "/a/../b");
+        assert_eq!(
+            normalise_folder("/nonexistent-bgwork/a/../b/."),
+            "/nonexistent-bgwork/b"
+        );
+        assert_eq!(normalise_folder("/../x-bgwork-none"), "/x-bgwork-none");
+        assert_eq!(normalise("a\u{a0}b  c\r\n d"), "a\u{a0}b c\r\nd");
+        let long = "x".repeat(5000);
+        assert_ne!(key(&format!("{long} 1")), key(&format!("{long} 2")));
+        assert!(key(&long).contains("… (5000 bytes, sha256 "));
     }
 
     #[test]
@@ -238,5 +317,18 @@ mod tests {
         let one = Expectation::of(&[run(End::Succeeded, 2_000)]).unwrap();
         assert_eq!(one.line(), "usually 2.0 s (1 run)");
         assert_eq!(one.overrun_after(minute), Some(Duration::from_secs(62)));
+        assert_eq!(median(&[1, 1, 1, 8, 30, 30]), Some(4));
+        assert_eq!(median(&[u64::MAX, u64::MAX]), Some(u64::MAX));
+        let mixed = vec![
+            run(End::StoppedByAgent, 9_000),
+            run(End::Failed, 1_000),
+            run(End::Succeeded, 1_000),
+            run(End::Failed, 1_000),
+        ];
+        let e = Expectation::of(&mixed).unwrap();
+        assert_eq!(
+            e.line(),
+            "usually 1.0 s (3 of 4 runs ended by themselves; 2 of the last 3 failed)"
+        );
     }
 }

@@ -253,8 +253,11 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// RFC 3339 text of a time in milliseconds since the epoch.
+/// RFC 3339 text of a time in milliseconds since the epoch (one past the year 9999,
+/// which RFC 3339 cannot write, as its last moment).
 pub fn rfc3339(ms: i64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    const LAST: i64 = 253_402_300_799_999;
+    let ms = ms.clamp(0, LAST) as u64;
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(time).to_string()
 }

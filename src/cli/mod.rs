@@ -311,7 +311,7 @@ Examples:
         cwd: Option<String>,
         /// The command (after `--`; one argument is a shell line, several are quoted as
         /// `start` quotes them) [default: every command of the folder]
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
     /// The daemon's pid, version, home, socket and running work per session
@@ -826,7 +826,7 @@ fn with_dashes(args: &[String]) -> Option<(String, String)> {
         } else if !starts {
             words.push(arg.as_str());
             let sub = words.join(" ");
-            starts = matches!(sub.as_str(), "start" | "run" | "agent start");
+            starts = matches!(sub.as_str(), "start" | "run" | "agent start" | "history");
             if !starts && !matches!(sub.as_str(), "agent") {
                 return None;
             }

@@ -138,7 +138,9 @@ pub fn call_and_print(
         Request::Ui { .. } => print(client, &envelope, json, |reply: &wire::UiReply| {
             reply.url.clone()
         }),
-        Request::History { .. } => print(client, &envelope, json, history_text),
+        Request::History { .. } => print(client, &envelope, json, |reply| {
+            history_text(reply, &envelope.session)
+        }),
     }
 }
 
@@ -605,23 +607,37 @@ fn expected_line(item: &Item, pad: &str) -> Option<String> {
     Some(format!("{pad}history: {}", inert(&line)))
 }
 
-/// `history`: each command of the folder with its median, p90 and last ends.
-fn history_text(reply: &wire::HistoryReply) -> String {
+/// How many commands `history`'s text shows, and how much of each (`--json` has all).
+const HISTORY_SHOWN: usize = 50;
+const HISTORY_COMMAND_SHOWN: usize = 300;
+
+/// `history`: each command of the folder with its median, p90 and last ends (the session
+/// of a run named when it is not the caller's, whose ids are another session's).
+fn history_text(reply: &wire::HistoryReply, session: &str) -> String {
     if reply.commands.is_empty() {
-        return format!(
-            "no history in {}: a job or pane that ends there is kept",
-            inert(&reply.cwd)
-        );
+        return match &reply.command {
+            Some(command) => format!(
+                "no history of `{}` in {}: `bgwork history --cwd {}` lists the commands \
+                 run there",
+                inert(&cut(command, HISTORY_COMMAND_SHOWN)),
+                inert(&reply.cwd),
+                inert(&reply.cwd)
+            ),
+            None => format!(
+                "no history in {}: a job or pane that ends there is kept",
+                inert(&reply.cwd)
+            ),
+        };
     }
     let mut lines = vec![format!("in {}", inert(&reply.cwd))];
-    for command in &reply.commands {
+    for command in reply.commands.iter().take(HISTORY_SHOWN) {
         let ms = |ms: Option<u64>| {
             ms.map(crate::history::human_ms)
                 .unwrap_or_else(|| "-".into())
         };
         lines.push(format!(
             "{}\n  {}; median {}, p90 {}",
-            inert(&command.command),
+            inert(&cut(&command.command, HISTORY_COMMAND_SHOWN)),
             inert(&command.expected),
             ms(command.median_ms),
             ms(command.p90_ms)
@@ -638,10 +654,25 @@ fn history_text(reply: &wire::HistoryReply) -> String {
                     }
                     _ => wire::name_of(&run.end),
                 };
-                format!("{} {end} in {}", inert(&run.id), ms(run.duration_ms))
+                let whose = match run.session == session {
+                    true => String::new(),
+                    false => format!(" of session {}", inert(&run.session)),
+                };
+                format!("{}{whose} {end} in {}", inert(&run.id), ms(run.duration_ms))
             })
             .collect();
         lines.push(format!("  last: {}", ends.join(", ")));
+    }
+    if let Some(more) = reply
+        .commands
+        .len()
+        .checked_sub(HISTORY_SHOWN)
+        .filter(|n| *n > 0)
+    {
+        lines.push(format!(
+            "{more} more commands, run less recently: `bgwork history -- CMD` shows one, \
+             `--json` all"
+        ));
     }
     lines.join("\n")
 }
@@ -650,6 +681,18 @@ fn history_text(reply: &wire::HistoryReply) -> String {
 fn waiting_line(item: &Item, pad: &str) -> Option<String> {
     let waiting_for = item.waiting_for.as_deref()?;
     Some(format!("{pad}{}", inert(waiting_for)))
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), with "…" when cut.
+fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", &text[..end]))
 }
 
 /// `listening: 127.0.0.1:5173 → http://127.0.0.1:5173/` under an item that listens.
@@ -1028,6 +1071,9 @@ fn status_text(status: &StatusReply) -> String {
     }
     for why in &status.hosts_unreachable {
         text.push_str(&format!("\n{}", inert(why)));
+    }
+    for refused in &status.settings_refused {
+        text.push_str(&format!("\nsetting {}", inert(refused)));
     }
     text
 }

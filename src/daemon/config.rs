@@ -54,6 +54,10 @@ pub struct Config {
     /// How much longer than its usual time a job runs, at least, before its
     /// running-long notice (`BGWORK_OVERRUN_MARGIN_S`, seconds; beside 3× the usual).
     pub overrun_margin: Duration,
+    /// What was wrong with the `BGWORK_*` settings given (a value that is not a number,
+    /// or one taken as a nearer bound), one sentence each: said in the daemon's log at
+    /// start and in `status`.
+    pub refused: Vec<String>,
 }
 
 impl Default for Config {
@@ -76,69 +80,147 @@ impl Default for Config {
             ports: true,
             auto_background: super::history::AUTO_BACKGROUND,
             overrun_margin: Duration::from_secs(60),
+            refused: Vec::new(),
+        }
+    }
+}
+
+/// Reads the `BGWORK_*` settings, keeping a sentence for each one it could not take as
+/// given.
+struct Settings {
+    refused: Vec<String>,
+}
+
+impl Settings {
+    /// A whole number of at least `min`, or none (unset, or said in `refused`).
+    fn number(&mut self, name: &str, default: impl std::fmt::Display, min: u64) -> Option<u64> {
+        let text = std::env::var(name).ok()?;
+        match text.trim().parse::<u64>() {
+            Ok(n) if n >= min => Some(n),
+            Ok(n) => {
+                self.refused.push(format!(
+                    "{name}={n} is below its least value {min}: {min} is used"
+                ));
+                Some(min)
+            }
+            Err(_) => {
+                self.refused.push(format!(
+                    "{name}={text:?} is not a whole number of at least {min}: the default \
+                     {default} is used"
+                ));
+                None
+            }
+        }
+    }
+
+    /// A switch: `0` turns it off, `1` leaves it on.
+    fn switch(&mut self, name: &str) -> bool {
+        match std::env::var(name).ok().as_deref().map(str::trim) {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(other) => {
+                self.refused.push(format!(
+                    "{name}={other:?} is neither 0 (off) nor 1 (on): it stays on"
+                ));
+                true
+            }
+        }
+    }
+
+    /// Seconds (fractions allowed) from 0 to [`MAX_POLICY_S`], or none.
+    fn seconds(&mut self, name: &str, default: Duration) -> Option<Duration> {
+        let text = std::env::var(name).ok()?;
+        match text.trim().parse::<f64>() {
+            Ok(s) if (0.0..=MAX_POLICY_S).contains(&s) => Duration::try_from_secs_f64(s).ok(),
+            Ok(s) if s > MAX_POLICY_S => {
+                self.refused.push(format!(
+                    "{name}={s} is over a day: {MAX_POLICY_S} s is used"
+                ));
+                Some(Duration::from_secs_f64(MAX_POLICY_S))
+            }
+            _ => {
+                self.refused.push(format!(
+                    "{name}={text:?} is not a number of seconds from 0 to {MAX_POLICY_S}: \
+                     the default {} s is used",
+                    default.as_secs_f64()
+                ));
+                None
+            }
         }
     }
 }
 
 impl Config {
-    /// The defaults, overridden by `BGWORK_*` variables where set and valid.
+    /// The defaults, overridden by `BGWORK_*` variables where set; a value that cannot
+    /// be taken as given is said in [`Config::refused`].
     pub fn from_env() -> Config {
         let mut config = Config::default();
-        let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        if let Some(n) = number("BGWORK_MAX_RUNNING") {
+        let mut settings = Settings {
+            refused: Vec::new(),
+        };
+        let s = &mut settings;
+        if let Some(n) = s.number("BGWORK_MAX_RUNNING", config.max_running, 0) {
             config.max_running = n as usize;
         }
-        if let Some(n) = number("BGWORK_MAX_SLURM") {
+        if let Some(n) = s.number("BGWORK_MAX_SLURM", config.max_slurm, 0) {
             config.max_slurm = n as usize;
         }
-        match number("BGWORK_MAX_RUNNING_TOTAL") {
+        match s.number("BGWORK_MAX_RUNNING_TOTAL", config.max_running_total, 0) {
             Some(n) => config.max_running_total = n as usize,
             None => config.max_running_total = config.max_running_total.max(config.max_running),
         }
-        if let Some(n) = number("BGWORK_MAX_STARTS_PER_MINUTE") {
+        if let Some(n) = s.number(
+            "BGWORK_MAX_STARTS_PER_MINUTE",
+            config.max_starts_per_minute,
+            0,
+        ) {
             config.max_starts_per_minute = n as usize;
         }
-        if let Some(n) = number("BGWORK_LOG_CAP") {
-            config.log_cap = n.max(1 << 16);
+        if let Some(n) = s.number("BGWORK_LOG_CAP", config.log_cap, 1 << 16) {
+            config.log_cap = n;
         }
-        if let Some(n) = number("BGWORK_LOG_HEAD") {
+        if let Some(n) = s.number("BGWORK_LOG_HEAD", config.log_head, 0) {
             config.log_head = n;
         }
-        config.log_head = config.log_head.min(config.log_cap / 2);
-        if let Some(n) = number("BGWORK_LINGER_MS") {
+        if config.log_head > config.log_cap / 2 {
+            if std::env::var_os("BGWORK_LOG_HEAD").is_some() {
+                s.refused.push(format!(
+                    "BGWORK_LOG_HEAD={} is over half the log's cap: {} is used",
+                    config.log_head,
+                    config.log_cap / 2
+                ));
+            }
+            config.log_head = config.log_cap / 2;
+        }
+        if let Some(n) = s.number("BGWORK_LINGER_MS", config.linger_grace.as_millis(), 0) {
             config.linger_grace = Duration::from_millis(n);
         }
-        if let Some(n) = number("BGWORK_RETAIN_S") {
+        if let Some(n) = s.number("BGWORK_RETAIN_S", config.retain.as_secs(), 0) {
             config.retain = Duration::from_secs(n);
         }
-        if let Some(n) = number("BGWORK_GC_TOTAL_BYTES") {
+        if let Some(n) = s.number("BGWORK_GC_TOTAL_BYTES", config.gc_total_bytes, 0) {
             config.gc_total_bytes = n;
         }
-        if number("BGWORK_CGROUPS") == Some(0) {
-            config.cgroups = false;
+        config.cgroups = s.switch("BGWORK_CGROUPS");
+        if let Some(n) = s.number("BGWORK_MAX_CONNECTIONS", "512", 1) {
+            config.max_connections = Some(n as usize);
         }
-        if let Some(n) = number("BGWORK_MAX_CONNECTIONS") {
-            config.max_connections = Some((n as usize).max(1));
+        let idle = config.idle_timeout.as_millis();
+        if let Some(n) = s.number("BGWORK_IDLE_TIMEOUT_MS", idle, 1) {
+            config.idle_timeout = Duration::from_millis(n);
         }
-        if let Some(n) = number("BGWORK_IDLE_TIMEOUT_MS") {
-            config.idle_timeout = Duration::from_millis(n.max(1));
+        let stall = config.write_stall.as_millis();
+        if let Some(n) = s.number("BGWORK_WRITE_STALL_MS", stall, 1) {
+            config.write_stall = Duration::from_millis(n);
         }
-        if let Some(n) = number("BGWORK_WRITE_STALL_MS") {
-            config.write_stall = Duration::from_millis(n.max(1));
-        }
-        if number("BGWORK_PORTS") == Some(0) {
-            config.ports = false;
-        }
-        let seconds = std::env::var("BGWORK_AUTO_BACKGROUND_S")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .and_then(|s| Duration::try_from_secs_f64(s.min(MAX_POLICY_S)).ok());
-        if let Some(threshold) = seconds {
+        config.ports = s.switch("BGWORK_PORTS");
+        if let Some(threshold) = s.seconds("BGWORK_AUTO_BACKGROUND_S", config.auto_background) {
             config.auto_background = threshold;
         }
-        if let Some(n) = number("BGWORK_OVERRUN_MARGIN_S") {
-            config.overrun_margin = Duration::from_secs_f64((n as f64).min(MAX_POLICY_S));
+        if let Some(margin) = s.seconds("BGWORK_OVERRUN_MARGIN_S", config.overrun_margin) {
+            config.overrun_margin = margin;
         }
+        config.refused = settings.refused;
         config
     }
 }

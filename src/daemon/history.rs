@@ -33,9 +33,16 @@ impl Daemon {
         command: Option<&str>,
     ) -> Result<HistoryReply, WireError> {
         crate::paths::require_absolute(cwd, "cwd")?;
+        let asked = command.map(crate::history::key);
+        if asked.as_deref() == Some("") {
+            return Err(WireError::bad_request(
+                "the command is empty: name one, or leave it out for every command run in \
+                 the folder",
+            ));
+        }
         let inner = self.lock();
-        let keys = match command {
-            Some(command) => vec![crate::history::normalise(command)],
+        let keys = match &asked {
+            Some(key) => vec![key.clone()],
             None => inner.store.run_commands(cwd)?,
         };
         let mut commands = Vec::new();
@@ -55,6 +62,7 @@ impl Daemon {
         }
         Ok(HistoryReply {
             cwd: crate::history::normalise_folder(cwd),
+            command: asked,
             commands,
         })
     }
@@ -103,7 +111,7 @@ impl Daemon {
                 format!(
                     "history has {} of it but none ended by itself (no usual time): waited up \
                      to the plain {} s",
-                    runs_text(expectation.runs),
+                    plural_runs(expectation.runs),
                     plain.as_secs_f64()
                 ),
             );
@@ -113,17 +121,17 @@ impl Daemon {
         if usual > threshold {
             return AutoDeadline::Background(format!(
                 "{usual_text} ({}), longer than the {} s worth waiting for",
-                runs_text(expectation.runs),
+                expectation.basis(),
                 threshold.as_secs_f64()
             ));
         }
-        let deadline = (usual * 3).max(AUTO_FLOOR);
+        let deadline = usual.saturating_mul(3).max(AUTO_FLOOR);
         AutoDeadline::Foreground(
             deadline,
             format!(
                 "{usual_text} ({}), under the {} s worth backgrounding: waited in the \
                  foreground up to 3× that ({})",
-                runs_text(expectation.runs),
+                expectation.basis(),
                 threshold.as_secs_f64(),
                 human_ms(deadline.as_millis() as u64)
             ),
@@ -137,9 +145,9 @@ impl Daemon {
             return None;
         }
         let expectation = self.expectation(&record.cwd, &record.command)?;
-        let after = expectation
-            .overrun_after(self.config.overrun_margin)?
-            .as_millis() as i64;
+        let after = expectation.overrun_after(self.config.overrun_margin)?;
+        // A stored duration may be absurd: past the end of time is never.
+        let after = i64::try_from(after.as_millis()).unwrap_or(i64::MAX);
         Some((record.run_started_at().saturating_add(after), expectation))
     }
 
@@ -157,7 +165,7 @@ impl Daemon {
             record.id,
             human_ms(running),
             human_ms(usual),
-            runs_text(expectation.runs),
+            expectation.basis(),
             record.id,
             record.id
         );
@@ -182,7 +190,7 @@ impl Daemon {
     }
 }
 
-fn runs_text(runs: usize) -> String {
+fn plural_runs(runs: usize) -> String {
     match runs {
         1 => "1 run".to_string(),
         n => format!("{n} runs"),

@@ -92,6 +92,9 @@ pub fn main(http: Option<u16>) -> anyhow::Result<()> {
                 .max_connections
                 .unwrap_or(MAX_CONNECTIONS.min(fd_cap)),
         );
+        for refused in &config.refused {
+            crate::note!("bgwork daemon: setting {refused}");
+        }
         let (daemon, events) = Daemon::new(paths.clone(), config, store);
         crate::note!(
             "bgwork daemon {} serving {} (pid {})",

@@ -338,6 +338,9 @@ impl ServerHandler for McpServer {
             if !verbose {
                 tools::slim(&mut reply);
             }
+            if name == "history" {
+                tools::bound_history(&mut reply);
+            }
             reply
         });
         if let Some(ticker) = ticker {

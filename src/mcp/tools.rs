@@ -268,7 +268,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
              start it in the background.",
             schema(
                 json!({
-                    "command": {"type": "string", "description": "Only this command (blanks and surrounding spaces do not matter); default: every command run in the folder, the most recent first"},
+                    "command": {"type": "string", "description": "Only this command (blanks and surrounding spaces do not matter; an empty one is refused); default: every command run in the folder, the most recent first, as many as fit in 32 KiB (`left_out` says how many more)"},
                     "cwd": cwd
                 }),
                 &[],
@@ -375,7 +375,7 @@ pub fn annotate_start(reply: &mut Value) {
     } else if restarts {
         format!("{id} runs on, started again when it fails: `read` {id} shows its output, `list` its restarts; a notice comes only if it gives up (notify was not set)")
     } else {
-        format!("{id} runs on: `read` {id} shows its output, `wait` {id} waits for its end (notify was not set: no notice will come)")
+        format!("{id} runs on: `read` {id} shows its output, `wait` {id} waits for its end (notify was not set: no notice of its end will come; one still comes if it runs far past its usual time)")
     };
     fields.insert("next".into(), Value::String(next));
 }
@@ -405,6 +405,39 @@ pub fn slim(reply: &mut Value) {
             }
         }
     }
+}
+
+/// The most bytes of commands a `history` result carries: a model's context is no place
+/// for a whole folder's history.
+pub const MCP_HISTORY_BYTES: usize = 32 << 10;
+
+/// Keeps a `history` result within [`MCP_HISTORY_BYTES`]: the most recently run
+/// commands first, as many as fit (always one), and how many were left out and how to
+/// ask for one of them.
+pub fn bound_history(reply: &mut Value) {
+    let Some(Value::Array(commands)) = reply.get_mut("commands") else {
+        return;
+    };
+    let mut used = 0;
+    let mut kept = 0;
+    for command in commands.iter() {
+        used += serde_json::to_string(command).map_or(0, |text| text.len() + 1);
+        if kept > 0 && used > MCP_HISTORY_BYTES {
+            break;
+        }
+        kept += 1;
+    }
+    let left_out = commands.len() - kept;
+    if left_out == 0 {
+        return;
+    }
+    commands.truncate(kept);
+    reply["left_out"] = left_out.into();
+    reply["more"] = format!(
+        "{left_out} less recently run commands were left out to keep this short: ask for one \
+         with \"command\""
+    )
+    .into();
 }
 
 fn schema(properties: Value, required: &[&str]) -> Value {

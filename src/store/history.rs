@@ -4,17 +4,19 @@
 //! leaves it alone.
 
 use super::{end_str, parse_end, EndRecord, Result, Store};
-use crate::history::{normalise, normalise_folder, Run, RUNS_KEPT, RUNS_TOTAL};
+use crate::history::{key, normalise_folder, Run, RUNS_KEPT, RUNS_TOTAL};
 use crate::wire::End;
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The most commands of one folder a history listing names (the most recently run).
 pub const COMMANDS_LISTED: usize = 200;
 
-/// Adds the run that `row` ended with (inside the transaction of its end), and drops
-/// what falls past the bounds. Only jobs and panes have runs, and a command that could
-/// not start has none.
-pub(super) fn add_run(tx: &Transaction, row: i64, settlement: &EndRecord) -> Result<()> {
+/// Adds the run that `row` ended with (inside a savepoint of the transaction of its end:
+/// see `Store::settle`, where a failure here never keeps the end from being recorded),
+/// and drops what falls past the bounds. Only jobs and panes have runs, and a command
+/// that could not start has none.
+pub(super) fn add_run(tx: &Connection, row: i64, settlement: &EndRecord) -> Result<()> {
     if settlement.end == End::SpawnFailed {
         return Ok(());
     }
@@ -43,7 +45,7 @@ pub(super) fn add_run(tx: &Transaction, row: i64, settlement: &EndRecord) -> Res
     if kind != "job" && kind != "pane" {
         return Ok(());
     }
-    let (cwd, command) = (normalise_folder(&cwd), normalise(&command));
+    let (cwd, command) = (normalise_folder(&cwd), key(&command));
     // A lost item's end is when the daemon found out, not when the work ended.
     let duration = (settlement.end != End::Lost)
         .then(|| settlement.ended_at.saturating_sub(started_at).max(0));
@@ -77,7 +79,9 @@ pub(super) fn add_run(tx: &Transaction, row: i64, settlement: &EndRecord) -> Res
 }
 
 impl Store {
-    /// The kept runs of `command` in `cwd` (both normalised here), newest first.
+    /// The kept runs of `command` in `cwd` (both made keys here), newest first. A row
+    /// this build cannot read (an end it does not know) is skipped, said once in the
+    /// daemon's log: it never costs the command its history.
     pub fn runs(&self, cwd: &str, command: &str) -> Result<Vec<Run>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT session, item, started_at, ended_at, duration_ms, end_kind, exit_code,
@@ -85,24 +89,43 @@ impl Store {
              FROM runs WHERE cwd = ?1 AND command = ?2 ORDER BY hrow DESC LIMIT ?3",
         )?;
         let rows = stmt.query_map(
-            params![normalise_folder(cwd), normalise(command), RUNS_KEPT as i64],
+            params![normalise_folder(cwd), key(command), RUNS_KEPT as i64],
             |r| {
-                Ok(Run {
+                let end: String = r.get(5)?;
+                let Ok(end) = parse_end(5, &end) else {
+                    return Ok(Err(end));
+                };
+                Ok(Ok(Run {
                     session: r.get(0)?,
                     item: r.get(1)?,
                     started_at: r.get(2)?,
                     ended_at: r.get(3)?,
                     duration_ms: r.get::<_, Option<i64>>(4)?.map(|n| n.max(0) as u64),
-                    end: parse_end(5, &r.get::<_, String>(5)?)?,
+                    end,
                     exit_code: r.get(6)?,
                     signal: r.get(7)?,
-                })
+                }))
             },
         )?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let mut runs = Vec::new();
+        for row in rows {
+            match row? {
+                Ok(run) => runs.push(run),
+                Err(end) => {
+                    static SAID: AtomicBool = AtomicBool::new(false);
+                    if !SAID.swap(true, Ordering::Relaxed) {
+                        crate::note!(
+                            "bgwork daemon: a kept run has an end this bgwork does not know \
+                             ({end:?}): such runs are left out of the history"
+                        );
+                    }
+                }
+            }
+        }
+        Ok(runs)
     }
 
-    /// The commands (normalised) with runs in `cwd`, the most recently ended first, at
+    /// The commands (keys) with runs in `cwd`, the most recently ended first, at
     /// most [`COMMANDS_LISTED`].
     pub fn run_commands(&self, cwd: &str) -> Result<Vec<String>> {
         let mut stmt = self.conn.prepare_cached(
@@ -115,4 +138,35 @@ impl Store {
         )?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
+}
+
+/// Makes every kept command a key as this build makes them, so that runs kept before
+/// hold no token shape (masked as readers mask them). Run at each open: a command that
+/// is already a key is left as it is, and only one that may hold a shape is looked at.
+pub(super) fn rekey_runs(conn: &Connection) -> Result<()> {
+    let mut found = Vec::new();
+    {
+        let mut stmt = conn.prepare("SELECT hrow, command FROM runs")?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let command: String = row.get(1)?;
+            if !crate::redact::may_hold_shapes(command.as_bytes()) {
+                continue;
+            }
+            let rekeyed = key(&command);
+            if rekeyed != command {
+                found.push((row.get::<_, i64>(0)?, rekeyed));
+            }
+        }
+    }
+    if found.is_empty() {
+        return Ok(());
+    }
+    let tx = conn.unchecked_transaction()?;
+    for (hrow, command) in &found {
+        tx.prepare_cached("UPDATE runs SET command = ?2 WHERE hrow = ?1")?
+            .execute(params![hrow, command])?;
+    }
+    tx.commit()?;
+    Ok(())
 }

@@ -272,6 +272,9 @@ impl Store {
         // writes within a second.
         conn.pragma_update(None, "wal_autocheckpoint", 1_000)?;
         schema::migrate(&conn)?;
+        if let Err(e) = history::rekey_runs(&conn) {
+            crate::note!("bgwork daemon: could not mask the kept run history: {e}");
+        }
         let ids = path.with_extension("ids");
         let (reserved_rows, reserved_notices) = read_reserve(&ids);
         let file_token = read_token(&ids);
@@ -616,7 +619,7 @@ impl Store {
     /// transaction. Returns false (and changes nothing) when the record had already
     /// ended: an end is recorded once.
     pub fn settle(&mut self, row: i64, settlement: &EndRecord) -> Result<bool> {
-        let tx = self.conn.transaction()?;
+        let mut tx = self.conn.transaction()?;
         let changed = tx
             .prepare_cached(
                 "UPDATE items SET state = 'ended', end_kind = ?2, exit_code = ?3, signal = ?4,
@@ -643,7 +646,24 @@ impl Store {
         // A job stopped while it waited out its restart policy's back-off: its last
         // run's end is in the history already.
         if changed == 1 && !restarts::waiting_in(&tx, row)? {
-            history::add_run(&tx, row, settlement)?;
+            // The end is what matters: a run that cannot be kept (a damaged history) is
+            // undone alone, said once in the daemon's log.
+            let kept = tx.savepoint().map_err(StoreError::from).and_then(|mut sp| {
+                sp.set_drop_behavior(rusqlite::DropBehavior::Rollback);
+                history::add_run(&sp, row, settlement)?;
+                sp.commit()?;
+                Ok(())
+            });
+            if let Err(e) = kept {
+                static SAID: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    crate::note!(
+                        "bgwork daemon: could not keep a run in the history (ends are \
+                         recorded without it): {e}"
+                    );
+                }
+            }
         }
         if changed == 1 {
             if let Some(notice) = &settlement.notice {

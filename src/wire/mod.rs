@@ -688,6 +688,9 @@ pub struct UiReply {
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct HistoryReply {
     pub cwd: String,
+    /// The command asked for, as kept (absent when every command was asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     pub commands: Vec<CommandHistory>,
 }
 
@@ -892,6 +895,10 @@ pub struct StatusReply {
     /// ssh's words.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts_unreachable: Vec<String>,
+    /// The `BGWORK_*` settings of the daemon's environment it could not take as given,
+    /// one sentence each (what was wrong, and what it uses instead).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings_refused: Vec<String>,
 }
 
 /// `status` when no daemon runs for the home (`status` never starts one).

@@ -363,3 +363,429 @@ fn issue26_3_mcp_run_takes_timeout_auto() {
     );
     assert!(error, "{both}");
 }
+
+// Round four: what a hostile tester found in run history (issue 26, findings h1-h13).
+
+/// The home's database, opened beside its daemon (as a person with `sqlite3` would).
+fn db(home: &Home) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(home.path().join("work.db")).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn
+}
+
+/// Every command the history keeps, as stored.
+fn stored_commands(home: &Home) -> Vec<String> {
+    let conn = db(home);
+    let mut stmt = conn.prepare("SELECT command FROM runs").unwrap();
+    let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+/// A kept run put into the store directly (a row of an older or damaged home).
+fn insert_run(home: &Home, cwd: &str, command: &str, duration_ms: i64, end: &str) {
+    db(home)
+        .execute(
+            "INSERT INTO runs(cwd, command, session, item, started_at, ended_at, duration_ms,
+                              end_kind, exit_code, signal)
+             VALUES (?1, ?2, 'test', 'bg-99', 0, ?3, ?3, ?4, 0, NULL)",
+            rusqlite::params![cwd, command, duration_ms, end],
+        )
+        .unwrap();
+}
+
+const GHP: &str = "ghp_abcdefghijklmnopqrstuvwxyz0123456789AB";
+
+#[test]
+fn issue26_h1_no_token_or_env_or_secret_value_in_history_list_or_store() {
+    let home = Home::new();
+    let project = Project::new();
+    let dir = project.dir();
+    // A token shape is masked before the run is kept, so gc leaves no question.
+    let command = format!("echo {GHP} >/dev/null; true");
+    run_in(&home, &project, &[], &command);
+    let text = home.run(&["history", "--cwd", &dir]).stdout;
+    assert!(!text.contains(GHP) && text.contains("[secret"), "{text}");
+    let json = history(&home, &project, None).to_string();
+    assert!(!json.contains(GHP), "{json}");
+    let listed = home.json(&["list", "--all"]).to_string();
+    assert!(!listed.contains(GHP), "{listed}");
+    let mut mcp = Mcp::start(&home);
+    let (_, past) = mcp.call("history", json!({"cwd": dir}));
+    assert!(!past.to_string().contains(GHP), "{past}");
+    let (_, list) = mcp.call("list", json!({"all": true}));
+    assert!(!list.to_string().contains(GHP), "{list}");
+    home.json(&["gc", "--all-ended"]);
+    let stored = stored_commands(&home);
+    assert!(stored.iter().all(|c| !c.contains(GHP)), "{stored:?}");
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    // The same command finds its masked history.
+    let one = history(&home, &project, Some(&command));
+    assert_eq!(one["commands"][0]["runs"], 1, "{one}");
+    // An --env value long enough to be masked is refused in the command line, as a
+    // --secret's is: no value is in the record, the store or a listing.
+    let run = home.run(&[
+        "run",
+        "--cwd",
+        &dir,
+        "--env",
+        "PW=anotherlongpw99",
+        "--",
+        "echo anotherlongpw99",
+    ]);
+    assert_eq!(run.code, 2, "{} {}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("--env PW"), "{}", run.stderr);
+    assert!(!run.stderr.contains("anotherlongpw99"), "{}", run.stderr);
+    // A --secret value that the blanks of the command hide until they are folded.
+    let mut secret = home.command(&[
+        "run",
+        "--cwd",
+        &dir,
+        "--secret",
+        "SEC2",
+        "--",
+        "echo open  sesame   42 >/dev/null",
+    ]);
+    secret.env("SEC2", "open sesame 42");
+    let out = secret.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stored = stored_commands(&home).join("\n");
+    assert!(!stored.contains("anotherlongpw99"), "{stored}");
+    assert!(!stored.contains("open sesame 42"), "{stored}");
+    // A short --env value (a port, a mode) is no secret and stays usable.
+    let short = home.json(&["run", "--env", "MODE=dev", "--", "echo dev"]);
+    assert_eq!(short["exit_code"], 0, "{short}");
+}
+
+#[test]
+fn issue26_h1_runs_kept_before_are_masked_when_the_daemon_starts() {
+    let home = Home::new();
+    let project = Project::new();
+    run_in(&home, &project, &[], "true");
+    let real = history(&home, &project, None)["cwd"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    home.json(&["shutdown"]);
+    insert_run(
+        &home,
+        &real,
+        &format!("curl -H 'x: {GHP}'"),
+        1000,
+        "succeeded",
+    );
+    let all = history(&home, &project, None);
+    assert!(!all.to_string().contains(GHP), "{all}");
+    let stored = stored_commands(&home);
+    assert!(stored.iter().all(|c| !c.contains(GHP)), "{stored:?}");
+    assert_eq!(all["commands"].as_array().unwrap().len(), 2, "{all}");
+}
+
+#[test]
+fn issue26_h2_one_folder_has_one_history_however_it_is_named() {
+    let home = Home::new();
+    let root = tempfile::tempdir().unwrap();
+    let real = root.path().join("real");
+    std::fs::create_dir_all(real.join("sub")).unwrap();
+    std::os::unix::fs::symlink(&real, root.path().join("link")).unwrap();
+    let dotdot = format!("{}/sub/..", real.display());
+    let link = root.path().join("link").display().to_string();
+    let real = real.display().to_string();
+    for cwd in [&dotdot, &link, &real] {
+        let run = home.json(&["run", "--cwd", cwd, "--", "true"]);
+        assert_eq!(run["exit_code"], 0, "{run}");
+    }
+    for cwd in [&dotdot, &link, &real] {
+        let past = home.json(&["history", "--cwd", cwd, "--", "true"]);
+        assert_eq!(past["commands"][0]["runs"], 3, "{cwd}: {past}");
+    }
+    let mut mcp = Mcp::start(&home);
+    let (error, past) = mcp.call("history", json!({"cwd": dotdot, "command": "true"}));
+    assert!(!error, "{past}");
+    assert_eq!(past["commands"][0]["runs"], 3, "{past}");
+    // `run --timeout auto` finds it too.
+    let auto = home.json(&["run", "--cwd", &link, "--timeout", "auto", "--", "true"]);
+    let why = auto["timeout_choice"].as_str().unwrap_or_default();
+    assert!(why.contains("usually"), "{auto}");
+}
+
+#[test]
+fn issue26_h3_mcp_history_stays_short_and_says_what_it_left_out() {
+    let home = Home::new();
+    let project = Project::new();
+    let dir = project.dir();
+    let long = "y".repeat(4000);
+    for n in 0..12 {
+        let id = home.start_with(&["--cwd", &dir], &format!("true {n} {long}"));
+        home.wait_end(&id);
+    }
+    let mut mcp = Mcp::start(&home);
+    let raw = mcp.request(
+        "tools/call",
+        json!({"name": "history", "arguments": {"cwd": dir}}),
+    );
+    let size = raw.to_string().len();
+    // Text and structured content each within 32 KiB.
+    assert!(size < 2 * (32 << 10) + 8192, "{size} bytes");
+    let result = &raw["result"]["structuredContent"];
+    let kept = result["commands"].as_array().unwrap().len();
+    assert!((1..12).contains(&kept), "{kept}");
+    assert_eq!(result["left_out"], 12 - kept, "{result}");
+    assert!(result["more"].as_str().unwrap().contains("\"command\""));
+    // The newest first; a command left out is there when asked for.
+    assert!(result["commands"][0]["command"]
+        .as_str()
+        .unwrap()
+        .starts_with("true 11 "));
+    let (_, one) = mcp.call(
+        "history",
+        json!({"cwd": dir, "command": format!("true 0 {long}")}),
+    );
+    assert_eq!(one["commands"][0]["runs"], 1, "{one}");
+    // The CLI's text cuts each command.
+    let text = home.run(&["history", "--cwd", &dir]).stdout;
+    assert!(text.len() < 12 * 1000, "{} bytes", text.len());
+    assert!(text.contains("…"), "{text}");
+}
+
+#[test]
+fn issue26_h4_a_failing_history_never_keeps_an_end_from_being_recorded() {
+    let home = Home::new();
+    let project = Project::new();
+    run_in(&home, &project, &[], "true");
+    home.json(&["shutdown"]);
+    db(&home).execute_batch("DROP TABLE runs").unwrap();
+    let started = Instant::now();
+    let run = home.run(&[
+        "--json",
+        "run",
+        "--cwd",
+        &project.dir(),
+        "--",
+        "echo after-drop",
+    ]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    let run = run.json();
+    assert_eq!(run["state"], "ended", "{run}");
+    assert_eq!(run["exit_code"], 0, "{run}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{run}");
+    let id = run["id"].as_str().unwrap();
+    assert_eq!(listed(&home, id)["state"], "ended");
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap();
+    assert_eq!(log.matches("could not keep a run").count(), 1, "{log}");
+}
+
+#[test]
+fn issue26_h5_long_commands_do_not_merge() {
+    let home = Home::new();
+    let project = Project::new();
+    let prefix = format!(": {}", "x".repeat(4200));
+    let slow = format!("{prefix}; sleep 0.5; echo slow");
+    let fast = format!("{prefix}; echo fast");
+    run_in(&home, &project, &[], &slow);
+    run_in(&home, &project, &[], &fast);
+    let past = history(&home, &project, Some(&fast));
+    assert_eq!(past["commands"][0]["runs"], 1, "{past}");
+    let all = history(&home, &project, None);
+    let commands = all["commands"].as_array().unwrap();
+    assert_eq!(commands.len(), 2, "{all}");
+    // Shown cut, with the length and a digest of the whole.
+    let shown = commands[0]["command"].as_str().unwrap();
+    assert!(
+        shown.len() < 4200 && shown.contains("… ("),
+        "{}",
+        &shown[4000..]
+    );
+}
+
+#[test]
+fn issue26_h6_history_text_names_the_session_of_other_sessions_ids() {
+    let home = Home::new();
+    let project = Project::new();
+    let dir = project.dir();
+    let command = "echo failing; exit 2";
+    let run = home.run(&["run", "--session", "a", "--cwd", &dir, "--", command]);
+    assert_eq!(run.code, 2);
+    let text = home
+        .run(&["history", "--session", "b", "--cwd", &dir, "--", command])
+        .stdout;
+    assert!(text.contains("bg-1 of session a failed (2)"), "{text}");
+    let own = home
+        .run(&["history", "--session", "a", "--cwd", &dir, "--", command])
+        .stdout;
+    assert!(own.contains("last: bg-1 failed (2)"), "{own}");
+}
+
+#[test]
+fn issue26_h7_history_refuses_unknown_flags_and_names_the_missing_command() {
+    let home = Home::new();
+    let project = Project::new();
+    let dir = project.dir();
+    run_in(&home, &project, &[], "true");
+    for args in [
+        vec!["history", "--bogus"],
+        vec!["history", "--cdw", "/tmp"],
+        vec!["history", "exit", "3"],
+    ] {
+        let run = home.run(&args);
+        assert_eq!(run.code, 2, "{args:?}: {} {}", run.stdout, run.stderr);
+        assert!(run.stderr.contains("error"), "{args:?}: {}", run.stderr);
+    }
+    let text = home.run(&["history", "--cwd", &dir, "--", "nosuch"]);
+    assert_eq!(text.code, 0);
+    assert!(
+        text.stdout.contains("no history of `nosuch`"),
+        "{}",
+        text.stdout
+    );
+    // An empty command is refused, by the CLI and MCP alike.
+    let (code, _, message) = home.error(&["history", "--cwd", &dir, "--", " "]);
+    assert_eq!(code, 2, "{message}");
+    assert!(message.contains("empty"), "{message}");
+    let mut mcp = Mcp::start(&home);
+    let (error, reply) = mcp.call("history", json!({"cwd": dir, "command": ""}));
+    assert!(error, "{reply}");
+}
+
+#[test]
+fn issue26_h8_the_count_shown_is_the_basis_of_the_usual_time() {
+    let home = Home::new();
+    let project = Project::new();
+    let dir = project.dir();
+    project.step("exit 0");
+    run_in(&home, &project, &[], STEP);
+    project.step("exit 1");
+    run_in(&home, &project, &[], STEP);
+    run_in(&home, &project, &[], STEP);
+    project.step("sleep 30");
+    let id = home.start_with(&["--cwd", &dir], STEP);
+    home.json(&["stop", &id]);
+    let past = history(&home, &project, Some(STEP));
+    let line = past["commands"][0]["expected"].as_str().unwrap();
+    assert!(
+        line.ends_with("(3 of 4 runs ended by themselves; 2 of the last 3 failed)"),
+        "{line}"
+    );
+    // The median of an even count is the mean of the two middle runs.
+    let real = past["cwd"].as_str().unwrap();
+    for ms in [1000, 1000, 1000, 8000, 30000, 30000] {
+        insert_run(&home, real, "even count", ms, "succeeded");
+    }
+    let even = history(&home, &project, Some("even count"));
+    assert_eq!(even["commands"][0]["median_ms"], 4500, "{even}");
+    assert!(even["commands"][0]["expected"]
+        .as_str()
+        .unwrap()
+        .starts_with("usually 4.5 s (6 runs)"));
+}
+
+#[test]
+fn issue26_h9_one_unreadable_run_is_skipped_not_the_folder() {
+    let home = Home::new();
+    let project = Project::new();
+    run_in(&home, &project, &[], "true");
+    let real = history(&home, &project, None)["cwd"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    insert_run(&home, &real, "true", 5, "weird_end");
+    let past = history(&home, &project, None);
+    assert_eq!(past["commands"][0]["runs"], 1, "{past}");
+    let text = home.run(&["history", "--cwd", &project.dir()]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    let auto = run_in(&home, &project, &["--timeout", "auto"], "true");
+    assert!(
+        auto["timeout_choice"].as_str().unwrap().contains("usually"),
+        "{auto}"
+    );
+}
+
+#[test]
+fn issue26_h10_an_absurd_stored_duration_overflows_nothing() {
+    let home = Home::new().with("BGWORK_OVERRUN_MARGIN_S", "1");
+    let project = Project::new();
+    let dir = project.dir();
+    run_in(&home, &project, &[], "true");
+    let real = history(&home, &project, None)["cwd"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    insert_run(
+        &home,
+        &real,
+        "sleep 3 # big",
+        4_000_000_000_000_000_000,
+        "succeeded",
+    );
+    let id = home.start_with(&["--cwd", &dir], "sleep 3 # big");
+    let notices = home.json(&["notices", "--wait", "2"]);
+    assert_eq!(notices["notices"], json!([]), "{notices}");
+    assert!(listed(&home, &id)["expected"]
+        .as_str()
+        .unwrap()
+        .starts_with("usually "));
+    home.json(&["stop", &id]);
+    let past = history(&home, &project, Some("sleep 3 # big"));
+    assert_eq!(
+        past["commands"][0]["median_ms"],
+        4_000_000_000_000_000_000u64
+    );
+}
+
+#[test]
+fn issue26_h11_mcp_start_says_a_running_long_notice_comes_without_notify() {
+    let home = Home::new();
+    let mut mcp = Mcp::start(&home);
+    let (error, reply) = mcp.call("start", json!({"command": "sleep 5", "window_ms": 0}));
+    assert!(!error, "{reply}");
+    let next = reply["next"].as_str().unwrap();
+    assert!(next.contains("no notice of its end"), "{next}");
+    assert!(next.contains("far past its usual time"), "{next}");
+    home.json(&["stop", reply["id"].as_str().unwrap()]);
+}
+
+#[test]
+fn issue26_h12_bad_settings_are_said_in_the_log_and_status() {
+    let home = Home::new()
+        .with("BGWORK_AUTO_BACKGROUND_S", "abc")
+        .with("BGWORK_OVERRUN_MARGIN_S", "-5")
+        .with("BGWORK_MAX_RUNNING", "ten")
+        .with("BGWORK_PORTS", "no");
+    let status = {
+        home.start_daemon();
+        home.json(&["status"])
+    };
+    let refused = status["settings_refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 4, "{status}");
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap();
+    for name in [
+        "BGWORK_AUTO_BACKGROUND_S",
+        "BGWORK_OVERRUN_MARGIN_S",
+        "BGWORK_MAX_RUNNING",
+        "BGWORK_PORTS",
+    ] {
+        assert_eq!(log.matches(name).count(), 1, "{name}: {log}");
+    }
+    let text = home.run(&["status"]).stdout;
+    assert!(
+        text.contains("setting BGWORK_MAX_RUNNING=\"ten\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn issue26_h13_only_what_bash_splits_on_is_folded() {
+    let home = Home::new();
+    let project = Project::new();
+    run_in(&home, &project, &[], "true a\r\ntrue b");
+    run_in(&home, &project, &[], "true a\ntrue b");
+    run_in(&home, &project, &[], "echo a\u{a0}b");
+    run_in(&home, &project, &[], "echo a b");
+    let all = history(&home, &project, None);
+    let commands = all["commands"].as_array().unwrap();
+    assert_eq!(commands.len(), 4, "{all}");
+    assert!(commands.iter().all(|c| c["runs"] == 1), "{all}");
+    // Spaces and tabs still fold.
+    run_in(&home, &project, &[], "echo  a\tb ");
+    let folded = history(&home, &project, Some("echo a b"));
+    assert_eq!(folded["commands"][0]["runs"], 2, "{folded}");
+}

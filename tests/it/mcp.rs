@@ -480,7 +480,7 @@ fn issue25_mcp_start_says_where_its_output_is_and_whether_a_notice_will_come() {
         .as_str()
         .unwrap_or_else(|| panic!("no next: {quiet}"));
     assert!(
-        next.contains("`wait`") && next.contains("no notice will come"),
+        next.contains("`wait`") && next.contains("no notice of its end will come"),
         "{next}"
     );
     let (_, ended) = mcp.call("start", json!({"command": "true", "notify": true}));

@@ -79,7 +79,8 @@ impl Daemon {
             exit_code: record.exit_code,
             signal: record.signal,
             name: record.name.clone(),
-            command: record.command.clone(),
+            // Token shapes masked, as in the run history (contract §8).
+            command: crate::redact::mask_shapes(record.command.clone()),
             cwd: record.cwd.clone(),
             // Waiting out its back-off, it has no process.
             pid: record.pid.filter(|_| state != State::Restarting),
@@ -318,6 +319,7 @@ impl Daemon {
             restarting,
             waiting: waiting.len() as u64,
             hosts_unreachable: self.executors.ssh.unreachable(),
+            settings_refused: self.config.refused.clone(),
         })
     }
 }

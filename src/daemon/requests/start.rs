@@ -649,14 +649,28 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
                 redact::MIN_SECRET_LEN
             )));
         }
-        // The command and the name are recorded and shown as they are: a secret's value
-        // in them would be in every list, in `job.json` and in the store.
+    }
+    // The command and the name are recorded and shown as they are (in every list, in
+    // `job.json`, in the store and, normalised, in the run history): no value that is
+    // masked in the output may be in them, neither as given nor once blanks are folded.
+    let command = crate::history::normalise(&args.command);
+    for [name, value] in secret_pairs(args) {
         let value = value.trim();
+        let folded = crate::history::normalise(value);
         let named = args.name.as_deref().is_some_and(|n| n.contains(value));
-        if args.command.contains(value) || named {
+        let held =
+            args.command.contains(value) || (!folded.is_empty() && command.contains(&folded));
+        if held || named {
             let place = if named { "--name" } else { "command line" };
+            let what = match args.secrets.contains(&name) {
+                true => format!("secret {name}"),
+                false => format!(
+                    "--env {name} (values of {} bytes or more are masked as secrets)",
+                    redact::MIN_ENV_SECRET_LEN
+                ),
+            };
             return Err(WireError::bad_request(format!(
-                "the {place} holds the value of secret {name}, and would show it wherever \
+                "the {place} holds the value of {what}, and would show it wherever \
                  the item is listed: nothing was started; refer to it by name instead \
                  (e.g. '... \"${name}\" ...' in single quotes, so the shell does not expand it)"
             )));

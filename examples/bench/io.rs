@@ -191,9 +191,9 @@ pub fn incremental_read(opts: &Opts, report: &mut String) {
              call: a client exec (~2 ms before it connects), a 1 MiB `pread`, the scan for \
              escapes and UTF-8 repair, the megabyte through the socket after the reply's \
              line (a frame: no JSON escaping either way) and printed. The log's size does \
-             not enter (the read is by offset). What would close the gap: a smaller client \
-             binary (its start is measured in section 1) and the print without the copy \
-             into a `String`.",
+             not enter (the read is by offset). The client's start is section 0's; the frame \
+             is not copied on the client (the `String` takes the bytes read, and the \
+             terminal-safety pass borrows them when no control character is in them).",
             median(&bgwork)
         ));
     }

@@ -23,6 +23,7 @@ fn note(text: &str) {
 }
 
 mod agent;
+mod cost;
 mod io;
 mod load;
 mod ports;
@@ -30,6 +31,7 @@ mod rewake;
 mod scale;
 
 use agent::agent_cost;
+use cost::fixed_cost;
 use io::{capture, incremental_read, masked_capture, search};
 use load::core_under_load;
 use ports::port_discovery;
@@ -65,7 +67,8 @@ fn main() {
     std::fs::create_dir_all(&opts.data).unwrap();
     let mut report = String::new();
     header(&mut report, &opts);
-    let sections: [(&str, Section); 11] = [
+    let sections: [(&str, Section); 12] = [
+        ("fixed cost", fixed_cost),
         ("launch", launch),
         ("exit to notice", exit_to_notice),
         ("exit to rewake", exit_to_rewake),
@@ -418,8 +421,8 @@ fn launch(opts: &Opts, report: &mut String) {
              against about 1.1 ms for the whole floor. The daemon's part is a store insert \
              and the hand-over to a supervisor that is already running; the job's own `bash` \
              and the next warm supervisor then start on the same two cores while the client \
-             exits. What would close the gap: a client smaller than the 7.5 MB daemon binary \
-             (a static `bgwork-start`); through a client that is already running (the MCP \
+             exits. The client's own start is section 0's (a static binary, the invoked \
+             subcommand's parser alone); through a client that is already running (the MCP \
              server) a start costs the daemon's part alone.",
             median(&bgwork)
         ));

@@ -69,7 +69,10 @@ pub struct Cli {
     pub command: Commands,
 }
 
+// `defer`: each subcommand's arguments are built only when it is invoked (or its help,
+// the manual or a completion script is asked for), not on every call.
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum Commands {
     /// Run COMMAND in the background: prints its id at once, then its first output
     #[command(after_help = "\
@@ -496,6 +499,7 @@ pub struct OnCmd {
 }
 
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum MonitorCmd {
     /// mon-N: one notice when the condition holds (or the timeout passes)
     #[command(after_help = "\
@@ -556,6 +560,7 @@ Examples:
 }
 
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum HookCmd {
     /// Claude Code: reads a hook event on stdin, prints pending notices as context
     #[command(after_help = "\
@@ -609,6 +614,7 @@ See docs/harnesses.md.")]
 }
 
 #[derive(Subcommand, Debug)]
+#[command(defer = true)]
 pub enum AgentCmd {
     /// sub-N: run a child agent; its work is filed under this session
     #[command(after_help = "\
@@ -888,6 +894,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         Commands::SshRelay => return Ok(crate::executor::ssh::relay::main()),
         Commands::Completions { shell } => {
             let mut command = <Cli as clap::CommandFactory>::command();
+            // `generate` builds every (deferred) subcommand first.
             clap_complete::generate(shell, &mut command, "bgwork", &mut std::io::stdout());
             return Ok(ExitCode::SUCCESS);
         }
@@ -1155,7 +1162,9 @@ fn run_daemon(http: Option<u16>) -> ExitCode {
 
 /// `bgwork man`: the manual page of every command, as roff.
 fn man_page() -> Result<ExitCode, WireError> {
-    let command = <Cli as clap::CommandFactory>::command();
+    let mut command = <Cli as clap::CommandFactory>::command();
+    // The subcommands' arguments are deferred until built (see `Commands`).
+    command.build();
     let mut out = std::io::stdout().lock();
     clap_mangen::Man::new(command.clone())
         .render(&mut out)
@@ -1471,7 +1480,9 @@ mod tests {
                 check(sub, &format!("{path} {}", sub.get_name()));
             }
         }
-        let command = Cli::command();
+        let mut command = Cli::command();
+        // Deferred subcommands have no arguments until built.
+        command.build();
         command.clone().debug_assert();
         check(&command, "bgwork");
     }

@@ -811,7 +811,16 @@ impl Tracker {
                     }
                 });
             }
-            Command::Send(_) => {}
+            // Refused before they are sent (`refuses`), or taken by `run` (the pace):
+            // named one by one, so a new command is a compile error here, never dropped.
+            Command::Send(
+                ToSupervisor::Hello { .. }
+                | ToSupervisor::Input { .. }
+                | ToSupervisor::Resize { .. }
+                | ToSupervisor::Write { .. }
+                | ToSupervisor::Pace { .. }
+                | ToSupervisor::Rerun { .. },
+            ) => {}
             Command::Write { data, answer } => {
                 let text = escaped(&data);
                 let envelope = self.envelope(Request::Send(SendArgs {

@@ -951,11 +951,18 @@ fn wait_code(reply: &WaitReply) -> ExitCode {
         || reply
             .items
             .iter()
-            .any(|i| i.end.is_some_and(crate::end::is_failure));
+            .any(|i| i.end.is_some_and(crate::end::is_failure) || never_ran(i));
     match failed {
         true => ExitCode::from(1),
         false => ExitCode::SUCCESS,
     }
+}
+
+/// A job cancelled while it waited (`start --after`; only a waiting job ends so): what
+/// it was to run never ran, which a `wait` on it reports as a failure (a pane closed by
+/// its person, also `cancelled`, ran and is not one).
+fn never_ran(item: &Item) -> bool {
+    item.end == Some(End::Cancelled) && item.kind == wire::Kind::Job
 }
 
 fn wait_text(reply: &WaitReply, waited_s: Option<f64>, until: Option<&str>) -> String {

@@ -515,3 +515,67 @@ fn issue26_4_a_server_already_running_is_not_started_twice_by_its_waiter() {
     );
     home.json(&["stop", &first]);
 }
+
+/// Pids of the keepers (`bgwork keep DIR`) of a home's folders.
+fn keepers_of(home: &Home) -> Vec<i32> {
+    let jobs = home.path().join("jobs").display().to_string();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "keep") && args.iter().any(|a| a.starts_with(&jobs)) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn issue26_4_a_wait_on_a_cancelled_waiting_item_fails_and_the_chain_says_why() {
+    let home = Home::new();
+    let gate = Gate::new();
+    let first = start(&home, &[], &gate.after_go("exit 1"));
+    let first = first["id"].as_str().unwrap().to_string();
+    let second = start(&home, &["--after", &first], "echo deploy");
+    let second = second["id"].as_str().unwrap().to_string();
+    let third = start(&home, &["--after", &second], "echo after-deploy");
+    let third = third["id"].as_str().unwrap().to_string();
+    gate.open();
+    // Nothing ran: the caller of `wait` hears a failure, not "ended well".
+    let waited = home.run(&["wait", &second, "--timeout", "30"]);
+    assert_eq!(waited.code, 1, "{}{}", waited.stdout, waited.stderr);
+    let waited = home.run(&["wait", &third, "--timeout", "30"]);
+    assert_eq!(waited.code, 1, "{}{}", waited.stdout, waited.stderr);
+    // Down the chain, the reason is the one the link above was cancelled for.
+    let report = state(&home, &third)["report"].as_str().unwrap().to_string();
+    assert!(!report.contains("pane"), "{report}");
+    assert!(report.contains(&format!("{first} FAILED")), "{report}");
+}
+
+#[test]
+fn issue26_4_shutdown_with_stop_work_leaves_no_keeper_behind() {
+    let home = Home::new().with("SK", "keeper-secret-ZXCVBNM123");
+    let gate = Gate::new();
+    let first = start(&home, &[], &gate.after_go("true"));
+    let first = first["id"].as_str().unwrap().to_string();
+    for i in 0..12 {
+        start(
+            &home,
+            &["--secret", "SK", "--after", &first],
+            &format!("echo w{i}"),
+        );
+    }
+    eventually(Duration::from_secs(20), || keepers_of(&home).len() == 12);
+    home.json(&["shutdown", "--stop-work"]);
+    // Every keeper (each holding the secret in its memory) is gone with the work.
+    eventually(Duration::from_secs(20), || keepers_of(&home).is_empty());
+    gate.open();
+}

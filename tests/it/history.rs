@@ -51,6 +51,19 @@ fn listed(home: &Home, id: &str) -> Value {
     home.item(id)
 }
 
+/// A home with one run of `true` in a new project folder, and that folder as history
+/// keeps it.
+fn one_run_of_true() -> (Home, Project, String) {
+    let home = Home::new();
+    let project = Project::new();
+    run_in(&home, &project, &[], "true");
+    let real = history(&home, &project, None)["cwd"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (home, project, real)
+}
+
 #[test]
 fn issue26_1_history_keeps_each_end_per_folder_and_normalised_command() {
     let home = Home::new();
@@ -458,13 +471,7 @@ fn issue26_h1_no_token_or_env_or_secret_value_in_history_list_or_store() {
 
 #[test]
 fn issue26_h1_runs_kept_before_are_masked_when_the_daemon_starts() {
-    let home = Home::new();
-    let project = Project::new();
-    run_in(&home, &project, &[], "true");
-    let real = history(&home, &project, None)["cwd"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (home, project, real) = one_run_of_true();
     home.json(&["shutdown"]);
     insert_run(
         &home,
@@ -680,13 +687,7 @@ fn issue26_h8_the_count_shown_is_the_basis_of_the_usual_time() {
 
 #[test]
 fn issue26_h9_one_unreadable_run_is_skipped_not_the_folder() {
-    let home = Home::new();
-    let project = Project::new();
-    run_in(&home, &project, &[], "true");
-    let real = history(&home, &project, None)["cwd"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (home, project, real) = one_run_of_true();
     insert_run(&home, &real, "true", 5, "weird_end");
     let past = history(&home, &project, None);
     assert_eq!(past["commands"][0]["runs"], 1, "{past}");

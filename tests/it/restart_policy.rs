@@ -33,6 +33,18 @@ fn restart_of(item: &Value) -> &Value {
     &item["restart"]
 }
 
+/// Starts `command` with a restart policy of back-off `backoff` and waits until it
+/// waits out its first back-off; its id and its listed item then.
+fn restarting(home: &Home, backoff: &str, command: &str) -> (String, Value) {
+    let id = home.start_with(&["--restart", "on-failure", "--backoff", backoff], command);
+    let mut item = Value::Null;
+    eventually(Duration::from_secs(20), || {
+        item = listed(home, &id);
+        item["state"] == "restarting"
+    });
+    (id, item)
+}
+
 #[test]
 fn issue26_5_a_failing_job_restarts_as_the_same_item_and_gives_up_with_one_notice() {
     let home = Home::new();
@@ -107,15 +119,7 @@ fn issue26_5_a_failing_job_restarts_as_the_same_item_and_gives_up_with_one_notic
 #[test]
 fn issue26_5_each_restart_shows_in_list_status_and_the_log_marker_misleads_no_reader() {
     let home = Home::new();
-    let id = home.start_with(
-        &["--restart", "on-failure", "--backoff", "2s..4s"],
-        "echo hello; exit 1",
-    );
-    let mut item = Value::Null;
-    eventually(Duration::from_secs(20), || {
-        item = listed(&home, &id);
-        item["state"] == "restarting"
-    });
+    let (id, item) = restarting(&home, "2s..4s", "echo hello; exit 1");
     let restart = restart_of(&item);
     assert_eq!(restart["restarts"], 0, "{item}");
     assert_eq!(restart["max_restarts"], 5, "the default");
@@ -482,15 +486,7 @@ fn issue26_5_no_quiet_spell_is_told_while_it_waits_out_its_back_off() {
 #[test]
 fn issue26_5_a_supervisor_killed_during_the_back_off_ends_lost_and_nothing_starts() {
     let home = Home::new();
-    let id = home.start_with(
-        &["--restart", "on-failure", "--backoff", "1s"],
-        "echo once; exit 1",
-    );
-    let mut item = Value::Null;
-    eventually(Duration::from_secs(20), || {
-        item = listed(&home, &id);
-        item["state"] == "restarting"
-    });
+    let (id, item) = restarting(&home, "1s", "echo once; exit 1");
     let folder = std::path::PathBuf::from(item["folder"].as_str().unwrap());
     let supervisor: i32 = std::fs::read_to_string(folder.join("supervisor.pid"))
         .unwrap()

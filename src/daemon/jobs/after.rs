@@ -143,22 +143,11 @@ impl Daemon {
             args.after.clear();
             return self.start(session, args, shown).await;
         }
-        let new = NewRecord {
-            session: session.to_string(),
-            kind: if pane.is_some() {
-                Kind::Pane
-            } else {
-                Kind::Job
-            },
-            name: args.name.clone(),
-            command: args.command.clone(),
-            cwd: cwd.clone(),
-            notify: args.notify,
-            env_names: args.env.keys().cloned().collect(),
-            started_at: now_ms(),
-            cols: pane.map(|p| p.cols),
-            rows: pane.map(|p| p.rows),
+        let kind = match pane {
+            Some(_) => Kind::Pane,
+            None => Kind::Job,
         };
+        let new = crate::daemon::start::new_record(session, kind, &args, &cwd, pane);
         let record = self.record_waiting(&new, limits)?;
         let owner = crate::daemon::settle::owner(&record);
         if let Err(reason) = self
@@ -646,6 +635,16 @@ impl Daemon {
                 .collect(),
             Err(_) => return,
         };
+        // A keeper whose item no longer waits (its daemon went before it let it go):
+        // let it go now.
+        if let Ok(folders) = std::fs::read_dir(&self.paths.jobs) {
+            for folder in folders.flatten().map(|f| f.path()) {
+                let waits = waiting.iter().any(|r| Path::new(&r.job_dir) == folder);
+                if !waits && crate::keeper::socket_of(&folder).exists() {
+                    tokio::spawn(async move { forget_keeper(&folder).await });
+                }
+            }
+        }
         for record in waiting {
             // What it waits for is listed from the first request on.
             if let Ok(file) = read_after_file(Path::new(&record.job_dir)) {
@@ -687,11 +686,12 @@ fn describe(awaited: &Awaited) -> String {
 /// Why an awaited item that ended otherwise than `succeeded` cancels its waiter.
 fn ended_otherwise(record: &Record, awaited: &Awaited) -> String {
     let end = record.end.unwrap_or(End::Lost);
-    format!(
-        "{}, and it waited for {}",
-        crate::end::report(&awaited.id, end, record.exit_code, record.signal),
-        describe(awaited)
-    )
+    let how = match (end, record.pid, record.end_detail.as_deref()) {
+        // A waiting item that never ran: cancelled for its own reason, down a chain.
+        (End::Cancelled, None, Some(detail)) => format!("{} was cancelled: {detail}", awaited.id),
+        _ => crate::end::report(&awaited.id, end, record.exit_code, record.signal),
+    };
+    format!("{how}, and it waited for {}", describe(awaited))
 }
 
 /// Refuses a condition that names what it cannot be about, or that cannot hold any
@@ -796,7 +796,7 @@ async fn spawn_keeper(job_dir: &Path, kept: &Kept) -> Result<(), String> {
 }
 
 /// Lets a waiting item's keeper go (it started, or ended).
-async fn forget_keeper(job_dir: &Path) {
+pub(crate) async fn forget_keeper(job_dir: &Path) {
     let job_dir = job_dir.to_path_buf();
     let _ = tokio::task::spawn_blocking(move || {
         let _ = crate::keeper::ask(&job_dir, KeepRequest::Done);

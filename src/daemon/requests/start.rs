@@ -198,22 +198,12 @@ impl Daemon {
             false => Vec::new(),
         };
         let twin = refuse_duplicate.then_some((&twin, listening.as_slice()));
-        let new = NewRecord {
-            session: session.to_string(),
-            kind: match (launch.sub_agent, pane.is_some()) {
-                (true, _) => Kind::SubAgent,
-                (false, true) => Kind::Pane,
-                (false, false) => Kind::Job,
-            },
-            name: args.name.clone(),
-            command: args.command.clone(),
-            cwd: cwd.clone(),
-            notify: args.notify,
-            env_names: args.env.keys().cloned().collect(),
-            started_at: now_ms(),
-            cols: pane.map(|p| p.cols),
-            rows: pane.map(|p| p.rows),
+        let kind = match (launch.sub_agent, pane.is_some()) {
+            (true, _) => Kind::SubAgent,
+            (false, true) => Kind::Pane,
+            (false, false) => Kind::Job,
         };
+        let new = new_record(session, kind, args, &cwd, pane);
         let recorded = self.record_start(&new, args, &launch, twin, (limits, policy))?;
         let (record, sub_session) = match recorded {
             Recorded::New(record, sub_session) => (*record, sub_session),
@@ -694,7 +684,28 @@ fn secret_pairs(args: &StartArgs) -> Vec<[String; 2]> {
         .collect()
 }
 
-/// What runs, as the root session of the tree names it.
+/// The record of a new job, pane or sub-agent, as `start` (and a waiting start) keeps it.
+pub(crate) fn new_record(
+    session: &str,
+    kind: Kind,
+    args: &StartArgs,
+    cwd: &str,
+    pane: Option<PaneSize>,
+) -> NewRecord {
+    NewRecord {
+        session: session.to_string(),
+        kind,
+        name: args.name.clone(),
+        command: args.command.clone(),
+        cwd: cwd.to_string(),
+        notify: args.notify,
+        env_names: args.env.keys().cloned().collect(),
+        started_at: now_ms(),
+        cols: pane.map(|p| p.cols),
+        rows: pane.map(|p| p.rows),
+    }
+}
+
 /// Where a job runs: its working directory (a request with none runs in the daemon
 /// user's home, never in the daemon's own folder; a relative one is refused, never
 /// interpreted) and, for a pane, its terminal's size.

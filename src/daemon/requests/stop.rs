@@ -146,6 +146,12 @@ impl Daemon {
             for record in &waiting {
                 let _ = self.stop_waiting(record.row, Actor::Agent);
             }
+            // Their keepers are let go before the daemon goes, not by tasks it may not
+            // finish: none outlives it holding an environment.
+            for record in waiting.iter().filter(|r| !r.job_dir.is_empty()) {
+                crate::daemon::jobs::after::forget_keeper(std::path::Path::new(&record.job_dir))
+                    .await;
+            }
             let (monitors, rows): (Vec<Record>, Vec<Record>) =
                 unsettled.into_iter().partition(|r| r.kind == Kind::Monitor);
             let rows: Vec<i64> = rows.iter().map(|r| r.row).collect();

@@ -579,3 +579,32 @@ fn issue26_4_shutdown_with_stop_work_leaves_no_keeper_behind() {
     eventually(Duration::from_secs(20), || keepers_of(&home).is_empty());
     gate.open();
 }
+
+#[test]
+fn issue26_4_a_waiting_item_that_cannot_start_when_its_turn_comes_says_so_once() {
+    let home = Home::new();
+    let gate = Gate::new();
+    let folder = tempfile::tempdir().unwrap();
+    let cwd = folder.path().display().to_string();
+    let first = start(&home, &[], &gate.after_go("true"));
+    let first = first["id"].as_str().unwrap().to_string();
+    let second = start(&home, &["--cwd", &cwd, "--after", &first], "echo w");
+    let second = second["id"].as_str().unwrap().to_string();
+    drop(folder);
+    gate.open();
+    eventually(Duration::from_secs(20), || {
+        state(&home, &second)["end"] == "spawn_failed"
+    });
+    // Its `start` answered long ago: a notice says it could not start, and why.
+    let report = state(&home, &second)["report"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(report.contains("no longer exists"), "{report}");
+    let notices = notices_of(&home, &second);
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(notices[0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("could not start"));
+}

@@ -484,7 +484,7 @@ impl Daemon {
         let _ = std::fs::remove_file(job_dir.join(AFTER_FILE));
         // Its job.json says when it started.
         if let Err(reason) = crate::daemon::start::write_job_record(&job_dir, &record, args) {
-            let _ = self.spawn_failed(row, &record.id, reason);
+            let _ = self.spawn_failed_told(row, &record.id, reason, true);
             return Ok(());
         }
         let cwd = record.cwd.clone();
@@ -492,7 +492,7 @@ impl Daemon {
             let reason = format!(
                 "the working directory {cwd} no longer exists (it did when it began to wait)"
             );
-            let _ = self.spawn_failed(row, &record.id, reason);
+            let _ = self.spawn_failed_told(row, &record.id, reason, true);
             return Ok(());
         }
         let (_, pane) = crate::daemon::start::place(args)?;
@@ -519,7 +519,7 @@ impl Daemon {
                 self.records_changed();
             }
             Err(reason) => {
-                let _ = self.spawn_failed(row, &record.id, reason);
+                let _ = self.spawn_failed_told(row, &record.id, reason, true);
             }
         }
         Ok(())

@@ -46,6 +46,9 @@ impl Daemon {
                 text.push_str(&detail);
             }
         }
+        if let (Some(End::SpawnFailed), Some(detail)) = (record.end, &detail) {
+            report = Some(format!("{id} could not start: {detail}"));
+        }
         if let (Some(End::Cancelled), None, Some(detail)) = (record.end, record.pid, &detail) {
             // A waiting item that never ran (`start --after`) says why it will not.
             report = Some(format!("{id} was cancelled: {detail}"));

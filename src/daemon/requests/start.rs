@@ -404,6 +404,18 @@ impl Daemon {
 
     /// Settles a record that could not start and returns the error for the caller.
     pub(crate) fn spawn_failed(&self, row: i64, id: &str, reason: String) -> WireError {
+        self.spawn_failed_told(row, id, reason, false)
+    }
+
+    /// A failed start, with a notice when no caller hears the error (a waiting item
+    /// that could not start when its conditions held: its `start` answered long ago).
+    pub(crate) fn spawn_failed_told(
+        &self,
+        row: i64,
+        id: &str,
+        reason: String,
+        notify: bool,
+    ) -> WireError {
         let settlement = EndRecord {
             end: End::SpawnFailed,
             exit_code: None,
@@ -412,7 +424,10 @@ impl Daemon {
             log_len: 0,
             dropped: 0,
             end_detail: Some(reason.clone()),
-            notice: None,
+            notice: notify.then(|| crate::store::NewNotice {
+                text: format!("{id} could not start: {reason}"),
+                tail: String::new(),
+            }),
             pid: None,
             unwritten: 0,
             unwritten_at: 0,

@@ -89,6 +89,28 @@ impl SshHome {
         self.home
             .json(&["start", "--window", "0", "--on", &on, "--", command])
     }
+
+    /// Starts a job on the host that counts to `lines` and notes each run in a fresh
+    /// file under /tmp (`tag` keeps the tests' files apart), and waits until it printed
+    /// `line-SEEN`: the runs file and the job's id.
+    fn counting(&self, tag: &str, lines: u32, seen: u32, notify: bool) -> (String, String) {
+        let runs = format!("/tmp/bgwork-ssh-runs-{tag}{}", std::process::id());
+        let _ = std::fs::remove_file(&runs);
+        let (on, job) = (self.on(), counting_job(&runs, lines));
+        let mut args = vec!["start", "--window", "0"];
+        if notify {
+            args.push("--notify");
+        }
+        args.extend(["--on", &on, "--", &job]);
+        let id = self.home.json(&args)["id"].as_str().unwrap().to_string();
+        let until = format!("line-{seen}");
+        let waited = self
+            .home
+            .run(&["--json", "wait", &id, "--until", &until, "--timeout", "60"])
+            .json();
+        assert_eq!(waited["reason"], "matched", "{waited}");
+        (runs, id)
+    }
 }
 
 /// The home id the daemon names its work on hosts by (FNV-1a of the home's path).
@@ -420,23 +442,7 @@ fn issue24_4_a_dropped_connection_is_adopted_never_replaced() {
         return;
     };
     let h = SshHome::new(host);
-    let runs = format!("/tmp/bgwork-ssh-runs-{}", std::process::id());
-    let _ = std::fs::remove_file(&runs);
-    let item = h.start(&counting_job(&runs, 60));
-    let id = item["id"].as_str().unwrap().to_string();
-    let waited = h
-        .home
-        .run(&[
-            "--json",
-            "wait",
-            &id,
-            "--until",
-            "line-5",
-            "--timeout",
-            "60",
-        ])
-        .json();
-    assert_eq!(waited["reason"], "matched", "{waited}");
+    let (runs, id) = h.counting("", 60, 5, false);
     // The shared connection's master told to exit: the link drops mid-job.
     let control = h.home.path().join("ssh").join("%C");
     let out = Command::new("ssh")
@@ -465,33 +471,7 @@ fn issue24_4_a_killed_local_daemon_takes_the_job_back_with_one_notice() {
         return;
     };
     let h = SshHome::new(host);
-    let runs = format!("/tmp/bgwork-ssh-runs-k{}", std::process::id());
-    let _ = std::fs::remove_file(&runs);
-    let on = h.on();
-    let reply = h.home.json(&[
-        "start",
-        "--window",
-        "0",
-        "--notify",
-        "--on",
-        &on,
-        "--",
-        &counting_job(&runs, 50),
-    ]);
-    let id = reply["id"].as_str().unwrap().to_string();
-    let waited = h
-        .home
-        .run(&[
-            "--json",
-            "wait",
-            &id,
-            "--until",
-            "line-3",
-            "--timeout",
-            "60",
-        ])
-        .json();
-    assert_eq!(waited["reason"], "matched", "{waited}");
+    let (runs, id) = h.counting("k", 50, 3, true);
     h.home.kill_daemon();
     // The next call starts a daemon, which takes the job back from the host (`list`
     // shows the end without taking its notice).
@@ -627,23 +607,7 @@ fn issue24_3_a_host_down_is_shown_unreachable_and_the_mirror_resumes_without_los
         config: sshd.config(),
         alias: "bgwork-down".into(),
     });
-    let runs = format!("/tmp/bgwork-ssh-runs-d{}", std::process::id());
-    let _ = std::fs::remove_file(&runs);
-    let item = h.start(&counting_job(&runs, 100));
-    let id = item["id"].as_str().unwrap().to_string();
-    let waited = h
-        .home
-        .run(&[
-            "--json",
-            "wait",
-            &id,
-            "--until",
-            "line-3",
-            "--timeout",
-            "60",
-        ])
-        .json();
-    assert_eq!(waited["reason"], "matched", "{waited}");
+    let (runs, id) = h.counting("d", 100, 3, false);
     // The host goes away: no new logins, and the open connection dropped.
     sshd.down();
     let control = h.home.path().join("ssh").join("%C");
@@ -757,33 +721,7 @@ fn issue24_5_a_link_down_for_20_s_while_the_job_prints_loses_nothing_and_says_so
         config: sshd.config(),
         alias: "bgwork-down".into(),
     });
-    let runs = format!("/tmp/bgwork-ssh-runs-p{}", std::process::id());
-    let _ = std::fs::remove_file(&runs);
-    let on = h.on();
-    let reply = h.home.json(&[
-        "start",
-        "--window",
-        "0",
-        "--notify",
-        "--on",
-        &on,
-        "--",
-        &counting_job(&runs, 300),
-    ]);
-    let id = reply["id"].as_str().unwrap().to_string();
-    let waited = h
-        .home
-        .run(&[
-            "--json",
-            "wait",
-            &id,
-            "--until",
-            "line-3",
-            "--timeout",
-            "60",
-        ])
-        .json();
-    assert_eq!(waited["reason"], "matched", "{waited}");
+    let (runs, id) = h.counting("p", 300, 3, true);
     // The link goes down: sshd stopped, the shared connection's master killed.
     let master = master_pid(&h.home, &h.host.config, &h.host.alias).expect("a master runs");
     sshd.down();
@@ -872,33 +810,7 @@ fn issue24_6_a_killed_host_daemon_is_taken_back_never_run_again() {
         return;
     };
     let h = SshHome::new(host);
-    let runs = format!("/tmp/bgwork-ssh-runs-r{}", std::process::id());
-    let _ = std::fs::remove_file(&runs);
-    let on = h.on();
-    let reply = h.home.json(&[
-        "start",
-        "--window",
-        "0",
-        "--notify",
-        "--on",
-        &on,
-        "--",
-        &counting_job(&runs, 80),
-    ]);
-    let id = reply["id"].as_str().unwrap().to_string();
-    let waited = h
-        .home
-        .run(&[
-            "--json",
-            "wait",
-            &id,
-            "--until",
-            "line-5",
-            "--timeout",
-            "60",
-        ])
-        .json();
-    assert_eq!(waited["reason"], "matched", "{waited}");
+    let (runs, id) = h.counting("r", 80, 5, true);
     let daemon = remote_pid(&h, "daemon.lock");
     assert!(
         crate::util::alive(daemon),
@@ -968,25 +880,7 @@ fn issue24_1_a_host_key_changed_while_a_job_runs_is_refused_with_ssh_words_and_t
         config: sshd.config(),
         alias: "bgwork-down".into(),
     });
-    let runs = format!("/tmp/bgwork-ssh-runs-h{}", std::process::id());
-    let _ = std::fs::remove_file(&runs);
-    let id = h.start(&counting_job(&runs, 200))["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let waited = h
-        .home
-        .run(&[
-            "--json",
-            "wait",
-            &id,
-            "--until",
-            "line-3",
-            "--timeout",
-            "60",
-        ])
-        .json();
-    assert_eq!(waited["reason"], "matched", "{waited}");
+    let (runs, id) = h.counting("h", 200, 3, false);
     // The recorded key is now another one; the open connection goes.
     let known = sshd.dir.path().join("known_hosts");
     let real = std::fs::read_to_string(&known).unwrap();

@@ -17,7 +17,7 @@
 
 use crate::daemon::admission::{Admission, Newcomer};
 use crate::daemon::monitor::{LineMonitor, LineOutcome};
-use crate::daemon::{Daemon, Live, Pace};
+use crate::daemon::{Daemon, Pace};
 use crate::executor::{On, Which};
 use crate::paths::now_ms;
 use crate::store::{EndRecord, NewNotice, NewRecord, Record};
@@ -499,25 +499,7 @@ impl Daemon {
         let limits = (record.quiet_after_ms, record.max_runtime_ms);
         let spec = self.job_spec(&record, args, &job_dir, None, pane, limits);
         match self.executors.start(row, &spec, &on).await {
-            Ok(handle) => {
-                let mut inner = self.lock();
-                let still = inner
-                    .store
-                    .get(row)?
-                    .is_some_and(|r| r.state != State::Ended);
-                if still {
-                    let live = Live {
-                        handle,
-                        dropped: 0,
-                        input_closed: false,
-                        unwritten: 0,
-                        unwritten_at: 0,
-                    };
-                    self.go_live(&mut inner, row, live);
-                }
-                drop(inner);
-                self.records_changed();
-            }
+            Ok(handle) => self.live_unless_ended(row, handle)?,
             Err(reason) => {
                 let _ = self.spawn_failed_told(row, &record.id, reason, true);
             }

@@ -220,11 +220,22 @@ impl Daemon {
             Ok(handle) => handle,
             Err(reason) => return Err(self.spawn_failed(record.row, &record.id, reason)),
         };
+        self.live_unless_ended(record.row, handle)?;
+        Ok(Launched::New(record.row))
+    }
+
+    /// A job its executor started goes live, unless its record ended meanwhile (a stop
+    /// that raced the start).
+    pub(crate) fn live_unless_ended(
+        &self,
+        row: i64,
+        handle: crate::executor::JobHandle,
+    ) -> Result<(), WireError> {
         {
             let mut inner = self.lock();
             let still = inner
                 .store
-                .get(record.row)?
+                .get(row)?
                 .is_some_and(|r| r.state != State::Ended);
             if still {
                 let live = Live {
@@ -234,11 +245,11 @@ impl Daemon {
                     unwritten: 0,
                     unwritten_at: 0,
                 };
-                self.go_live(&mut inner, record.row, live);
+                self.go_live(&mut inner, row, live);
             }
         }
         self.records_changed();
-        Ok(Launched::New(record.row))
+        Ok(())
     }
 
     /// Under the one lock: a running twin (when `twin` is given), else the limits of

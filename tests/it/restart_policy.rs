@@ -6,7 +6,7 @@ use crate::util::{alive, eventually, Home};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-const MARKER: &str = "started again, restart";
+const MARKER: &str = "run again, restart";
 
 /// The item, from `list --all` (which delivers no notice).
 fn listed(home: &Home, id: &str) -> Value {

@@ -152,6 +152,13 @@ fn issue26_r3_after_the_final_end_the_last_fields_describe_the_last_run() {
     assert_eq!(restart["last_exit_code"], 12, "{item}");
     assert_eq!(restart["last_end"], "failed", "{item}");
     assert_eq!(restart["last_ended_at"], item["ended_at"], "{item}");
+    // Stopped between two runs, the last run is still the one that failed.
+    let id = restarting(&home, "exit 7");
+    home.json(&["stop", &id]);
+    let item = ended(&home, &id);
+    assert_eq!(item["end"], "stopped_by_agent", "{item}");
+    assert_eq!(item["restart"]["last_end"], "failed", "{item}");
+    assert_eq!(item["restart"]["last_exit_code"], 7, "{item}");
 }
 
 #[test]

@@ -174,10 +174,13 @@ pub(crate) fn marker(record: &Record, restart: u32, max: u32) -> String {
 pub(crate) fn view(record: &Record) -> Option<RestartView> {
     let state = record.restart.as_ref()?;
     let waiting = state.waiting() && record.end.is_none();
-    // Ended, its last run is the record's own end (the state holds the run before it).
+    // Ended by a run's end, its last run is the record's own end (the state holds the
+    // run before it); ended between two runs (a stop, a loss), the state's run is the last.
     let (last_end, last_exit_code, last_signal, last_ended_at) = match record.end {
-        Some(end) => (Some(end), record.exit_code, record.signal, record.ended_at),
-        None => (
+        Some(end) if !state.waiting() => {
+            (Some(end), record.exit_code, record.signal, record.ended_at)
+        }
+        _ => (
             state.last_end,
             state.last_exit_code,
             state.last_signal,

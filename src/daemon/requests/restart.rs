@@ -48,9 +48,13 @@ impl Daemon {
         }
         if !missing.is_empty() {
             let flags: Vec<String> = missing.iter().map(|n| format!("--env {n}=VALUE")).collect();
+            let why = match record.state {
+                State::Waiting => "its keeper, which held it while it waited, no longer answers",
+                _ => "whose value bgwork never records",
+            };
             return Err(WireError::bad_request(format!(
-                "{id} was started with --env {}, whose value bgwork never records: give it \
-                 again (`bgwork restart {id} {}`) or set it in your environment",
+                "{id} was started with --env {}, {why}: give it again (`bgwork restart {id} {}`) \
+                 or set it in your environment",
                 missing.join(", "),
                 flags.join(" ")
             )));

@@ -31,7 +31,7 @@ mod strip;
 
 use admission::guard;
 pub use config::Config;
-use jobs::{processes, report, restart_policy, settle};
+use jobs::{after, processes, report, restart_policy, settle};
 use output::{pane, read, scan, watchers};
 use requests::{items, run, start};
 pub use serve::main;

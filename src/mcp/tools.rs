@@ -858,8 +858,10 @@ pub fn for_model(message: &str) -> String {
     let command = COMMAND.get_or_init(|| {
         regex::Regex::new(r"`bgwork ([a-z]+)( start)?([^`]*)`").expect("a valid pattern")
     });
-    let option =
-        OPTION.get_or_init(|| regex::Regex::new(r"--([a-z][a-z-]*)").expect("a valid pattern"));
+    // A quoted span first (one that gives options is said as arguments, its quotes
+    // kept once), then an option named outside any quotes.
+    let option = OPTION
+        .get_or_init(|| regex::Regex::new(r"`([^`]*)`|--([a-z][a-z-]*)").expect("a valid pattern"));
     let text = command.replace_all(message, |caps: &regex::Captures| {
         let tool = match (&caps[1], caps.get(2).is_some()) {
             ("agent", true) => "agent_start".to_string(),
@@ -903,10 +905,39 @@ pub fn for_model(message: &str) -> String {
         }
     });
     option
-        .replace_all(&text, |caps: &regex::Captures| {
-            format!("`{}`", option_name(&caps[1]))
+        .replace_all(&text, |caps: &regex::Captures| match caps.get(1) {
+            Some(span) if span.as_str().starts_with("--") => {
+                format!("`{}`", options_as_arguments(span.as_str()))
+            }
+            Some(_) => caps[0].to_string(),
+            None => format!("`{}`", option_name(&caps[2])),
         })
         .into_owned()
+}
+
+/// `--restart on-failure --max-restarts 3` as a tool's arguments:
+/// `restart: on-failure, max_restarts: 3`.
+fn options_as_arguments(span: &str) -> String {
+    let mut arguments: Vec<String> = Vec::new();
+    for word in span.split_whitespace() {
+        match word.strip_prefix("--") {
+            Some(flag) if !flag.is_empty() => {
+                arguments.push(format!("{}: true", option_name(flag)))
+            }
+            _ => match arguments.last_mut() {
+                Some(last) if last.ends_with(": true") => {
+                    last.truncate(last.len() - "true".len());
+                    last.push_str(word);
+                }
+                Some(last) => {
+                    last.push(' ');
+                    last.push_str(word);
+                }
+                None => arguments.push(word.to_string()),
+            },
+        }
+    }
+    arguments.join(", ")
 }
 
 /// The arguments under the tools' own names: the CLI's names are taken too (`timeout`
@@ -1012,6 +1043,15 @@ mod tests {
         assert_eq!(
             for_model("`bgwork agent start -- x`"),
             "the `agent_start` tool"
+        );
+        // A quoted option is said once, as the tool's argument (issue 26 item 9).
+        assert_eq!(
+            for_model("the one there is, is `--restart on-failure`; or --pty"),
+            "the one there is, is `restart: on-failure`; or `pty`"
+        );
+        assert_eq!(
+            for_model("use `--allow-duplicate` or `--max-restarts 3 --backoff 1s..5s`"),
+            "use `allow_duplicate: true` or `max_restarts: 3, backoff: 1s..5s`"
         );
     }
 }

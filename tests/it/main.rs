@@ -14,6 +14,7 @@ mod hostile15;
 mod house;
 mod issue22;
 mod issue25;
+mod issue26;
 mod issue27;
 mod mcp;
 mod mcp_hostile;

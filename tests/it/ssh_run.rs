@@ -1,0 +1,308 @@
+//! `run` and panes on a host reached with ssh (issue 24), and what a host's logind
+//! means for the work there: against the real OpenSSH server of `scripts/ssh-host`,
+//! as `tests/it/ssh.rs` (they run only with `BGWORK_TEST_SSH=1`, else say so and
+//! return).
+
+use crate::ssh::{clean_host, host, Host};
+use crate::util::{eventually, Home};
+use serde_json::{json, Value};
+use std::io::BufRead;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// A home whose daemon reaches the host; on drop its work is stopped and what it
+/// left on the host removed.
+struct OnHost {
+    home: Home,
+    host: Host,
+}
+
+impl OnHost {
+    fn new(test: &str) -> Option<OnHost> {
+        OnHost::with(test, Home::new())
+    }
+
+    fn with(test: &str, home: Home) -> Option<OnHost> {
+        let host = host(test)?;
+        let home = home.with("BGWORK_SSH_CONFIG", &host.config);
+        Some(OnHost { home, host })
+    }
+
+    fn on(&self) -> String {
+        format!("ssh:{}", self.host.alias)
+    }
+
+    /// `bgwork ARGS` with `--on ssh:HOST` after the command's name, its stdout piped.
+    fn spawn(&self, args: &[&str], stdin: Stdio) -> Child {
+        let on = self.on();
+        let mut all = args[..1].to_vec();
+        all.extend(["--on", &on]);
+        all.extend_from_slice(&args[1..]);
+        self.home
+            .command(&all)
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn start_pane(&self, options: &[&str], command: &str) -> String {
+        let on = self.on();
+        let mut args = vec!["start", "--window", "0", "--pty", "--on", &on];
+        args.extend_from_slice(options);
+        args.extend(["--", command]);
+        let id = self.home.json(&args)["id"].as_str().unwrap().to_string();
+        eventually(Duration::from_secs(60), || {
+            self.home.item(&id)["state"] != "starting"
+        });
+        id
+    }
+}
+
+impl Drop for OnHost {
+    fn drop(&mut self) {
+        let _ = self.home.command(&["shutdown", "--stop-work"]).output();
+        clean_host(&self.host, self.home.path());
+    }
+}
+
+/// A folder both the test and the host's user reach (the host is this machine).
+fn shared() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("bgw-ssh-run")
+        .tempdir_in("/tmp")
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+/// The lines a child prints, as they come.
+fn lines_of(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receiver
+}
+
+/// The child's exit code, once it ended within `limit` (killed, by pid, past it).
+fn exit_within(child: &mut Child, limit: Duration) -> Option<i32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn newest(home: &Home) -> Value {
+    let listed = home.json(&["list", "--all"]);
+    listed["items"].as_array().unwrap().last().cloned().unwrap()
+}
+
+#[test]
+fn issue24_1_run_on_a_host_streams_as_it_comes_and_exits_with_the_commands_status() {
+    let Some(h) = OnHost::new(
+        "issue24_1_run_on_a_host_streams_as_it_comes_and_exits_with_the_commands_status",
+    ) else {
+        return;
+    };
+    let dir = shared();
+    let gate = dir.path().join("gate");
+    let job = format!(
+        "whoami; echo first; while [ ! -e {} ]; do sleep 0.05; done; echo second; exit 3",
+        gate.display()
+    );
+    let mut child = h.spawn(&["run", "--timeout", "120", "--", &job], Stdio::null());
+    let lines = lines_of(&mut child);
+    let mut seen = Vec::new();
+    while !seen.iter().any(|l| l == "first") {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no streamed line: {seen:?}"));
+        seen.push(line);
+    }
+    assert_eq!(seen, ["bgwork-ssh", "first"], "runs as the host's user");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the output came while the job ran"
+    );
+    std::fs::write(&gate, "").unwrap();
+    assert_eq!(exit_within(&mut child, Duration::from_secs(60)), Some(3));
+    let rest: Vec<String> = lines.iter().collect();
+    assert_eq!(rest, ["second"]);
+    let item = newest(&h.home);
+    assert_eq!(item["executor"], "ssh", "{item}");
+    assert_eq!(item["end"], "failed", "{item}");
+    assert_eq!(item["exit_code"], 3, "{item}");
+    // The run showed its end: no notice of it is left.
+    let notices = h.home.json(&["notices"]);
+    assert_eq!(notices["notices"], json!([]), "{notices}");
+}
+
+#[test]
+fn issue24_1_run_on_a_host_past_its_deadline_is_promoted_with_its_notice_armed() {
+    let Some(h) =
+        OnHost::new("issue24_1_run_on_a_host_past_its_deadline_is_promoted_with_its_notice_armed")
+    else {
+        return;
+    };
+    // The caller's stdin stays open (a terminal's would), so `read` waits past the
+    // deadline; after the promotion the job takes `send`.
+    let mut child = h.spawn(
+        &[
+            "run",
+            "--json",
+            "--timeout",
+            "3",
+            "--",
+            "echo before; read x; echo after-$x; exit 4",
+        ],
+        Stdio::piped(),
+    );
+    let held = child.stdin.take();
+    let output = child.wait_with_output().unwrap();
+    drop(held);
+    assert_eq!(output.status.code(), Some(0));
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["outcome"], "promoted", "{reply}");
+    assert_eq!(reply["state"], "running", "{reply}");
+    assert_eq!(reply["executor"], "ssh", "{reply}");
+    assert!(
+        reply["message"]
+            .as_str()
+            .unwrap()
+            .contains("promoted to the background; a notice will come when it ends"),
+        "{reply}"
+    );
+    let id = reply["id"].as_str().unwrap().to_string();
+    assert!(reply["output"].as_str().unwrap().contains("before"));
+    // The text form says it on stderr, exit 0.
+    let mut text = h.spawn(
+        &["run", "--timeout", "2", "--", "sleep 1000"],
+        Stdio::null(),
+    );
+    assert_eq!(exit_within(&mut text, Duration::from_secs(60)), Some(0));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut text.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("promoted to the background"), "{stderr}");
+    // Its notice is armed without --notify.
+    h.home.json(&["send", &id, r"yes\n"]);
+    let notices = h.home.json(&["notices", "--wait", "60"]);
+    assert_eq!(notices["notices"][0]["item"], id.as_str(), "{notices}");
+    assert_eq!(notices["notices"][0]["exit_code"], 4, "{notices}");
+    assert_eq!(
+        h.home.json(&["read", &id, "--all"])["output"],
+        "before\nafter-yes\n"
+    );
+    assert_eq!(
+        h.home.json(&["read", &id])["output"],
+        "after-yes\n",
+        "the run showed the rest"
+    );
+}
+
+#[test]
+fn issue24_1_run_on_a_host_at_the_hosts_limit_is_killed_at_its_deadline_and_says_so() {
+    let Some(h) = OnHost::with(
+        "issue24_1_run_on_a_host_at_the_hosts_limit_is_killed_at_its_deadline_and_says_so",
+        Home::new().with("BGWORK_MAX_RUNNING", "1"),
+    ) else {
+        return;
+    };
+    let on = h.on();
+    let first = h
+        .home
+        .json(&["start", "--window", "0", "--on", &on, "--", "sleep 1000"]);
+    let first = first["id"].as_str().unwrap().to_string();
+    // This machine's slot is its own: a local job does not make the run's room.
+    h.home.start("sleep 1000");
+    let mut child = h.spawn(
+        &["run", "--json", "--timeout", "2", "--", "exec sleep 1000"],
+        Stdio::null(),
+    );
+    assert_eq!(exit_within(&mut child, Duration::from_secs(60)), Some(1));
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    let reply: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(reply["outcome"], "killed", "{reply}");
+    assert_eq!(reply["state"], "ended", "{reply}");
+    let message = reply["message"].as_str().unwrap();
+    assert!(
+        message.contains("limit of 1 running jobs on ssh hosts"),
+        "{message}"
+    );
+    assert_eq!(h.home.item(&first)["state"], "running");
+}
+
+#[test]
+fn issue24_1_a_run_on_a_host_whose_caller_is_interrupted_is_stopped_there_as_locally() {
+    let Some(h) = OnHost::new(
+        "issue24_1_a_run_on_a_host_whose_caller_is_interrupted_is_stopped_there_as_locally",
+    ) else {
+        return;
+    };
+    let mut child = h.spawn(
+        &["run", "--timeout", "120", "--", "echo up; exec sleep 1000"],
+        Stdio::null(),
+    );
+    let lines = lines_of(&mut child);
+    assert_eq!(
+        lines.recv_timeout(Duration::from_secs(60)).as_deref(),
+        Ok("up")
+    );
+    let item = newest(&h.home);
+    let id = item["id"].as_str().unwrap().to_string();
+    let pid = item["pid"].as_i64().unwrap() as i32;
+    assert!(crate::util::alive(pid), "the job runs on the host: {item}");
+    // Ctrl-C in the caller's terminal: SIGINT to the CLI.
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    exit_within(&mut child, Duration::from_secs(30));
+    let ended = h
+        .home
+        .run(&["--json", "wait", &id, "--timeout", "60"])
+        .json();
+    assert_eq!(ended["reason"], "ended", "{ended}");
+    assert_eq!(ended["items"][0]["end"], "stopped_by_person", "{ended}");
+    // Its process on the host (this machine) is gone.
+    eventually(Duration::from_secs(20), || !crate::util::alive(pid));
+}
+
+#[test]
+fn issue24_1_mcp_run_with_on_runs_on_the_host() {
+    let Some(h) = OnHost::new("issue24_1_mcp_run_with_on_runs_on_the_host") else {
+        return;
+    };
+    let mut mcp = crate::mcp::Mcp::start(&h.home);
+    let (error, reply) = mcp.call(
+        "run",
+        json!({"command": "echo on-$(whoami); exit 2", "on": h.on(), "timeout_s": 60}),
+    );
+    assert!(!error, "{reply}");
+    assert_eq!(reply["outcome"], "ended", "{reply}");
+    assert_eq!(reply["exit_code"], 2, "{reply}");
+    assert_eq!(reply["executor"], "ssh", "{reply}");
+    assert!(
+        reply["output"].as_str().unwrap().contains("on-bgwork-ssh"),
+        "{reply}"
+    );
+    // Without `on`, a run stays here.
+    let (error, reply) = mcp.call("run", json!({"command": "true"}));
+    assert!(!error, "{reply}");
+    assert!(reply.get("executor").is_none(), "{reply}");
+}

@@ -604,7 +604,7 @@ fn run_start(a: &Args) -> Result<StartArgs, WireError> {
 }
 
 fn start_args(a: &Args) -> Result<StartArgs, WireError> {
-    let ssh = crate::executor::ssh::choose(a.text("on")?.as_deref(), a.flag("pty")?, "")?;
+    let ssh = crate::executor::ssh::choose(a.text("on")?.as_deref(), "")?;
     let cwd = match (&ssh, a.text("cwd")?) {
         (Some(_), Some(cwd)) => {
             crate::executor::ssh::check_cwd(&cwd, "cwd")?;

@@ -306,3 +306,106 @@ fn issue24_1_mcp_run_with_on_runs_on_the_host() {
     assert!(!error, "{reply}");
     assert!(reply.get("executor").is_none(), "{reply}");
 }
+
+/// A process of the host's user whose command line is `argv` (the host is this
+/// machine).
+fn runs_on_host(argv: &[u8]) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| cmdline == argv)
+    })
+}
+
+#[test]
+fn issue24_2_a_pane_on_a_host_takes_keys_shows_its_screen_resizes_and_hangs_up() {
+    use crate::panes::{screen, until};
+    let Some(h) =
+        OnHost::new("issue24_2_a_pane_on_a_host_takes_keys_shows_its_screen_resizes_and_hangs_up")
+    else {
+        return;
+    };
+    let id = h.start_pane(&["--cols", "90", "--rows", "20"], "bash --norc -i");
+    let item = h.home.item(&id);
+    assert_eq!(item["kind"], "pane", "{item}");
+    assert_eq!(item["executor"], "ssh", "{item}");
+    h.home
+        .json(&["send", &id, r"tput cols; echo hello-$(whoami)\n"]);
+    until(&h.home, &id, "^hello-bgwork-ssh");
+    let text = screen(&h.home, &id);
+    assert!(text.lines().any(|l| l.trim() == "90"), "{text}");
+    assert!(
+        text.lines().any(|l| l.trim() == "hello-bgwork-ssh"),
+        "{text}"
+    );
+    // C-c reaches the pane's terminal there: only the sleep is interrupted.
+    h.home.json(&["send", &id, r"sleep 4242\n"]);
+    eventually(Duration::from_secs(30), || {
+        runs_on_host(b"sleep\x004242\x00")
+    });
+    h.home.json(&["send", &id, "--key", "C-c"]);
+    eventually(Duration::from_secs(30), || {
+        !runs_on_host(b"sleep\x004242\x00")
+    });
+    h.home.json(&["send", &id, r"echo alive-after-interrupt\n"]);
+    until(&h.home, &id, "^alive-after-interrupt");
+    assert_eq!(h.home.item(&id)["state"], "running");
+    // A resize reaches its terminal there and the screen here.
+    let resized = h
+        .home
+        .json(&["resize", &id, "--cols", "70", "--rows", "15"]);
+    assert_eq!(resized["ok"], true, "{resized}");
+    h.home.json(&["send", &id, r"tput cols; tput lines\n"]);
+    until(&h.home, &id, "^15");
+    let text = screen(&h.home, &id);
+    assert!(text.lines().any(|l| l.trim() == "70"), "{text}");
+    assert!(text.lines().count() <= 15, "15 rows: {text}");
+    // `close` hangs it up there: cancelled, as locally.
+    let closed = h.home.json(&["close", &id]);
+    assert_eq!(closed["stop_requested"], true, "{closed}");
+    let ended = h.home.wait_end(&id);
+    assert_eq!(ended["end"], "cancelled", "{ended}");
+    assert_eq!(ended["report"], format!("{id} was cancelled (pane closed)"));
+}
+
+#[test]
+fn issue24_2_a_pane_on_a_host_is_taken_back_after_a_local_kill_9_and_notifies_its_end_once() {
+    use crate::panes::{screen, until};
+    let Some(h) = OnHost::new(
+        "issue24_2_a_pane_on_a_host_is_taken_back_after_a_local_kill_9_and_notifies_its_end_once",
+    ) else {
+        return;
+    };
+    let id = h.start_pane(&["--notify"], "bash --norc -i");
+    h.home.json(&["send", &id, r"echo one-$((40+2))\n"]);
+    until(&h.home, &id, "^one-42");
+    h.home.kill_daemon();
+    h.home.start_daemon();
+    // The screen, rebuilt here from the mirror, and keys that reach the same shell.
+    let text = screen(&h.home, &id);
+    assert!(text.lines().any(|l| l.trim() == "one-42"), "{text}");
+    h.home.json(&["send", &id, r"echo two-$((6*7))\n"]);
+    until(&h.home, &id, "^two-42");
+    h.home.json(&["send", &id, r"exit 5\n"]);
+    eventually(Duration::from_secs(60), || {
+        h.home.item(&id)["state"] == "ended"
+    });
+    let item = h.home.item(&id);
+    assert_eq!(item["end"], "failed", "{item}");
+    assert_eq!(item["exit_code"], 5, "{item}");
+    let notices = h.home.json(&["notices"]);
+    let ends: Vec<&Value> = notices["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["item"] == id.as_str())
+        .collect();
+    assert_eq!(ends.len(), 1, "one notice of its end: {notices}");
+    assert!(
+        ends[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("FAILED (exit 5)"),
+        "{notices}"
+    );
+    let again = h.home.json(&["notices"]);
+    assert_eq!(again["notices"], json!([]), "once: {again}");
+}

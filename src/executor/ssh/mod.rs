@@ -48,29 +48,19 @@ const END_WAIT_S: f64 = 30.0;
 /// The most output one request brings over.
 const CHUNK: usize = 4 << 20;
 
-/// Where a `start` runs when it names a host: `ssh:HOST` from `on` (else
-/// `BGWORK_EXECUTOR`); `None`: not on a host. `prefix`: how options are named to the
-/// caller (`--` on the command line, none in MCP).
-pub fn choose(on: Option<&str>, pty: bool, prefix: &str) -> Result<Option<String>, WireError> {
+/// Where a `start` (a job or a pane) runs when it names a host: `ssh:HOST` from `on`
+/// (else `BGWORK_EXECUTOR`); `None`: not on a host. `prefix`: how options are named to
+/// the caller (`--` on the command line, none in MCP).
+pub fn choose(on: Option<&str>, prefix: &str) -> Result<Option<String>, WireError> {
     let from_env = std::env::var("BGWORK_EXECUTOR")
         .ok()
         .filter(|v| !v.is_empty());
-    let asked = on.is_some();
     let Some(executor) = on.map(str::to_string).or(from_env) else {
         return Ok(None);
     };
     let Some(host) = executor.strip_prefix("ssh:") else {
         return Ok(None);
     };
-    if pty && asked {
-        return Err(WireError::bad_request(format!(
-            "panes on ssh hosts are not supported yet: start it with {prefix}on local"
-        )));
-    }
-    // A default from the environment does not send a pane there.
-    if pty {
-        return Ok(None);
-    }
     let bad = host.is_empty()
         || host.starts_with('-')
         || host.chars().any(|c| c.is_whitespace() || c.is_control());
@@ -88,17 +78,12 @@ pub fn check(args: &StartArgs) -> Result<(), WireError> {
     let Some(host) = &args.ssh else {
         return Ok(());
     };
-    if args.pty {
-        return Err(WireError::bad_request(
-            "panes on ssh hosts are not supported yet: start the pane on this machine",
-        ));
-    }
     if args.slurm.is_some() {
         return Err(WireError::bad_request(
             "a job runs on Slurm or on an ssh host, not both: choose one --on",
         ));
     }
-    choose(Some(&format!("ssh:{host}")), false, "--").map(|_| ())?;
+    choose(Some(&format!("ssh:{host}")), "--").map(|_| ())?;
     // `~`: the remote home, as the record of a job started without a folder says (its
     // restart).
     if let Some(cwd) = args.cwd.as_deref().filter(|&cwd| cwd != "~") {
@@ -209,6 +194,10 @@ impl SshExecutor {
             max_runtime_s: spec.max_runtime_ms.map(|ms| ms as f64 / 1000.0),
             secrets: spec.secrets.iter().map(|[name, _]| name.clone()).collect(),
             keep_raw_log: spec.keep_raw_log,
+            // A pane: its terminal is made there, by the host's supervisor.
+            pty: spec.pane.is_some(),
+            cols: spec.pane.map(|p| p.cols),
+            rows: spec.pane.map(|p| p.rows),
             ..StartArgs::default()
         };
         let link = self.links.of(host);
@@ -331,20 +320,25 @@ impl Executor for SshExecutor {
 /// What a job on a host cannot be asked.
 fn refuses(command: &ToSupervisor) -> Option<&'static str> {
     match command {
-        ToSupervisor::Resize { .. } | ToSupervisor::Input { .. } => {
-            Some("panes on ssh hosts are not supported yet")
-        }
-        ToSupervisor::Signal { signal } if key_of(*signal).is_none() => {
+        // Input (a pane's keys too) goes as a write, answered by the host's daemon.
+        ToSupervisor::Input { .. } => Some("input reaches a job on an ssh host as a write"),
+        ToSupervisor::Signal { signal } if key_of(*signal).is_none() && !is_hangup(*signal) => {
             Some("a job on an ssh host takes the keys C-c, C-\\ and C-z, no other signal")
         }
         ToSupervisor::Hello { .. } => Some("a job on an ssh host is reached through its host"),
         ToSupervisor::Rerun { .. } => Some("restart policies are not supported on ssh hosts yet"),
         ToSupervisor::Signal { .. }
+        | ToSupervisor::Resize { .. }
         | ToSupervisor::CloseInput
         | ToSupervisor::Stop { .. }
         | ToSupervisor::Write { .. }
         | ToSupervisor::Pace { .. } => None,
     }
+}
+
+/// SIGHUP, which only `close` sends (a pane's hang-up): `close` on the host.
+fn is_hangup(signal: i32) -> bool {
+    signal == nix::sys::signal::Signal::SIGHUP as i32
 }
 
 /// The key of `send --key` that makes the host's daemon send a plain job `signal`, as
@@ -717,6 +711,8 @@ impl Tracker {
                     detail.unwrap_or_else(|| "it could not start".into())
                 ))
             }
+            // A pane hung up there: its code and signal say so here as well.
+            Some(End::Cancelled) if item.exit_code.is_some() || item.signal.is_some() => {}
             Some(end @ (End::Lost | End::Cancelled)) => {
                 status.exit_code = None;
                 status.signal = None;
@@ -783,6 +779,15 @@ impl Tracker {
                     }
                 });
             }
+            Command::Send(ToSupervisor::Signal { signal }) if is_hangup(signal) => {
+                // A pane hung up (`close`): the host's daemon hangs its terminal up.
+                let envelope = self.envelope(Request::Close { id });
+                tokio::spawn(async move { tell(&link, &envelope, "the hang-up").await });
+            }
+            Command::Send(ToSupervisor::Resize { cols, rows }) => {
+                let envelope = self.envelope(Request::Resize { id, cols, rows });
+                tokio::spawn(async move { tell(&link, &envelope, "the resize").await });
+            }
             Command::Send(command @ (ToSupervisor::Signal { .. } | ToSupervisor::CloseInput)) => {
                 let key = match command {
                     ToSupervisor::Signal { signal } => key_of(signal).unwrap_or("C-c"),
@@ -816,7 +821,6 @@ impl Tracker {
             Command::Send(
                 ToSupervisor::Hello { .. }
                 | ToSupervisor::Input { .. }
-                | ToSupervisor::Resize { .. }
                 | ToSupervisor::Write { .. }
                 | ToSupervisor::Pace { .. }
                 | ToSupervisor::Rerun { .. },
@@ -841,6 +845,18 @@ impl Tracker {
                 });
             }
         }
+    }
+}
+
+/// Sends a request whose answer only the daemon's log hears of (a refusal, a link down).
+async fn tell(link: &link::Link, envelope: &Envelope, what: &str) {
+    match link.request(envelope, Duration::ZERO).await {
+        Ok(line) => {
+            if let Err(e) = crate::wire::decode_reply::<serde_json::Value>(&line) {
+                crate::note!("bgwork daemon: {what} was refused there: {}", e.message);
+            }
+        }
+        Err(e) => crate::note!("bgwork daemon: {what} did not reach the host: {e}"),
     }
 }
 
@@ -888,14 +904,13 @@ mod tests {
     #[test]
     fn hosts_and_folders_are_checked() {
         assert_eq!(
-            super::choose(Some("ssh:me@box"), false, "--").unwrap(),
+            super::choose(Some("ssh:me@box"), "--").unwrap(),
             Some("me@box".to_string())
         );
-        assert_eq!(super::choose(Some("local"), false, "--").unwrap(), None);
+        assert_eq!(super::choose(Some("local"), "--").unwrap(), None);
         for bad in ["ssh:", "ssh:-oProxyCommand=x", "ssh:a b"] {
-            assert!(super::choose(Some(bad), false, "--").is_err(), "{bad}");
+            assert!(super::choose(Some(bad), "--").is_err(), "{bad}");
         }
-        assert!(super::choose(Some("ssh:box"), true, "--").is_err());
         assert!(super::check_cwd("/srv/x", "--cwd").is_ok());
         assert!(super::check_cwd("srv/x", "--cwd").is_err());
     }

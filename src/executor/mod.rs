@@ -140,6 +140,8 @@ pub struct View {
     pub host: Option<String>,
     /// "host H unreachable since T: …" while its link is down.
     pub unreachable: Option<String>,
+    /// "on H: its jobs die when …": the job will not outlive a logout on its host.
+    pub logout: Option<String>,
 }
 
 impl View {

@@ -409,3 +409,236 @@ fn issue24_2_a_pane_on_a_host_is_taken_back_after_a_local_kill_9_and_notifies_it
     let again = h.home.json(&["notices"]);
     assert_eq!(again["notices"], json!([]), "once: {again}");
 }
+
+#[test]
+fn issue24_3_a_host_without_systemd_logind_says_nothing_of_logout_and_runs_the_job() {
+    let Some(h) = OnHost::new(
+        "issue24_3_a_host_without_systemd_logind_says_nothing_of_logout_and_runs_the_job",
+    ) else {
+        return;
+    };
+    if std::path::Path::new("/run/systemd/system").exists() {
+        crate::util::not_run(
+            "issue24_3_a_host_without_systemd_logind_says_nothing_of_logout_and_runs_the_job",
+            "the host (this machine) runs systemd: the branch without logind is not here",
+        );
+        return;
+    }
+    let on = h.on();
+    let reply = h.home.json(&[
+        "start",
+        "--window",
+        "5000",
+        "--on",
+        &on,
+        "--",
+        "echo up; sleep 1000",
+    ]);
+    assert!(reply.get("logout_warning").is_none(), "{reply}");
+    let id = reply["id"].as_str().unwrap().to_string();
+    let text = h.home.run(&["list"]).stdout;
+    assert!(!text.contains("warning"), "{text}");
+    assert_eq!(h.home.item(&id)["state"], "running");
+    assert!(h.home.json(&["read", &id, "--all"])["output"]
+        .as_str()
+        .unwrap()
+        .contains("up"));
+}
+
+/// Runs `bgwork ssh-relay` as a host where systemd-logind runs with `KillUserProcesses=yes`
+/// would: in a mount namespace of its own whose `/run/systemd/system` exists, with a
+/// `loginctl` (and a `systemd-run`) on its PATH that answer as logind's would. Returns
+/// the relay's first line, `None` where this test cannot make such a host (not root).
+fn relay_on_a_logind_host(linger: bool, home: &std::path::Path) -> Option<Value> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next().map(str::to_string));
+    if uid.as_deref() != Some("0") {
+        crate::util::not_run(
+            &crate::util::this_test(),
+            "it mounts a tmpfs in a mount namespace of its own, which needs root",
+        );
+        return None;
+    }
+    let bin = tempfile::tempdir().unwrap();
+    let loginctl = format!(
+        "#!/bin/sh\ncase \"$1\" in\n  show-session) printf 'KillUserProcesses=yes\\nKillOnlyUsers=\\nKillExcludeUsers=\\n' ;;\n  show-user) echo Linger={} ;;\n  *) exit 1 ;;\nesac\n",
+        if linger { "yes" } else { "no" }
+    );
+    // A user manager's scope, as far as the relay can tell: the command, run as it is,
+    // after a mark that it was asked.
+    let systemd_run = format!(
+        "#!/bin/sh\necho \"$@\" > {}/scope-asked\nwhile [ \"$1\" != -- ]; do shift; done; shift\nexec \"$@\"\n",
+        bin.path().display()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    for (name, text) in [("loginctl", loginctl), ("systemd-run", systemd_run)] {
+        let path = bin.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut relay = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount -t tmpfs bgwork-test /run/systemd && mkdir /run/systemd/system && exec \"$@\"",
+            "--",
+            crate::util::BIN,
+            "ssh-relay",
+        ])
+        .env("PATH", path)
+        .env("BGWORK_HOME", home)
+        .env_remove("BGWORK_JOB")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(&mut relay);
+    let hello = lines.recv_timeout(Duration::from_secs(60)).unwrap();
+    drop(relay.stdin.take());
+    exit_within(&mut relay, Duration::from_secs(30));
+    let mut hello: Value = serde_json::from_str(&hello).unwrap();
+    hello["scope_asked"] = json!(bin.path().join("scope-asked").exists());
+    Some(hello)
+}
+
+#[test]
+fn issue24_3_a_logind_host_that_kills_at_logout_says_so_without_lingering_and_scopes_with_it() {
+    let home = tempfile::Builder::new()
+        .prefix("bgw")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let Some(hello) = relay_on_a_logind_host(false, home.path()) else {
+        return;
+    };
+    let why = hello["logout"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("lingering is off for root") && why.contains("loginctl enable-linger root"),
+        "{hello}"
+    );
+    assert_eq!(hello["scope_asked"], false, "{hello}");
+    // Lingering on: the host's daemon is started in a scope, and nothing is said.
+    let home = tempfile::Builder::new()
+        .prefix("bgw")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let hello = relay_on_a_logind_host(true, home.path()).unwrap();
+    assert!(hello.get("logout").is_none(), "{hello}");
+    assert_eq!(hello["scope_asked"], true, "{hello}");
+    let stopped = std::process::Command::new(crate::util::BIN)
+        .arg("shutdown")
+        .env("BGWORK_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(stopped.status.success(), "{stopped:?}");
+}
+
+#[test]
+fn issue24_3_a_job_on_a_host_whose_logind_kills_at_logout_says_so_in_its_reply_and_record() {
+    let test =
+        "issue24_3_a_job_on_a_host_whose_logind_kills_at_logout_says_so_in_its_reply_and_record";
+    let dir = shared();
+    // The host's bgwork runs as on a host whose logind kills at logout, lingering off:
+    // in a user and mount namespace of its own (so the host's user may mount), with
+    // `/run/systemd/system` and a `loginctl` that answers as logind's would.
+    let fake = dir.path().join("bin");
+    std::fs::create_dir(&fake).unwrap();
+    let loginctl = fake.join("loginctl");
+    std::fs::write(
+        &loginctl,
+        "#!/bin/sh\ncase \"$1\" in\n  show-session) printf 'KillUserProcesses=yes\\nKillOnlyUsers=\\nKillExcludeUsers=\\n' ;;\n  show-user) echo Linger=no ;;\n  *) exit 1 ;;\nesac\n",
+    )
+    .unwrap();
+    let wrapper = dir.path().join("bgwork-on-a-logind-host");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec unshare -rm sh -c 'mount -t tmpfs bgwork-test /run/systemd && mkdir /run/systemd/system && PATH=\"$0:$PATH\" exec \"$@\"' {} {} \"$@\"\n",
+            fake.display(),
+            crate::util::BIN
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for path in [&fake, &loginctl, &wrapper] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let home = Home::new().with("BGWORK_REMOTE_BIN", wrapper.to_str().unwrap());
+    let Some(h) = OnHost::with(test, home) else {
+        return;
+    };
+    let can = std::process::Command::new("ssh")
+        .args(["-F", &h.host.config, "-o", "BatchMode=yes", &h.host.alias])
+        .arg(format!("{} true", wrapper.display()))
+        .output()
+        .unwrap();
+    if !can.status.success() {
+        crate::util::not_run(
+            test,
+            &format!(
+                "the host's user cannot make a user namespace here: {}",
+                String::from_utf8_lossy(&can.stderr).trim()
+            ),
+        );
+        return;
+    }
+    let on = h.on();
+    let reply = h.home.json(&[
+        "start",
+        "--window",
+        "0",
+        "--on",
+        &on,
+        "--",
+        "echo up; sleep 1000",
+    ]);
+    let id = reply["id"].as_str().unwrap().to_string();
+    let said = |item: &Value| {
+        item["logout_warning"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let why = said(&reply);
+    assert!(
+        why.starts_with("on bgwork-test: its jobs die when root's last login there ends")
+            && why.contains("lingering is off for root")
+            && why.contains("loginctl enable-linger root"),
+        "said at start: {reply}"
+    );
+    let text = h.home.run(&["list"]).stdout;
+    assert!(
+        text.contains("warning: on bgwork-test: its jobs die"),
+        "{text}"
+    );
+    // Kept with the job: a restarted daemon says it as well.
+    h.home.kill_daemon();
+    h.home.start_daemon();
+    assert_eq!(said(&h.home.item(&id)), why);
+    let waited = h
+        .home
+        .run(&["--json", "wait", &id, "--until", "up", "--timeout", "60"])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    // Said while it runs: an ended job has nothing left to lose.
+    h.home.json(&["stop", &id]);
+    assert!(h.home.wait_end(&id).get("logout_warning").is_none());
+    let remote_home = format!(
+        "BGWORK_HOME=\"$HOME\"/.bgwork-remote/{} {} shutdown",
+        crate::ssh::home_id(h.home.path()),
+        wrapper.display()
+    );
+    let _ = std::process::Command::new("ssh")
+        .args(["-F", &h.host.config, "-o", "BatchMode=yes", &h.host.alias])
+        .arg(remote_home)
+        .output();
+}

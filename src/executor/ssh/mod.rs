@@ -15,6 +15,7 @@
 
 pub mod deploy;
 pub mod link;
+pub mod logout;
 pub mod relay;
 
 use super::{
@@ -121,6 +122,8 @@ pub struct SshExecutor {
     links: Arc<Links>,
     /// Rows known to run (or to have run) on a host, and which; `None`: known not to.
     views: Arc<Mutex<HashMap<i64, Option<String>>>>,
+    /// Rows whose host said they die at logout there (`SshJob::logout`).
+    logouts: Arc<Mutex<HashMap<i64, String>>>,
 }
 
 impl SshExecutor {
@@ -131,6 +134,7 @@ impl SshExecutor {
             links: Arc::new(Links::new(home, &home_id)),
             home_id,
             views: Arc::default(),
+            logouts: Arc::default(),
         }
     }
 
@@ -149,11 +153,24 @@ impl SshExecutor {
         if let Some(host) = views.get(&row) {
             return host.clone();
         }
-        let found = (!job_dir.is_empty())
-            .then(|| read_ssh_file(Path::new(job_dir)).map(|job| job.host))
+        let job = (!job_dir.is_empty())
+            .then(|| read_ssh_file(Path::new(job_dir)))
             .flatten();
+        let found = job.as_ref().map(|job| job.host.clone());
         views.insert(row, found.clone());
+        drop(views);
+        if let Some(logout) = job.and_then(|job| job.logout) {
+            self.set_logout(row, Some(logout));
+        }
         found
+    }
+
+    fn set_logout(&self, row: i64, logout: Option<String>) {
+        let mut logouts = self.logouts.lock().unwrap_or_else(|p| p.into_inner());
+        match logout {
+            Some(logout) => logouts.insert(row, logout),
+            None => logouts.remove(&row),
+        };
     }
 
     fn set_host(&self, row: i64, host: &str) {
@@ -171,6 +188,7 @@ impl SshExecutor {
             session: session_of(&self.home_id, spec),
             remote_id: None,
             max_runtime_ms: spec.max_runtime_ms,
+            logout: None,
         };
         write_ssh_file(&job_dir, &job)?;
         self.set_host(row, host);
@@ -217,6 +235,9 @@ impl SshExecutor {
             Err(e) => return Err(e.to_string()),
         };
         job.remote_id = Some(reply.item.id.clone());
+        // Said by the host's relay when the channel opened: this job dies at logout.
+        job.logout = link.logout();
+        self.set_logout(row, job.logout.clone());
         if let Err(e) = write_ssh_file(&job_dir, &job) {
             crate::note!("bgwork daemon: {e}");
         }
@@ -266,6 +287,7 @@ impl Executor for SshExecutor {
             return Reattach::Lost(format!("its {SSH_FILE} is unreadable"));
         };
         self.set_host(row, &job.host);
+        self.set_logout(row, job.logout.clone());
         let mirrored = std::fs::metadata(JobDir(job_dir).log()).map_or(0, |m| m.len());
         let pid = crate::supervisor::tree::TreeRecord::read(job_dir)
             .job
@@ -291,10 +313,17 @@ impl Executor for SshExecutor {
     fn view(&self, row: i64, job_dir: &str) -> Option<View> {
         let host = self.host_of(row, job_dir)?;
         let unreachable = self.links.known(&host).and_then(|l| l.unreachable());
+        let logout = self
+            .logouts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&row)
+            .map(|why| format!("on {host}: {why}"));
         Some(View {
             which: Which::Ssh,
             host: Some(host),
             unreachable,
+            logout,
             ..View::default()
         })
     }

@@ -642,3 +642,72 @@ fn issue24_3_a_job_on_a_host_whose_logind_kills_at_logout_says_so_in_its_reply_a
         .arg(remote_home)
         .output();
 }
+
+#[test]
+fn issue24_2_a_resize_and_a_close_asked_while_the_host_is_down_reach_its_pane_once_it_answers() {
+    use crate::panes::until;
+    let test =
+        "issue24_2_a_resize_and_a_close_asked_while_the_host_is_down_reach_its_pane_once_it_answers";
+    let Some(shared_host) = host(test) else {
+        return;
+    };
+    // An sshd of the test's own (the shared host is never stopped).
+    let mut sshd = crate::ssh::OwnSshd::new(&shared_host);
+    let h = OnHost {
+        home: Home::new().with("BGWORK_SSH_CONFIG", &sshd.config()),
+        host: Host {
+            config: sshd.config(),
+            alias: "bgwork-down".into(),
+        },
+    };
+    let id = h.start_pane(&["--cols", "90", "--rows", "20"], "bash --norc -i");
+    h.home.json(&["send", &id, r"tput cols\n"]);
+    until(&h.home, &id, "^90");
+    sshd.down();
+    let control = h.home.path().join("ssh").join("%C");
+    let _ = std::process::Command::new("ssh")
+        .args(["-F", &h.host.config, "-o"])
+        .arg(format!("ControlPath={}", control.display()))
+        .args(["-O", "exit", &h.host.alias])
+        .output();
+    eventually(Duration::from_secs(30), || {
+        h.home.item(&id)["host_unreachable"].is_string()
+    });
+    let resized = h
+        .home
+        .json(&["resize", &id, "--cols", "70", "--rows", "15"]);
+    assert_eq!(resized["ok"], true, "{resized}");
+    sshd.up();
+    // Input is refused while the link is down; once it is up, the terminal there has
+    // the size asked meanwhile.
+    eventually(Duration::from_secs(60), || {
+        h.home.run(&["send", &id, r"tput cols; tput lines\n"]).code == 0
+    });
+    until(&h.home, &id, "^15");
+    let out = h.home.json(&["read", &id, "--all"])["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(out.lines().any(|l| l.trim() == "70"), "{out}");
+    // A close asked while the host is down hangs the pane up once it answers.
+    let master = std::process::Command::new("ssh")
+        .args(["-F", &h.host.config, "-o"])
+        .arg(format!("ControlPath={}", control.display()))
+        .args(["-O", "exit", &h.host.alias])
+        .output()
+        .unwrap();
+    assert!(master.status.success(), "{master:?}");
+    sshd.down();
+    eventually(Duration::from_secs(30), || {
+        h.home.item(&id)["host_unreachable"].is_string()
+    });
+    let closed = h.home.json(&["close", &id]);
+    assert_eq!(closed["stop_requested"], true, "{closed}");
+    sshd.up();
+    let ended = h
+        .home
+        .run(&["--json", "wait", &id, "--timeout", "90"])
+        .json();
+    assert_eq!(ended["reason"], "ended", "{ended}");
+    assert_eq!(ended["items"][0]["end"], "cancelled", "{ended}");
+}

@@ -268,6 +268,7 @@ impl SshExecutor {
             mirrored,
             dropped: 0,
             stop_actor: None,
+            order: Arc::default(),
         };
         tokio::spawn(tracker.run(incoming));
         handle
@@ -397,6 +398,66 @@ struct Tracker {
     /// Bytes of the host's log its cap dropped before they were mirrored.
     dropped: u64,
     stop_actor: Option<Actor>,
+    /// A pane's resize and hang-up the host has not taken yet, and the order of its
+    /// input after them.
+    order: Arc<Order>,
+}
+
+/// A pane's resize and hang-up not yet taken by the host (its link was down, or the
+/// request in doubt): sent again after each look until the host answers (both may be
+/// carried out twice, never lost), and always before input asked after them: input
+/// and these take turns ([`Order::turn`]), each turn sending what is pending first.
+#[derive(Default)]
+struct Order {
+    pending: Mutex<Pending>,
+    turns: tokio::sync::Mutex<()>,
+    /// A retry waits for its turn (one at a time).
+    retrying: std::sync::atomic::AtomicBool,
+    /// What a turn needs to send them.
+    to: Mutex<Option<(Arc<link::Link>, String, String)>>,
+}
+
+#[derive(Default)]
+struct Pending {
+    resize: Option<(u16, u16)>,
+    hang_up: bool,
+}
+
+impl Order {
+    /// Waits for this caller's turn, then sends what is pending; the turn lasts while
+    /// the guard lives.
+    async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        let turn = self.turns.lock().await;
+        let to = lock(&self.to).clone();
+        let Some((link, session, id)) = to else {
+            return turn;
+        };
+        let (resize, hang_up) = {
+            let mut pending = lock(&self.pending);
+            (pending.resize.take(), std::mem::take(&mut pending.hang_up))
+        };
+        let envelope = |request| Envelope {
+            session: session.clone(),
+            request,
+        };
+        if let Some((cols, rows)) = resize {
+            let id = id.clone();
+            let taken = tell(&link, &envelope(Request::Resize { id, cols, rows })).await;
+            let mut pending = lock(&self.pending);
+            if !taken && pending.resize.is_none() {
+                pending.resize = Some((cols, rows));
+            }
+        }
+        if hang_up && !tell(&link, &envelope(Request::Close { id })).await {
+            lock(&self.pending).hang_up = true;
+        }
+        turn
+    }
+
+    fn has_pending(&self) -> bool {
+        let pending = lock(&self.pending);
+        pending.resize.is_some() || pending.hang_up
+    }
 }
 
 /// A `wait` for the job's end kept open on the host, asked again when it times out;
@@ -489,6 +550,7 @@ impl Tracker {
                 });
                 return;
             }
+            self.send_pending();
             if end_wait.is_none() && self.spawned {
                 if let Some(id) = self.job.remote_id.clone() {
                     end_wait = Some(EndWait::start(
@@ -810,12 +872,12 @@ impl Tracker {
             }
             Command::Send(ToSupervisor::Signal { signal }) if is_hangup(signal) => {
                 // A pane hung up (`close`): the host's daemon hangs its terminal up.
-                let envelope = self.envelope(Request::Close { id });
-                tokio::spawn(async move { tell(&link, &envelope, "the hang-up").await });
+                lock(&self.order.pending).hang_up = true;
+                self.send_pending();
             }
             Command::Send(ToSupervisor::Resize { cols, rows }) => {
-                let envelope = self.envelope(Request::Resize { id, cols, rows });
-                tokio::spawn(async move { tell(&link, &envelope, "the resize").await });
+                lock(&self.order.pending).resize = Some((cols, rows));
+                self.send_pending();
             }
             Command::Send(command @ (ToSupervisor::Signal { .. } | ToSupervisor::CloseInput)) => {
                 let key = match command {
@@ -861,7 +923,10 @@ impl Tracker {
                     text,
                     keys: Vec::new(),
                 }));
+                let order = self.order.clone();
                 tokio::spawn(async move {
+                    // After a resize or hang-up asked before it, as the caller asked them.
+                    let _turn = order.turn().await;
                     let result = match link.request(&envelope, Duration::ZERO).await {
                         Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
                             Ok(_) => Ok(0),
@@ -877,15 +942,51 @@ impl Tracker {
     }
 }
 
-/// Sends a request whose answer only the daemon's log hears of (a refusal, a link down).
-async fn tell(link: &link::Link, envelope: &Envelope, what: &str) {
+impl Tracker {
+    /// Sends the pane's pending resize and hang-up to the host in a turn of their own
+    /// (one such at a time); what the link could not carry waits for the next look.
+    fn send_pending(&self) {
+        let Some(id) = self.job.remote_id.clone() else {
+            return;
+        };
+        *lock(&self.order.to) = Some((self.link.clone(), self.job.session.clone(), id));
+        use std::sync::atomic::Ordering;
+        if !self.order.has_pending() || self.order.retrying.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let order = self.order.clone();
+        tokio::spawn(async move {
+            drop(order.turn().await);
+            order.retrying.store(false, Ordering::SeqCst);
+        });
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Sends a request whose answer only the daemon's log hears of; false when the host
+/// did not answer (to be sent again), true when it did (a refusal is noted).
+async fn tell(link: &link::Link, envelope: &Envelope) -> bool {
     match link.request(envelope, Duration::ZERO).await {
         Ok(line) => {
             if let Err(e) = crate::wire::decode_reply::<serde_json::Value>(&line) {
-                crate::note!("bgwork daemon: {what} was refused there: {}", e.message);
+                crate::note!(
+                    "bgwork daemon: the host refused a pane's request: {}",
+                    e.message
+                );
             }
+            true
         }
-        Err(e) => crate::note!("bgwork daemon: {what} did not reach the host: {e}"),
+        Err(LinkError::Refused(e)) => {
+            crate::note!(
+                "bgwork daemon: the host refused a pane's request: {}",
+                e.message
+            );
+            true
+        }
+        Err(LinkError::Down(_) | LinkError::InDoubt(_)) => false,
     }
 }
 

@@ -104,8 +104,8 @@ impl Which {
         match (self, what) {
             (Which::Local, _) => None,
             (Which::Slurm, HereOnly::Run) => Some(
-                "`run` runs in the foreground on this machine: `start --on slurm` sends work \
-                 to Slurm",
+                "`run` runs in the foreground on this machine or an ssh host (--on ssh:HOST): \
+                 `start --on slurm` sends work to Slurm",
             ),
             (Which::Slurm, HereOnly::SubAgent) => {
                 Some("a sub-agent runs on this machine: start it without slurm")

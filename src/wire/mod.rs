@@ -621,6 +621,10 @@ pub struct Item {
     /// While its host cannot be reached: since when, and ssh's words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_unreachable: Option<String>,
+    /// A job on an ssh host that will not outlive a logout there (systemd-logind's
+    /// `KillUserProcesses=yes` with lingering off): why, and the fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logout_warning: Option<String>,
     /// Its restart policy and where it is in it (`start --restart on-failure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartView>,

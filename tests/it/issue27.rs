@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The ELF type and whether a program header asks for an interpreter (`PT_INTERP`).
 fn elf_kind(path: &str) -> (u16, bool) {
@@ -160,4 +160,32 @@ fn issue27_1_a_hook_binds_and_claims_in_one_round_trip() {
         std::process::id(),
         "the claim binds the session to the hook's harness (this test): {seen:?}"
     );
+}
+
+#[test]
+fn issue27_2_an_idle_daemon_leaves_its_database_alone() {
+    // After copying the write-ahead log, the checkpoint thread begins it again with a
+    // write of its own (so that a request's next write syncs nothing): that write must
+    // not start another round, or an idle daemon would write its disk every second.
+    let home = Home::new();
+    let id = home.start("echo once");
+    home.wait_end(&id);
+    let wal = home.path().join("work.db-wal");
+    let written = || std::fs::metadata(&wal).and_then(|m| m.modified()).ok();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut last, mut since) = (written(), Instant::now());
+    // Settled: untouched for longer than two of the thread's rounds (one a second).
+    while since.elapsed() < Duration::from_millis(2500) {
+        assert!(
+            Instant::now() < deadline,
+            "the idle daemon's log is still written after 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let now = written();
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    // The home still answers and holds its record.
+    assert_eq!(home.item(&id)["end"], "succeeded");
 }

@@ -984,6 +984,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             // A pull acknowledges what it could print (see `notices::pull_notices`).
             ack: !peek && !follow,
             limit: None,
+            bind_harness: None,
         },
         Commands::Dismiss { ids } => Request::Dismiss { id: None, ids },
         Commands::Restart { id, env, window } => {

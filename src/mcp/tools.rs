@@ -556,6 +556,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             wait_s: None,
             ack: false,
             limit: None,
+            bind_harness: None,
         },
         "resize" => Request::Resize {
             id: a.required("id")?,

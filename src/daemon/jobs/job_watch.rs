@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 /// A watcher looks at new output at most this often: the pace of a job nobody waits
 /// on, so that its cost stays the same when someone does (a port in use is told within
 /// a second; a quiet spell's deadline is kept exactly whatever the pause).
-pub(super) const SCAN_PAUSE: Duration = Duration::from_millis(crate::daemon::watchers::RELAXED_MS);
+pub(super) const SCAN_PAUSE: Duration =
+    Duration::from_millis(crate::daemon::output::watchers::RELAXED_MS);
 
 /// The most new output one look scans for a port in use (the newest bytes).
 pub(super) const SCAN_MAX: u64 = 64 << 10;
@@ -125,7 +126,7 @@ impl JobWatch {
         let dropped = daemon.lock().dropped(record);
         let (log, head) = (self.log.clone(), self.head);
         let mut partial = std::mem::take(&mut self.partial);
-        let found = crate::daemon::scan::read_off_lock(len - from, move || {
+        let found = crate::daemon::output::scan::read_off_lock(len - from, move || {
             let (bytes, _) = output::read_range(&log, from, len, head, dropped);
             partial.extend_from_slice(&bytes);
             let found = in_use_line(&partial);
@@ -289,7 +290,7 @@ impl Daemon {
 
     /// A quiet spell passed its `--quiet-after`: its notice, once.
     pub(super) async fn quiet_spell(&self, watch: &mut JobWatch, record: &Record) {
-        if crate::daemon::restart_policy::waiting(record) {
+        if crate::daemon::jobs::restart_policy::waiting(record) {
             // Nothing runs while it waits out its restart policy's back-off: no spell
             // to tell (a new one begins with the next run's output).
             watch.fired = true;

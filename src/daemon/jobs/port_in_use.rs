@@ -27,10 +27,10 @@ pub(super) fn in_use_line(bytes: &[u8]) -> Option<String> {
     let mut lines = bytes.split(|&b| b == b'\n').peekable();
     while let Some(line) = lines.next() {
         let edge = match lines.peek() {
-            Some(_) => crate::daemon::scan::Edge::Whole,
-            None => crate::daemon::scan::Edge::Open,
+            Some(_) => crate::daemon::output::scan::Edge::Whole,
+            None => crate::daemon::output::scan::Edge::Open,
         };
-        let text = crate::daemon::scan::reader_text(line, edge, in_key);
+        let text = crate::daemon::output::scan::reader_text(line, edge, in_key);
         in_key = crate::redact::private_key_open_after(line, in_key);
         match text {
             Some(text) if pattern.is_match(text.as_bytes()) => {

@@ -99,7 +99,7 @@ impl Daemon {
                 .restart
                 .as_ref()
                 .map(|state| crate::wire::RestartPolicyArgs {
-                    on: crate::daemon::restart_policy::ON_FAILURE.to_string(),
+                    on: crate::daemon::jobs::restart_policy::ON_FAILURE.to_string(),
                     max_restarts: Some(state.max_restarts),
                     backoff: Some(format!(
                         "{}ms..{}ms",

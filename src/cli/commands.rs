@@ -96,7 +96,8 @@ history. It says which it chose and why.
 Examples:
   bgwork run -- cargo build
   bgwork run --timeout auto -- cargo test
-  bgwork run --timeout 300 -- ./migrate.sh")]
+  bgwork run --timeout 300 -- ./migrate.sh
+  bgwork run --on ssh:gpu-box -- nvidia-smi")]
     Run(RunCmd),
     /// List the session's running work, one line per item (--all adds ended records)
     #[command(after_help = "\

@@ -279,7 +279,13 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 quiet_after: None,
                 max_runtime: None,
                 after: Vec::new(),
-                on: OnCmd::local(),
+                on: match run.on {
+                    Some(on) => OnCmd {
+                        on: Some(on),
+                        ..OnCmd::default()
+                    },
+                    None => OnCmd::local(),
+                },
                 restart: RestartPolicyCmd::default(),
             })?,
             timeout_s: match run.timeout {

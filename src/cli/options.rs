@@ -257,6 +257,11 @@ pub struct RunCmd {
     /// than 15 s, else wait up to 3 times its usual time)
     #[arg(long, value_name = "S|auto", value_parser = timeout_arg)]
     pub timeout: Option<TimeoutArg>,
+    /// Where it runs: `local` (this machine) or `ssh:HOST` (a host as ssh knows it;
+    /// its output streams here as it comes) [default: local, whatever $BGWORK_EXECUTOR
+    /// says]
+    #[arg(long, value_name = "EXECUTOR")]
+    pub on: Option<String>,
     #[command(flatten)]
     pub job: JobCmd,
 }

@@ -374,7 +374,14 @@ fn start_text(reply: &StartReply) -> String {
     let item = &reply.item;
     if reply.already_running == Some(true) {
         let id = inert(&item.id);
-        let mut text = format!("already running as {id}: {}", label(item));
+        let mut text = match item.not_running_words() {
+            Some(words) => format!(
+                "already running as {id}, {}: {}",
+                inert(&words),
+                label(item)
+            ),
+            None => format!("already running as {id}: {}", label(item)),
+        };
         if let Some(pid) = item.pid {
             text.push_str(&format!(" (pid {pid})"));
         }
@@ -412,6 +419,10 @@ fn start_text(reply: &StartReply) -> String {
         text.push('\n');
     }
     if let Some(line) = restart_line(item, "", std::time::SystemTime::now()) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    if let Some(line) = logout_line(item, "") {
         text.push_str(&line);
         text.push('\n');
     }
@@ -459,6 +470,7 @@ fn list_text(reply: &ListReply) -> String {
             item.host_unreachable.as_deref(),
             "         ",
         ));
+        lines.extend(logout_line(item, "         "));
     }
     lines.join("\n")
 }
@@ -554,8 +566,11 @@ fn row(item: &Item, now: std::time::SystemTime) -> String {
         (State::Ended, Some(end)) => wire::name_of(end),
         (state, _) => wire::name_of(state),
     };
-    let age = humantime::parse_rfc3339(&item.started_at)
-        .ok()
+    // Counted from its start: a waiting item has none yet.
+    let age = item
+        .started_at
+        .as_deref()
+        .and_then(|at| humantime::parse_rfc3339(at).ok())
         .and_then(|start| now.duration_since(start).ok())
         .map(short_duration)
         .unwrap_or_else(|| "-".into());
@@ -594,6 +609,12 @@ fn cost_cells(item: &Item) -> (String, String) {
 /// What history expects of an item not yet ended: `history: usually 41 s (5 runs)`, or
 /// for a running one `history: running 1m20s, usually 41 s (5 runs)`.
 /// While a job's host cannot be reached: since when, and ssh's words.
+/// A job on an ssh host that dies at logout there: why, and the fix.
+fn logout_line(item: &Item, pad: &str) -> Option<String> {
+    let why = item.logout_warning.as_deref()?;
+    Some(format!("{pad}warning: {}", inert(why)))
+}
+
 fn unreachable_line(unreachable: Option<&str>, pad: &str) -> Option<String> {
     unreachable.map(|why| format!("{pad}{}", inert(why)))
 }
@@ -742,6 +763,16 @@ fn read_status_line(reply: &ReadReply) -> String {
     let cost = cost_words(&reply.cost);
     // A raw read's bytes came in a frame, not in `output`.
     let nothing = reply.output.is_empty() && reply.output_bytes.unwrap_or(0) == 0;
+    if let (None, Some(live)) = (&reply.report, &reply.live) {
+        // Waiting, or between two runs: not "still running".
+        let live = inert(live);
+        return match (nothing, cost.is_empty()) {
+            (true, true) => format!("[{id} is {live}; no new output yet]"),
+            (true, false) => format!("[{id} is {live}; no new output yet; {cost}]"),
+            (false, true) => format!("[{id} is {live}]"),
+            (false, false) => format!("[{id} is {live}; {cost}]"),
+        };
+    }
     match (&reply.report, reply.running) {
         (Some(report), _) => format!("[{}]", inert(report)),
         (None, true) if nothing && cost.is_empty() => {
@@ -966,12 +997,20 @@ fn never_ran(item: &Item) -> bool {
 }
 
 fn wait_text(reply: &WaitReply, waited_s: Option<f64>, until: Option<&str>) -> String {
-    let running: Vec<&str> = reply
+    // What has not ended, each as it is: "bg-2 is waiting for bg-1 to succeed".
+    let running: Vec<String> = reply
         .items
         .iter()
         .filter(|i| i.report.is_none())
-        .map(|i| i.id.as_str())
+        .map(|i| match i.not_running_words() {
+            Some(words) => format!("{} is {}", inert(&i.id), inert(&words)),
+            None => inert(&i.id).into_owned(),
+        })
         .collect();
+    let all_running = reply
+        .items
+        .iter()
+        .all(|i| i.report.is_some() || i.not_running_words().is_none());
     let mut text = match (&reply.reason, &reply.matched) {
         (WaitReason::Matched, Some(line)) => format!("matched: {}\n", inert(line)),
         (WaitReason::Timeout, _) => {
@@ -987,6 +1026,7 @@ fn wait_text(reply: &WaitReply, waited_s: Option<f64>, until: Option<&str>) -> S
             }
             match running.as_slice() {
                 [] => {}
+                many if !all_running => head.push_str(&format!("; {}", many.join("; "))),
                 [one] => head.push_str(&format!("; {one} is still running")),
                 many => head.push_str(&format!("; {} are still running", many.join(", "))),
             }
@@ -1008,7 +1048,11 @@ fn wait_text(reply: &WaitReply, waited_s: Option<f64>, until: Option<&str>) -> S
                 text.push_str(&format!("{}:\n", inert(&item.id)));
             }
             (None, WaitReason::Timeout) => {}
-            (None, _) => text.push_str(&format!("{} is still running\n", inert(&item.id))),
+            (None, _) => text.push_str(&format!(
+                "{} is {}\n",
+                inert(&item.id),
+                inert(&item.live_words().unwrap_or_else(|| "still running".into()))
+            )),
         }
         if let Some(tail) = tail {
             text.push_str(&indent(tail));

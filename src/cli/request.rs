@@ -62,7 +62,7 @@ pub(super) fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> 
     let job = start.job;
     let mut env = env_pairs(&job.env)?;
     secret_values(&job.secrets, &mut env)?;
-    let ssh = crate::executor::ssh::choose(start.on.on.as_deref(), start.pty, "--")?;
+    let ssh = crate::executor::ssh::choose(start.on.on.as_deref(), "--")?;
     let cwd = match &ssh {
         // A folder on the host, as it is there (none: the remote user's home).
         Some(_) => match job.cwd {
@@ -113,7 +113,8 @@ pub(super) fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> 
 }
 
 impl OnCmd {
-    /// This machine, whatever `BGWORK_EXECUTOR` says (`run` and sub-agents).
+    /// This machine, whatever `BGWORK_EXECUTOR` says (sub-agents, and `run` without
+    /// `--on`).
     pub(super) fn local() -> OnCmd {
         OnCmd {
             on: Some("local".into()),

@@ -226,7 +226,7 @@ fn respond(
             json!({
                 "decision": block,
                 "reason": format!(
-                    "Work you asked to hear about is still running: {}. Call `bgwork wait {}` \
+                    "Work you asked to hear about has not ended yet: {}. Call `bgwork wait {}` \
                      (it blocks until they end) before finishing, or stop them if they are \
                      no longer needed.",
                     armed.join(", "),
@@ -302,11 +302,12 @@ fn armed_and_running(paths: &Paths, session: &str) -> Result<Vec<String>, WireEr
         // A watch never ends by itself: waiting on it would block the stop for good.
         .filter(|item| item.notify && !is_watch(item))
         .map(|item| {
-            format!(
-                "{} ({})",
-                item.id,
-                item.name.as_deref().unwrap_or(&item.command)
-            )
+            let what = item.name.as_deref().unwrap_or(&item.command);
+            match item.not_running_words() {
+                // Waiting, or between two runs: said as it is, not as running.
+                Some(words) => format!("{} ({what}; {words})", item.id),
+                None => format!("{} ({what})", item.id),
+            }
         })
         .collect())
 }

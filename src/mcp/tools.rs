@@ -96,6 +96,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "cwd": cwd,
                     "env": env,
                     "secrets": secrets,
+                    "on": {"type": "string", "pattern": "^(local|ssh:.+)$", "description": "Where it runs: `local` (this machine) or `ssh:HOST` (a host as ssh knows it; `cwd` is then a path there) (default: local, whatever BGWORK_EXECUTOR says)"},
                     "verbose": verbose
                 }),
                 &["command"],
@@ -466,7 +467,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
     let request = match name {
         "start" => Request::Start(start_args(&a)?),
         "run" => Request::Run(RunArgs {
-            start: local(start_args(&a)?),
+            start: run_start(&a)?,
             timeout_s: match (a.number("timeout_s")?, args.get("timeout")) {
                 // The CLI's `--timeout 30` given as `timeout: 30`.
                 (None, Some(Value::Number(n))) => n.as_f64(),
@@ -590,8 +591,20 @@ fn local(mut args: StartArgs) -> StartArgs {
     args
 }
 
+/// A `run`'s start: on this machine unless `on` names a host (a default from
+/// `BGWORK_EXECUTOR` does not send a foreground run away).
+fn run_start(a: &Args) -> Result<StartArgs, WireError> {
+    let asked = a.text("on")?.filter(|on| on != "local");
+    let mut args = start_args(a)?;
+    args.after.clear();
+    if asked.is_none() {
+        return Ok(local(args));
+    }
+    Ok(args)
+}
+
 fn start_args(a: &Args) -> Result<StartArgs, WireError> {
-    let ssh = crate::executor::ssh::choose(a.text("on")?.as_deref(), a.flag("pty")?, "")?;
+    let ssh = crate::executor::ssh::choose(a.text("on")?.as_deref(), "")?;
     let cwd = match (&ssh, a.text("cwd")?) {
         (Some(_), Some(cwd)) => {
             crate::executor::ssh::check_cwd(&cwd, "cwd")?;
@@ -858,8 +871,10 @@ pub fn for_model(message: &str) -> String {
     let command = COMMAND.get_or_init(|| {
         regex::Regex::new(r"`bgwork ([a-z]+)( start)?([^`]*)`").expect("a valid pattern")
     });
-    let option =
-        OPTION.get_or_init(|| regex::Regex::new(r"--([a-z][a-z-]*)").expect("a valid pattern"));
+    // A quoted span first (one that gives options is said as arguments, its quotes
+    // kept once), then an option named outside any quotes.
+    let option = OPTION
+        .get_or_init(|| regex::Regex::new(r"`([^`]*)`|--([a-z][a-z-]*)").expect("a valid pattern"));
     let text = command.replace_all(message, |caps: &regex::Captures| {
         let tool = match (&caps[1], caps.get(2).is_some()) {
             ("agent", true) => "agent_start".to_string(),
@@ -903,10 +918,39 @@ pub fn for_model(message: &str) -> String {
         }
     });
     option
-        .replace_all(&text, |caps: &regex::Captures| {
-            format!("`{}`", option_name(&caps[1]))
+        .replace_all(&text, |caps: &regex::Captures| match caps.get(1) {
+            Some(span) if span.as_str().starts_with("--") => {
+                format!("`{}`", options_as_arguments(span.as_str()))
+            }
+            Some(_) => caps[0].to_string(),
+            None => format!("`{}`", option_name(&caps[2])),
         })
         .into_owned()
+}
+
+/// `--restart on-failure --max-restarts 3` as a tool's arguments:
+/// `restart: on-failure, max_restarts: 3`.
+fn options_as_arguments(span: &str) -> String {
+    let mut arguments: Vec<String> = Vec::new();
+    for word in span.split_whitespace() {
+        match word.strip_prefix("--") {
+            Some(flag) if !flag.is_empty() => {
+                arguments.push(format!("{}: true", option_name(flag)))
+            }
+            _ => match arguments.last_mut() {
+                Some(last) if last.ends_with(": true") => {
+                    last.truncate(last.len() - "true".len());
+                    last.push_str(word);
+                }
+                Some(last) => {
+                    last.push(' ');
+                    last.push_str(word);
+                }
+                None => arguments.push(word.to_string()),
+            },
+        }
+    }
+    arguments.join(", ")
 }
 
 /// The arguments under the tools' own names: the CLI's names are taken too (`timeout`
@@ -1012,6 +1056,15 @@ mod tests {
         assert_eq!(
             for_model("`bgwork agent start -- x`"),
             "the `agent_start` tool"
+        );
+        // A quoted option is said once, as the tool's argument (issue 26 item 9).
+        assert_eq!(
+            for_model("the one there is, is `--restart on-failure`; or --pty"),
+            "the one there is, is `restart: on-failure`; or `pty`"
+        );
+        assert_eq!(
+            for_model("use `--allow-duplicate` or `--max-restarts 3 --backoff 1s..5s`"),
+            "use `allow_duplicate: true` or `max_restarts: 3, backoff: 1s..5s`"
         );
     }
 }

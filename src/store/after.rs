@@ -2,6 +2,18 @@
 //! from there only while it still waits, and ended from there without a run.
 
 use super::{end_str, EndRecord, NewRecord, Record, Result, Store};
+
+impl Record {
+    /// Whether it ended while it still waited (`start --after`), nothing having run.
+    pub fn never_ran(&self) -> bool {
+        self.started_at == 0 && self.created_at.is_some()
+    }
+
+    /// When it started running: none while it waits, or when it ended so.
+    pub fn ran_from(&self) -> Option<i64> {
+        (self.state != crate::wire::State::Waiting && !self.never_ran()).then_some(self.started_at)
+    }
+}
 use rusqlite::params;
 
 impl Store {
@@ -29,7 +41,7 @@ impl Store {
         let changed = self
             .conn
             .prepare_cached(
-                "UPDATE items SET state = 'starting', started_at = ?2
+                "UPDATE items SET state = 'starting', created_at = started_at, started_at = ?2
                  WHERE row = ?1 AND state = 'waiting'",
             )?
             .execute(params![row, started_at])?;
@@ -37,13 +49,15 @@ impl Store {
     }
 
     /// Ends a record that is still waiting, with its notice, in one transaction. It
-    /// never ran, so no run joins its command's history. False when it no longer
+    /// never ran, so no run joins its command's history, and it has no start time
+    /// (`started_at` 0, its making kept as `created_at`: [`Record::never_ran`]). False when it no longer
     /// waits (it started, or ended, meanwhile).
     pub fn end_waiting(&mut self, row: i64, settlement: &EndRecord) -> Result<bool> {
         let tx = self.conn.transaction()?;
         let changed = tx
             .prepare_cached(
-                "UPDATE items SET state = 'ended', end_kind = ?2, ended_at = ?3, lost_reason = ?4
+                "UPDATE items SET state = 'ended', end_kind = ?2, ended_at = ?3, lost_reason = ?4,
+                    created_at = started_at, started_at = 0
                  WHERE row = ?1 AND state = 'waiting'",
             )?
             .execute(params![

@@ -81,6 +81,16 @@ pub struct Record {
     pub max_runtime_ms: Option<u64>,
     /// Its restart policy and where it is in it (`start --restart on-failure`).
     pub restart: Option<RestartState>,
+    /// When it was made, when that was before it started (a waiting item that has
+    /// started since; while it waits, `started_at` holds it).
+    pub created_at: Option<i64>,
+}
+
+impl Record {
+    /// When it was made: before a waiting item starts, or its start.
+    pub fn created_at(&self) -> i64 {
+        self.created_at.unwrap_or(self.started_at)
+    }
 }
 
 /// What a new record holds before it runs.
@@ -184,7 +194,7 @@ const RECORD_COLUMNS: &str = "row, session, id, kind, state, end_kind, exit_code
     log_len, lost_reason, cols, rows, unwritten, unwritten_at, cpu_ms, peak_rss, quiet_after_ms, \
     max_runtime_ms, (SELECT json_array(max_restarts, backoff_min_ms, backoff_max_ms, restarts, \
     runs_ended, last_end, last_exit_code, last_signal, last_ended_at, next_at, run_started_at, \
-    refused) FROM restarts WHERE restarts.row = items.row)";
+    refused) FROM restarts WHERE restarts.row = items.row), created_at";
 
 /// `end_kind` of a notice about a running job (quiet, a port in use), not an end.
 pub(crate) const EVENT_NOTICE: &str = "event";
@@ -871,6 +881,7 @@ fn record(r: &Row) -> rusqlite::Result<Record> {
             .get::<_, Option<String>>(29)?
             .map(|text| restarts::parse(29, &text))
             .transpose()?,
+        created_at: r.get(30)?,
     })
 }
 

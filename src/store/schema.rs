@@ -205,6 +205,9 @@ const MIGRATIONS: &[&str] = &[
         run_started_at INTEGER,
         refused        TEXT
     );",
+    // 12: when a record was made, apart from when it started running (a waiting item,
+    // `start --after`, starts later; NULL: when it started).
+    "ALTER TABLE items ADD COLUMN created_at INTEGER;",
 ];
 
 pub fn migrate(conn: &Connection) -> Result<()> {

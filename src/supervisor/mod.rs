@@ -441,6 +441,18 @@ impl Supervisor {
     fn rerun(&mut self, run: u32, marker: &str) {
         let mut line = Vec::new();
         let log_path = JobDir(Path::new(&self.spec.job_dir)).log();
+        // A folder removed while it waited (rm -rf, a removed home): its next run would
+        // write into a log no reader sees, so it is not started (contract §15).
+        let folder_kept = std::fs::symlink_metadata(&self.spec.job_dir).is_ok_and(|m| m.is_dir())
+            && std::fs::symlink_metadata(&log_path).is_ok();
+        if !folder_kept {
+            self.rerun_failed = Some(format!(
+                "its folder {} was removed while it waited to start again",
+                self.spec.job_dir
+            ));
+            self.progress_due = true;
+            return;
+        }
         if !self.log.at_line_start(&log_path) {
             line.push(b'\n');
         }

@@ -558,7 +558,10 @@ pub struct Item {
     pub command: String,
     pub cwd: String,
     pub pid: Option<i32>,
-    pub started_at: String,
+    /// When it started running: null while it waits (`start --after`, contract §14).
+    pub started_at: Option<String>,
+    /// When the item was made (its `start`): its start, unless it waited first.
+    pub created_at: String,
     pub ended_at: Option<String>,
     pub notify: bool,
     pub session: String,
@@ -618,12 +621,65 @@ pub struct Item {
     /// While its host cannot be reached: since when, and ssh's words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_unreachable: Option<String>,
+    /// A job on an ssh host that will not outlive a logout there (systemd-logind's
+    /// `KillUserProcesses=yes` with lingering off): why, and the fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logout_warning: Option<String>,
     /// Its restart policy and where it is in it (`start --restart on-failure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartView>,
     /// A waiting item: what it waits for ("waiting for bg-3 to succeed", §14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+}
+
+impl Item {
+    /// What a live item is doing, in the words every reader uses: `waiting for bg-3
+    /// to succeed`, `restarting (restart 2 of 5, next at …)`, or `still running`.
+    /// None once it has ended.
+    pub fn live_words(&self) -> Option<String> {
+        live_words(
+            self.state,
+            self.waiting_for.as_deref(),
+            self.restart.as_ref(),
+        )
+    }
+
+    /// [`Item::live_words`] of an item that waits or restarts, and None for one that
+    /// simply runs (or has ended).
+    pub fn not_running_words(&self) -> Option<String> {
+        matches!(self.state, State::Waiting | State::Restarting)
+            .then(|| self.live_words())
+            .flatten()
+    }
+}
+
+/// [`Item::live_words`] from the parts a reply carries.
+pub fn live_words(
+    state: State,
+    waiting_for: Option<&str>,
+    restart: Option<&RestartView>,
+) -> Option<String> {
+    Some(match state {
+        State::Ended => return None,
+        State::Waiting => waiting_for.unwrap_or("waiting").to_string(),
+        State::Restarting => match restart {
+            Some(restart) => {
+                let mut words = format!(
+                    "restarting (restart {} of {}",
+                    restart.restarts.saturating_add(1).min(restart.max_restarts),
+                    restart.max_restarts
+                );
+                if let Some(at) = &restart.next_attempt_at {
+                    words.push_str(&format!(", next at {at}"));
+                }
+                words.push(')');
+                words
+            }
+            None => "restarting".to_string(),
+        },
+        _ => "still running".to_string(),
+    })
 }
 
 /// What an item's processes use and listen on, each field left out when unknown or
@@ -736,6 +792,10 @@ pub struct ListReply {
 pub struct ReadReply {
     pub id: String,
     pub running: bool,
+    /// While it has not ended, what it does when not simply running: `waiting for bg-3
+    /// to succeed`, `restarting (restart 2 of 5, next at …)` ([`Item::live_words`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<String>,
     pub output: String,
     pub from: u64,
     pub to: u64,

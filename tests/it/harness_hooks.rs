@@ -987,3 +987,29 @@ fn issue22_11_rewake_waits_for_the_quiet_notice_of_a_job_not_armed() {
     assert!(stderr.contains(&id), "{stderr}");
     home.run(&["stop", &id]);
 }
+
+#[test]
+fn issue26_r1_the_stop_hook_says_a_waiting_item_waits() {
+    let home = Home::new();
+    let (first, trigger) = armed_job(&home);
+    let waiting = home.json(&[
+        "start", "--window", "0", "--notify", "--after", &first, "--", "echo b",
+    ]);
+    let waiting = waiting["id"].as_str().unwrap().to_string();
+    let output = hook(
+        &home,
+        "bgwork hook codex --wait-on-stop",
+        &event("codex", "Stop", &home.session),
+    );
+    let reply = stdout_json(&output);
+    assert_eq!(reply["decision"], "block");
+    let reason = reply["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!(
+            "{waiting} (echo b; waiting for {first} to succeed)"
+        )),
+        "{reason}"
+    );
+    assert!(!reason.contains("still running"), "{reason}");
+    std::fs::write(trigger, "").unwrap();
+}

@@ -40,6 +40,8 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How long a new keeper has to say it listens.
 const KEEPER_READY: Duration = Duration::from_secs(10);
+/// How often a waiting item with nothing to poll looks whether its folder is there.
+const FOLDER_CHECK: Duration = Duration::from_secs(2);
 
 /// What each waiting item waits for now, in words (`list`, `status`, the strip).
 #[derive(Default)]
@@ -283,6 +285,10 @@ impl Daemon {
                 self.waiting.forget(row);
                 return;
             }
+            if let Some(reason) = self.folder_gone(row) {
+                self.lose_waiting(row, &reason);
+                return;
+            }
             let mut pending = Vec::new();
             let mut never = None;
             let mut behind = false;
@@ -322,11 +328,8 @@ impl Daemon {
                 tokio::task::yield_now().await;
                 continue;
             }
-            let poll = if polls {
-                backoff
-            } else {
-                Duration::from_secs(86_400)
-            };
+            // Its folder is looked at even when nothing else would wake it.
+            let poll = if polls { backoff } else { FOLDER_CHECK };
             backoff = (backoff * 2).min(MAX_BACKOFF);
             tokio::select! {
                 changed = changes.changed() => {
@@ -535,6 +538,29 @@ impl Daemon {
         Ok(found.map(|r| r.id))
     }
 
+    /// Why a waiting item cannot start any more because its folder (its `after.json`,
+    /// its keeper's socket, where its log would be) was removed: none while it is there.
+    fn folder_gone(&self, row: i64) -> Option<String> {
+        let record = self.lock().store.get(row).ok().flatten()?;
+        let dir = Path::new(&record.job_dir);
+        let kept = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+            && std::fs::symlink_metadata(dir.join(AFTER_FILE)).is_ok();
+        (!kept).then(|| {
+            format!(
+                "its folder {} was removed while it waited; nothing ran: start it again",
+                record.job_dir
+            )
+        })
+    }
+
+    /// Its folder is gone: the item ends `lost`, with the reason and a notice.
+    fn lose_waiting(&self, row: i64, reason: &str) {
+        let Ok(Some(record)) = self.lock().store.get(row) else {
+            return;
+        };
+        self.end_never_ran(&record, End::Lost, reason, true);
+    }
+
     /// A condition can no longer hold: the item ends `cancelled`, with a notice.
     fn cancel_waiting(&self, row: i64, reason: &str) {
         let Ok(Some(record)) = self.lock().store.get(row) else {
@@ -567,6 +593,7 @@ impl Daemon {
     fn end_never_ran(&self, record: &Record, end: End, reason: &str, notify: bool) -> bool {
         let text = match end {
             End::Cancelled => format!("{} was cancelled: {reason}", record.id),
+            End::Lost => format!("{} was lost: {reason}", record.id),
             _ => format!(
                 "{}: {reason}",
                 crate::end::report(&record.id, end, None, None)
@@ -636,6 +663,10 @@ impl Daemon {
             }
             let daemon = self.clone();
             tokio::spawn(async move {
+                if let Some(reason) = daemon.folder_gone(record.row) {
+                    daemon.lose_waiting(record.row, &reason);
+                    return;
+                }
                 match taken_back(&record).await {
                     Ok((args, awaited)) => {
                         daemon.run_waiting(record.row, args, awaited).await;
@@ -650,6 +681,19 @@ impl Daemon {
             });
         }
     }
+}
+
+/// The rows every waiting item awaits (from their `after.json`): `gc` keeps them, so
+/// that a waiter judges the real end of what it waits for, however long the daemon
+/// was down (contract §14).
+pub(crate) fn awaited_rows(store: &crate::store::Store) -> std::collections::HashSet<i64> {
+    let waiting = store.unsettled().unwrap_or_default();
+    waiting
+        .iter()
+        .filter(|r| r.state == State::Waiting && !r.job_dir.is_empty())
+        .filter_map(|r| read_after_file(Path::new(&r.job_dir)).ok())
+        .flat_map(|file| file.awaited.into_iter().map(|a| a.row))
+        .collect()
 }
 
 /// What a waiting item waits for, in words: "bg-3 to succeed and bg-4 to end".
@@ -804,6 +848,21 @@ async fn taken_back(record: &Record) -> Result<(StartArgs, Vec<Awaited>), String
     })
     .await
     .map_err(|e| e.to_string())?
+}
+
+/// The `--env` and `--secret` values a waiting item's keeper holds for it (none when
+/// it does not answer, or answers for another item): `restart` takes them from there.
+pub(crate) async fn kept_env(record: &Record) -> std::collections::BTreeMap<String, String> {
+    let job_dir = PathBuf::from(&record.job_dir);
+    let owner = crate::daemon::jobs::settle::owner(record);
+    let kept = tokio::task::spawn_blocking(move || crate::keeper::ask(&job_dir, KeepRequest::Get))
+        .await
+        .ok()
+        .and_then(Result::ok);
+    match kept {
+        Some(kept) if kept.owner == owner => kept.args.env,
+        _ => Default::default(),
+    }
 }
 
 /// A waiting item's `after.json` (its folder is outside input: no link followed).

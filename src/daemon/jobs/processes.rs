@@ -81,10 +81,15 @@ impl Daemon {
         let seen = tokio::task::spawn_blocking(move || observe_dirs(&dirs, true))
             .await
             .unwrap_or_default();
+        // One that waits out a restart's back-off is the server between two runs: it
+        // listens again once started, so it counts as listening (contract §3, §15).
         candidates
             .iter()
             .zip(seen)
-            .filter(|(_, seen)| seen.as_ref().is_some_and(|s| !s.listening.is_empty()))
+            .filter(|(record, seen)| {
+                crate::daemon::jobs::restart_policy::waiting(record)
+                    || seen.as_ref().is_some_and(|s| !s.listening.is_empty())
+            })
             .map(|(record, _)| record.row)
             .collect()
     }
@@ -140,7 +145,7 @@ impl Twin<'_> {
     fn matches(&self, session: &str, record: &Record) -> bool {
         record.session == session
             && record.kind == self.kind
-            && record.state == State::Running
+            && matches!(record.state, State::Running | State::Starting)
             && record.command == self.command
             && record.cwd == self.cwd
             && record.env_names == self.env_names

@@ -159,12 +159,12 @@ fn backoff_text(state: &RestartState) -> String {
     )
 }
 
-/// The line written into the log where a run starts again. It names no end (no
-/// "FAILED", "error" or "exit"), so a reader's pattern for the job's own words does
-/// not match it.
-fn marker(record: &Record, restart: u32, max: u32) -> String {
+/// The line written into the log where a run starts again. It holds none of the words
+/// a reader waits for in a job's own output ("started", "ready", "listening", "error",
+/// "failed", "exit", "done", in any case), so a pattern for them does not match it.
+pub(crate) fn marker(record: &Record, restart: u32, max: u32) -> String {
     format!(
-        "[bgwork: {} started again, restart {restart} of {max}, at {}]",
+        "[bgwork: {} run again, restart {restart} of {max}, at {}]",
         record.id,
         rfc3339(now_ms())
     )
@@ -174,15 +174,28 @@ fn marker(record: &Record, restart: u32, max: u32) -> String {
 pub(crate) fn view(record: &Record) -> Option<RestartView> {
     let state = record.restart.as_ref()?;
     let waiting = state.waiting() && record.end.is_none();
+    // Ended by a run's end, its last run is the record's own end (the state holds the
+    // run before it); ended between two runs (a stop, a loss), the state's run is the last.
+    let (last_end, last_exit_code, last_signal, last_ended_at) = match record.end {
+        Some(end) if !state.waiting() => {
+            (Some(end), record.exit_code, record.signal, record.ended_at)
+        }
+        _ => (
+            state.last_end,
+            state.last_exit_code,
+            state.last_signal,
+            state.last_ended_at,
+        ),
+    };
     Some(RestartView {
         policy: ON_FAILURE.to_string(),
         restarts: state.restarts,
         max_restarts: state.max_restarts,
         backoff: backoff_text(state),
-        last_end: state.last_end,
-        last_exit_code: state.last_exit_code,
-        last_signal: state.last_signal,
-        last_ended_at: state.last_ended_at.map(rfc3339),
+        last_end,
+        last_exit_code,
+        last_signal,
+        last_ended_at: last_ended_at.map(rfc3339),
         next_attempt_at: state.next_at.filter(|_| waiting).map(rfc3339),
         refused: state.refused.clone().filter(|_| waiting),
     })

@@ -37,6 +37,7 @@ struct Plan {
     from: u64,
     by_cursor: bool,
     running: bool,
+    live: Option<String>,
     report: Option<String>,
     /// Output a full disk kept out of the log, and the offset where it was lost.
     unwritten: (u64, u64),
@@ -137,6 +138,7 @@ impl Daemon {
             from,
             by_cursor,
             running: record.state != State::Ended,
+            live: item.not_running_words(),
             report: item.report,
             host_unreachable: item.host_unreachable,
             unwritten: inner.unwritten(&record),
@@ -342,6 +344,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
     let mut reply = ReadReply {
         id: plan.id,
         running: plan.running,
+        live: plan.live,
         output: text,
         from,
         to,

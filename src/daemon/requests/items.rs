@@ -53,6 +53,10 @@ impl Daemon {
             // A waiting item that never ran (`start --after`) says why it will not.
             report = Some(format!("{id} was cancelled: {detail}"));
         }
+        if let (true, Some(End::Lost), Some(detail)) = (record.never_ran(), record.end, &detail) {
+            // Lost while it waited (its folder removed): why, not a daemon restart.
+            report = Some(format!("{id} was lost: {detail}"));
+        }
         let view = self.executors.view(record.row, &record.job_dir);
         if let (true, Some(End::Lost), Some(detail)) = (view.tells_loss(), record.end, &detail) {
             // A job on Slurm is lost for the reason Slurm gave, not a daemon restart.
@@ -87,7 +91,9 @@ impl Daemon {
             cwd: record.cwd.clone(),
             // Waiting out its back-off, it has no process.
             pid: record.pid.filter(|_| state != State::Restarting),
-            started_at: rfc3339(record.started_at),
+            // A waiting item has not started: its record's time is when it was made.
+            started_at: record.ran_from().map(rfc3339),
+            created_at: rfc3339(record.created_at()),
             ended_at: record.ended_at.map(rfc3339),
             notify: record.notify,
             session: record.session.clone(),
@@ -112,6 +118,7 @@ impl Daemon {
             quiet_after_s: record.quiet_after_ms.map(|ms| ms as f64 / 1000.0),
             host: view.host,
             host_unreachable: view.unreachable.filter(|_| running),
+            logout_warning: view.logout.filter(|_| running),
             restart: crate::daemon::jobs::restart_policy::view(record),
             waiting_for: (record.state == State::Waiting).then(|| {
                 let what = self.waiting.get(record.row);
@@ -180,9 +187,13 @@ impl Daemon {
         for id in ids {
             let record = Self::find(&inner, session, id)?;
             if record.state != State::Ended {
+                let words = self
+                    .item_as(session, &record)
+                    .live_words()
+                    .unwrap_or_else(|| "still running".to_string());
                 return Err(WireError::new(
                     ErrorCode::BadRequest,
-                    format!("{id} is still running: `bgwork stop {id}` first, then dismiss it"),
+                    format!("{id} is {words}: `bgwork stop {id}` first, then dismiss it"),
                 ));
             }
             rows.push(record.row);
@@ -232,7 +243,15 @@ impl Daemon {
         let mut inner = self.lock();
         let now = now_ms();
         let cutoff = now - retain.as_millis() as i64;
-        let ended = inner.store.ended_before(now + 1)?;
+        // What a waiting item awaits stays until it has judged it (it then no longer
+        // waits, and the next gc may take it).
+        let awaited = crate::daemon::jobs::after::awaited_rows(&inner.store);
+        let ended: Vec<_> = inner
+            .store
+            .ended_before(now + 1)?
+            .into_iter()
+            .filter(|r| !awaited.contains(&r.row))
+            .collect();
         let sizes: Vec<u64> = ended.iter().map(|r| dir_size(&r.job_dir)).collect();
         let mut total: u64 = sizes.iter().sum();
         let (mut removed, mut freed) = (0, 0);

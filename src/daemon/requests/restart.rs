@@ -24,12 +24,22 @@ impl Daemon {
             )));
         }
         // The values of `--env` variables were never recorded: the caller gives them
-        // again, or its environment has them.
+        // again, or its environment has them; a waiting item's keeper still holds its
+        // own (contract §14), which stand unless the caller gives others.
         let caller = args.inherit_env.clone().unwrap_or_default();
+        let kept = match record.state {
+            State::Waiting => crate::daemon::jobs::after::kept_env(&record).await,
+            _ => std::collections::BTreeMap::new(),
+        };
         let mut env = std::collections::BTreeMap::new();
         let mut missing = Vec::new();
         for name in &record.env_names {
-            match args.env.get(name).or_else(|| caller.get(name)) {
+            let value = args
+                .env
+                .get(name)
+                .or_else(|| kept.get(name))
+                .or_else(|| caller.get(name));
+            match value {
                 Some(value) => {
                     env.insert(name.clone(), value.clone());
                 }
@@ -38,9 +48,13 @@ impl Daemon {
         }
         if !missing.is_empty() {
             let flags: Vec<String> = missing.iter().map(|n| format!("--env {n}=VALUE")).collect();
+            let why = match record.state {
+                State::Waiting => "its keeper, which held it while it waited, no longer answers",
+                _ => "whose value bgwork never records",
+            };
             return Err(WireError::bad_request(format!(
-                "{id} was started with --env {}, whose value bgwork never records: give it \
-                 again (`bgwork restart {id} {}`) or set it in your environment",
+                "{id} was started with --env {}, {why}: give it again (`bgwork restart {id} {}`) \
+                 or set it in your environment",
                 missing.join(", "),
                 flags.join(" ")
             )));

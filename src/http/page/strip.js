@@ -106,7 +106,8 @@ function shown() {
   const order = (session) => session.replace(/\/sub-(?=\d+(\/|$))/g, '\u0000');
   items.sort((a, b) => {
     const [x, y] = [order(a.session), order(b.session)];
-    return x < y ? -1 : x > y ? 1 : Date.parse(b.started_at) - Date.parse(a.started_at);
+    const made = (i) => Date.parse(i.started_at || i.created_at);
+    return x < y ? -1 : x > y ? 1 : made(b) - made(a);
   });
   return items;
 }
@@ -155,8 +156,10 @@ function render() {
   }
 }
 
-const ageText = (item) => (running(item)
-  ? `up ${age(item.started_at)}` : `ran ${age(item.started_at, item.ended_at)}`);
+// Counted from its real start: a waiting item has none yet (`started_at` is null).
+const ageText = (item) => (!item.started_at
+  ? (item.ended_at ? 'never ran' : `waiting ${age(item.created_at)}`)
+  : running(item) ? `up ${age(item.started_at)}` : `ran ${age(item.started_at, item.ended_at)}`);
 
 function row(item) {
   const what = item.name ? `${item.name} · ${item.command}` : item.command;
@@ -164,7 +167,7 @@ function row(item) {
     el('span', {}, item.kind.replace('_', '-')),
     el('span', { class: `badge state-${stateName(item)}` }, stateName(item)
       + (item.exit_code !== null && item.exit_code !== undefined ? ` ${item.exit_code}` : '')),
-    el('span', { class: 'age', title: item.started_at }),
+    el('span', { class: 'age', title: item.started_at || item.created_at }),
     item.pid ? el('span', {}, `pid ${item.pid}`) : null,
     item.host ? el('span', { class: 'host' }, `on ${item.host}`) : null,
     item.host_unreachable ? el('span', { class: 'unreachable' }, item.host_unreachable) : null,
@@ -251,7 +254,8 @@ function renderChart() {
   const now = Date.now();
   const buckets = 60;
   const [w, h, left, bottom, top] = [300, 150, 26, 18, 8];
-  const spans = view.items.map((i) => [Date.parse(i.started_at), i.ended_at ? Date.parse(i.ended_at) : now, failed(i)]);
+  const spans = view.items.filter((i) => i.started_at)
+    .map((i) => [Date.parse(i.started_at), i.ended_at ? Date.parse(i.ended_at) : now, failed(i)]);
   const counts = [];
   for (let b = 0; b < buckets; b++) {
     const t = now - (buckets - 1 - b) * 60000;

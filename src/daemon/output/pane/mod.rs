@@ -86,6 +86,7 @@ impl Daemon {
         Ok(ReadReply {
             id: shown.clone(),
             running: record.state != State::Ended,
+            live: self.item_as(session, &record).not_running_words(),
             output: text,
             from: 0,
             to: len,

@@ -4,6 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+/// Job folder numbers at or past this are no job folders of this home (a row number
+/// never comes near it): they raise no floor and are never taken back.
+pub const MAX_JOB_FOLDER: i64 = 1 << 53;
+
 /// A job's folder, borrowed.
 #[derive(Debug, Clone, Copy)]
 pub struct JobDir<'a>(pub &'a Path);

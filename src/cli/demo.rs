@@ -1,7 +1,8 @@
 //! `bgwork demo`: a short guided run on real jobs in a throw-away home — start, read,
 //! wait, notices and stop — printing each command before what it prints.
 
-use super::{execute, Cli};
+use super::commands::Cli;
+use super::execute;
 use crate::wire::WireError;
 use clap::Parser;
 use std::process::ExitCode;

@@ -876,10 +876,10 @@ fn stop_text(item: &Item) -> String {
 pub fn wait(
     paths: &crate::paths::Paths,
     session: &str,
-    cmd: super::WaitCmd,
+    cmd: super::options::WaitCmd,
     json: bool,
 ) -> Result<ExitCode, WireError> {
-    use super::Timeout;
+    use super::options::Timeout;
     let unlimited = matches!(cmd.timeout, Some(Timeout::Unlimited));
     let args = wire::WaitArgs {
         ids: cmd.ids,

@@ -5,6 +5,9 @@
 
 use std::time::Duration;
 
+/// Past this usual time (`BGWORK_AUTO_BACKGROUND_S`), `run --timeout auto` backgrounds
+/// the command at once: waiting on it costs more than backgrounding does.
+pub const AUTO_BACKGROUND: Duration = Duration::from_secs(15);
 /// The largest value (seconds) taken for a timing policy of the run history: a day.
 const MAX_POLICY_S: f64 = 86_400.0;
 
@@ -13,7 +16,7 @@ pub struct Config {
     /// Running jobs, panes and monitors of this machine per session.
     pub max_running: usize,
     /// Jobs on Slurm (queued or running) per session (`BGWORK_MAX_SLURM`), counted
-    /// apart from `max_running` in every admission (`admission.rs`): the cluster runs
+    /// apart from `max_running` in every admission (`admission/mod.rs`): the cluster runs
     /// them.
     pub max_slurm: usize,
     /// Running items of every session together (`BGWORK_MAX_RUNNING_TOTAL`; 0: no cap).
@@ -78,7 +81,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(300),
             write_stall: Duration::from_secs(30),
             ports: true,
-            auto_background: super::history::AUTO_BACKGROUND,
+            auto_background: AUTO_BACKGROUND,
             overrun_margin: Duration::from_secs(60),
             refused: Vec::new(),
         }

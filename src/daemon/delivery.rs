@@ -16,7 +16,7 @@
 //!   or that a connection still holds when it closes ([`Daemon::release_connection`]),
 //!   are pending again, with the same id, for the next claim.
 
-use super::serve::{write_reply, FrameReader};
+use super::connection::{write_reply, FrameReader};
 use super::Daemon;
 use crate::paths::{now_ms, rfc3339};
 use crate::store::NoticeRow;

@@ -10,9 +10,6 @@ use crate::store::Record;
 use crate::wire::{CommandHistory, HistoryReply, Item, Kind, PastRun, State, WireError};
 use std::time::Duration;
 
-/// Past this usual time (`BGWORK_AUTO_BACKGROUND_S`), `run --timeout auto` backgrounds
-/// the command at once: waiting on it costs more than backgrounding does.
-pub const AUTO_BACKGROUND: Duration = Duration::from_secs(15);
 /// The shortest foreground deadline `run --timeout auto` gives (3× a tiny usual time
 /// would promote a command that is merely slowed by a busy machine).
 const AUTO_FLOOR: Duration = Duration::from_secs(1);
@@ -87,7 +84,9 @@ impl Daemon {
             item.expected = Some(expectation.line());
             item.usual_ms = expectation.usual_ms;
             // A job waiting out its restart policy's back-off runs nothing now.
-            if record.state == State::Running && !crate::daemon::restart_policy::waiting(record) {
+            if record.state == State::Running
+                && !crate::daemon::jobs::restart_policy::waiting(record)
+            {
                 let running = now_ms().saturating_sub(record.run_started_at()).max(0) as u64;
                 item.progress = expectation.progress(running);
             }

@@ -19,6 +19,7 @@
 
 mod admission;
 mod config;
+mod connection;
 mod delivery;
 mod harness;
 mod history;
@@ -31,9 +32,7 @@ mod strip;
 
 use admission::guard;
 pub use config::Config;
-use jobs::{after, processes, report, restart_policy, settle};
-use output::{pane, read, scan, watchers};
-use requests::{items, run, start};
+use output::{pane, watchers};
 pub use serve::main;
 
 use crate::executor::{ExecEvent, Executors, JobHandle};
@@ -560,3 +559,16 @@ pub(crate) fn sent(
 
 /// The longest session name, in bytes.
 pub(crate) const MAX_SESSION: usize = 256;
+
+/// The id by which `viewer` addresses a record: its own id when the record is the
+/// viewer's, else prefixed by the path of sub-agents from the viewer to its owner.
+pub(crate) fn display_id(viewer: &str, record: &crate::store::Record) -> String {
+    match record
+        .session
+        .strip_prefix(viewer)
+        .and_then(|rest| rest.strip_prefix('/'))
+    {
+        Some(path) if record.session != viewer => format!("{path}/{}", record.id),
+        _ => record.id.clone(),
+    }
+}

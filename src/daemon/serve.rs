@@ -1,7 +1,7 @@
 //! Starting the daemon (lock, file descriptor limit, socket, store, reconcile) and
 //! serving client connections.
 //!
-//! A request is read with a hard bound ([`MAX_FRAME`]) before any parsing; a peer of
+//! A request is read with a hard bound ([`wire::MAX_FRAME`]) before any parsing; a peer of
 //! another uid is refused; a malformed request gets a `bad_request` reply and the
 //! connection goes on. `notices --follow` and `wait` watch the client's side of the
 //! connection, so a client that goes away ends them and leaves everything else as it was.
@@ -13,30 +13,23 @@
 //! is dropped. Accept errors (out of file descriptors) back off and are logged once
 //! per burst.
 
+use super::connection::{write_reply, FrameReader};
 use super::{Config, Daemon};
 use crate::paths::{Paths, SocketPath};
 use crate::store::Store;
 use crate::supervisor::tree;
-use crate::wire::frame::{LineError, Lines};
-use crate::wire::{self, Envelope, ErrorCode, Request, WireError, MAX_FRAME};
+use crate::wire::{self, Envelope, ErrorCode, Request, WireError};
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{UnixListener, UnixStream};
 
-/// Job folder numbers at or past this are no job folders of this home (a row number
-/// never comes near it): they raise no floor and are never taken back.
-pub(crate) const MAX_JOB_FOLDER: i64 = 1 << 53;
 /// Client connections served at once, unless the file descriptor limit is lower.
 const MAX_CONNECTIONS: usize = 512;
 /// File descriptors left for everything but clients (jobs, the store, logs).
 const FD_RESERVE: u64 = 64;
-/// A reply is written this many bytes at a time, each within the write deadline.
-const WRITE_CHUNK: usize = 64 << 10;
 /// The longest pause between two attempts to accept while accepting fails.
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(100);
 /// How long a connection at the cap waits for the idle one that gives way to close.
@@ -72,7 +65,7 @@ pub fn main(http: Option<u16>) -> anyhow::Result<()> {
         .job_folders()
         .iter()
         .map(|(row, _)| *row)
-        .filter(|&row| row < MAX_JOB_FOLDER)
+        .filter(|&row| row < crate::job_dir::MAX_JOB_FOLDER)
         .max()
         .unwrap_or(0);
     let mut store = Store::open(&paths.db, floor)?;
@@ -539,7 +532,7 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
                 let mut shown = super::Shown::new(&daemon);
                 let result = match daemon.check_session(&envelope.session) {
                     Ok(()) => {
-                        let caller = super::run::Caller {
+                        let caller = super::requests::run::Caller {
                             reader: &mut reader,
                             writer: &mut writer,
                         };
@@ -584,49 +577,4 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
         }
         daemon.deliver(token, &answer.deliver);
     }
-}
-
-/// Request lines of one connection ([`Lines`], the framing every connection shares),
-/// cancel-safe: [`FrameReader::next`] can be dropped in a `select!` without losing bytes.
-pub(crate) struct FrameReader(Lines<OwnedReadHalf>);
-
-impl FrameReader {
-    fn new(read_half: OwnedReadHalf) -> FrameReader {
-        FrameReader(Lines::new(read_half, MAX_FRAME))
-    }
-
-    /// The next request line; `None` at the end of the stream (or when it fails). A
-    /// line longer than [`MAX_FRAME`] is refused.
-    pub(crate) async fn next(&mut self) -> Result<Option<Vec<u8>>, WireError> {
-        match self.0.next().await {
-            Ok(line) => Ok(line),
-            Err(LineError::Io(_)) => Ok(None),
-            Err(LineError::TooLong(max)) => Err(WireError::new(
-                ErrorCode::TooLarge,
-                format!("request refused: larger than {max} bytes"),
-            )),
-        }
-    }
-
-    /// Resolves when the client closes its side of the connection (bytes it sends
-    /// meanwhile stay buffered for [`FrameReader::next`]).
-    pub(crate) async fn closed(&mut self) {
-        self.0.closed().await
-    }
-}
-
-/// Writes a reply (or one line of a stream) in chunks; fails when the client is gone
-/// or takes no byte of a chunk within `stall` (it is then dropped).
-pub(crate) async fn write_reply(
-    writer: &mut OwnedWriteHalf,
-    line: &[u8],
-    stall: Duration,
-) -> Result<(), ()> {
-    for chunk in line.chunks(WRITE_CHUNK) {
-        match tokio::time::timeout(stall, writer.write_all(chunk)).await {
-            Ok(Ok(())) => {}
-            _ => return Err(()),
-        }
-    }
-    Ok(())
 }

@@ -80,13 +80,7 @@ fn print_mode(world: &World, claude: &Path, prompt: &str) -> crate::setup::Finis
 
 #[test]
 fn issue25_1_claude_code_bash_start_notice_once_and_secret_never_sent() {
-    let server = ModelServer::start(vec![
-        bash("bgwork start --notify --secret DEPLOY_TOKEN --name deploy -- 'sleep 2; echo \"token $DEPLOY_TOKEN\"; printf \"%s-%s\\n\" end bash-marker'"),
-        bash("sleep 5"),
-        bash("true"),
-        bash("true"),
-        text("All done."),
-    ]);
+    let server = ModelServer::start(crate::setup::shell_round_script(bash, "bash-marker"));
     let Some((world, claude)) = world("claude_code_bash", &server) else {
         return;
     };
@@ -202,18 +196,15 @@ fn issue25_3_claude_code_mcp_tools_listed_start_read_wait_stop_and_notice_once()
 
 #[test]
 fn issue25_5_claude_code_goes_on_under_a_stopped_daemon() {
-    let server = ModelServer::start(vec![bash("echo still-going"), text("Done.")]);
-    let Some((world, claude)) = world("claude_code_stopped_daemon", &server) else {
-        return;
-    };
-    let stopped = world.stop_daemon();
-    let finished = print_mode(&world, &claude, "say something");
-    drop(stopped);
-    server.save("claude_code_stopped_daemon");
     // Four hooks ran (SessionStart, UserPromptSubmit, PostToolUse, and the `Stop` rewake
     // hook, which `claude -p` waits for before it exits), each giving up within 1.25 s.
-    crate::setup::assert_went_on(&server, &finished, Duration::from_secs(20));
-    eprintln!("claude code under a stopped daemon: {:?}", finished.took);
+    crate::setup::goes_on_under_a_stopped_daemon(
+        "claude_code_stopped_daemon",
+        bash,
+        world,
+        Duration::from_secs(20),
+        |world, claude| print_mode(world, claude, "say something"),
+    );
 }
 
 /// A private tmux server for an interactive harness; killed (its server only) when

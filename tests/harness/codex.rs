@@ -2,8 +2,8 @@
 //! docs/harnesses.md in `~/.codex/hooks.json` and bgwork's MCP server in
 //! `~/.codex/config.toml`, as docs/harnesses.md tells a user.
 
-use crate::server::{excerpt, text, ModelServer, Step};
-use crate::setup::{installed, occurrences, World, CODEX};
+use crate::server::{ModelServer, Step};
+use crate::setup::{installed, World, CODEX};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -81,13 +81,7 @@ fn exec_with(world: &World, codex: &Path, rest: &[&str]) -> crate::setup::Finish
 
 #[test]
 fn issue25_1_codex_shell_start_notice_once_and_secret_never_sent() {
-    let server = ModelServer::start(vec![
-        shell("bgwork start --notify --secret DEPLOY_TOKEN --name deploy -- 'sleep 2; echo \"token $DEPLOY_TOKEN\"; printf \"%s-%s\\n\" end shell-marker'"),
-        shell("sleep 5"),
-        shell("true"),
-        shell("true"),
-        text("All done."),
-    ]);
+    let server = ModelServer::start(crate::setup::shell_round_script(shell, "shell-marker"));
     let Some((world, codex)) = world("codex_shell", &server) else {
         return;
     };
@@ -99,24 +93,7 @@ fn issue25_1_codex_shell_start_notice_once_and_secret_never_sent() {
 
 #[test]
 fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
-    let server = ModelServer::start(vec![
-        mcp(
-            "start",
-            json!({"command": "sleep 2; echo \"token $DEPLOY_TOKEN\"; printf '%s-%s\\n' end mcp-marker",
-                "notify": true, "name": "quick", "secrets": ["DEPLOY_TOKEN"]}),
-        ),
-        shell("sleep 5"),
-        shell("true"),
-        shell("true"),
-        mcp(
-            "start",
-            json!({"command": "echo serving-now; sleep 300", "name": "server"}),
-        ),
-        mcp("read", json!({"id": "bg-2"})),
-        mcp("wait", json!({"id": "bg-2", "timeout_s": 1})),
-        mcp("stop", json!({"id": "bg-2", "grace_s": 1})),
-        text("All done."),
-    ]);
+    let server = ModelServer::start(crate::setup::mcp_round_script(mcp, shell));
     let Some((world, codex)) = world("codex_mcp", &server) else {
         return;
     };
@@ -159,49 +136,22 @@ fn issue25_3_codex_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
 
 #[test]
 fn issue25_5_codex_goes_on_under_a_stopped_daemon() {
-    let server = ModelServer::start(vec![shell("echo still-going"), text("Done.")]);
-    let Some((world, codex)) = world("codex_stopped_daemon", &server) else {
-        return;
-    };
-    let stopped = world.stop_daemon();
-    let finished = exec(&world, &codex, "say something");
-    drop(stopped);
-    server.save("codex_stopped_daemon");
-    crate::setup::assert_went_on(&server, &finished, Duration::from_secs(30));
-    eprintln!("codex under a stopped daemon: {:?}", finished.took);
+    crate::setup::goes_on_under_a_stopped_daemon(
+        "codex_stopped_daemon",
+        shell,
+        world,
+        Duration::from_secs(30),
+        |world, codex| exec(world, codex, "say something"),
+    );
 }
 
 #[test]
 fn issue25_2_codex_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
-    let server = ModelServer::start(vec![
-        shell(
-            "bgwork start --notify --name later -- 'sleep 3; printf \"%s-%s\\n\" end idle-marker'",
-        ),
-        text("Started it."),
-        text("It ended; seen."),
-    ]);
-    let Some((world, codex)) = world("codex_idle", &server) else {
-        return;
-    };
-    let first = exec(&world, &codex, "start the job");
-    first.expect_ok();
-    crate::setup::wait_for_pending_notice(&world);
-    let asked = server.requests().len();
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(
-        server.requests().len(),
-        asked,
-        "nothing wakes an idle Codex session"
-    );
-    let next = exec_with(&world, &codex, &["resume", "--last", "what happened?"]);
-    server.save("codex_idle");
-    next.expect_ok();
-    let at = |step: usize| server.at(step).raw;
-    assert_eq!(occurrences(&at(1), "end-idle-marker"), 0);
-    assert_eq!(
-        occurrences(&at(2), "end-idle-marker"),
-        1,
-        "the next prompt: {}",
-        excerpt(&at(2))
+    crate::setup::idle_session_gets_the_end_at_the_next_prompt(
+        "codex_idle",
+        shell,
+        world,
+        |world, codex| exec(world, codex, "start the job"),
+        |world, codex| exec_with(world, codex, &["resume", "--last", "what happened?"]),
     );
 }

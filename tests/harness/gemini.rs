@@ -1,8 +1,8 @@
 //! Gemini CLI (`gemini -p`) against the scripted server as its base URL, with the hooks
 //! of docs/harnesses.md and bgwork's MCP server in `~/.gemini/settings.json`.
 
-use crate::server::{excerpt, text, ModelServer, Step};
-use crate::setup::{installed, occurrences, World, GEMINI};
+use crate::server::{ModelServer, Step};
+use crate::setup::{installed, World, GEMINI};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -47,13 +47,7 @@ fn prompt_with(world: &World, gemini: &Path, rest: &[&str]) -> crate::setup::Fin
 
 #[test]
 fn issue25_1_gemini_shell_start_notice_once_and_secret_never_sent() {
-    let server = ModelServer::start(vec![
-        shell("bgwork start --notify --secret DEPLOY_TOKEN --name deploy -- 'sleep 2; echo \"token $DEPLOY_TOKEN\"; printf \"%s-%s\\n\" end shell-marker'"),
-        shell("sleep 5"),
-        shell("true"),
-        shell("true"),
-        text("All done."),
-    ]);
+    let server = ModelServer::start(crate::setup::shell_round_script(shell, "shell-marker"));
     let Some((world, gemini)) = world("gemini_shell", &server) else {
         return;
     };
@@ -69,24 +63,7 @@ fn mcp(tool: &str, args: Value) -> Step {
 
 #[test]
 fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
-    let server = ModelServer::start(vec![
-        mcp(
-            "start",
-            json!({"command": "sleep 2; echo \"token $DEPLOY_TOKEN\"; printf '%s-%s\\n' end mcp-marker",
-                "notify": true, "name": "quick", "secrets": ["DEPLOY_TOKEN"]}),
-        ),
-        shell("sleep 5"),
-        shell("true"),
-        shell("true"),
-        mcp(
-            "start",
-            json!({"command": "echo serving-now; sleep 300", "name": "server"}),
-        ),
-        mcp("read", json!({"id": "bg-2"})),
-        mcp("wait", json!({"id": "bg-2", "timeout_s": 1})),
-        mcp("stop", json!({"id": "bg-2", "grace_s": 1})),
-        text("All done."),
-    ]);
+    let server = ModelServer::start(crate::setup::mcp_round_script(mcp, shell));
     let Some((world, gemini)) = world("gemini_mcp", &server) else {
         return;
     };
@@ -133,53 +110,28 @@ fn issue25_3_gemini_mcp_tools_listed_start_read_wait_stop_and_notice_once() {
 
 #[test]
 fn issue25_5_gemini_goes_on_under_a_stopped_daemon() {
-    let server = ModelServer::start(vec![shell("echo still-going"), text("Done.")]);
-    let Some((world, gemini)) = world("gemini_stopped_daemon", &server) else {
-        return;
-    };
-    let stopped = world.stop_daemon();
-    let finished = prompt(&world, &gemini, "say something");
-    drop(stopped);
-    server.save("gemini_stopped_daemon");
-    crate::setup::assert_went_on(&server, &finished, Duration::from_secs(40));
-    eprintln!("gemini under a stopped daemon: {:?}", finished.took);
+    crate::setup::goes_on_under_a_stopped_daemon(
+        "gemini_stopped_daemon",
+        shell,
+        world,
+        Duration::from_secs(40),
+        |world, gemini| prompt(world, gemini, "say something"),
+    );
 }
 
 #[test]
 fn issue25_2_gemini_cannot_wake_an_idle_session_the_next_prompt_gets_the_end() {
-    let server = ModelServer::start(vec![
-        shell(
-            "bgwork start --notify --name later -- 'sleep 3; printf \"%s-%s\\n\" end idle-marker'",
-        ),
-        text("Started it."),
-        text("It ended; seen."),
-    ]);
-    let Some((world, gemini)) = world("gemini_idle", &server) else {
-        return;
-    };
-    let first = prompt(&world, &gemini, "start the job");
-    first.expect_ok();
-    crate::setup::wait_for_pending_notice(&world);
-    let asked = server.requests().len();
-    std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(
-        server.requests().len(),
-        asked,
-        "nothing wakes an idle Gemini session"
-    );
-    let next = prompt_with(
-        &world,
-        &gemini,
-        &["--resume", "latest", "-p", "what happened?"],
-    );
-    server.save("gemini_idle");
-    next.expect_ok();
-    let at = |step: usize| server.at(step).raw;
-    assert_eq!(occurrences(&at(1), "end-idle-marker"), 0);
-    assert_eq!(
-        occurrences(&at(2), "end-idle-marker"),
-        1,
-        "the next prompt: {}",
-        excerpt(&at(2))
+    crate::setup::idle_session_gets_the_end_at_the_next_prompt(
+        "gemini_idle",
+        shell,
+        world,
+        |world, gemini| prompt(world, gemini, "start the job"),
+        |world, gemini| {
+            prompt_with(
+                world,
+                gemini,
+                &["--resume", "latest", "-p", "what happened?"],
+            )
+        },
     );
 }

@@ -7,6 +7,7 @@
 //! its test with a loud line, unless `BGWORK_TEST_HARNESS=skip`: then the test says NOT
 //! RUN on stderr and in `target/harness-not-run` (which `scripts/test` prints at its end).
 
+use crate::server::{excerpt, text, ModelServer, Step};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -309,11 +310,51 @@ pub fn wait_for_pending_notice(world: &World) {
     }
 }
 
+/// The script of the MCP round that [`assert_mcp_round`] checks: a tool `start` of a
+/// quick job with a secret, three shell calls, then `start` of a server, `read`,
+/// `wait` and `stop` of it (`mcp` makes a call of bgwork's tool as the harness names it).
+pub fn mcp_round_script(
+    mcp: impl Fn(&str, serde_json::Value) -> Step,
+    shell: impl Fn(&str) -> Step,
+) -> Vec<Step> {
+    use serde_json::json;
+    vec![
+        mcp(
+            "start",
+            json!({"command": "sleep 2; echo \"token $DEPLOY_TOKEN\"; printf '%s-%s\\n' end mcp-marker",
+                "notify": true, "name": "quick", "secrets": ["DEPLOY_TOKEN"]}),
+        ),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        mcp(
+            "start",
+            json!({"command": "echo serving-now; sleep 300", "name": "server"}),
+        ),
+        mcp("read", json!({"id": "bg-2"})),
+        mcp("wait", json!({"id": "bg-2", "timeout_s": 1})),
+        mcp("stop", json!({"id": "bg-2", "grace_s": 1})),
+        text("All done."),
+    ]
+}
+
+/// The script of the shell round that [`assert_shell_round`] checks: a
+/// `bgwork start --notify --secret DEPLOY_TOKEN` whose job prints `end-` and `marker`
+/// 2 s later, then three more shell calls.
+pub fn shell_round_script(shell: impl Fn(&str) -> Step, marker: &str) -> Vec<Step> {
+    vec![
+        shell(&format!("bgwork start --notify --secret DEPLOY_TOKEN --name deploy -- 'sleep 2; echo \"token $DEPLOY_TOKEN\"; printf \"%s-%s\\n\" end {marker}'")),
+        shell("sleep 5"),
+        shell("true"),
+        shell("true"),
+        text("All done."),
+    ]
+}
+
 /// What the scripted MCP round (start, read, wait, stop) showed the model: each tool's
 /// answer at its step, the job's end once and at the next turn boundary, its secret
 /// masked and never sent.
-pub fn assert_mcp_round(server: &crate::server::ModelServer, secret: &str) {
-    use crate::server::excerpt;
+pub fn assert_mcp_round(server: &ModelServer, secret: &str) {
     let at = |step: usize| server.at(step).raw;
     assert!(at(1).contains("bg-1"), "start: {}", excerpt(&at(1)));
     assert!(at(6).contains("serving-now"), "read: {}", excerpt(&at(6)));
@@ -347,8 +388,7 @@ pub fn assert_mcp_round(server: &crate::server::ModelServer, secret: &str) {
 /// job prints `end-` and `marker`, then three more tool calls) showed the model: the
 /// start, the end once at the next turn boundary in its one line, its secret masked
 /// and never sent.
-pub fn assert_shell_round(server: &crate::server::ModelServer, marker: &str, secret: &str) {
-    use crate::server::excerpt;
+pub fn assert_shell_round(server: &ModelServer, marker: &str, secret: &str) {
     let at = |step: usize| server.at(step).raw;
     assert!(
         at(1).contains("bg-1 started"),
@@ -387,15 +427,88 @@ pub fn assert_shell_round(server: &crate::server::ModelServer, marker: &str, sec
     );
 }
 
+/// How a harness test makes its world: `None` when the harness is not installed (the
+/// test does not run).
+pub type MakeWorld = fn(&str, &ModelServer) -> Option<(World, PathBuf)>;
+
+/// A harness run (`run`, given the world and the harness's binary) while the world's
+/// daemon is held stopped: its shell tool (`shell`) runs `echo still-going`, and the
+/// harness must go on within `limit` (each hook giving up within 1.25 s), with no hook
+/// telling the model anything. `name` names the world and the server's saved log.
+pub fn goes_on_under_a_stopped_daemon(
+    name: &str,
+    shell: impl Fn(&str) -> Step,
+    world: MakeWorld,
+    limit: Duration,
+    run: impl FnOnce(&World, &Path) -> Finished,
+) {
+    let server = ModelServer::start(vec![shell("echo still-going"), text("Done.")]);
+    let Some((world, harness)) = world(name, &server) else {
+        return;
+    };
+    let stopped = world.stop_daemon();
+    let finished = run(&world, &harness);
+    drop(stopped);
+    server.save(name);
+    assert_went_on(&server, &finished, limit);
+    eprintln!("{name}: under a stopped daemon in {:?}", finished.took);
+}
+
 /// A harness that went on under a stopped daemon: its tool ran, it finished within
 /// `limit` (each hook giving up within 1.25 s), and no hook told the model anything.
-pub fn assert_went_on(server: &crate::server::ModelServer, finished: &Finished, limit: Duration) {
+pub fn assert_went_on(server: &ModelServer, finished: &Finished, limit: Duration) {
     finished.expect_ok();
     assert!(
         server.at(1).raw.contains("still-going"),
         "{}",
-        crate::server::excerpt(&server.at(1).raw)
+        excerpt(&server.at(1).raw)
     );
     assert!(finished.took < limit, "took {:?}", finished.took);
     assert_nothing_said(&server.everything_sent());
+}
+
+/// A harness that cannot wake an idle session: its shell tool (`shell`) starts, with
+/// `--notify`, a job that prints `end-idle-marker` 3 s later; after the first prompt
+/// (`first`, given the world and the harness's binary) the job ends while the session
+/// is idle and nothing asks the model for 2 s; the next prompt (`next`, a resume of the
+/// session) gets the end, once. `name` names the world and the server's saved log.
+pub fn idle_session_gets_the_end_at_the_next_prompt(
+    name: &str,
+    shell: impl Fn(&str) -> Step,
+    world: MakeWorld,
+    first: impl FnOnce(&World, &Path) -> Finished,
+    next: impl FnOnce(&World, &Path) -> Finished,
+) {
+    let server = ModelServer::start(vec![
+        shell(
+            "bgwork start --notify --name later -- 'sleep 3; printf \"%s-%s\\n\" end idle-marker'",
+        ),
+        text("Started it."),
+        text("It ended; seen."),
+    ]);
+    let Some((world, harness)) = world(name, &server) else {
+        return;
+    };
+    let world = &world;
+    first(world, &harness).expect_ok();
+    wait_for_pending_notice(world);
+    let asked = server.requests().len();
+    // Not a synchronisation: the 2 s in which no request may come.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        server.requests().len(),
+        asked,
+        "{name}: something woke the idle session"
+    );
+    let next = next(world, &harness);
+    server.save(name);
+    next.expect_ok();
+    let at = |step: usize| server.at(step).raw;
+    assert_eq!(occurrences(&at(1), "end-idle-marker"), 0);
+    assert_eq!(
+        occurrences(&at(2), "end-idle-marker"),
+        1,
+        "the next prompt: {}",
+        excerpt(&at(2))
+    );
 }

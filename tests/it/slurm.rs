@@ -8,6 +8,7 @@
 
 use crate::util::{eventually, Home};
 use serde_json::Value;
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -82,7 +83,7 @@ fn assert_gone_with_the_daemon(conf: &str, item: &Value) {
         why.contains("daemon stopped") && why.contains("start it again"),
         "{item}"
     );
-    let job = item["slurm_job_id"].as_str().unwrap();
+    let job = &job_of(item);
     eventually(Duration::from_secs(20), || {
         slurm(conf, &["squeue", "-h", "-t", "all", "-j", job, "-o", "%T"]).trim() != "PENDING"
     });
@@ -93,6 +94,48 @@ fn state(home: &Home, id: &str) -> String {
         .as_str()
         .unwrap_or_default()
         .to_string()
+}
+
+/// An item's id, as `start` or `list` gave it.
+fn id_of(item: &Value) -> String {
+    item["id"].as_str().unwrap().to_string()
+}
+
+/// An item's Slurm job id.
+fn job_of(item: &Value) -> String {
+    item["slurm_job_id"]
+        .as_str()
+        .expect("a Slurm job id")
+        .to_string()
+}
+
+/// An item's job folder (where its log is).
+fn folder_of(item: &Value) -> PathBuf {
+    PathBuf::from(item["log_path"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Lets a job queued in the `held` partition (which is down) run: moved to `debug`.
+fn release(conf: &str, job: &str) {
+    slurm(
+        conf,
+        &[
+            "scontrol",
+            "update",
+            &format!("JobId={job}"),
+            "Partition=debug",
+        ],
+    );
+}
+
+/// The end's one-line report says `words`.
+fn assert_report_says(ended: &Value, words: &str) {
+    assert!(
+        ended["report"].as_str().unwrap_or_default().contains(words),
+        "{ended}"
+    );
 }
 
 #[test]
@@ -114,28 +157,17 @@ fn issue14_slurm_job_is_queued_with_its_reason_then_runs_and_is_read() {
         ],
         "echo first; echo second",
     );
-    let id = item["id"].as_str().unwrap().to_string();
+    let id = id_of(&item);
     assert_eq!(item["state"], "queued", "{item}");
     assert_eq!(item["executor"], "slurm");
-    let job = item["slurm_job_id"]
-        .as_str()
-        .expect("a Slurm job id")
-        .to_string();
+    let job = job_of(&item);
     eventually(Duration::from_secs(20), || {
         home.item(&id)["queue_reason"] == "PartitionDown"
     });
     assert_eq!(state(&home, &id), "queued");
     let shown = slurm(&conf, &["scontrol", "show", "job", "-o", &job]);
     assert!(shown.contains("Comment=from-bgwork"), "{shown}");
-    slurm(
-        &conf,
-        &[
-            "scontrol",
-            "update",
-            &format!("JobId={job}"),
-            "Partition=debug",
-        ],
-    );
+    release(&conf, &job);
     let ended = wait_end(&home, &id, 60);
     assert_eq!(ended["end"], "succeeded", "{ended}");
     assert_eq!(ended["exit_code"], 0);
@@ -205,19 +237,13 @@ fn issue14_slurm_scancel_from_outside_is_stopped_by_person() {
     };
     let home = home(&conf);
     let item = start(&home, &[], "echo up; sleep 300");
-    let id = item["id"].as_str().unwrap().to_string();
-    let job = item["slurm_job_id"].as_str().unwrap().to_string();
+    let id = id_of(&item);
+    let job = job_of(&item);
     eventually(Duration::from_secs(30), || state(&home, &id) == "running");
     slurm(&conf, &["scancel", &job]);
     let ended = wait_end(&home, &id, 60);
     assert_eq!(ended["end"], "stopped_by_person", "{ended}");
-    assert!(
-        ended["report"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("scancel"),
-        "{ended}"
-    );
+    assert_report_says(&ended, "scancel");
 }
 
 #[test]
@@ -227,8 +253,8 @@ fn issue14_slurm_queued_job_stopped_leaves_the_queue() {
     };
     let home = home(&conf);
     let item = start(&home, &["--partition", "held"], "echo never");
-    let id = item["id"].as_str().unwrap().to_string();
-    let job = item["slurm_job_id"].as_str().unwrap().to_string();
+    let id = id_of(&item);
+    let job = job_of(&item);
     let stopped = home.json(&["stop", &id]);
     assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
     let queue = slurm(&conf, &["squeue", "-h", "-j", &job, "-o", "%T"]);
@@ -248,13 +274,7 @@ fn issue14_slurm_time_limit_ends_signaled_with_its_detail() {
         .to_string();
     let ended = wait_end(&home, &id, 150);
     assert_eq!(ended["end"], "signaled", "{ended}");
-    assert!(
-        ended["report"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("time limit"),
-        "{ended}"
-    );
+    assert_report_says(&ended, "time limit");
 }
 
 #[test]
@@ -268,10 +288,8 @@ fn issue14_slurm_daemon_killed_reconciles_every_state_and_submits_nothing_twice(
     let queued = start(&home, &["--partition", "held"], "echo late");
     let running = start(&home, &[], "echo up; sleep 300");
     let quick = start(&home, &[], "sleep 2; exit 5");
-    let id = |v: &Value| v["id"].as_str().unwrap().to_string();
-    let job = |v: &Value| v["slurm_job_id"].as_str().unwrap().to_string();
     eventually(Duration::from_secs(30), || {
-        state(&home, &id(&running)) == "running"
+        state(&home, &id_of(&running)) == "running"
     });
     home.kill_daemon();
     // The quick one ends while no daemon runs.
@@ -294,16 +312,16 @@ fn issue14_slurm_daemon_killed_reconciles_every_state_and_submits_nothing_twice(
     assert_eq!(find(&running)["state"], "running", "{list}");
     // The queued one lost its environment with the daemon (never written): it leaves
     // Slurm's queue and ends saying so (issue 22, item 6).
-    let gone = wait_end(&home, &id(&queued), 30);
+    let gone = wait_end(&home, &id_of(&queued), 30);
     assert_gone_with_the_daemon(&conf, &gone);
-    let ended = wait_end(&home, &id(&quick), 30);
+    let ended = wait_end(&home, &id_of(&quick), 30);
     assert_eq!(ended["end"], "failed", "{ended}");
     assert_eq!(ended["exit_code"], 5);
     // Each is one Slurm job, under its own name.
     for item in [&queued, &running, &quick] {
         let shown = slurm(
             &conf,
-            &["squeue", "-h", "-t", "all", "-j", &job(item), "-o", "%j"],
+            &["squeue", "-h", "-t", "all", "-j", &job_of(item), "-o", "%j"],
         );
         let name = shown.trim().to_string();
         assert!(name.starts_with("bgw-"), "{shown}");
@@ -317,7 +335,7 @@ fn issue14_slurm_daemon_killed_reconciles_every_state_and_submits_nothing_twice(
             "{name} submitted twice: {same}"
         );
     }
-    let stopped = home.json(&["stop", &id(&running)]);
+    let stopped = home.json(&["stop", &id_of(&running)]);
     assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
 }
 
@@ -455,15 +473,14 @@ fn issue14_slurm_commands_use_the_callers_slurm_conf_not_the_daemons() {
         .expect("bgwork list");
     assert!(started.status.success());
     let item = start(&home, &["--partition", "held"], "echo x");
-    let id = item["id"].as_str().unwrap().to_string();
+    let id = id_of(&item);
     // scontrol works for the daemon too: the queue's reason comes from it.
     eventually(Duration::from_secs(20), || {
         home.item(&id)["queue_reason"] == "PartitionDown"
     });
     let stopped = home.json(&["stop", &id]);
     assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
-    let folder = std::path::PathBuf::from(stopped["log_path"].as_str().unwrap());
-    let spec = folder.parent().unwrap().join("spec.json");
+    let spec = folder_of(&stopped).join("spec.json");
     assert!(
         !spec.exists(),
         "the spec of a job that never ran is removed"
@@ -480,12 +497,9 @@ fn issue14_slurm_node_that_fails_under_a_job_ends_it_lost_node_failed() {
     let home = home(&conf);
     // n3 is the `fragile` partition's alone: no other test's job runs there.
     let item = start(&home, &["--partition", "fragile"], "echo up; sleep 300");
-    let id = item["id"].as_str().unwrap().to_string();
+    let id = id_of(&item);
     eventually(Duration::from_secs(30), || state(&home, &id) == "running");
-    let folder = std::path::PathBuf::from(home.item(&id)["log_path"].as_str().unwrap())
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let folder = folder_of(&home.item(&id));
     // The node dies: its slurmd is killed and Slurm is told at once (rather than after
     // SlurmdTimeout).
     let slurmd = std::fs::read_to_string(cluster_dir.join("slurmd-n3.pid")).unwrap();
@@ -528,13 +542,7 @@ fn issue14_slurm_node_that_fails_under_a_job_ends_it_lost_node_failed() {
         slurm(&conf, &["sinfo", "-h", "-n", "n3", "-o", "%t"]).trim() == "idle"
     });
     assert_eq!(ended["end"], "lost", "{ended}");
-    assert!(
-        ended["report"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("node failed"),
-        "{ended}"
-    );
+    assert_report_says(&ended, "node failed");
     assert!(
         ended["exit_code"].is_null() && ended["signal"].is_null(),
         "{ended}"
@@ -627,10 +635,9 @@ fn issue14_slurmctld_killed_and_restarted_while_jobs_run_loses_nothing() {
         &[],
         &format!("echo first; {wait_go}; echo second; sleep 300"),
     );
-    let id = |v: &Value| v["id"].as_str().unwrap().to_string();
     for item in [&ends, &runs] {
         eventually(Duration::from_secs(30), || {
-            state(&home, &id(item)) == "running"
+            state(&home, &id_of(item)) == "running"
         });
     }
     // Slurm saves its state a few seconds after a change (a controller killed before
@@ -646,37 +653,29 @@ fn issue14_slurmctld_killed_and_restarted_while_jobs_run_loses_nothing() {
     private.kill_controller();
     // While the controller is gone, one job ends and the other writes on.
     std::fs::write(&go, b"").unwrap();
-    let ended = wait_end(&home, &id(&ends), 60);
+    let ended = wait_end(&home, &id_of(&ends), 60);
     assert_eq!(ended["end"], "failed", "{ended}");
     assert_eq!(ended["exit_code"], 4, "{ended}");
     assert_eq!(
-        home.json(&["read", &id(&ends), "--all"])["output"],
+        home.json(&["read", &id_of(&ends), "--all"])["output"],
         "one\ntwo\n"
     );
     eventually(Duration::from_secs(30), || {
-        home.json(&["read", &id(&runs), "--all"])["output"] == "first\nsecond\n"
+        home.json(&["read", &id_of(&runs), "--all"])["output"] == "first\nsecond\n"
     });
-    assert_eq!(state(&home, &id(&runs)), "running");
-    assert_eq!(state(&home, &id(&queued)), "queued");
+    assert_eq!(state(&home, &id_of(&runs)), "running");
+    assert_eq!(state(&home, &id_of(&queued)), "queued");
     private.script("start");
     // Back: nothing was lost or ended wrongly, and the queue goes on.
-    slurm(
-        &conf,
-        &[
-            "scontrol",
-            "update",
-            &format!("JobId={}", queued["slurm_job_id"].as_str().unwrap()),
-            "Partition=debug",
-        ],
-    );
-    let late = wait_end(&home, &id(&queued), 60);
+    release(&conf, &job_of(&queued));
+    let late = wait_end(&home, &id_of(&queued), 60);
     assert_eq!(late["end"], "succeeded", "{late}");
     assert_eq!(
-        home.json(&["read", &id(&queued), "--all"])["output"],
+        home.json(&["read", &id_of(&queued), "--all"])["output"],
         "late\n"
     );
-    assert_eq!(state(&home, &id(&runs)), "running");
-    let stopped = home.json(&["stop", &id(&runs)]);
+    assert_eq!(state(&home, &id_of(&runs)), "running");
+    let stopped = home.json(&["stop", &id_of(&runs)]);
     assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
     let list = home.json(&["list", "--all"]);
     let notices = home.json(&["notices", "--peek"]);
@@ -710,25 +709,15 @@ fn issue14_slurm_daemon_killed_with_ten_jobs_reconciles_all_and_submits_none_twi
             )
         })
         .collect();
-    let id = |v: &Value| v["id"].as_str().unwrap().to_string();
-    let job = |v: &Value| v["slurm_job_id"].as_str().unwrap().to_string();
     for item in running.iter().chain(&ending) {
         eventually(Duration::from_secs(60), || {
-            state(&home, &id(item)) == "running"
+            state(&home, &id_of(item)) == "running"
         });
     }
     home.kill_daemon();
     std::fs::write(&go, b"").unwrap();
     // The three end while no daemon runs.
-    let folders: Vec<std::path::PathBuf> = ending
-        .iter()
-        .map(|v| {
-            std::path::PathBuf::from(v["log_path"].as_str().unwrap())
-                .parent()
-                .unwrap()
-                .to_path_buf()
-        })
-        .collect();
+    let folders: Vec<PathBuf> = ending.iter().map(folder_of).collect();
     eventually(Duration::from_secs(60), || {
         folders.iter().all(|f| f.join("status").exists())
     });
@@ -751,7 +740,7 @@ fn issue14_slurm_daemon_killed_with_ten_jobs_reconciles_all_and_submits_none_twi
     }
     assert_eq!(told.len(), 3, "one notice per end: {told:?}");
     for (i, item) in ending.iter().enumerate() {
-        let ended = home.item(&id(item));
+        let ended = home.item(&id_of(item));
         assert_eq!(ended["end"], "failed", "{ended}");
         assert_eq!(ended["exit_code"], 10 + i as i64, "{ended}");
         assert!(told.iter().any(|n| n["item"] == item["id"]), "{told:?}");
@@ -760,7 +749,7 @@ fn issue14_slurm_daemon_killed_with_ten_jobs_reconciles_all_and_submits_none_twi
     for item in queued.iter().chain(&running).chain(&ending) {
         let name = slurm(
             &conf,
-            &["squeue", "-h", "-t", "all", "-j", &job(item), "-o", "%j"],
+            &["squeue", "-h", "-t", "all", "-j", &job_of(item), "-o", "%j"],
         );
         let same = slurm(
             &conf,
@@ -770,11 +759,11 @@ fn issue14_slurm_daemon_killed_with_ten_jobs_reconciles_all_and_submits_none_twi
     }
     // The queued ones lost their environment with the daemon: off the queue, saying so.
     for item in &queued {
-        let gone = wait_end(&home, &id(item), 30);
+        let gone = wait_end(&home, &id_of(item), 30);
         assert_gone_with_the_daemon(&conf, &gone);
     }
     for item in &running {
-        let stopped = home.json(&["stop", &id(item)]);
+        let stopped = home.json(&["stop", &id_of(item)]);
         assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
     }
 }
@@ -790,20 +779,12 @@ fn issue14_slurm_send_to_a_queued_job_is_refused_until_it_runs() {
         &["--partition", "held"],
         "read -r line; echo \"got:$line\"",
     );
-    let id = item["id"].as_str().unwrap().to_string();
+    let id = id_of(&item);
     let (code, error, message) = home.error(&["send", &id, "hello\\n"]);
     assert_eq!(code, 1, "{message}");
     assert!(!error.is_empty(), "{message}");
     assert!(message.contains("queue"), "{message}");
-    slurm(
-        &conf,
-        &[
-            "scontrol",
-            "update",
-            &format!("JobId={}", item["slurm_job_id"].as_str().unwrap()),
-            "Partition=debug",
-        ],
-    );
+    release(&conf, &job_of(&item));
     eventually(Duration::from_secs(60), || state(&home, &id) == "running");
     home.json(&["send", &id, "hello\\n"]);
     let ended = wait_end(&home, &id, 60);
@@ -861,7 +842,7 @@ fn files_holding(dir: &std::path::Path, values: &[&str]) -> Vec<String> {
 
 /// Slurm's saved files of one job (`StateSaveLocation/hash.N/job.ID/`: its script and
 /// `environment`).
-fn slurm_state_of(conf: &str, job: &str) -> std::path::PathBuf {
+fn slurm_state_of(conf: &str, job: &str) -> PathBuf {
     let state = std::path::Path::new(conf).parent().unwrap().join("state");
     let n: u64 = job.parse().unwrap();
     state
@@ -897,8 +878,8 @@ fn issue22_6_slurm_no_file_holds_a_value_and_slurm_saves_none_of_the_callers() {
          case \"$CALLER_INHERITED\" in inherited-*-5678) echo inherited-ok;; esac; \
          case \"$TOKEN\" in secret-*-3456) echo secret-ok;; esac; echo \"token=$TOKEN\"",
     );
-    let id = item["id"].as_str().unwrap().to_string();
-    let job = item["slurm_job_id"].as_str().unwrap().to_string();
+    let id = id_of(&item);
+    let job = job_of(&item);
     let values = [
         "inherited-value-5678",
         "secret-value-3456",
@@ -909,10 +890,7 @@ fn issue22_6_slurm_no_file_holds_a_value_and_slurm_saves_none_of_the_callers() {
     eventually(Duration::from_secs(20), || {
         saved.join("environment").exists()
     });
-    let folder = std::path::PathBuf::from(item["log_path"].as_str().unwrap())
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let folder = folder_of(&item);
     assert!(folder.join("spec.json").exists());
     let held = files_holding(&saved, &values);
     assert!(held.is_empty(), "Slurm saved a caller's value: {held:?}");
@@ -930,15 +908,7 @@ fn issue22_6_slurm_no_file_holds_a_value_and_slurm_saves_none_of_the_callers() {
     let held = files_holding(home.path(), &values);
     assert!(held.is_empty(), "a file holds a value in clear: {held:?}");
     // Let it run: the values reach the job all the same, and no file holds them after.
-    slurm(
-        &conf,
-        &[
-            "scontrol",
-            "update",
-            &format!("JobId={job}"),
-            "Partition=debug",
-        ],
-    );
+    release(&conf, &job);
     let ended = wait_end(&home, &id, 60);
     assert_eq!(ended["end"], "succeeded", "{ended}");
     assert_eq!(
@@ -964,13 +934,13 @@ fn issue22_6_slurm_job_queued_when_the_daemon_died_ends_saying_why() {
     };
     let home = home(&conf);
     let item = start(&home, &["--partition", "held", "--notify"], "echo ran");
-    let id = item["id"].as_str().unwrap().to_string();
+    let id = id_of(&item);
     home.kill_daemon();
     // A new daemon takes it back, without its values: off the queue, saying so.
     let ended = wait_end(&home, &id, 30);
     assert_gone_with_the_daemon(&conf, &ended);
     assert_eq!(home.json(&["read", &id, "--all"])["output"], "");
-    let job = item["slurm_job_id"].as_str().unwrap();
+    let job = &job_of(&item);
     let shown = slurm(&conf, &["squeue", "-h", "-t", "all", "-j", job, "-o", "%T"]);
     assert_eq!(shown.trim(), "CANCELLED", "{shown}");
 }
@@ -984,22 +954,11 @@ fn issue22_6_slurm_job_that_starts_while_no_daemon_runs_ends_saying_why() {
     };
     let home = home(&conf);
     let item = start(&home, &["--partition", "held"], "echo ran");
-    let id = item["id"].as_str().unwrap().to_string();
-    let job = item["slurm_job_id"].as_str().unwrap().to_string();
-    let folder = std::path::PathBuf::from(item["log_path"].as_str().unwrap())
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let id = id_of(&item);
+    let job = job_of(&item);
+    let folder = folder_of(&item);
     home.kill_daemon();
-    slurm(
-        &conf,
-        &[
-            "scontrol",
-            "update",
-            &format!("JobId={job}"),
-            "Partition=debug",
-        ],
-    );
+    release(&conf, &job);
     // Its supervisor runs and asks for the job's values; nobody has them.
     eventually(Duration::from_secs(30), || {
         folder.join("handover-key.json").exists()
@@ -1035,8 +994,8 @@ fn issue22_7_slurm_job_sees_slurms_own_variables_beside_the_callers() {
          echo submit=$SLURM_SUBMIT_DIR; echo environment=$ENVIRONMENT; \
          echo prolog=$BGWORK_TEST_PROLOG",
     );
-    let id = item["id"].as_str().unwrap().to_string();
-    let job = item["slurm_job_id"].as_str().unwrap().to_string();
+    let id = id_of(&item);
+    let job = job_of(&item);
     let ended = wait_end(&home, &id, 60);
     assert_eq!(ended["end"], "succeeded", "{ended}");
     let output = home.json(&["read", &id, "--all"])["output"]

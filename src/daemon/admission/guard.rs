@@ -60,7 +60,7 @@ impl Daemon {
     /// Refuses a start while a shutdown is under way, past the daemon-wide cap (unless
     /// `over_cap`: a `run`, checked when it is promoted) or past the session's start
     /// rate (the starts held for restarts count, but for the one this start holds, if
-    /// `held`). Part of the one admission of a new item (`admission.rs`).
+    /// `held`). Part of the one admission of a new item (`admission/mod.rs`).
     pub(crate) fn check_guards_held(
         &self,
         inner: &mut Inner,

@@ -53,6 +53,20 @@ pub(crate) struct Admission {
     pub again: Option<i64>,
 }
 
+/// How a job is launched beyond its arguments.
+#[derive(Default)]
+pub(crate) struct Launch {
+    /// Start even past the session's limit (a foreground `run`, checked at promotion).
+    pub over_limit: bool,
+    /// A sub-agent: counted against its own limit, with its session and report file.
+    pub sub_agent: bool,
+    /// Start nothing when the same command runs in the same session and folder
+    /// (`start` without `allow_duplicate`).
+    pub refuse_duplicate: bool,
+    /// A restart that holds a start of the rate guard (`Daemon::hold_start`).
+    pub held: bool,
+}
+
 /// The running items of a session's tree (its root and every sub-agent under it),
 /// by what they count against.
 pub(crate) struct Load {

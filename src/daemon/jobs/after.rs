@@ -95,15 +95,15 @@ impl Daemon {
         mut args: StartArgs,
         shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<StartReply, WireError> {
-        crate::daemon::start::check_start(&args)?;
+        crate::daemon::requests::start::check_start(&args)?;
         if args.restart.is_some() {
             return Err(WireError::bad_request(
                 "--restart and --after together are not supported yet: start it with --after \
                  alone, or with --restart once what it waits for holds",
             ));
         }
-        let limits = crate::daemon::start::limits_of(&args)?;
-        let (cwd, pane) = crate::daemon::start::place(&args)?;
+        let limits = crate::daemon::requests::start::limits_of(&args)?;
+        let (cwd, pane) = crate::daemon::requests::start::place(&args)?;
         if args.after.len() > MAX_AFTER {
             return Err(WireError::bad_request(format!(
                 "{} --after conditions: at most {MAX_AFTER} for one start",
@@ -149,9 +149,9 @@ impl Daemon {
             Some(_) => Kind::Pane,
             None => Kind::Job,
         };
-        let new = crate::daemon::start::new_record(session, kind, &args, &cwd, pane);
+        let new = crate::daemon::requests::start::new_record(session, kind, &args, &cwd, pane);
         let record = self.record_waiting(&new, limits)?;
-        let owner = crate::daemon::settle::owner(&record);
+        let owner = crate::daemon::jobs::settle::owner(&record);
         if let Err(reason) = self
             .make_waiting_folder(&record, &args, &owner, &awaited)
             .await
@@ -206,7 +206,7 @@ impl Daemon {
             .list(&root, false)?
             .into_iter()
             .filter(|r| r.state == State::Waiting)
-            .map(|r| crate::daemon::items::display_id(&root, &r))
+            .map(|r| crate::daemon::display_id(&root, &r))
             .collect();
         if waiting.len() >= MAX_WAITING {
             return Err(WireError::new(
@@ -245,8 +245,8 @@ impl Daemon {
         awaited: &[Awaited],
     ) -> Result<(), String> {
         let job_dir = self.paths.job_dir(record.row);
-        crate::daemon::start::make_job_dir(&self.paths.jobs, &job_dir)?;
-        crate::daemon::start::write_job_record(&job_dir, record, args)?;
+        crate::daemon::requests::start::make_job_dir(&self.paths.jobs, &job_dir)?;
+        crate::daemon::requests::start::write_job_record(&job_dir, record, args)?;
         let file = AfterFile {
             owner: owner.to_string(),
             awaited: awaited.to_vec(),
@@ -486,7 +486,9 @@ impl Daemon {
         forget_keeper(&job_dir).await;
         let _ = std::fs::remove_file(job_dir.join(AFTER_FILE));
         // Its job.json says when it started.
-        if let Err(reason) = crate::daemon::start::write_job_record(&job_dir, &record, args) {
+        if let Err(reason) =
+            crate::daemon::requests::start::write_job_record(&job_dir, &record, args)
+        {
             let _ = self.spawn_failed_told(row, &record.id, reason, true);
             return Ok(());
         }
@@ -498,7 +500,7 @@ impl Daemon {
             let _ = self.spawn_failed_told(row, &record.id, reason, true);
             return Ok(());
         }
-        let (_, pane) = crate::daemon::start::place(args)?;
+        let (_, pane) = crate::daemon::requests::start::place(args)?;
         let limits = (record.quiet_after_ms, record.max_runtime_ms);
         let spec = self.job_spec(&record, args, &job_dir, None, pane, limits);
         match self.executors.start(row, &spec, &on).await {
@@ -523,12 +525,12 @@ impl Daemon {
         let Some(record) = self.lock().store.get(row)? else {
             return Ok(None);
         };
-        let twin = crate::daemon::processes::Twin {
+        let twin = crate::daemon::jobs::processes::Twin {
             kind: record.kind,
             command: &record.command,
             cwd: &record.cwd,
             env_names: record.env_names.clone(),
-            env: crate::daemon::start::job_env(args),
+            env: crate::daemon::requests::start::job_env(args),
         };
         let listening = self.listening_twins(&record.session, &twin).await;
         let inner = self.lock();
@@ -834,7 +836,7 @@ pub(crate) async fn forget_keeper(job_dir: &Path) {
 /// (from its keeper, which must keep them for this very item).
 async fn taken_back(record: &Record) -> Result<(StartArgs, Vec<Awaited>), String> {
     let job_dir = PathBuf::from(&record.job_dir);
-    let owner = crate::daemon::settle::owner(record);
+    let owner = crate::daemon::jobs::settle::owner(record);
     tokio::task::spawn_blocking(move || {
         let file = read_after_file(&job_dir)?;
         let kept = crate::keeper::ask(&job_dir, KeepRequest::Get)
@@ -852,7 +854,7 @@ async fn taken_back(record: &Record) -> Result<(StartArgs, Vec<Awaited>), String
 /// it does not answer, or answers for another item): `restart` takes them from there.
 pub(crate) async fn kept_env(record: &Record) -> std::collections::BTreeMap<String, String> {
     let job_dir = PathBuf::from(&record.job_dir);
-    let owner = crate::daemon::settle::owner(record);
+    let owner = crate::daemon::jobs::settle::owner(record);
     let kept = tokio::task::spawn_blocking(move || crate::keeper::ask(&job_dir, KeepRequest::Get))
         .await
         .ok()

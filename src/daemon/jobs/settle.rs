@@ -1,8 +1,8 @@
 //! Applying what executors report, settling ends (with their notices), and reconciling
 //! every unsettled record when the daemon starts (contract §7).
 
-use crate::daemon::report::Report;
-use crate::daemon::restart_policy;
+use crate::daemon::jobs::report::Report;
+use crate::daemon::jobs::restart_policy;
 use crate::daemon::{Daemon, Live};
 use crate::end;
 use crate::executor::{ExecEvent, Reattach};
@@ -369,7 +369,7 @@ impl Daemon {
         let mut taken = Vec::new();
         for (row, dir) in self.paths.job_folders() {
             let is_folder = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
-            if !is_folder || row >= crate::daemon::serve::MAX_JOB_FOLDER {
+            if !is_folder || row >= crate::job_dir::MAX_JOB_FOLDER {
                 continue;
             }
             let known = self.lock().store.has_row(row);

@@ -10,8 +10,8 @@
 //! line is finished and the new file is read from its start, once it exists. A file
 //! replaced while the daemon was down is read from its start.
 
-use super::super::scan::read_data;
 use super::super::Daemon;
+use crate::daemon::output::scan::read_data;
 use crate::output;
 use crate::wire::State;
 use std::fs::File;

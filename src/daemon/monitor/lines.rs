@@ -6,7 +6,7 @@
 use super::event_log::EventLog;
 use super::follow::{Follow, LogSource, Next};
 use super::Outcome;
-use crate::daemon::scan::{LineScan, Seen, STEP};
+use crate::daemon::output::scan::{LineScan, Seen, STEP};
 use crate::daemon::Daemon;
 use crate::output;
 use crate::paths::now_ms;
@@ -248,9 +248,16 @@ impl LineMonitor {
     fn key_open_at(&self, daemon: &Daemon, offset: u64) -> bool {
         match &self.source {
             Source::Log(log) => log.path().is_some_and(|(path, dropped)| {
-                crate::daemon::scan::key_open_at(path, offset, daemon.config.log_head, dropped)
+                crate::daemon::output::scan::key_open_at(
+                    path,
+                    offset,
+                    daemon.config.log_head,
+                    dropped,
+                )
             }),
-            Source::File(follow) => crate::daemon::scan::key_open_at(follow.path(), offset, 0, 0),
+            Source::File(follow) => {
+                crate::daemon::output::scan::key_open_at(follow.path(), offset, 0, 0)
+            }
         }
     }
 

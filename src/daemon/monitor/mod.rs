@@ -18,8 +18,8 @@ mod follow;
 mod fs_wake;
 mod lines;
 
-use super::scan::LineScan;
 use super::Daemon;
+use crate::daemon::output::scan::LineScan;
 use crate::output;
 use crate::paths::now_ms;
 use crate::store::{EndRecord, MonitorRow, NewNotice, Record, Watched};

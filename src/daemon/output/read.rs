@@ -130,7 +130,7 @@ impl Daemon {
         };
         let item = self.item_as(session, &record);
         Ok(Plan {
-            id: crate::daemon::items::display_id(session, &record),
+            id: crate::daemon::display_id(session, &record),
             row: record.row,
             dropped: inner.dropped(&record),
             path,
@@ -359,7 +359,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
         host_unreachable: plan.host_unreachable,
     };
     if let Some((job_dir, ports)) = &plan.observe {
-        crate::daemon::processes::observe_read(&mut reply, job_dir, *ports);
+        crate::daemon::jobs::processes::observe_read(&mut reply, job_dir, *ports);
     }
     (reply, frame)
 }

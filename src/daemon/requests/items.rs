@@ -1,6 +1,6 @@
 //! Records as clients see them, and the calls over records: list, dismiss, gc, status.
 
-use crate::daemon::{Daemon, Inner};
+use crate::daemon::{display_id, Daemon, Inner};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::{sub_session_name, Record};
 use crate::wire::{
@@ -31,7 +31,7 @@ impl Daemon {
         let killed_at_deadline = record.end == Some(End::StoppedByAgent)
             && detail
                 .as_deref()
-                .is_some_and(|d| d.starts_with(crate::daemon::run::KILLED_AT_DEADLINE));
+                .is_some_and(|d| d.starts_with(crate::daemon::requests::run::KILLED_AT_DEADLINE));
         if killed_at_deadline {
             // A stop the agent did not ask for by itself says why ("killed at its
             // deadline: …", for a `run`).
@@ -64,7 +64,7 @@ impl Daemon {
         }
         if let (Some(text), Some(gave_up)) = (
             report.as_mut(),
-            crate::daemon::restart_policy::gave_up_words(record),
+            crate::daemon::jobs::restart_policy::gave_up_words(record),
         ) {
             text.push_str(&gave_up);
         }
@@ -72,7 +72,7 @@ impl Daemon {
             text.push_str(&cost);
         }
         let running = record.state != State::Ended;
-        let restarting = crate::daemon::restart_policy::waiting(record);
+        let restarting = crate::daemon::jobs::restart_policy::waiting(record);
         let state = match (view.which.queues(), record.state) {
             (_, State::Starting | State::Running) if restarting => State::Restarting,
             (true, State::Starting) => State::Queued,
@@ -119,7 +119,7 @@ impl Daemon {
             host: view.host,
             host_unreachable: view.unreachable.filter(|_| running),
             logout_warning: view.logout.filter(|_| running),
-            restart: crate::daemon::restart_policy::view(record),
+            restart: crate::daemon::jobs::restart_policy::view(record),
             waiting_for: (record.state == State::Waiting).then(|| {
                 let what = self.waiting.get(record.row);
                 format!(
@@ -245,7 +245,7 @@ impl Daemon {
         let cutoff = now - retain.as_millis() as i64;
         // What a waiting item awaits stays until it has judged it (it then no longer
         // waits, and the next gc may take it).
-        let awaited = crate::daemon::after::awaited_rows(&inner.store);
+        let awaited = crate::daemon::jobs::after::awaited_rows(&inner.store);
         let ended: Vec<_> = inner
             .store
             .ended_before(now + 1)?
@@ -317,7 +317,7 @@ impl Daemon {
             if let Some(state) = record
                 .restart
                 .as_ref()
-                .filter(|_| crate::daemon::restart_policy::waiting(&record))
+                .filter(|_| crate::daemon::jobs::restart_policy::waiting(&record))
             {
                 restarting.push(format!(
                     "{}/{}: restart {} of {}",
@@ -343,19 +343,6 @@ impl Daemon {
             hosts_unreachable: self.executors.ssh.unreachable(),
             settings_refused: self.config.refused.clone(),
         })
-    }
-}
-
-/// The id by which `viewer` addresses a record: its own id when the record is the
-/// viewer's, else prefixed by the path of sub-agents from the viewer to its owner.
-pub(crate) fn display_id(viewer: &str, record: &Record) -> String {
-    match record
-        .session
-        .strip_prefix(viewer)
-        .and_then(|rest| rest.strip_prefix('/'))
-    {
-        Some(path) if record.session != viewer => format!("{path}/{}", record.id),
-        _ => record.id.clone(),
     }
 }
 
@@ -396,7 +383,7 @@ impl Daemon {
             Ok(Some(record)) if !record.job_dir.is_empty() => record,
             _ => return false,
         };
-        let owner = crate::daemon::settle::owner(&record);
+        let owner = crate::daemon::jobs::settle::owner(&record);
         match crate::supervisor::read_status(Path::new(&record.job_dir), &owner) {
             Some(Ok(status)) => self.settle_status(row, &status) && self.has_ended(row),
             _ => false,

@@ -28,7 +28,7 @@ impl Daemon {
         // own (contract §14), which stand unless the caller gives others.
         let caller = args.inherit_env.clone().unwrap_or_default();
         let kept = match record.state {
-            State::Waiting => crate::daemon::after::kept_env(&record).await,
+            State::Waiting => crate::daemon::jobs::after::kept_env(&record).await,
             _ => std::collections::BTreeMap::new(),
         };
         let mut env = std::collections::BTreeMap::new();
@@ -113,7 +113,7 @@ impl Daemon {
                 .restart
                 .as_ref()
                 .map(|state| crate::wire::RestartPolicyArgs {
-                    on: crate::daemon::restart_policy::ON_FAILURE.to_string(),
+                    on: crate::daemon::jobs::restart_policy::ON_FAILURE.to_string(),
                     max_restarts: Some(state.max_restarts),
                     backoff: Some(format!(
                         "{}ms..{}ms",

@@ -14,9 +14,9 @@
 //! stop and promotion carried by the ssh executor; it counts at promotion against the
 //! session's limit for work on hosts.
 
+use crate::daemon::admission::Launch;
+use crate::daemon::connection::FrameReader;
 use crate::daemon::history::AutoDeadline;
-use crate::daemon::serve::FrameReader;
-use crate::daemon::start::Launch;
 use crate::daemon::Daemon;
 use crate::executor::{HereOnly, On, WriteRefused};
 use crate::output;
@@ -72,7 +72,7 @@ impl Daemon {
                     "a run takes a timeout of `auto` or a number of seconds (timeout_s), not both",
                 )),
                 (Some(TimeoutMode::Auto), None) => {
-                    let cwd = crate::daemon::start::place(&args.start)?.0;
+                    let cwd = crate::daemon::requests::start::place(&args.start)?.0;
                     match self.auto_deadline(&cwd, &args.start.command, DEFAULT_TIMEOUT) {
                         AutoDeadline::Foreground(deadline, why) => (deadline, Some((false, why))),
                         AutoDeadline::Background(why) => {

@@ -2,7 +2,7 @@
 //! a job folder of its own, the job's spec handed to its executor, and the window in
 //! which the reply waits for the first output or the end.
 
-use crate::daemon::admission::{Admission, Newcomer};
+use crate::daemon::admission::{Admission, Launch, Newcomer};
 use crate::daemon::{Daemon, Live};
 use crate::environ::{self, CallerEnv};
 use crate::executor::{HereOnly, On};
@@ -21,19 +21,6 @@ const SPAWN_WAIT: Duration = Duration::from_secs(10);
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
-/// How a job is launched beyond its arguments.
-#[derive(Default)]
-pub(crate) struct Launch {
-    /// Start even past the session's limit (a foreground `run`, checked at promotion).
-    pub over_limit: bool,
-    /// A sub-agent: counted against its own limit, with its session and report file.
-    pub sub_agent: bool,
-    /// Start nothing when the same command runs in the same session and folder
-    /// (`start` without `allow_duplicate`).
-    pub refuse_duplicate: bool,
-    /// A restart that holds a start of the rate guard (`Daemon::hold_start`).
-    pub held: bool,
-}
 /// What the locked part of a launch did: recorded a new job (with a sub-agent's
 /// session), or found its twin running (its row).
 enum Recorded {
@@ -178,10 +165,10 @@ impl Daemon {
             ));
         }
         check_start(args)?;
-        let policy = crate::daemon::restart_policy::Policy::of(args, &launch)?;
+        let policy = crate::daemon::jobs::restart_policy::Policy::of(args, &launch)?;
         let limits = limits_of(args)?;
         let (cwd, pane) = place(args)?;
-        let twin = crate::daemon::processes::Twin {
+        let twin = crate::daemon::jobs::processes::Twin {
             kind: if pane.is_some() {
                 Kind::Pane
             } else {
@@ -259,10 +246,10 @@ impl Daemon {
         new: &NewRecord,
         args: &StartArgs,
         launch: &Launch,
-        twin: Option<(&crate::daemon::processes::Twin<'_>, &[i64])>,
+        twin: Option<(&crate::daemon::jobs::processes::Twin<'_>, &[i64])>,
         (limits, policy): (
             (Option<u64>, Option<u64>),
-            Option<crate::daemon::restart_policy::Policy>,
+            Option<crate::daemon::jobs::restart_policy::Policy>,
         ),
     ) -> Result<Recorded, WireError> {
         let session = new.session.as_str();
@@ -371,14 +358,14 @@ impl Daemon {
             log_head: self.config.log_head,
             linger_grace_ms: self.config.linger_grace.as_millis() as u64,
             pane,
-            owner: crate::daemon::settle::owner(record),
+            owner: crate::daemon::jobs::settle::owner(record),
             // Under Slurm the allocation has its own cgroup, the scheduler's.
             no_cgroup: !self.config.cgroups || !On::of(args).which().own_cgroup(),
             max_runtime_ms: limits.1,
             secrets: secret_pairs(args),
             keep_raw_log: args.keep_raw_log,
             // Prompt once someone waits on its output (see `output_watch`).
-            progress_every_ms: Some(crate::daemon::watchers::RELAXED_MS),
+            progress_every_ms: Some(crate::daemon::output::watchers::RELAXED_MS),
             restart: None,
         }
     }
@@ -750,7 +737,7 @@ pub(crate) fn place(args: &StartArgs) -> Result<(String, Option<PaneSize>), Wire
         true => {
             let cols = args.cols.unwrap_or(DEFAULT_COLS);
             let rows = args.rows.unwrap_or(DEFAULT_ROWS);
-            crate::daemon::pane::check_size(cols, rows)?;
+            crate::daemon::output::pane::check_size(cols, rows)?;
             Some(PaneSize { cols, rows })
         }
         false => None,

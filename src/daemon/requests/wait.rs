@@ -1,9 +1,9 @@
 //! `wait`: blocks until items end, or a pattern appears in their new output, or the
 //! timeout passes. Woken by events, never by polling. A `--until` scan looks at each new
-//! byte once, however often the wait is woken (see [`crate::daemon::scan`]), and reads on a
+//! byte once, however often the wait is woken (see [`crate::daemon::output::scan`]), and reads on a
 //! blocking thread, off the daemon's lock, a bounded step at a time.
 
-use crate::daemon::scan::{read_data, read_off_lock, LineScan, Seen, STEP};
+use crate::daemon::output::scan::{read_data, read_off_lock, LineScan, Seen, STEP};
 use crate::daemon::Daemon;
 use crate::output;
 use crate::store::Record;
@@ -255,7 +255,7 @@ fn advance(scan: &mut Scan, path: &Path, len: u64, gap: Range<u64>, regex: &Rege
     }
     if scan.lines.needs_key_check() {
         let (head, dropped) = (gap.start, gap.end - gap.start);
-        let open = crate::daemon::scan::key_open_at(path, scan.lines.offset, head, dropped);
+        let open = crate::daemon::output::scan::key_open_at(path, scan.lines.offset, head, dropped);
         scan.lines.set_in_key(open);
     }
     let Some(file) = &scan.file else {

@@ -90,11 +90,11 @@ fn limits(args: &ReadArgs) -> Result<(usize, usize, usize), WireError> {
         )));
     }
     let text = args.max_bytes.unwrap_or(DEFAULT_TEXT).max(64);
-    if text > crate::daemon::read::MAX_READ_BYTES {
+    if text > crate::daemon::output::read::MAX_READ_BYTES {
         return Err(WireError::bad_request(format!(
             "--max-bytes {text} is over the cap of {} bytes per reply: narrow the regex, \
              or go on with --from",
-            crate::daemon::read::MAX_READ_BYTES
+            crate::daemon::output::read::MAX_READ_BYTES
         )));
     }
     Ok((context, matches, text))
@@ -123,7 +123,7 @@ impl Daemon {
                 Ok(record) => {
                     let path = output::log_path(&record.job_dir);
                     Plan {
-                        id: crate::daemon::items::display_id(session, &record),
+                        id: crate::daemon::display_id(session, &record),
                         len: output::log_len(&path),
                         path,
                         dropped: inner.dropped(&record),
@@ -187,7 +187,9 @@ impl Daemon {
             })
         };
         let line =
-            match crate::daemon::read::in_background(move || wire::encode_result(&build())).await {
+            match crate::daemon::output::read::in_background(move || wire::encode_result(&build()))
+                .await
+            {
                 Ok(line) => line,
                 Err(e) => wire::encode_result::<()>(&Err(WireError::internal(format!(
                     "the search failed: {e}"

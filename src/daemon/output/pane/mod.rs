@@ -82,7 +82,7 @@ impl Daemon {
         })
         .await
         .map_err(|e| WireError::internal(format!("the screen of {id} could not be built: {e}")))?;
-        let shown = crate::daemon::items::display_id(session, &record);
+        let shown = crate::daemon::display_id(session, &record);
         Ok(ReadReply {
             id: shown.clone(),
             running: record.state != State::Ended,

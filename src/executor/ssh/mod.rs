@@ -13,6 +13,7 @@
 //! then its id there: a daemon restarted after a `kill -9`, or a link that dropped,
 //! finds the job again by it and takes it back, never starting it again.
 
+pub mod call;
 pub mod deploy;
 pub mod link;
 pub mod relay;
@@ -47,6 +48,10 @@ const MIRROR_SLOWEST: Duration = Duration::from_millis(500);
 const END_WAIT_S: f64 = 30.0;
 /// The most output one request brings over.
 const CHUNK: usize = 4 << 20;
+/// How many reads of a job's output are in flight at once while the mirror is behind
+/// (the host reads the next chunk while this one crosses the link), the extra ones
+/// within the link's own bound (`Link::extra_read`).
+const WINDOW: usize = 4;
 
 /// Where a `start` runs when it names a host: `ssh:HOST` from `on` (else
 /// `BGWORK_EXECUTOR`); `None`: not on a host. `prefix`: how options are named to the
@@ -258,6 +263,7 @@ impl SshExecutor {
             mirrored,
             dropped: 0,
             stop_actor: None,
+            ended_item: None,
         };
         tokio::spawn(tracker.run(incoming));
         handle
@@ -374,6 +380,8 @@ struct Tracker {
     /// Bytes of the host's log its cap dropped before they were mirrored.
     dropped: u64,
     stop_actor: Option<Actor>,
+    /// The item the host's `wait` answered with when the job ended there.
+    ended_item: Option<Item>,
 }
 
 /// A `wait` for the job's end kept open on the host, asked again when it times out;
@@ -384,7 +392,7 @@ impl EndWait {
     fn start(
         link: Arc<link::Link>,
         envelope: Envelope,
-        ended: mpsc::UnboundedSender<()>,
+        ended: mpsc::UnboundedSender<Option<Item>>,
     ) -> EndWait {
         EndWait(tokio::spawn(async move {
             let takes = Duration::from_secs_f64(END_WAIT_S);
@@ -392,7 +400,11 @@ impl EndWait {
                 match link.request(&envelope, takes).await {
                     Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
                         Ok(reply) if reply["reason"] == "ended" => {
-                            let _ = ended.send(());
+                            // The item as the host recorded its end: no `list` to ask.
+                            let item = serde_json::from_value::<Item>(reply["items"][0].clone())
+                                .ok()
+                                .filter(|item| item.state == crate::wire::State::Ended);
+                            let _ = ended.send(item);
                             return;
                         }
                         Ok(_) => {}
@@ -431,7 +443,7 @@ impl Tracker {
         let mut tick = tokio::time::interval(MIRROR_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut commands_open = true;
-        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<()>();
+        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<Option<Item>>();
         let mut end_wait: Option<EndWait> = None;
         loop {
             let look = tokio::select! {
@@ -453,7 +465,10 @@ impl Tracker {
                     }
                     false
                 }
-                Some(()) = ended_rx.recv() => true,
+                Some(item) = ended_rx.recv() => {
+                    self.ended_item = item;
+                    true
+                }
                 _ = tick.tick() => true,
             };
             if !look {
@@ -575,47 +590,20 @@ impl Tracker {
         let Some(id) = self.job.remote_id.clone() else {
             return Ok(Look::Going);
         };
+        let mut wide = 1;
         loop {
-            // The exact bytes, raw after the reply's line (no base64, no JSON escapes).
-            let (line, bytes) = self
-                .link
-                .request_frame(
-                    &self.envelope(Request::Read(ReadArgs {
-                        id: id.clone(),
-                        from: Some(self.mirrored),
-                        raw: true,
-                        max_bytes: Some(CHUNK),
-                        no_redact: false,
-                        output_frame: true,
-                        ..ReadArgs::default()
-                    })),
-                    Duration::ZERO,
-                )
-                .await?;
-            let reply: ReadReply = crate::wire::decode_reply(&line).map_err(LinkError::Refused)?;
-            if reply.from > self.mirrored {
-                self.dropped += reply.from - self.mirrored;
-            }
-            let grew = !bytes.is_empty();
-            if grew {
-                self.append(reply.from, &bytes);
-            }
-            self.mirrored = reply.to.max(self.mirrored);
-            if grew || reply.from > self.mirrored {
-                let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
-                let _ = self.events.send(ExecEvent::Output {
-                    row: self.row,
-                    log_len,
-                    dropped: self.dropped,
-                    unwritten: 0,
-                    unwritten_at: 0,
-                });
-            }
-            if bytes.len() >= CHUNK {
+            let (reply, full) = self.mirror_window(&id, wide).await?;
+            if full {
+                wide = WINDOW;
                 continue;
             }
             if reply.running {
                 return Ok(Look::Going);
+            }
+            // Ended there when that read was made, so its log was whole: the end the
+            // host's `wait` brought needs no more asking.
+            if let Some(item) = self.ended_item.take() {
+                return Ok(Look::Ended(Box::new(self.status_of(&item))));
             }
             // Ended there, its output caught up: its end, from its item.
             return match self.item().await? {
@@ -626,7 +614,8 @@ impl Tracker {
                             id: id.clone(),
                             from: Some(self.mirrored),
                             raw: true,
-                            max_bytes: Some(CHUNK),
+                            max_bytes: Some(64),
+                            no_redact: true,
                             ..ReadArgs::default()
                         }))
                         .await?;
@@ -642,6 +631,87 @@ impl Tracker {
                 ))),
             };
         }
+    }
+
+    /// Reads up to `wide` chunks of the host's log from the mirror's offset at once,
+    /// each asked for its own offset, and writes them at the same offsets here, in
+    /// order; a chunk is taken only when every one before it was whole (else the rest,
+    /// asked past where the log then ended, are left). The last reply taken, and whether
+    /// it was a whole chunk (more may be there).
+    async fn mirror_window(
+        &mut self,
+        id: &str,
+        wide: usize,
+    ) -> Result<(ReadReply, bool), LinkError> {
+        let base = self.mirrored;
+        let mut asked = Vec::with_capacity(wide);
+        for k in 0..wide {
+            // The first read is the job's own; the others only within the link's bound.
+            let permit = match k {
+                0 => None,
+                _ => match self.link.extra_read() {
+                    Some(permit) => Some(permit),
+                    None => break,
+                },
+            };
+            let from = base + (k * CHUNK) as u64;
+            let (link, envelope) = (self.link.clone(), self.mirror_read(id, from));
+            asked.push((
+                from,
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    link.request_frame(&envelope, Duration::ZERO).await
+                }),
+            ));
+        }
+        let mut last = None;
+        for (from, reply) in asked {
+            if from != self.mirrored || last.as_ref().is_some_and(|(_, full)| !full) {
+                break;
+            }
+            let (line, bytes) = reply
+                .await
+                .map_err(|e| LinkError::Down(format!("the read did not finish: {e}")))??;
+            let reply: ReadReply = crate::wire::decode_reply(&line).map_err(LinkError::Refused)?;
+            if reply.from > self.mirrored {
+                self.dropped += reply.from - self.mirrored;
+            }
+            let grew = !bytes.is_empty();
+            if grew {
+                self.append(reply.from, &bytes);
+            }
+            let skipped = reply.from > self.mirrored;
+            self.mirrored = reply.to.max(self.mirrored);
+            if grew || skipped {
+                let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
+                let _ = self.events.send(ExecEvent::Output {
+                    row: self.row,
+                    log_len,
+                    dropped: self.dropped,
+                    unwritten: 0,
+                    unwritten_at: 0,
+                });
+            }
+            let full = bytes.len() >= CHUNK;
+            last = Some((reply, full));
+        }
+        last.ok_or_else(|| LinkError::Down("no read was made".into()))
+    }
+
+    /// A read of the host's log from `from`: the exact bytes, raw after the reply's
+    /// line (no base64, no JSON escapes), as the host's log holds them (token shapes
+    /// are masked when read here, as for a local job's log, so every offset is the
+    /// host's).
+    fn mirror_read(&self, id: &str, from: u64) -> Envelope {
+        self.envelope(Request::Read(ReadArgs {
+            id: id.to_string(),
+            from: Some(from),
+            raw: true,
+            max_bytes: Some(CHUNK),
+            no_redact: true,
+            output_frame: true,
+            ..ReadArgs::default()
+        }))
     }
 
     /// Writes `bytes` at the host's offset `at`: a middle the host's cap dropped stays

@@ -278,7 +278,9 @@ fn module_folders(src: &Path, dir: &Path, found: &mut Vec<Vec<String>>) {
 /// each import in the ring, where it is first made. A module's own folder root
 /// (`mod.rs`) is its parent, not one of the ring's modules.
 fn import_loops(src: &Path, folder: &[String]) -> Vec<String> {
-    let dir = folder.iter().fold(src.to_path_buf(), |dir, part| dir.join(part));
+    let dir = folder
+        .iter()
+        .fold(src.to_path_buf(), |dir, part| dir.join(part));
     let mut files = Vec::new();
     sources(&dir, &mut files);
     let top: std::collections::BTreeSet<String> = std::fs::read_dir(&dir)
@@ -290,7 +292,8 @@ fn import_loops(src: &Path, folder: &[String]) -> Vec<String> {
                 true => name,
                 false => name.strip_suffix(".rs")?.to_string(),
             };
-            let root_file = name == "mod" || (folder.is_empty() && (name == "lib" || name == "main"));
+            let root_file =
+                name == "mod" || (folder.is_empty() && (name == "lib" || name == "main"));
             (!root_file).then_some(name)
         })
         .collect();
@@ -416,7 +419,9 @@ fn imports(text: &str, module: &[String]) -> Vec<(Vec<String>, usize)> {
             {
                 Some((Vec::new(), k + 2))
             }
-            Token::Word(w) if w == "self" && is(k + 1, Token::Path) && (k == 0 || !is(k - 1, Token::Path)) => {
+            Token::Word(w)
+                if w == "self" && is(k + 1, Token::Path) && (k == 0 || !is(k - 1, Token::Path)) =>
+            {
                 Some((here(), k + 2))
             }
             Token::Word(w) if w == "super" && (k == 0 || !is(k - 1, Token::Path)) => {

@@ -1096,7 +1096,14 @@ fn restart_host_daemon(h: &SshHome, env: &str) {
          for i in $(seq 100); do BGWORK_HOME={home} {bin} status >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1"
     );
     let out = Command::new("ssh")
-        .args(["-F", &h.host.config, "-o", "BatchMode=yes", &h.host.alias, &script])
+        .args([
+            "-F",
+            &h.host.config,
+            "-o",
+            "BatchMode=yes",
+            &h.host.alias,
+            &script,
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -1111,7 +1118,8 @@ fn issue24_1_a_token_in_a_host_jobs_output_keeps_the_mirrors_offsets() {
     };
     let h = SshHome::new(host);
     // A token shape (masked when read, §8) and then more output in later reads.
-    let id = h.start("echo key AKIAABCDEFGHIJKLMNOP end; sleep 1; echo after-1; sleep 1; echo after-2")
+    let id = h
+        .start("echo key AKIAABCDEFGHIJKLMNOP end; sleep 1; echo after-1; sleep 1; echo after-2")
         ["id"]
         .as_str()
         .unwrap()
@@ -1141,9 +1149,18 @@ fn issue24_1_a_token_in_a_host_jobs_output_keeps_the_mirrors_offsets() {
     );
     let tail = h
         .home
-        .run(&["read", &id, "--raw", "--from", &(there.len() - 8).to_string()])
+        .run(&[
+            "read",
+            &id,
+            "--raw",
+            "--from",
+            &(there.len() - 8).to_string(),
+        ])
         .stdout;
-    assert_eq!(tail, "after-2\n", "an offset of the host's log reads the same bytes here");
+    assert_eq!(
+        tail, "after-2\n",
+        "an offset of the host's log reads the same bytes here"
+    );
 }
 
 #[test]
@@ -1161,21 +1178,33 @@ fn issue24_2_an_end_on_the_host_is_a_notice_here_within_a_round_trip() {
         let mark = format!("/tmp/bgwork-ssh-end-{}-{run}", std::process::id());
         let _ = std::fs::remove_file(&mark);
         let job = format!("sleep 0.3; date +%s%N > {mark}");
-        h.home
-            .json(&["start", "--window", "0", "--notify", "--on", &on, "--", &job]);
+        h.home.json(&[
+            "start", "--window", "0", "--notify", "--on", &on, "--", &job,
+        ]);
         let reply = h.home.json(&["notices", "--wait", "30"]);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos();
-        assert_eq!(reply["notices"].as_array().map(Vec::len), Some(1), "{reply}");
-        let ended: u128 = std::fs::read_to_string(&mark).unwrap().trim().parse().unwrap();
+        assert_eq!(
+            reply["notices"].as_array().map(Vec::len),
+            Some(1),
+            "{reply}"
+        );
+        let ended: u128 = std::fs::read_to_string(&mark)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         late.push(((now - ended) / 1_000_000) as u64);
         let _ = std::fs::remove_file(&mark);
     }
     late.sort_unstable();
     // The 50 ms of the benchmark on a quiet machine; the shared test machine gets room.
-    assert!(late[2] < 400, "exit on the host -> notice here (ms): {late:?}");
+    assert!(
+        late[2] < 400,
+        "exit on the host -> notice here (ms): {late:?}"
+    );
 }
 
 #[test]
@@ -1197,7 +1226,7 @@ fn issue24_3_scale_a_hundred_jobs_on_one_host_share_one_connection_and_end_whole
     wait_end(&h.home, &warm);
     restart_host_daemon(
         &h,
-        "BGWORK_MAX_RUNNING=1000 BGWORK_MAX_RUNNING_TOTAL=0 BGWORK_MAX_STARTS_PER_MINUTE=0",
+        "BGWORK_PORTS=0 BGWORK_MAX_RUNNING=1000 BGWORK_MAX_RUNNING_TOTAL=0 BGWORK_MAX_STARTS_PER_MINUTE=0",
     );
     let relay = relays(&h);
     assert_eq!(relay.len(), 1, "one relay: {relay:?}");
@@ -1246,7 +1275,10 @@ fn issue24_4_the_hosts_daemon_ends_when_idle_and_never_while_a_job_runs() {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while h.home.item(&id)["state"] != "ended" {
         assert!(std::time::Instant::now() < deadline, "{id} did not end");
-        assert!(crate::util::alive(daemon), "the host's daemon ended while its job ran");
+        assert!(
+            crate::util::alive(daemon),
+            "the host's daemon ended while its job ran"
+        );
         assert_eq!(remote_pid(&h, "daemon.lock"), daemon);
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -1258,10 +1290,18 @@ fn issue24_4_the_hosts_daemon_ends_when_idle_and_never_while_a_job_runs() {
     // Idle (no job, no request): it ends on its own.
     eventually(Duration::from_secs(20), || !crate::util::alive(daemon));
     // A new start brings a new one, and the record of the first is still read here.
-    let again = h.start("echo again")["id"].as_str().unwrap().to_string();
+    let again = h.start("echo again-${BGWORK_EXIT_WHEN_IDLE_MS:-unset}")["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let ended = wait_end(&h.home, &again);
     assert_eq!(ended["exit_code"], 0, "{ended}");
-    assert!(read_all(&h.home, &again).starts_with("again\n"));
+    // The daemon's setting is not passed on to its jobs.
+    assert!(
+        read_all(&h.home, &again).starts_with("again-unset\n"),
+        "{}",
+        read_all(&h.home, &again)
+    );
     assert_ne!(remote_pid(&h, "daemon.lock"), daemon, "a new daemon there");
     assert_complete(&read_all(&h.home, &id), 30);
     let _ = std::fs::remove_file(&runs);

@@ -270,8 +270,10 @@ impl Link {
         let bin = deploy::ensure(&self.call).await?;
         // The host's daemon (started by the relay when none answers) ends on its own
         // once it has had no work and no link for a while.
+        // It looks for no ports (a job on a host is watched for none: `port` is refused
+        // there), so the mirror's reads cost it no scan of the host's sockets.
         let remote = format!(
-            "BGWORK_HOME={home} BGWORK_EXIT_WHEN_IDLE_MS={idle} exec {bin} ssh-relay",
+            "BGWORK_HOME={home} BGWORK_EXIT_WHEN_IDLE_MS={idle} BGWORK_PORTS=0 exec {bin} ssh-relay",
             home = self.remote_home,
             idle = host_exit_when_idle_ms(),
             bin = deploy::shell_quote(&bin)
@@ -286,6 +288,9 @@ impl Link {
             .map_err(|e| format!("could not run ssh (install openssh-client): {e}"))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
+        // Output crosses in chunks of megabytes: a larger pipe wakes ssh and this daemon
+        // less often for them.
+        wide_pipe(&stdout);
         let mut stderr = child.stderr.take().ok_or("no stderr")?;
         let mut lines = tokio::io::BufReader::new(stdout);
         let mut hello = Vec::new();
@@ -333,6 +338,12 @@ impl Link {
             _child: child,
         })
     }
+}
+
+/// Makes a pipe hold 1 MiB (the most an unprivileged process may ask by default); a
+/// pipe that cannot grow stays as it is.
+pub fn wide_pipe(pipe: &impl std::os::fd::AsFd) {
+    let _ = nix::fcntl::fcntl(pipe.as_fd(), nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
 }
 
 async fn read_replies(

@@ -12,6 +12,7 @@ use crate::paths::Paths;
 use crate::wire::ssh::{RelayHello, RELAY_PROTOCOL};
 use crate::wire::{self, Envelope, ErrorReply, Request, WireError};
 use std::io::{BufRead, Write};
+use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -28,6 +29,11 @@ pub fn main() -> ExitCode {
         protocol: RELAY_PROTOCOL,
         control: wire::control::PROTOCOL,
     };
+    // The output frames go to ssh through this pipe: 1 MiB at a time, not 64 KiB.
+    let _ = nix::fcntl::fcntl(
+        std::io::stdout().as_fd(),
+        nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20),
+    );
     let out = Arc::new(Mutex::new(std::io::stdout()));
     {
         let mut out = out.lock().unwrap_or_else(|p| p.into_inner());

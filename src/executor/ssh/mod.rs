@@ -482,7 +482,9 @@ impl Tracker {
                 });
                 return;
             }
-            if end_wait.is_none() && self.spawned {
+            // From the moment the host has its id (not once its pid is seen: a short job
+            // would end before the next look at the slow pace, and its end wait for it).
+            if end_wait.is_none() {
                 if let Some(id) = self.job.remote_id.clone() {
                     end_wait = Some(EndWait::start(
                         self.link.clone(),

@@ -1306,3 +1306,34 @@ fn issue24_4_the_hosts_daemon_ends_when_idle_and_never_while_a_job_runs() {
     assert_complete(&read_all(&h.home, &id), 30);
     let _ = std::fs::remove_file(&runs);
 }
+
+#[test]
+fn issue24_1_a_middle_the_hosts_cap_dropped_is_read_past_to_the_newest_output() {
+    let Some(host) =
+        host("issue24_1_a_middle_the_hosts_cap_dropped_is_read_past_to_the_newest_output")
+    else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    restart_host_daemon(&h, "BGWORK_LOG_CAP=4194304 BGWORK_LOG_HEAD=1048576");
+    // 24 MB at once: the mirror is behind the host's cap, which drops the middle.
+    let id = h.start("head -c 18000000 /dev/zero | tr '\\0' x | fold -w 100; echo; echo last-line")
+        ["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+    let tail = h.home.run(&["read", &id, "--tail", "2"]).stdout;
+    assert!(
+        tail.contains("last-line"),
+        "the newest output is here: {tail:?}"
+    );
+    let folder = ended["folder"].as_str().unwrap();
+    let here = std::fs::metadata(std::path::Path::new(folder).join("output.log"))
+        .unwrap()
+        .len();
+    assert_eq!(here, 18_000_000 + 180_000 + 10, "every offset the host's");
+}

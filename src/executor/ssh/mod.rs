@@ -695,7 +695,10 @@ impl Tracker {
                     unwritten_at: 0,
                 });
             }
-            let full = bytes.len() >= CHUNK;
+            // More is there when the chunk was whole, or when the read stopped short of
+            // the log's end (`clipped`: a middle the host's cap dropped, read past in
+            // steps, with the newest bytes after it).
+            let full = bytes.len() >= CHUNK || reply.clipped;
             last = Some((reply, full));
         }
         last.ok_or_else(|| LinkError::Down("no read was made".into()))

@@ -48,6 +48,10 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// A client that accepts no byte of a reply for this long is dropped.
     pub write_stall: Duration,
+    /// The daemon ends on its own once it has had no unsettled item and no client
+    /// connection for this long (`BGWORK_EXIT_WHEN_IDLE_MS`; none: never). A host's
+    /// daemon is started with it by the ssh relay.
+    pub exit_when_idle: Option<Duration>,
     /// Whether `list`, `read` and MCP results look for the TCP ports jobs listen on
     /// (`BGWORK_PORTS=0` turns it off).
     pub ports: bool,
@@ -80,6 +84,7 @@ impl Default for Config {
             max_connections: None,
             idle_timeout: Duration::from_secs(300),
             write_stall: Duration::from_secs(30),
+            exit_when_idle: None,
             ports: true,
             auto_background: AUTO_BACKGROUND,
             overrun_margin: Duration::from_secs(60),
@@ -215,6 +220,9 @@ impl Config {
         let stall = config.write_stall.as_millis();
         if let Some(n) = s.number("BGWORK_WRITE_STALL_MS", stall, 1) {
             config.write_stall = Duration::from_millis(n);
+        }
+        if let Some(n) = s.number("BGWORK_EXIT_WHEN_IDLE_MS", "never", 100) {
+            config.exit_when_idle = Some(Duration::from_millis(n));
         }
         config.ports = s.switch("BGWORK_PORTS");
         if let Some(threshold) = s.seconds("BGWORK_AUTO_BACKGROUND_S", config.auto_background) {

@@ -224,27 +224,13 @@ pub async fn run(
     let me = nix::unistd::geteuid().as_raw();
     let cap = daemon.config.max_connections.unwrap_or(MAX_CONNECTIONS);
     let mut failing = AcceptFailures::default();
+    let mut idle = IdleExit::new(daemon.config.exit_when_idle);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     failing.accepted();
-                    let daemon = daemon.clone();
-                    match Slot::take(&daemon, cap) {
-                        Some(slot) => {
-                            tokio::spawn(async move { serve_client(daemon, stream, me, slot).await });
-                        }
-                        // At the cap the oldest idle connection gives way, so that idle
-                        // connections (one client's hundreds) never lock others out.
-                        None => {
-                            tokio::spawn(async move {
-                                match Slot::make_room(&daemon, cap, GIVE_WAY_WAIT).await {
-                                    Some(slot) => serve_client(daemon, stream, me, slot).await,
-                                    None => refuse(stream, cap).await,
-                                }
-                            });
-                        }
-                    }
+                    hand_over(&daemon, stream, me, cap);
                 }
                 Err(e) => {
                     // Out of file descriptors, say: the connection stays queued, so
@@ -257,9 +243,101 @@ pub async fn run(
                 }
             },
             _ = shutdown.changed() => break,
+            () = idle.tick() => {
+                // A client that connects as the idle time runs out is served.
+                if let Some(Ok((stream, _))) = futures_util::FutureExt::now_or_never(listener.accept()) {
+                    idle.reset();
+                    hand_over(&daemon, stream, me, cap);
+                } else if idle.over(&daemon) {
+                    crate::note!(
+                        "bgwork daemon: no work and no client for {} ms: ending (BGWORK_EXIT_WHEN_IDLE_MS)",
+                        idle.after.map_or(0, |d| d.as_millis())
+                    );
+                    daemon.request_shutdown();
+                    break;
+                }
+            }
         }
     }
     crate::note!("bgwork daemon: shut down; running work goes on under its supervisors");
+}
+
+/// Serves a connection just accepted, in a task of its own.
+fn hand_over(daemon: &Arc<Daemon>, stream: UnixStream, me: u32, cap: usize) {
+    let daemon = daemon.clone();
+    match Slot::take(&daemon, cap) {
+        Some(slot) => {
+            tokio::spawn(async move { serve_client(daemon, stream, me, slot).await });
+        }
+        // At the cap the oldest idle connection gives way, so that idle connections (one
+        // client's hundreds) never lock others out.
+        None => {
+            tokio::spawn(async move {
+                match Slot::make_room(&daemon, cap, GIVE_WAY_WAIT).await {
+                    Some(slot) => serve_client(daemon, stream, me, slot).await,
+                    None => refuse(stream, cap).await,
+                }
+            });
+        }
+    }
+}
+
+/// `BGWORK_EXIT_WHEN_IDLE_MS`: since when the daemon has had no unsettled item (a job,
+/// pane, monitor, waiting or restarting item keeps it) and no client connection.
+struct IdleExit {
+    after: Option<Duration>,
+    since: Option<tokio::time::Instant>,
+    every: Option<tokio::time::Interval>,
+}
+
+impl IdleExit {
+    fn new(after: Option<Duration>) -> IdleExit {
+        let every = after.map(|after| {
+            let mut every = tokio::time::interval(
+                (after / 4).clamp(Duration::from_millis(25), Duration::from_secs(1)),
+            );
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            every
+        });
+        IdleExit {
+            after,
+            since: None,
+            every,
+        }
+    }
+
+    /// The next look (never, when the daemon is not to end on its own).
+    async fn tick(&mut self) {
+        match self.every.as_mut() {
+            Some(every) => {
+                every.tick().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.since = None;
+    }
+
+    /// Whether it has been idle for its whole time now.
+    fn over(&mut self, daemon: &Daemon) -> bool {
+        let Some(after) = self.after else {
+            return false;
+        };
+        let clients = daemon.connections.load(Ordering::Acquire);
+        let work = daemon
+            .lock()
+            .store
+            .unsettled()
+            .map_or(true, |unsettled| !unsettled.is_empty());
+        if clients > 0 || work {
+            self.since = None;
+            return false;
+        }
+        let since = *self.since.get_or_insert_with(tokio::time::Instant::now);
+        since.elapsed() >= after
+    }
 }
 
 /// A burst of failing accepts: logged when it starts and once it is over (no failure

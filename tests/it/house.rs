@@ -220,7 +220,7 @@ fn issue23_6_no_import_loop_between_top_level_modules() {
     // ARCHITECTURE.md: no module imports one that imports it back, directly or round a
     // longer ring; a piece two modules share lives in the one that owns it.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let loops = import_loops(&root);
+    let loops = import_loops(&root, &[]);
     assert!(
         loops.is_empty(),
         "import loops between top-level modules of src/ (move the shared piece to the \
@@ -229,12 +229,61 @@ fn issue23_6_no_import_loop_between_top_level_modules() {
     );
 }
 
-/// Every ring of imports between the top-level modules of the crate at `src`, each as
-/// its modules and, for each import in the ring, where it is first made.
-fn import_loops(src: &Path) -> Vec<String> {
+#[test]
+fn issue24_5_no_import_loop_between_the_files_of_one_folder() {
+    // The same rule one level down: the modules of one folder (`executor/ssh/`'s
+    // `deploy`, `link`, `relay`, …) import no sibling that imports them back.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut folders = Vec::new();
+    module_folders(&root, &root, &mut folders);
+    assert!(
+        folders.iter().any(|f| f == &["executor", "ssh"]),
+        "executor/ssh/ is among the folders checked: {folders:?}"
+    );
+    let loops: Vec<String> = folders
+        .iter()
+        .flat_map(|folder| {
+            import_loops(&root, folder)
+                .into_iter()
+                .map(move |ring| format!("in src/{}/: {ring}", folder.join("/")))
+        })
+        .collect();
+    assert!(
+        loops.is_empty(),
+        "import loops between the modules of one folder (move the shared piece to the \
+         module that owns it):\n{}",
+        loops.join("\n")
+    );
+}
+
+/// The module folders under `dir` (each as its path of module names from `src`).
+fn module_folders(src: &Path, dir: &Path, found: &mut Vec<Vec<String>>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            let relative = path.strip_prefix(src).unwrap();
+            found.push(
+                relative
+                    .iter()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .collect(),
+            );
+            module_folders(src, &path, found);
+        }
+    }
+}
+
+/// Every ring of imports between the modules directly in `folder` (a path of module
+/// names; none: the crate root) of the crate at `src`, each as its modules and, for
+/// each import in the ring, where it is first made. A module's own folder root
+/// (`mod.rs`) is its parent, not one of the ring's modules.
+fn import_loops(src: &Path, folder: &[String]) -> Vec<String> {
+    let dir = folder
+        .iter()
+        .fold(src.to_path_buf(), |dir, part| dir.join(part));
     let mut files = Vec::new();
-    sources(src, &mut files);
-    let top: std::collections::BTreeSet<String> = std::fs::read_dir(src)
+    sources(&dir, &mut files);
+    let top: std::collections::BTreeSet<String> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
         .filter_map(|entry| {
@@ -243,7 +292,9 @@ fn import_loops(src: &Path) -> Vec<String> {
                 true => name,
                 false => name.strip_suffix(".rs")?.to_string(),
             };
-            (name != "lib" && name != "main").then_some(name)
+            let root_file =
+                name == "mod" || (folder.is_empty() && (name == "lib" || name == "main"));
+            (!root_file).then_some(name)
         })
         .collect();
     // (importer, imported) → the first place the import is made.
@@ -258,14 +309,18 @@ fn import_loops(src: &Path) -> Vec<String> {
         if parts.last().is_some_and(|p| p == "mod") {
             parts.pop();
         }
-        if parts == ["lib"] || parts == ["main"] {
+        if parts == ["lib"] || parts == ["main"] || parts.len() <= folder.len() {
             continue;
         }
+        let own = &parts[folder.len()];
         let text = std::fs::read_to_string(&file).unwrap();
-        for (imported, line) in top_level_imports(&text, parts.len()) {
-            if imported != parts[0] && top.contains(&imported) {
+        for (path, line) in imports(&text, &parts) {
+            let Some(imported) = path.strip_prefix(folder).and_then(|rest| rest.first()) else {
+                continue;
+            };
+            if imported != own && top.contains(imported) {
                 edges
-                    .entry((parts[0].clone(), imported))
+                    .entry((own.clone(), imported.clone()))
                     .or_insert_with(|| format!("{}:{line}", relative.display()));
             }
         }
@@ -321,59 +376,53 @@ enum Token {
     Punct(char),
 }
 
-/// The names a file of a module `depth` levels below the crate root imports from the
-/// crate root (`crate::NAME`, `crate::{NAME, …}`, or a `super::` chain that climbs to
-/// the root), each with its line. Comments, strings and character literals are not
-/// code, and an inline `mod NAME { … }` adds a level for the `super::` inside it.
-fn top_level_imports(text: &str, depth: usize) -> Vec<(String, usize)> {
+/// The paths of the crate a file of the module `module` (its names from the crate
+/// root) names, made absolute (`crate::a::b`, `super::…` and `self::…` resolved, each
+/// name of a `{…}` group its own path), each with its line. Comments, strings and
+/// character literals are not code, and an inline `mod NAME { … }` adds a level for
+/// the `super::` and `self::` inside it.
+fn imports(text: &str, module: &[String]) -> Vec<(Vec<String>, usize)> {
     let tokens = tokens(text);
     let word = |k: usize| match tokens.get(k) {
         Some((Token::Word(w), _)) => Some(w.as_str()),
         _ => None,
     };
     let is = |k: usize, token: Token| tokens.get(k).is_some_and(|(t, _)| *t == token);
-    // The first names of what a path imports from the token at `k` on.
-    let names_at = |k: usize| -> Vec<String> {
-        if !is(k, Token::Punct('{')) {
-            return word(k).map(|w| vec![w.to_string()]).unwrap_or_default();
-        }
-        let (mut names, mut nesting, mut item_start) = (Vec::new(), 0, true);
-        for (token, _) in &tokens[k..] {
-            match token {
-                Token::Punct('{') => nesting += 1,
-                Token::Punct('}') if nesting == 1 => break,
-                Token::Punct('}') => nesting -= 1,
-                Token::Punct(',') if nesting == 1 => item_start = true,
-                Token::Word(w) if nesting == 1 && item_start => {
-                    names.push(w.clone());
-                    item_start = false;
-                }
-                _ => item_start = false,
-            }
-        }
-        names
-    };
-    let (mut found, mut braces, mut inline) = (Vec::new(), 0usize, Vec::new());
+    let (mut found, mut braces, mut inline) = (Vec::new(), 0usize, Vec::<(usize, String)>::new());
     for (k, (token, line)) in tokens.iter().enumerate() {
-        match token {
+        let here = || -> Vec<String> {
+            let mut path = module.to_vec();
+            path.extend(inline.iter().map(|(_, name)| name.clone()));
+            path
+        };
+        let base_and_rest = match token {
             Token::Punct('{') => {
                 braces += 1;
-                if k >= 2 && word(k - 2) == Some("mod") && word(k - 1).is_some() {
-                    inline.push(braces);
+                if k >= 2 && word(k - 2) == Some("mod") {
+                    if let Some(name) = word(k - 1) {
+                        inline.push((braces, name.to_string()));
+                    }
                 }
+                None
             }
             Token::Punct('}') => {
-                if inline.last() == Some(&braces) {
+                if inline.last().is_some_and(|(at, _)| *at == braces) {
                     inline.pop();
                 }
                 braces = braces.saturating_sub(1);
+                None
             }
             Token::Word(w)
                 if w == "crate"
                     && is(k + 1, Token::Path)
                     && (k == 0 || !is(k - 1, Token::Punct('$'))) =>
             {
-                found.extend(names_at(k + 2).into_iter().map(|n| (n, *line)));
+                Some((Vec::new(), k + 2))
+            }
+            Token::Word(w)
+                if w == "self" && is(k + 1, Token::Path) && (k == 0 || !is(k - 1, Token::Path)) =>
+            {
+                Some((here(), k + 2))
             }
             Token::Word(w) if w == "super" && (k == 0 || !is(k - 1, Token::Path)) => {
                 let mut climbed = 0;
@@ -382,14 +431,66 @@ fn top_level_imports(text: &str, depth: usize) -> Vec<(String, usize)> {
                     climbed += 1;
                     at += 2;
                 }
-                if climbed > 0 && climbed >= depth + inline.len() {
-                    found.extend(names_at(at).into_iter().map(|n| (n, *line)));
-                }
+                let path = here();
+                (climbed > 0 && climbed <= path.len())
+                    .then(|| (path[..path.len() - climbed].to_vec(), at))
             }
-            _ => {}
+            _ => None,
+        };
+        let Some((base, at)) = base_and_rest else {
+            continue;
+        };
+        for rest in path_tree(&tokens, at).0 {
+            let mut path = base.clone();
+            path.extend(rest);
+            found.push((path, *line));
         }
     }
     found
+}
+
+/// The paths a use tree from the token at `k` names (`a::b`, `a::{b, c::d}`, `*`:
+/// none beyond its prefix), and the token after it.
+fn path_tree(tokens: &[(Token, usize)], k: usize) -> (Vec<Vec<String>>, usize) {
+    match tokens.get(k) {
+        Some((Token::Word(w), _)) => match tokens.get(k + 1) {
+            Some((Token::Path, _)) => {
+                let (rests, end) = path_tree(tokens, k + 2);
+                let paths = match rests.is_empty() {
+                    true => vec![vec![w.clone()]],
+                    false => rests
+                        .into_iter()
+                        .map(|rest| std::iter::once(w.clone()).chain(rest).collect())
+                        .collect(),
+                };
+                (paths, end)
+            }
+            _ => (vec![vec![w.clone()]], k + 1),
+        },
+        Some((Token::Punct('{'), _)) => {
+            let (mut paths, mut at) = (Vec::new(), k + 1);
+            loop {
+                match tokens.get(at) {
+                    None => return (paths, at),
+                    Some((Token::Punct('}'), _)) => return (paths, at + 1),
+                    Some((Token::Punct(','), _)) => at += 1,
+                    Some(_) => {
+                        let (more, end) = path_tree(tokens, at);
+                        paths.extend(more);
+                        // Past what the item adds (`as NAME`, a `*`).
+                        at = end.max(at + 1);
+                        while let Some((token, _)) = tokens.get(at) {
+                            if matches!(token, Token::Punct(',') | Token::Punct('}')) {
+                                break;
+                            }
+                            at += 1;
+                        }
+                    }
+                }
+            }
+        }
+        _ => (Vec::new(), k + 1),
+    }
 }
 
 /// The tokens of Rust code with their lines, comments, strings (raw ones too) and

@@ -524,7 +524,11 @@ pub(crate) fn job_env(args: &StartArgs) -> (BTreeMap<String, String>, Vec<[Strin
         Some(env) => (env.clone(), args.inherit_env_bytes.clone()),
         None => {
             let own = CallerEnv::of_this_process();
-            (own.text, own.bytes)
+            let mut text = own.text;
+            // The daemon's own settings (a host's daemon is started with them), not the job's.
+            text.remove("BGWORK_EXIT_WHEN_IDLE_MS");
+            text.remove("BGWORK_PORTS");
+            (text, own.bytes)
         }
     };
     env.extend(args.env.clone());

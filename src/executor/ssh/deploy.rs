@@ -5,7 +5,7 @@
 //! whose sum matched is ever at that path (it is written beside it and renamed), so a
 //! link that opens later finds it there without reading its 20-150 MB again.
 
-use super::link::{explain, SshCall};
+use super::call::{explain, SshCall};
 use std::path::PathBuf;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

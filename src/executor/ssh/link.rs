@@ -9,6 +9,7 @@
 //! tried again with back-off, and while it is down every request fails at once (no
 //! caller waits on a host that cannot be reached).
 
+use super::call::{explain, SshCall, CONNECT_TIMEOUT_S};
 use super::deploy;
 use crate::wire::{Envelope, WireError};
 use std::collections::HashMap;
@@ -23,8 +24,16 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// The first and the longest wait before a link that failed is tried again.
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 const BACKOFF_MOST: Duration = Duration::from_secs(10);
-/// How long ssh has to connect.
-const CONNECT_TIMEOUT_S: u32 = 10;
+
+/// How long the host's daemon stays with no work and no link before it ends:
+/// `BGWORK_HOST_EXIT_WHEN_IDLE_MS` of this daemon (a whole number of ms, at least 100),
+/// else 10 minutes.
+fn host_exit_when_idle_ms() -> u64 {
+    std::env::var("BGWORK_HOST_EXIT_WHEN_IDLE_MS")
+        .ok()
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .map_or(600_000, |ms| ms.max(100))
+}
 
 /// Why a request to a host did not get its answer.
 #[derive(Debug, Clone)]
@@ -44,99 +53,6 @@ impl std::fmt::Display for LinkError {
             LinkError::Down(why) | LinkError::InDoubt(why) => f.write_str(why),
             LinkError::Refused(e) => f.write_str(&e.message),
         }
-    }
-}
-
-/// How every ssh call bgwork makes to a host is made.
-#[derive(Clone, Debug)]
-pub struct SshCall {
-    pub host: String,
-    /// `BGWORK_SSH_CONFIG`: passed as `-F` to every call.
-    pub config: Option<PathBuf>,
-    /// The folder of the connection masters' sockets (private to this user).
-    pub control_dir: PathBuf,
-}
-
-impl SshCall {
-    /// `ssh` with bgwork's options, for `remote` (one shell command line on the host).
-    pub fn command(&self, remote: &str) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new("ssh");
-        command.args(self.options());
-        command.arg("--").arg(&self.host).arg(remote);
-        command.kill_on_drop(true);
-        command
-    }
-
-    pub fn options(&self) -> Vec<String> {
-        let mut options = Vec::new();
-        if let Some(config) = &self.config {
-            options.push("-F".into());
-            options.push(config.display().to_string());
-        }
-        for option in [
-            "BatchMode=yes".to_string(),
-            format!("ConnectTimeout={CONNECT_TIMEOUT_S}"),
-            "ControlMaster=auto".into(),
-            format!("ControlPath={}/%C", self.control_dir.display()),
-            "ControlPersist=60".into(),
-            "ServerAliveInterval=5".into(),
-            "ServerAliveCountMax=3".into(),
-        ] {
-            options.push("-o".into());
-            options.push(option);
-        }
-        options.push("-T".into());
-        options
-    }
-}
-
-/// What ssh's complaint means, and what to do: ssh's own words are quoted.
-pub fn explain(host: &str, stderr: &str) -> String {
-    let said: Vec<&str> = stderr
-        .lines()
-        .map(str::trim)
-        .filter(|l| {
-            !l.is_empty() && !l.starts_with("@@@") && !l.starts_with("Warning: Permanently added")
-        })
-        .collect();
-    let words = said.join(" / ");
-    let lower = stderr.to_lowercase();
-    let fix = if lower.contains("remote host identification has changed")
-        || lower.contains("host key for") && lower.contains("has changed")
-    {
-        format!(
-            "the host key of {host} has CHANGED since it was recorded: if the change is expected, \
-             remove the old key (`ssh-keygen -R HOST`) and connect once with `ssh {host}`; else do not trust it"
-        )
-    } else if lower.contains("host key verification failed")
-        || lower.contains("no ed25519 host key is known")
-        || lower.contains("host key is known")
-    {
-        format!(
-            "the host key of {host} is not known: connect once with `ssh {host}` and accept it \
-             (bgwork never accepts a host key itself)"
-        )
-    } else if lower.contains("permission denied") {
-        format!(
-            "{host} refused the login: bgwork logs in with your keys and agent only (BatchMode), \
-             never a password: add your key there (`ssh-copy-id {host}`) or load it (`ssh-add`)"
-        )
-    } else if lower.contains("could not resolve hostname") {
-        format!("{host} is no host ssh knows: check its name or your ssh config")
-    } else if lower.contains("connection refused")
-        || lower.contains("timed out")
-        || lower.contains("no route to host")
-        || lower.contains("network is unreachable")
-        || lower.contains("connection closed")
-        || lower.contains("connection reset")
-    {
-        format!("{host} cannot be reached: check that it is up and that `ssh {host}` connects")
-    } else {
-        format!("ssh to {host} failed: check that `ssh {host} true` works")
-    };
-    match words.is_empty() {
-        true => fix,
-        false => format!("{fix} (ssh: {words})"),
     }
 }
 
@@ -171,7 +87,13 @@ pub struct Link {
     jobs: Arc<std::sync::atomic::AtomicUsize>,
     /// What the host's relay said of logout when the channel last opened.
     logout: Mutex<Option<String>>,
+    /// Room for the reads beyond each job's own that catch a mirror up
+    /// ([`EXTRA_READS`]: the output they hold in memory is bounded per link, not per job).
+    extra_reads: Arc<tokio::sync::Semaphore>,
 }
+
+/// How many reads beyond one per job may be in flight on a link.
+const EXTRA_READS: usize = 6;
 
 /// A job's task using a link: counted while it lives.
 pub struct Busy(Arc<std::sync::atomic::AtomicUsize>);
@@ -193,6 +115,7 @@ impl Link {
             retry: Mutex::new((tokio::time::Instant::now(), BACKOFF_FIRST)),
             jobs: Arc::default(),
             logout: Mutex::default(),
+            extra_reads: Arc::new(tokio::sync::Semaphore::new(EXTRA_READS)),
         }
     }
 
@@ -202,6 +125,11 @@ impl Link {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// Room for one more read in flight to catch a mirror up, if the link has it.
+    pub fn extra_read(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.extra_reads.clone().try_acquire_owned().ok()
     }
 
     /// Counts a job's task as using the link while the guard lives.
@@ -351,9 +279,14 @@ impl Link {
     /// that it speaks this version.
     async fn open(&self) -> Result<Channel, String> {
         let bin = deploy::ensure(&self.call).await?;
+        // The host's daemon (started by the relay when none answers) ends on its own
+        // once it has had no work and no link for a while.
+        // It looks for no ports (a job on a host is watched for none: `port` is refused
+        // there), so the mirror's reads cost it no scan of the host's sockets.
         let remote = format!(
-            "BGWORK_HOME={home} exec {bin} ssh-relay",
+            "BGWORK_HOME={home} BGWORK_EXIT_WHEN_IDLE_MS={idle} BGWORK_PORTS=0 exec {bin} ssh-relay",
             home = self.remote_home,
+            idle = host_exit_when_idle_ms(),
             bin = deploy::shell_quote(&bin)
         );
         let mut command = self.call.command(&remote);
@@ -366,6 +299,9 @@ impl Link {
             .map_err(|e| format!("could not run ssh (install openssh-client): {e}"))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
+        // Output crosses in chunks of megabytes: a larger pipe wakes ssh and this daemon
+        // less often for them.
+        wide_pipe(&stdout);
         let mut stderr = child.stderr.take().ok_or("no stderr")?;
         let mut lines = tokio::io::BufReader::new(stdout);
         let mut hello = Vec::new();
@@ -414,6 +350,12 @@ impl Link {
             _child: child,
         })
     }
+}
+
+/// Makes a pipe hold 1 MiB (the most an unprivileged process may ask by default); a
+/// pipe that cannot grow stays as it is.
+pub fn wide_pipe(pipe: &impl std::os::fd::AsFd) {
+    let _ = nix::fcntl::fcntl(pipe.as_fd(), nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
 }
 
 async fn read_replies(

@@ -13,6 +13,7 @@
 //! then its id there: a daemon restarted after a `kill -9`, or a link that dropped,
 //! finds the job again by it and takes it back, never starting it again.
 
+pub mod call;
 pub mod deploy;
 pub mod link;
 pub mod logout;
@@ -41,13 +42,18 @@ use tokio::sync::mpsc;
 pub const SSH_FILE: &str = "ssh.json";
 /// How often a job's task asks the host for new output until the daemon sets a pace
 /// (`Pace`: 50 ms while someone waits on the output, else 1 s), and the bounds of it.
+/// At 1 s, a hundred jobs on one host cost its daemon a hundred reads a second.
 const MIRROR_EVERY: Duration = Duration::from_millis(100);
 const MIRROR_FASTEST: Duration = Duration::from_millis(50);
-const MIRROR_SLOWEST: Duration = Duration::from_millis(500);
+const MIRROR_SLOWEST: Duration = Duration::from_secs(1);
 /// How long one `wait` for the job's end stays open on the host.
 const END_WAIT_S: f64 = 30.0;
 /// The most output one request brings over.
 const CHUNK: usize = 4 << 20;
+/// How many reads of a job's output are in flight at once while the mirror is behind
+/// (the host reads the next chunk while this one crosses the link), the extra ones
+/// within the link's own bound (`Link::extra_read`).
+const WINDOW: usize = 4;
 
 /// Where a `start` (a job or a pane) runs when it names a host: `ssh:HOST` from `on`
 /// (else `BGWORK_EXECUTOR`); `None`: not on a host. `prefix`: how options are named to
@@ -269,6 +275,7 @@ impl SshExecutor {
             dropped: 0,
             stop_actor: None,
             order: Arc::default(),
+            ended_item: None,
         };
         tokio::spawn(tracker.run(incoming));
         handle
@@ -401,6 +408,8 @@ struct Tracker {
     /// A pane's resize and hang-up the host has not taken yet, and the order of its
     /// input after them.
     order: Arc<Order>,
+    /// The item the host's `wait` answered with when the job ended there.
+    ended_item: Option<Item>,
 }
 
 /// A pane's resize and hang-up not yet taken by the host (its link was down, or the
@@ -468,7 +477,7 @@ impl EndWait {
     fn start(
         link: Arc<link::Link>,
         envelope: Envelope,
-        ended: mpsc::UnboundedSender<()>,
+        ended: mpsc::UnboundedSender<Option<Item>>,
     ) -> EndWait {
         EndWait(tokio::spawn(async move {
             let takes = Duration::from_secs_f64(END_WAIT_S);
@@ -476,7 +485,11 @@ impl EndWait {
                 match link.request(&envelope, takes).await {
                     Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
                         Ok(reply) if reply["reason"] == "ended" => {
-                            let _ = ended.send(());
+                            // The item as the host recorded its end: no `list` to ask.
+                            let item = serde_json::from_value::<Item>(reply["items"][0].clone())
+                                .ok()
+                                .filter(|item| item.state == crate::wire::State::Ended);
+                            let _ = ended.send(item);
                             return;
                         }
                         Ok(_) => {}
@@ -515,7 +528,7 @@ impl Tracker {
         let mut tick = tokio::time::interval(MIRROR_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut commands_open = true;
-        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<()>();
+        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<Option<Item>>();
         let mut end_wait: Option<EndWait> = None;
         loop {
             let look = tokio::select! {
@@ -537,7 +550,10 @@ impl Tracker {
                     }
                     false
                 }
-                Some(()) = ended_rx.recv() => true,
+                Some(item) = ended_rx.recv() => {
+                    self.ended_item = item;
+                    true
+                }
                 _ = tick.tick() => true,
             };
             if !look {
@@ -551,7 +567,9 @@ impl Tracker {
                 return;
             }
             self.send_pending();
-            if end_wait.is_none() && self.spawned {
+            // From the moment the host has its id (not once its pid is seen: a short job
+            // would end before the next look at the slow pace, and its end wait for it).
+            if end_wait.is_none() {
                 if let Some(id) = self.job.remote_id.clone() {
                     end_wait = Some(EndWait::start(
                         self.link.clone(),
@@ -660,47 +678,20 @@ impl Tracker {
         let Some(id) = self.job.remote_id.clone() else {
             return Ok(Look::Going);
         };
+        let mut wide = 1;
         loop {
-            // The exact bytes, raw after the reply's line (no base64, no JSON escapes).
-            let (line, bytes) = self
-                .link
-                .request_frame(
-                    &self.envelope(Request::Read(ReadArgs {
-                        id: id.clone(),
-                        from: Some(self.mirrored),
-                        raw: true,
-                        max_bytes: Some(CHUNK),
-                        no_redact: false,
-                        output_frame: true,
-                        ..ReadArgs::default()
-                    })),
-                    Duration::ZERO,
-                )
-                .await?;
-            let reply: ReadReply = crate::wire::decode_reply(&line).map_err(LinkError::Refused)?;
-            if reply.from > self.mirrored {
-                self.dropped += reply.from - self.mirrored;
-            }
-            let grew = !bytes.is_empty();
-            if grew {
-                self.append(reply.from, &bytes);
-            }
-            self.mirrored = reply.to.max(self.mirrored);
-            if grew || reply.from > self.mirrored {
-                let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
-                let _ = self.events.send(ExecEvent::Output {
-                    row: self.row,
-                    log_len,
-                    dropped: self.dropped,
-                    unwritten: 0,
-                    unwritten_at: 0,
-                });
-            }
-            if bytes.len() >= CHUNK {
+            let (reply, full) = self.mirror_window(&id, wide).await?;
+            if full {
+                wide = WINDOW;
                 continue;
             }
             if reply.running {
                 return Ok(Look::Going);
+            }
+            // Ended there when that read was made, so its log was whole: the end the
+            // host's `wait` brought needs no more asking.
+            if let Some(item) = self.ended_item.take() {
+                return Ok(Look::Ended(Box::new(self.status_of(&item))));
             }
             // Ended there, its output caught up: its end, from its item.
             return match self.item().await? {
@@ -711,7 +702,8 @@ impl Tracker {
                             id: id.clone(),
                             from: Some(self.mirrored),
                             raw: true,
-                            max_bytes: Some(CHUNK),
+                            max_bytes: Some(64),
+                            no_redact: true,
                             ..ReadArgs::default()
                         }))
                         .await?;
@@ -727,6 +719,90 @@ impl Tracker {
                 ))),
             };
         }
+    }
+
+    /// Reads up to `wide` chunks of the host's log from the mirror's offset at once,
+    /// each asked for its own offset, and writes them at the same offsets here, in
+    /// order; a chunk is taken only when every one before it was whole (else the rest,
+    /// asked past where the log then ended, are left). The last reply taken, and whether
+    /// it was a whole chunk (more may be there).
+    async fn mirror_window(
+        &mut self,
+        id: &str,
+        wide: usize,
+    ) -> Result<(ReadReply, bool), LinkError> {
+        let base = self.mirrored;
+        let mut asked = Vec::with_capacity(wide);
+        for k in 0..wide {
+            // The first read is the job's own; the others only within the link's bound.
+            let permit = match k {
+                0 => None,
+                _ => match self.link.extra_read() {
+                    Some(permit) => Some(permit),
+                    None => break,
+                },
+            };
+            let from = base + (k * CHUNK) as u64;
+            let (link, envelope) = (self.link.clone(), self.mirror_read(id, from));
+            asked.push((
+                from,
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    link.request_frame(&envelope, Duration::ZERO).await
+                }),
+            ));
+        }
+        let mut last = None;
+        for (from, reply) in asked {
+            if from != self.mirrored || last.as_ref().is_some_and(|(_, full)| !full) {
+                break;
+            }
+            let (line, bytes) = reply
+                .await
+                .map_err(|e| LinkError::Down(format!("the read did not finish: {e}")))??;
+            let reply: ReadReply = crate::wire::decode_reply(&line).map_err(LinkError::Refused)?;
+            if reply.from > self.mirrored {
+                self.dropped += reply.from - self.mirrored;
+            }
+            let grew = !bytes.is_empty();
+            if grew {
+                self.append(reply.from, &bytes);
+            }
+            let skipped = reply.from > self.mirrored;
+            self.mirrored = reply.to.max(self.mirrored);
+            if grew || skipped {
+                let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
+                let _ = self.events.send(ExecEvent::Output {
+                    row: self.row,
+                    log_len,
+                    dropped: self.dropped,
+                    unwritten: 0,
+                    unwritten_at: 0,
+                });
+            }
+            // More is there when the chunk was whole, or when the read stopped short of
+            // the log's end (`clipped`: a middle the host's cap dropped, read past in
+            // steps, with the newest bytes after it).
+            let full = bytes.len() >= CHUNK || reply.clipped;
+            last = Some((reply, full));
+        }
+        last.ok_or_else(|| LinkError::Down("no read was made".into()))
+    }
+
+    /// A read of the host's log from `from`: the exact bytes, raw after the reply's
+    /// line (no base64, no JSON escapes), as the host's log holds them (token shapes
+    /// are masked when read here, as for a local job's log, so every offset is the
+    /// host's).
+    fn mirror_read(&self, id: &str, from: u64) -> Envelope {
+        self.envelope(Request::Read(ReadArgs {
+            id: id.to_string(),
+            from: Some(from),
+            raw: true,
+            max_bytes: Some(CHUNK),
+            no_redact: true,
+            output_frame: true,
+            ..ReadArgs::default()
+        }))
     }
 
     /// Writes `bytes` at the host's offset `at`: a middle the host's cap dropped stays

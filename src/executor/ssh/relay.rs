@@ -4,16 +4,25 @@
 //! reply as `N <reply line>`; a reply that says `"output_bytes":K` (a `read` asked with
 //! `output_frame`) is followed by its K bytes of output, raw, as on the daemon's own
 //! socket. Each request is served on a thread of its own, so a slow one (a stop's
-//! grace) holds up no other. Its first line also says when the host's logind kills
-//! the jobs at logout (`logout.rs`), which then also decides how it starts the daemon.
+//! grace) holds up no other; the connections of requests that only look are kept a
+//! few seconds for the next one (`Pool`). Its first line also says when the host's
+//! logind kills the jobs at logout (`logout.rs`), which then also decides how it starts
+//! the daemon.
 
 use crate::client::Client;
 use crate::paths::Paths;
 use crate::wire::ssh::{RelayHello, RELAY_PROTOCOL};
-use crate::wire::{self, Envelope, ErrorReply, WireError};
+use crate::wire::{self, Envelope, ErrorReply, Request, WireError};
 use std::io::{BufRead, Write};
+use std::os::fd::AsFd;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a connection to the host's daemon is kept unused before it is closed (so a
+/// link with no work leaves the daemon free to end when idle), and how many are kept.
+const POOL_IDLE: Duration = Duration::from_secs(3);
+const POOL_MOST: usize = 32;
 
 /// What a logout does here, looked at once when the relay starts.
 static LOGOUT: std::sync::OnceLock<super::logout::Logout> = std::sync::OnceLock::new();
@@ -27,11 +36,24 @@ pub fn main() -> ExitCode {
         control: wire::control::PROTOCOL,
         logout: logout.warning(&Paths::from_env()),
     };
+    // The output frames go to ssh through this pipe: 1 MiB at a time, not 64 KiB.
+    let _ = nix::fcntl::fcntl(
+        std::io::stdout().as_fd(),
+        nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20),
+    );
     let out = Arc::new(Mutex::new(std::io::stdout()));
     {
         let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
         let _ = out.write_all(&wire::encode_line(&hello));
         let _ = out.flush();
+    }
+    let pool = Arc::new(Pool::default());
+    {
+        let pool = pool.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(POOL_IDLE / 2);
+            pool.close_unused();
+        });
     }
     let stdin = std::io::stdin();
     for line in stdin.lock().split(b'\n') {
@@ -41,9 +63,9 @@ pub fn main() -> ExitCode {
         };
         let id = String::from_utf8_lossy(&line[..space]).into_owned();
         let body = line[space + 1..].to_vec();
-        let out = out.clone();
+        let (out, pool) = (out.clone(), pool.clone());
         std::thread::spawn(move || {
-            let (mut reply, frame) = answer(&body);
+            let (mut reply, frame) = answer(&body, &pool);
             if !reply.ends_with(b"\n") {
                 reply.push(b'\n');
             }
@@ -58,13 +80,40 @@ pub fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Connections to the host's daemon that served a request and wait for the next one,
+/// with when each was last used: the mirror's reads and the ends' waits of a hundred
+/// jobs would otherwise each make a connection.
+#[derive(Default)]
+struct Pool(Mutex<Vec<(Instant, Client)>>);
+
+impl Pool {
+    fn take(&self) -> Option<Client> {
+        let mut idle = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        idle.pop().map(|(_, client)| client)
+    }
+
+    fn give(&self, client: Client) {
+        let mut idle = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < POOL_MOST {
+            idle.push((Instant::now(), client));
+        }
+    }
+
+    fn close_unused(&self) {
+        let mut idle = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|(since, _)| since.elapsed() < POOL_IDLE);
+    }
+}
+
 fn error_line(error: WireError) -> Vec<u8> {
     wire::encode_line(&ErrorReply { error })
 }
 
 /// The reply line to one request, and the output frame that follows it (empty when
-/// none).
-fn answer(body: &[u8]) -> (Vec<u8>, Vec<u8>) {
+/// none). A request that only looks (`read`, `list`, `wait`) goes over a kept
+/// connection, and once more over a new one if that one had been closed; one that acts
+/// (`start`, `stop`, `send`) always over a new one, so it is never sent twice.
+fn answer(body: &[u8], pool: &Pool) -> (Vec<u8>, Vec<u8>) {
     let envelope: Envelope = match serde_json::from_slice(body) {
         Ok(envelope) => envelope,
         Err(e) => {
@@ -74,6 +123,18 @@ fn answer(body: &[u8]) -> (Vec<u8>, Vec<u8>) {
             )
         }
     };
+    let looks = matches!(
+        envelope.request,
+        Request::Read(_) | Request::List { .. } | Request::Wait(_)
+    );
+    if looks {
+        if let Some(mut client) = pool.take() {
+            if let Ok(answer) = ask(&mut client, &envelope) {
+                pool.give(client);
+                return answer;
+            }
+        }
+    }
     let paths = Paths::from_env();
     let connected = match LOGOUT.get() {
         Some(logout) => logout.connect(&paths),
@@ -83,29 +144,31 @@ fn answer(body: &[u8]) -> (Vec<u8>, Vec<u8>) {
         Ok(client) => client,
         Err(e) => return (error_line(e), Vec::new()),
     };
-    if let Err(e) = client.send(&envelope) {
-        return (error_line(e), Vec::new());
-    }
-    let line = match client.next_line() {
-        Ok(Some(line)) => line,
-        Ok(None) => {
-            return (
-                error_line(WireError::new(
-                    wire::ErrorCode::Unavailable,
-                    "the host's daemon closed the connection",
-                )),
-                Vec::new(),
-            )
+    match ask(&mut client, &envelope) {
+        Ok(answer) => {
+            if looks {
+                pool.give(client);
+            }
+            answer
         }
-        Err(e) => return (error_line(e), Vec::new()),
-    };
-    let Some(n) = frame_len(&line) else {
-        return (line, Vec::new());
-    };
-    match client.read_frame(n) {
-        Ok(frame) => (line, frame),
         Err(e) => (error_line(e), Vec::new()),
     }
+}
+
+/// One request on a connection of the host's daemon: its reply line and output frame.
+fn ask(client: &mut Client, envelope: &Envelope) -> Result<(Vec<u8>, Vec<u8>), WireError> {
+    client.send(envelope)?;
+    let line = client.next_line()?.ok_or_else(|| {
+        WireError::new(
+            wire::ErrorCode::Unavailable,
+            "the host's daemon closed the connection",
+        )
+    })?;
+    let frame = match frame_len(&line) {
+        Some(n) => client.read_frame(n)?,
+        None => Vec::new(),
+    };
+    Ok((line, frame))
 }
 
 /// The length of the output frame a reply line announces (`"output_bytes":K`).

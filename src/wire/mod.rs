@@ -626,6 +626,25 @@ pub struct Item {
     pub waiting_for: Option<String>,
 }
 
+impl Item {
+    /// Whether this item may still fire a notice: the one rule every client that asks
+    /// "is anything coming?" uses (the rewake hook). Armed with `--notify` (a watch
+    /// too), `--quiet-after` (its spells notify armed or not), a restart policy (it
+    /// notifies when it gives up), a waiting item (it notifies when it is cancelled),
+    /// and a job or pane with a usual time that listens on no port (it notifies when it
+    /// runs long, contract §13).
+    pub fn may_notify(&self) -> bool {
+        self.state != State::Ended
+            && (self.notify
+                || self.quiet_after_s.is_some()
+                || self.restart.is_some()
+                || self.state == State::Waiting
+                || (self.usual_ms.is_some()
+                    && matches!(self.kind, Kind::Job | Kind::Pane)
+                    && self.cost.listening.is_empty()))
+    }
+}
+
 /// What an item's processes use and listen on, each field left out when unknown or
 /// empty (contract §10).
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]

@@ -289,11 +289,9 @@ pub fn shown_ceil_ms(ms: u64) -> u64 {
 }
 
 fn round_to(ms: u64, grain: u64) -> u64 {
-    (ms / grain).saturating_mul(grain).saturating_add(if ms % grain >= grain / 2 {
-        grain
-    } else {
-        0
-    })
+    (ms / grain)
+        .saturating_mul(grain)
+        .saturating_add(if ms % grain >= grain / 2 { grain } else { 0 })
 }
 
 #[cfg(test)]

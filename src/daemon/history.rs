@@ -126,17 +126,25 @@ impl Daemon {
             ));
         }
         // 3× the usual time as shown: the words' numbers agree.
-        let deadline = Duration::from_millis(shown_ms(millis(usual)))
-            .saturating_mul(3)
-            .max(AUTO_FLOOR);
+        let tripled = Duration::from_millis(shown_ms(millis(usual))).saturating_mul(3);
+        let deadline = tripled.max(AUTO_FLOOR);
+        let waited = if tripled < AUTO_FLOOR {
+            format!(
+                "{} (3× that, {}, is under the least wait of {})",
+                human_ms(millis(deadline)),
+                human_ms(millis(tripled)),
+                human_ms(millis(AUTO_FLOOR))
+            )
+        } else {
+            format!("3× that ({})", human_ms(millis(deadline)))
+        };
         AutoDeadline::Foreground(
             deadline,
             format!(
                 "{usual_text} ({}), under the {} worth backgrounding: waited in the \
-                 foreground up to 3× that ({})",
+                 foreground up to {waited}",
                 expectation.basis(),
                 human_ms(millis(threshold)),
-                human_ms(millis(deadline))
             ),
         )
     }

@@ -162,10 +162,7 @@ fn armed(delivery: &mut Delivery) -> Result<bool, WireError> {
         all_sessions: false,
     });
     let list: ListReply = delivery.client().call(&request)?;
-    Ok(list
-        .items
-        .iter()
-        .any(Item::may_notify))
+    Ok(list.items.iter().any(Item::may_notify))
 }
 
 /// Whether stderr's reader went away (Claude Code ended): nobody would read a notice.

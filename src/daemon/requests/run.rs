@@ -331,7 +331,10 @@ impl Daemon {
         let mut item = self.item(&record);
         // A promoted run is a job not yet ended: what history expects of it, as `list`
         // shows it (§10).
-        self.expect_items(std::slice::from_mut(&mut item), std::slice::from_ref(&record));
+        self.expect_items(
+            std::slice::from_mut(&mut item),
+            std::slice::from_ref(&record),
+        );
         let when = match &detached {
             Some(why) => format!("{why}; {} still runs", item.id),
             None => format!("{} still runs after {deadline_text}", item.id),

@@ -677,8 +677,8 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
         let found = values.into_iter().find_map(|value| {
             let folded = crate::history::normalise(value);
             let named = args.name.as_deref().is_some_and(|n| n.contains(value));
-            let held = args.command.contains(value)
-                || (!folded.is_empty() && command.contains(&folded));
+            let held =
+                args.command.contains(value) || (!folded.is_empty() && command.contains(&folded));
             (held || named).then_some(named)
         });
         if let Some(named) = found {

@@ -402,3 +402,55 @@ fn issue26_q15_each_line_of_a_multi_line_secret_is_refused_in_a_command_line() {
     assert_ne!(start.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&start.stdout).contains("--name holds the value"));
 }
+
+#[test]
+fn issue26_q18_a_command_right_after_kill_9_of_the_daemon_starts_a_new_one() {
+    let home = Home::new();
+    for round in 0..8 {
+        home.start_daemon();
+        let pid = home.daemon_pid();
+        let killed = Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        // At once, and a second client racing it.
+        let racing = home
+            .command(&["--json", "list"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let listed = home.run(&["--json", "list"]);
+        assert_eq!(listed.code, 0, "round {round}: {}{}", listed.stdout, listed.stderr);
+        let other = finish_within(racing, Duration::from_secs(30));
+        assert_eq!(other.status.code(), Some(0), "round {round}: {}", stderr(&other));
+        eventually(Duration::from_secs(10), || !crate::util::alive(pid));
+    }
+}
+
+#[test]
+fn issue26_q16_mcp_list_stays_short_and_says_what_it_left_out() {
+    let home = Home::new();
+    let awaited = home.start("sleep 60");
+    let condition = format!("{awaited}:output {}", "x".repeat(4000));
+    let mut args = vec!["start", "--window", "0"];
+    for _ in 0..16 {
+        args.extend_from_slice(&["--after", &condition]);
+    }
+    args.extend_from_slice(&["--", "true"]);
+    let waiting = home.json(&args);
+    assert_eq!(waiting["state"], "waiting", "{waiting}");
+    let mut mcp = Mcp::start(&home);
+    let (error, result) = mcp.call("list", json!({}));
+    assert!(!error, "{result}");
+    let size = result.to_string().len();
+    assert!(size < 8 << 10, "an MCP list of {size} bytes");
+    let listed = result["items"].to_string();
+    assert!(listed.contains("more bytes left out"), "{listed}");
+    // The CLI's JSON keeps it whole.
+    let whole = home.item(waiting["id"].as_str().unwrap());
+    assert!(whole["waiting_for"].as_str().unwrap().len() > 16 * 4000);
+    home.json(&["stop", waiting["id"].as_str().unwrap()]);
+    home.json(&["stop", &awaited]);
+}

@@ -255,7 +255,7 @@ pub fn human_ms(ms: u64) -> String {
     let seconds = ms / 1000;
     match ms {
         0..=9_999 => format!("{:.1} s", ms as f64 / 1000.0),
-        10_000..=59_999 if ms % 1000 == 0 => format!("{seconds} s"),
+        10_000..=59_999 if ms.is_multiple_of(1000) => format!("{seconds} s"),
         10_000..=59_999 => format!("{seconds}.{} s", (ms % 1000) / 100),
         60_000..=3_599_999 => format!("{}m{:02}s", seconds / 60, seconds % 60),
         _ => format!("{}h{:02}m", seconds / 3600, (seconds % 3600) / 60),

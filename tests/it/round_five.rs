@@ -422,9 +422,18 @@ fn issue26_q18_a_command_right_after_kill_9_of_the_daemon_starts_a_new_one() {
             .spawn()
             .unwrap();
         let listed = home.run(&["--json", "list"]);
-        assert_eq!(listed.code, 0, "round {round}: {}{}", listed.stdout, listed.stderr);
+        assert_eq!(
+            listed.code, 0,
+            "round {round}: {}{}",
+            listed.stdout, listed.stderr
+        );
         let other = finish_within(racing, Duration::from_secs(30));
-        assert_eq!(other.status.code(), Some(0), "round {round}: {}", stderr(&other));
+        assert_eq!(
+            other.status.code(),
+            Some(0),
+            "round {round}: {}",
+            stderr(&other)
+        );
         eventually(Duration::from_secs(10), || !crate::util::alive(pid));
     }
 }

@@ -247,9 +247,9 @@ fn plural(n: usize, word: &str) -> String {
     }
 }
 
-/// A duration for a person: `0.4 s`, `4.2 s`, `12.3 s`, `41 s`, `1m20s`, `2h05m`: tenths
-/// of a second below a minute (no `.0` from 10 s), seconds below an hour, minutes
-/// past it. The one formatter of durations in replies and notices.
+/// A duration for a person: `0.4 s`, `4.2 s`, `12.3 s`, `41 s`, `60 s`, `1m20s`, `2h05m`:
+/// tenths of a second below a minute (no `.0` from 10 s to 60 s), seconds below an hour,
+/// minutes past it. The one formatter of durations in replies and notices.
 pub fn human_ms(ms: u64) -> String {
     let ms = shown_ms(ms);
     let seconds = ms / 1000;
@@ -257,7 +257,9 @@ pub fn human_ms(ms: u64) -> String {
         0..=9_999 => format!("{:.1} s", ms as f64 / 1000.0),
         10_000..=59_999 if ms.is_multiple_of(1000) => format!("{seconds} s"),
         10_000..=59_999 => format!("{seconds}.{} s", (ms % 1000) / 100),
-        60_000..=3_599_999 => format!("{}m{:02}s", seconds / 60, seconds % 60),
+        // A whole minute is still seconds: the plain deadline is `60 s`.
+        60_000 => "60 s".to_string(),
+        60_001..=3_599_999 => format!("{}m{:02}s", seconds / 60, seconds % 60),
         _ => format!("{}h{:02}m", seconds / 3600, (seconds % 3600) / 60),
     }
 }
@@ -353,7 +355,8 @@ mod tests {
         assert_eq!(human_ms(59_449), "59.4 s");
         assert_eq!(human_ms(41_000), "41 s");
         assert_eq!(human_ms(10_200), "10.2 s");
-        assert_eq!(human_ms(59_950), "1m00s");
+        assert_eq!(human_ms(59_950), "60 s");
+        assert_eq!(human_ms(61_000), "1m01s");
         assert_eq!(shown_ms(569), 600);
         assert_eq!(shown_ceil_ms(10_201), 10_300);
         assert_eq!(human_ms(3_599_400), "59m59s");

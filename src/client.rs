@@ -163,10 +163,25 @@ impl Client {
         let fresh = !self.answered;
         self.dropped = false;
         let result = self.call_once(envelope);
-        // `status` looks and never starts a daemon.
-        let looks_only = matches!(envelope.request, Request::Status);
-        if result.is_ok() || !fresh || !self.dropped || looks_only {
+        if result.is_ok() || !fresh || !self.dropped {
             return result;
+        }
+        if matches!(envelope.request, Request::Status) {
+            // `status` looks and never starts a daemon: a daemon still there answers.
+            return match Client::connect_existing(&self.paths) {
+                Ok(client) => {
+                    *self = client;
+                    self.call_once(envelope)
+                }
+                Err(_) => Err(WireError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "no daemon is running for {}: the one there went away as it was \
+                         asked (`bgwork list` starts one)",
+                        self.paths.home.display()
+                    ),
+                )),
+            };
         }
         if self.acts {
             return result.map_err(|mut e| {

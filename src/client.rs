@@ -58,6 +58,8 @@ pub struct Client {
     answered: bool,
     /// Whether the last call found the connection reset or closed by the daemon.
     dropped: bool,
+    /// Set by a [`Closer`] that ended the connection from here (not the daemon's doing).
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Client {
@@ -142,6 +144,7 @@ impl Client {
             session: String::new(),
             answered: false,
             dropped: false,
+            closed: Default::default(),
         })
     }
 
@@ -149,7 +152,7 @@ impl Client {
     /// call returns at once and the daemon sees its client gone (an MCP call that was
     /// cancelled).
     pub fn closer(&self) -> std::io::Result<Closer> {
-        Ok(Closer(self.writer.try_clone()?))
+        Ok(Closer(self.writer.try_clone()?, self.closed.clone()))
     }
 
     /// Sends one request and reads its one reply.
@@ -163,7 +166,8 @@ impl Client {
         let fresh = !self.answered;
         self.dropped = false;
         let result = self.call_once(envelope);
-        if result.is_ok() || !fresh || !self.dropped {
+        let closed_here = self.closed.load(std::sync::atomic::Ordering::SeqCst);
+        if result.is_ok() || !fresh || !self.dropped || closed_here {
             return result;
         }
         if matches!(envelope.request, Request::Status) {
@@ -360,10 +364,12 @@ impl Client {
 }
 
 /// Ends a client's connection when dropped (see [`Client::closer`]).
-pub struct Closer(UnixStream);
+pub struct Closer(UnixStream, std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 impl Drop for Closer {
     fn drop(&mut self) {
+        // The call sees its end as this side's, not a daemon gone: it is not asked again.
+        self.1.store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = self.0.shutdown(std::net::Shutdown::Both);
     }
 }

@@ -54,6 +54,12 @@ pub struct Client {
     acts: bool,
     /// The session of the request in flight.
     session: String,
+    /// Whether a reply line came on this connection.
+    answered: bool,
+    /// Whether the last call found the connection reset or closed by the daemon.
+    dropped: bool,
+    /// Set by a [`Closer`] that ended the connection from here (not the daemon's doing).
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Client {
@@ -136,6 +142,9 @@ impl Client {
             following: false,
             acts: false,
             session: String::new(),
+            answered: false,
+            dropped: false,
+            closed: Default::default(),
         })
     }
 
@@ -143,11 +152,55 @@ impl Client {
     /// call returns at once and the daemon sees its client gone (an MCP call that was
     /// cancelled).
     pub fn closer(&self) -> std::io::Result<Closer> {
-        Ok(Closer(self.writer.try_clone()?))
+        Ok(Closer(self.writer.try_clone()?, self.closed.clone()))
     }
 
     /// Sends one request and reads its one reply.
+    ///
+    /// A daemon killed (`kill -9`) with this connection still in its queue resets it,
+    /// or closes it, before any reply: that daemon is dead, as when none is there. A
+    /// request that changes nothing (`list`, `read`, `wait`, `notices`, `status`) is
+    /// then asked again of a daemon started as [`Client::connect`] starts one; one that
+    /// acts is not (it may have been carried out): its error says so.
     pub fn call<T: DeserializeOwned>(&mut self, envelope: &Envelope) -> Result<T, WireError> {
+        let fresh = !self.answered;
+        self.dropped = false;
+        let result = self.call_once(envelope);
+        let closed_here = self.closed.load(std::sync::atomic::Ordering::SeqCst);
+        if result.is_ok() || !fresh || !self.dropped || closed_here {
+            return result;
+        }
+        if matches!(envelope.request, Request::Status) {
+            // `status` looks and never starts a daemon: a daemon still there answers.
+            return match Client::connect_existing(&self.paths) {
+                Ok(client) => {
+                    *self = client;
+                    self.call_once(envelope)
+                }
+                Err(_) => Err(WireError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "no daemon is running for {}: the one there went away as it was \
+                         asked (`bgwork list` starts one)",
+                        self.paths.home.display()
+                    ),
+                )),
+            };
+        }
+        if self.acts {
+            return result.map_err(|mut e| {
+                e.message.push_str(
+                    " (the daemon went away with the request: see `bgwork list` whether it \
+                     was carried out)",
+                );
+                e
+            });
+        }
+        *self = Client::connect(&self.paths)?;
+        self.call_once(envelope)
+    }
+
+    fn call_once<T: DeserializeOwned>(&mut self, envelope: &Envelope) -> Result<T, WireError> {
         if let Err(error) = self.send(envelope) {
             // A daemon that refuses a client may close before the request is written:
             // its refusal is still there to read.
@@ -156,9 +209,13 @@ impl Client {
                 _ => Err(error),
             };
         }
-        let line = self.next_line()?.ok_or_else(|| {
-            WireError::new(ErrorCode::Unavailable, "the daemon closed the connection")
-        })?;
+        let Some(line) = self.next_line()? else {
+            self.dropped = true;
+            return Err(WireError::new(
+                ErrorCode::Unavailable,
+                "the daemon closed the connection",
+            ));
+        };
         wire::decode_reply(&line)
     }
 
@@ -198,6 +255,7 @@ impl Client {
             if is_timeout(&e) {
                 self.not_answering()
             } else {
+                self.dropped |= is_dropped(&e);
                 WireError::new(ErrorCode::Unavailable, format!("daemon unreachable: {e}"))
             }
         })
@@ -228,16 +286,20 @@ impl Client {
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, WireError> {
         loop {
             match self.reader.next_line() {
-                Ok(line) => return Ok(line),
+                Ok(line) => {
+                    self.answered |= line.is_some();
+                    return Ok(line);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 // A quiet stream is fine while the daemon answers a second connection.
                 Err(e) if is_timeout(&e) && self.following => self.check_alive()?,
                 Err(e) if is_timeout(&e) => return Err(self.not_answering()),
                 Err(e) => {
+                    self.dropped |= is_dropped(&e);
                     return Err(WireError::new(
                         ErrorCode::Unavailable,
                         format!("daemon connection failed: {e}"),
-                    ))
+                    ));
                 }
             }
         }
@@ -302,10 +364,12 @@ impl Client {
 }
 
 /// Ends a client's connection when dropped (see [`Client::closer`]).
-pub struct Closer(UnixStream);
+pub struct Closer(UnixStream, std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 impl Drop for Closer {
     fn drop(&mut self) {
+        // The call sees its end as this side's, not a daemon gone: it is not asked again.
+        self.1.store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = self.0.shutdown(std::net::Shutdown::Both);
     }
 }
@@ -423,6 +487,18 @@ fn connect_within(path: &std::path::Path, patience: Duration) -> std::io::Result
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Whether an error is the daemon's end of the connection: reset, or closed under a
+/// write.
+fn is_dropped(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::BrokenPipe
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::UnexpectedEof
+    )
 }
 
 /// The last line of a log file.

@@ -192,12 +192,30 @@ pub fn max_notices_per_turn() -> Option<u32> {
     (limit > 0).then_some(limit)
 }
 
-/// What follows the notices of a turn boundary: that they are reports, and how many
-/// more wait beyond the bound.
-pub fn notices_note(more: u64) -> String {
-    let mut note = String::from(
-        "Each notice is a report of work that ended, not a request to start more work.",
-    );
+/// The line before the notices of a turn boundary, worded for what they are: ends, or
+/// news of work still running (a quiet spell, a watch's matches, a running-long
+/// warning: a notice whose `end` is none).
+pub fn notices_head(notices: &[Notice]) -> &'static str {
+    let running = notices.iter().filter(|n| n.end.is_none()).count();
+    if running == 0 {
+        "bgwork: background work ended since your last turn.\n"
+    } else if running == notices.len() {
+        "bgwork: news of background work that still runs, since your last turn.\n"
+    } else {
+        "bgwork: background work ended, and news of work that still runs, since your last turn.\n"
+    }
+}
+
+/// What follows the notices of a turn boundary: that they are reports (of work that
+/// ended, or of work that still runs when `running` says some are), and how many more
+/// wait beyond the bound.
+pub fn notices_note(running: bool, more: u64) -> String {
+    let mut note = String::from(if running {
+        "Each notice is a report (of work that ended, or of work that still runs: its end \
+         is none), not a request to start more work."
+    } else {
+        "Each notice is a report of work that ended, not a request to start more work."
+    });
     if more > 0 {
         note.push_str(&format!("\n{more} more pending: `bgwork notices`"));
     }

@@ -202,12 +202,17 @@ impl Expectation {
     /// How long a run may go before it counts as running long: 3× its usual time and at
     /// least `margin` (a minute, unless configured) more than it. None without a usual
     /// time.
+    ///
+    /// 3× is of the usual time as shown ([`shown_ms`]), and the whole is a figure a
+    /// shown duration reaches: the notice's "has run 1.8 s, over 3× its usual 0.6 s"
+    /// holds for the numbers it shows.
     pub fn overrun_after(&self, margin: Duration) -> Option<Duration> {
         let usual = self.usual_ms?;
         let margin = margin.as_millis().min(u64::MAX as u128) as u64;
-        Some(Duration::from_millis(
-            usual.saturating_mul(3).max(usual.saturating_add(margin)),
-        ))
+        let after = shown_ms(usual)
+            .saturating_mul(3)
+            .max(usual.saturating_add(margin));
+        Some(Duration::from_millis(shown_ceil_ms(after)))
     }
 }
 
@@ -242,15 +247,53 @@ fn plural(n: usize, word: &str) -> String {
     }
 }
 
-/// A duration for a person: `0.4 s`, `4.2 s`, `41 s`, `1m20s`, `2h05m`.
+/// A duration for a person: `0.4 s`, `4.2 s`, `12.3 s`, `41 s`, `60 s`, `1m20s`, `2h05m`:
+/// tenths of a second below a minute (no `.0` from 10 s to 60 s), seconds below an hour,
+/// minutes past it. The one formatter of durations in replies and notices.
 pub fn human_ms(ms: u64) -> String {
-    let seconds = ms.saturating_add(500) / 1000;
+    let ms = shown_ms(ms);
+    let seconds = ms / 1000;
     match ms {
-        0..=9_949 => format!("{:.1} s", ms as f64 / 1000.0),
-        9_950..=59_499 => format!("{seconds} s"),
-        59_500..=3_599_499 => format!("{}m{:02}s", seconds / 60, seconds % 60),
+        0..=9_999 => format!("{:.1} s", ms as f64 / 1000.0),
+        10_000..=59_999 if ms.is_multiple_of(1000) => format!("{seconds} s"),
+        10_000..=59_999 => format!("{seconds}.{} s", (ms % 1000) / 100),
+        // A whole minute is still seconds: the plain deadline is `60 s`.
+        60_000 => "60 s".to_string(),
+        60_001..=3_599_999 => format!("{}m{:02}s", seconds / 60, seconds % 60),
         _ => format!("{}h{:02}m", seconds / 3600, (seconds % 3600) / 60),
     }
+}
+
+/// `ms` rounded as [`human_ms`] shows it: to a tenth of a second below a minute, a
+/// second below an hour, a minute past it. A figure computed from a shown one (3× the
+/// usual time) is computed from this, so the words agree with their numbers.
+pub fn shown_ms(ms: u64) -> u64 {
+    let grain = match ms {
+        0..=59_949 => 100,
+        59_950..=3_599_499 => 1000,
+        _ => 60_000,
+    };
+    round_to(ms, grain)
+}
+
+/// The smallest shown figure at or past `ms` (a threshold a shown duration reaches).
+pub fn shown_ceil_ms(ms: u64) -> u64 {
+    let shown = shown_ms(ms);
+    if shown >= ms {
+        return shown;
+    }
+    let grain = match shown {
+        0..=59_949 => 100,
+        59_950..=3_599_499 => 1000,
+        _ => 60_000,
+    };
+    shown.saturating_add(grain)
+}
+
+fn round_to(ms: u64, grain: u64) -> u64 {
+    (ms / grain)
+        .saturating_mul(grain)
+        .saturating_add(if ms % grain >= grain / 2 { grain } else { 0 })
 }
 
 #[cfg(test)]
@@ -309,8 +352,13 @@ mod tests {
         assert_eq!(e.usual_ms, None);
         assert_eq!(e.overrun_after(minute), None);
         assert_eq!(human_ms(400), "0.4 s");
-        assert_eq!(human_ms(59_499), "59 s");
-        assert_eq!(human_ms(59_500), "1m00s");
+        assert_eq!(human_ms(59_449), "59.4 s");
+        assert_eq!(human_ms(41_000), "41 s");
+        assert_eq!(human_ms(10_200), "10.2 s");
+        assert_eq!(human_ms(59_950), "60 s");
+        assert_eq!(human_ms(61_000), "1m01s");
+        assert_eq!(shown_ms(569), 600);
+        assert_eq!(shown_ceil_ms(10_201), 10_300);
         assert_eq!(human_ms(3_599_400), "59m59s");
         assert_eq!(human_ms(3_599_500), "1h00m");
         assert!(!human_ms(u64::MAX).is_empty());

@@ -469,6 +469,21 @@ impl Secrets {
     }
 }
 
+/// The lines of a value of several lines that are masked each on its own (trimmed,
+/// of 8 bytes or more); none for a value of one line. The one rule for the log's
+/// masking and for what a command line may not hold.
+pub fn masked_lines(value: &str) -> Vec<&str> {
+    let trimmed = value.trim();
+    if !trimmed.contains('\n') {
+        return Vec::new();
+    }
+    trimmed
+        .lines()
+        .map(str::trim)
+        .filter(|line| (MIN_ENV_SECRET_LEN..=MAX_SECRET_LEN).contains(&line.len()))
+        .collect()
+}
+
 /// The forms of one value that are masked, each once: its encodings, those of the
 /// value without surrounding blanks (as `echo $VAR` prints it), and each line of a
 /// value of several lines (of 8 bytes or more).
@@ -481,12 +496,11 @@ fn forms_of(value: &str) -> Vec<Vec<u8>> {
             forms.extend(encodings_of(trimmed));
         }
     }
-    if trimmed.contains('\n') {
-        let lines = trimmed.lines().map(str::trim);
-        let lines =
-            lines.filter(|line| (MIN_ENV_SECRET_LEN..=MAX_SECRET_LEN).contains(&line.len()));
-        forms.extend(lines.map(|line| line.as_bytes().to_vec()));
-    }
+    forms.extend(
+        masked_lines(value)
+            .into_iter()
+            .map(|line| line.as_bytes().to_vec()),
+    );
     forms.sort();
     forms.dedup();
     forms

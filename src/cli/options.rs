@@ -5,7 +5,8 @@
 use crate::wire;
 use clap::{Args, Subcommand};
 
-/// What every command that starts work takes: the command and where it runs.
+// (Not a doc comment: clap takes a flattened struct's doc as the command's about.)
+// What every command that starts work takes: the command and where it runs.
 #[derive(Args, Debug)]
 pub struct JobCmd {
     /// Fire one notice when it ends (delivered by `notices`, MCP results and hooks)
@@ -72,7 +73,8 @@ pub struct StartCmd {
     pub restart: RestartPolicyCmd,
 }
 
-/// A job's restart policy (`start --restart on-failure`).
+// (Not a doc comment: clap takes a flattened struct's doc as the command's about.)
+// A job's restart policy (`start --restart on-failure`).
 #[derive(Args, Debug, Default)]
 pub struct RestartPolicyCmd {
     /// Start the job again, as the same item, when it ends FAILED or killed by a
@@ -89,7 +91,8 @@ pub struct RestartPolicyCmd {
     pub backoff: Option<String>,
 }
 
-/// Where a job runs: this machine, or a Slurm cluster.
+// (Not a doc comment: clap takes a flattened struct's doc as the command's about.)
+// Where a job runs: this machine, or a Slurm cluster.
 #[derive(Args, Debug, Default)]
 pub struct OnCmd {
     /// Where it runs: `local` (this machine), `slurm` (submitted with sbatch; its

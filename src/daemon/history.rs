@@ -4,7 +4,7 @@
 //! (contract §13).
 
 use super::Daemon;
-use crate::history::{human_ms, Expectation, Run};
+use crate::history::{human_ms, shown_ms, Expectation, Run};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::Record;
 use crate::wire::{CommandHistory, HistoryReply, Item, Kind, PastRun, State, WireError};
@@ -99,8 +99,8 @@ impl Daemon {
             return AutoDeadline::Foreground(
                 plain,
                 format!(
-                    "no history of this command in this folder: waited up to the plain {} s",
-                    plain.as_secs_f64()
+                    "no history of this command in this folder: waited up to the plain {}",
+                    human_ms(millis(plain))
                 ),
             );
         };
@@ -109,30 +109,41 @@ impl Daemon {
                 plain,
                 format!(
                     "history has {} of it but none ended by itself (no usual time): waited up \
-                     to the plain {} s",
+                     to the plain {}",
                     plural_runs(expectation.runs),
-                    plain.as_secs_f64()
+                    human_ms(millis(plain))
                 ),
             );
         };
         let threshold = self.config.auto_background;
-        let usual_text = format!("usually {} here", human_ms(usual.as_millis() as u64));
+        let usual_text = format!("usually {} here", human_ms(millis(usual)));
         if usual > threshold {
             return AutoDeadline::Background(format!(
-                "{usual_text} ({}), longer than the {} s worth waiting for",
+                "{usual_text} ({}), longer than the {} worth waiting for",
                 expectation.basis(),
-                threshold.as_secs_f64()
+                human_ms(millis(threshold))
             ));
         }
-        let deadline = usual.saturating_mul(3).max(AUTO_FLOOR);
+        // 3× the usual time as shown: the words' numbers agree.
+        let tripled = Duration::from_millis(shown_ms(millis(usual))).saturating_mul(3);
+        let deadline = tripled.max(AUTO_FLOOR);
+        let waited = if tripled < AUTO_FLOOR {
+            format!(
+                "{} (3× that, {}, is under the least wait of {})",
+                human_ms(millis(deadline)),
+                human_ms(millis(tripled)),
+                human_ms(millis(AUTO_FLOOR))
+            )
+        } else {
+            format!("3× that ({})", human_ms(millis(deadline)))
+        };
         AutoDeadline::Foreground(
             deadline,
             format!(
-                "{usual_text} ({}), under the {} s worth backgrounding: waited in the \
-                 foreground up to 3× that ({})",
+                "{usual_text} ({}), under the {} worth backgrounding: waited in the \
+                 foreground up to {waited}",
                 expectation.basis(),
-                threshold.as_secs_f64(),
-                human_ms(deadline.as_millis() as u64)
+                human_ms(millis(threshold)),
             ),
         )
     }
@@ -187,6 +198,11 @@ impl Daemon {
             Err(e) => crate::note!("bgwork daemon: could not record a running-long notice: {e}"),
         }
     }
+}
+
+/// A duration in milliseconds, saturated.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn plural_runs(runs: usize) -> String {

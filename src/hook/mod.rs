@@ -20,7 +20,7 @@ mod rewake;
 pub use rewake::rewake;
 
 use crate::client::{self, Client};
-use crate::delivery::{max_notices_per_turn, notices_note, Claimed, Delivery};
+use crate::delivery::{max_notices_per_turn, notices_head, notices_note, Claimed, Delivery};
 use crate::paths::Paths;
 use crate::wire::{Envelope, Item, Kind, ListReply, Notice, Request, WireError};
 use serde_json::{json, Value};
@@ -320,7 +320,7 @@ fn is_watch(item: &Item) -> bool {
 /// Code moves longer context to a file and shows the model a preview): the tails share
 /// what the reports leave, each keeping its newest lines.
 pub fn context(notices: &[Notice], more: u64) -> String {
-    let head = "bgwork: background work ended since your last turn.\n";
+    let head = notices_head(notices);
     let reports: Vec<String> = notices
         .iter()
         .map(|notice| {
@@ -330,7 +330,7 @@ pub fn context(notices: &[Notice], more: u64) -> String {
             )
         })
         .collect();
-    let note = notices_note(more);
+    let note = notices_note(notices.iter().any(|n| n.end.is_none()), more);
     let fixed = head.chars().count()
         + reports.iter().map(|r| r.chars().count()).sum::<usize>()
         + note.chars().count()

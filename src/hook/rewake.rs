@@ -9,15 +9,16 @@
 //! hook killed first (Escape, a timeout) closes its connection, and the daemon gives
 //! them to the next puller with the same ids. It exits 0 with nothing on stderr when
 //! the wait runs out, when the daemon does not answer a first look within the context
-//! hooks' deadline, when the session has no work left that will fire a notice (armed
-//! with `--notify`, a watch, or a job with `--quiet-after`), or
+//! hooks' deadline, when the session has no work left that may fire a notice
+//! (`Item::may_notify`: armed with `--notify`, a watch, `--quiet-after`, a restart
+//! policy, a waiting item, a job with a usual time that may run long), or
 //! when another rewake hook of the session is waiting already: one waiter per session
 //! holds an `flock` on a file of the socket's folder, which the kernel releases with
 //! the process, however it ends.
 
 use crate::delivery::{max_notices_per_turn, show, Claimed, Delivery, OutKind};
 use crate::paths::Paths;
-use crate::wire::{ListReply, Request, WireError};
+use crate::wire::{Item, ListReply, Request, WireError};
 use nix::fcntl::{Flock, FlockArg};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::fs::File;
@@ -152,19 +153,16 @@ fn tell(delivery: &mut Delivery, claimed: &Claimed) -> Result<bool, WireError> {
     Ok(true)
 }
 
-/// Whether the session has running work that will fire a notice: armed with
-/// `--notify` (a watch counts: its matches fire notices), or with `--quiet-after`,
-/// whose quiet spells fire notices armed or not.
+/// Whether the session has work that may still fire a notice ([`Item::may_notify`]:
+/// armed with `--notify`, `--quiet-after`, a restart policy, a waiting item, a job
+/// that may run long).
 fn armed(delivery: &mut Delivery) -> Result<bool, WireError> {
     let request = delivery.envelope(Request::List {
         all: false,
         all_sessions: false,
     });
     let list: ListReply = delivery.client().call(&request)?;
-    Ok(list
-        .items
-        .iter()
-        .any(|item| item.notify || item.quiet_after_s.is_some()))
+    Ok(list.items.iter().any(Item::may_notify))
 }
 
 /// Whether stderr's reader went away (Claude Code ended): nobody would read a notice.

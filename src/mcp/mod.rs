@@ -341,6 +341,9 @@ impl ServerHandler for McpServer {
             if name == "history" {
                 tools::bound_history(&mut reply);
             }
+            if name == "list" {
+                tools::bound_list(&mut reply);
+            }
             reply
         });
         if let Some(ticker) = ticker {

@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex};
 pub struct Taken {
     pub notices: Value,
     empty: bool,
+    /// Some of them are news of work that still runs (no end).
+    running: bool,
     /// Pending beyond the bound: left for a later result.
     pub more: u64,
 }
@@ -26,6 +28,7 @@ impl Default for Taken {
         Taken {
             notices: Value::Array(Vec::new()),
             empty: true,
+            running: false,
             more: 0,
         }
     }
@@ -38,7 +41,7 @@ impl Taken {
         if self.empty && self.more == 0 {
             return None;
         }
-        Some(crate::delivery::notices_note(self.more))
+        Some(crate::delivery::notices_note(self.running, self.more))
     }
 }
 
@@ -98,6 +101,7 @@ impl NoticeBox {
                         .extend(reply.notices.iter().map(|n| n.id.clone()));
                     Taken {
                         empty: reply.notices.is_empty(),
+                        running: reply.notices.iter().any(|n| n.end.is_none()),
                         notices: serde_json::to_value(reply.notices).unwrap_or_default(),
                         more: reply.more,
                     }

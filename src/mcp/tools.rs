@@ -441,6 +441,60 @@ pub fn bound_history(reply: &mut Value) {
     .into();
 }
 
+/// The most bytes of one text field of a listed item (its command, name, what it
+/// waits for) an MCP `list` shows.
+pub const MCP_LIST_FIELD_BYTES: usize = 1 << 10;
+/// The most bytes of items an MCP `list` result carries.
+pub const MCP_LIST_BYTES: usize = 32 << 10;
+
+/// Keeps a `list` result short: each item's long text fields cut at
+/// [`MCP_LIST_FIELD_BYTES`] (saying how much was left out), then as many items as fit
+/// in [`MCP_LIST_BYTES`] (always one), with `left_out` and `more` saying the rest.
+pub fn bound_list(reply: &mut Value) {
+    let Some(Value::Array(items)) = reply.get_mut("items") else {
+        return;
+    };
+    for item in items.iter_mut() {
+        for field in ["command", "name", "waiting_for", "report", "expected"] {
+            let Some(Value::String(text)) = item.get_mut(field) else {
+                continue;
+            };
+            if text.len() <= MCP_LIST_FIELD_BYTES {
+                continue;
+            }
+            let mut cut = MCP_LIST_FIELD_BYTES;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let left = text.len() - cut;
+            text.truncate(cut);
+            text.push_str(&format!(
+                "… ({left} more bytes left out: `bgwork list --json` shows it whole)"
+            ));
+        }
+    }
+    let mut used = 0;
+    let mut kept = 0;
+    for item in items.iter() {
+        used += serde_json::to_string(item).map_or(0, |text| text.len() + 1);
+        if kept > 0 && used > MCP_LIST_BYTES {
+            break;
+        }
+        kept += 1;
+    }
+    let left_out = items.len() - kept;
+    if left_out == 0 {
+        return;
+    }
+    items.truncate(kept);
+    reply["left_out"] = left_out.into();
+    reply["more"] = format!(
+        "{left_out} more items were left out to keep this short: `bgwork list --json` has \
+         them all"
+    )
+    .into();
+}
+
 fn schema(properties: Value, required: &[&str]) -> Value {
     json!({
         "type": "object",

@@ -693,6 +693,13 @@ impl Store {
             }
         }
         if changed == 1 {
+            // A running-long warning not yet taken by anyone is withdrawn: its end is
+            // recorded now, and a "may be stuck" after the end would be false.
+            tx.prepare_cached(
+                "DELETE FROM notices WHERE key = 'overrun:' || ?1
+                     AND delivered_at IS NULL AND claim IS NULL",
+            )?
+            .execute([row])?;
             if let Some(notice) = &settlement.notice {
                 tx.prepare_cached(
                     "INSERT OR IGNORE INTO notices(key, row, session, item, end_kind, exit_code,

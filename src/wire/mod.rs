@@ -639,6 +639,23 @@ pub struct Item {
 }
 
 impl Item {
+    /// Whether this item may still fire a notice: the one rule every client that asks
+    /// "is anything coming?" uses (the rewake hook). Armed with `--notify` (a watch
+    /// too), `--quiet-after` (its spells notify armed or not), a restart policy (it
+    /// notifies when it gives up), a waiting item (it notifies when it is cancelled),
+    /// and a job or pane with a usual time that listens on no port (it notifies when it
+    /// runs long, contract §13).
+    pub fn may_notify(&self) -> bool {
+        self.state != State::Ended
+            && (self.notify
+                || self.quiet_after_s.is_some()
+                || self.restart.is_some()
+                || self.state == State::Waiting
+                || (self.usual_ms.is_some()
+                    && matches!(self.kind, Kind::Job | Kind::Pane)
+                    && self.cost.listening.is_empty()))
+    }
+
     /// What a live item is doing, in the words every reader uses: `waiting for bg-3
     /// to succeed`, `restarting (restart 2 of 5, next at …)`, or `still running`.
     /// None once it has ended.

@@ -202,6 +202,22 @@ def sessions(page, url):
     return {"heads": heads}
 
 
+def counts(page, url):
+    """Waiting items are counted apart from running ones, as `status` counts them (the
+    summary and the chart's bar of this minute)."""
+    ids = [start("--window", "0", "--", "sleep 600") for _ in range(3)]
+    ids += [start("--after", ids[0], "--", "true") for _ in range(5)]
+    row(page, ids[-1]).wait_for(timeout=10_000)
+    page.wait_for_function(
+        "document.querySelectorAll('.row').length >= 8", timeout=10_000)
+    summary = page.locator("#summary").inner_text()
+    bar = page.locator("#chart rect title").last.text_content()
+    status = json.loads(cli("--json", "status"))
+    for id_ in reversed(ids):
+        cli("stop", id_)
+    return {"summary": summary, "bar": bar, "status": status}
+
+
 def failures(page, url):
     """The default tab shows running work and the runs that failed; the notices feed
     marks a failure; the chart is big enough to read."""

@@ -26,6 +26,7 @@ mod panes;
 mod panes_hostile;
 mod restart;
 mod restart_policy;
+mod round_five;
 mod search;
 mod secrets;
 mod secrets22;

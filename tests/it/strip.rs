@@ -683,3 +683,18 @@ fn issue26_2_the_strip_lists_what_history_expects_of_running_work() {
         "{item}"
     );
 }
+
+#[test]
+fn issue26_q5_the_strip_counts_waiting_items_apart_as_status_does() {
+    let home = Home::new();
+    let seen = browser(&home, "counts", &[]);
+    assert_eq!(seen["status"]["running"], 3, "{seen}");
+    assert_eq!(seen["status"]["waiting"], 5, "{seen}");
+    let summary = seen["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("3 running in 1 session · 5 waiting"),
+        "{summary}"
+    );
+    let bar = seen["bar"].as_str().unwrap();
+    assert!(bar.starts_with("3 running 0 min ago"), "{bar}");
+}

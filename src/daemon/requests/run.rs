@@ -313,7 +313,8 @@ impl Daemon {
                 None => RunOutcome::Ended,
             }
         };
-        let seconds = timeout.as_secs_f64();
+        // One formatter of durations (`1.7 s`, `1m00s`), as every reply words them.
+        let deadline_text = crate::history::human_ms(crate::daemon::history::millis(timeout));
         if outcome == RunOutcome::Killed {
             self.stop_now(row, Duration::ZERO, Actor::Agent);
             if self.wait_for(KILL_WAIT, |d| d.has_ended(row)).await {
@@ -322,7 +323,7 @@ impl Daemon {
                     Some(_) => {
                         format!("killed since its caller could not show its output and {full}")
                     }
-                    None => format!("{KILLED_AT_DEADLINE} {seconds} s deadline: {full}"),
+                    None => format!("{KILLED_AT_DEADLINE} {deadline_text} deadline: {full}"),
                 };
                 self.lock().store.set_detail(row, &detail)?;
             }
@@ -339,10 +340,17 @@ impl Daemon {
             .store
             .get(row)?
             .ok_or_else(|| WireError::internal("record vanished"))?;
-        let item = self.item(&record);
+        drop(inner);
+        let mut item = self.item(&record);
+        // A promoted run is a job not yet ended: what history expects of it, as `list`
+        // shows it (§10).
+        self.expect_items(
+            std::slice::from_mut(&mut item),
+            std::slice::from_ref(&record),
+        );
         let when = match &detached {
             Some(why) => format!("{why}; {} still runs", item.id),
-            None => format!("{} still runs after {seconds} s", item.id),
+            None => format!("{} still runs after {deadline_text}", item.id),
         };
         let message = match outcome {
             RunOutcome::Ended => item.report.clone().unwrap_or_default(),
@@ -357,7 +365,7 @@ impl Daemon {
                     full.replacen(" was at ", " is at ", 1)
                 ),
                 None => format!(
-                    "{} ran past {seconds} s and was killed: {}",
+                    "{} ran past {deadline_text} and was killed: {}",
                     item.id,
                     full.replacen(" was at ", " is at ", 1)
                 ),

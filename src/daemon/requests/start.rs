@@ -661,13 +661,18 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
     // `job.json`, in the store and, normalised, in the run history): no value that is
     // masked in the output may be in them, neither as given nor once blanks are folded.
     let command = crate::history::normalise(&args.command);
-    for [name, value] in secret_pairs(args) {
-        let value = value.trim();
-        let folded = crate::history::normalise(value);
-        let named = args.name.as_deref().is_some_and(|n| n.contains(value));
-        let held =
-            args.command.contains(value) || (!folded.is_empty() && command.contains(&folded));
-        if held || named {
+    for [name, whole] in secret_pairs(args) {
+        // The value, and each line of a value of several lines (masked on its own, §8).
+        let mut values = vec![whole.trim()];
+        values.extend(redact::masked_lines(&whole));
+        let found = values.into_iter().find_map(|value| {
+            let folded = crate::history::normalise(value);
+            let named = args.name.as_deref().is_some_and(|n| n.contains(value));
+            let held =
+                args.command.contains(value) || (!folded.is_empty() && command.contains(&folded));
+            (held || named).then_some(named)
+        });
+        if let Some(named) = found {
             let place = if named { "--name" } else { "command line" };
             let what = match args.secrets.contains(&name) {
                 true => format!("secret {name}"),

@@ -54,7 +54,15 @@ async function api(path, body) {
 }
 
 const key = (item) => `${item.session}\u0000${item.id}`;
+// Not ended: shown as live (a Stop button). `status` counts a waiting item (§14) in
+// neither `running` nor `sessions`; a restarting one (§15) is running.
 const running = (item) => item.state !== 'ended';
+const waiting = (item) => item.state === 'waiting';
+const counted = (item) => running(item) && !waiting(item);
+// Whether an item ran at all: a waiting item that ended (cancelled or stopped) never did.
+const ran = (item) => !waiting(item)
+  && !(item.state === 'ended' && (item.kind === 'job' || item.kind === 'pane') && !item.pid
+       && !item.slurm_job_id && !item.host);
 // Ends that went wrong (not a stop someone asked for).
 const FAILED = new Set(['failed', 'signaled', 'lost', 'spawn_failed']);
 const failed = (item) => !running(item) && FAILED.has(item.end);
@@ -114,9 +122,13 @@ function shown() {
 
 function render() {
   const all = view.items;
-  const live = all.filter(running).length;
-  const sessions = new Set(all.map((i) => i.session)).size;
-  $('summary').textContent = `${live} running · ${all.length - live} ended · ${sessions} session${sessions === 1 ? '' : 's'}`;
+  // The counts of `status`: waiting items are counted apart, in no session.
+  const live = all.filter(counted).length;
+  const held = all.filter(waiting).length;
+  const ended = all.filter((i) => !running(i)).length;
+  const sessions = new Set(all.filter(counted).map((i) => i.session)).size;
+  $('summary').textContent = `${live} running in ${sessions} session${sessions === 1 ? '' : 's'}`
+    + (held ? ` · ${held} waiting` : '') + ` · ${ended} ended`;
   const items = shown();
   const fragment = [];
   const kept = new Map();
@@ -254,8 +266,8 @@ function renderChart() {
   const now = Date.now();
   const buckets = 60;
   const [w, h, left, bottom, top] = [300, 150, 26, 18, 8];
-  const spans = view.items.filter((i) => i.started_at)
-    .map((i) => [Date.parse(i.started_at), i.ended_at ? Date.parse(i.ended_at) : now, failed(i)]);
+  // What ran: a waiting item has not.
+  const spans = view.items.filter((i) => i.started_at && ran(i)).map((i) => [Date.parse(i.started_at), i.ended_at ? Date.parse(i.ended_at) : now, failed(i)]);
   const counts = [];
   for (let b = 0; b < buckets; b++) {
     const t = now - (buckets - 1 - b) * 60000;

@@ -84,9 +84,7 @@ impl Daemon {
             item.expected = Some(expectation.line());
             item.usual_ms = expectation.usual_ms;
             // A job waiting out its restart policy's back-off runs nothing now.
-            if record.state == State::Running
-                && !crate::daemon::jobs::restart_policy::waiting(record)
-            {
+            if record.state == State::Running && !record.restarting() {
                 let running = now_ms().saturating_sub(record.run_started_at()).max(0) as u64;
                 item.progress = expectation.progress(running);
             }

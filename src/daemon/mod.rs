@@ -26,6 +26,7 @@ mod history;
 mod jobs;
 mod monitor;
 mod output;
+mod processes;
 mod requests;
 mod serve;
 mod strip;

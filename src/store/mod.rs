@@ -91,6 +91,12 @@ impl Record {
     pub fn created_at(&self) -> i64 {
         self.created_at.unwrap_or(self.started_at)
     }
+
+    /// Whether it waits out its restart policy's back-off between two runs (shown
+    /// `restarting`).
+    pub fn restarting(&self) -> bool {
+        self.end.is_none() && self.restart.as_ref().is_some_and(RestartState::waiting)
+    }
 }
 
 /// What a new record holds before it runs.

@@ -525,7 +525,7 @@ impl Daemon {
         let Some(record) = self.lock().store.get(row)? else {
             return Ok(None);
         };
-        let twin = crate::daemon::jobs::processes::Twin {
+        let twin = crate::daemon::processes::Twin {
             kind: record.kind,
             command: &record.command,
             cwd: &record.cwd,

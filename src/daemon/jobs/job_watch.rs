@@ -8,7 +8,7 @@
 //! restarts.
 
 use super::port_in_use::in_use_line;
-use super::processes::cpu_of;
+use crate::daemon::processes::cpu_of;
 use crate::daemon::Daemon;
 use crate::observe;
 use crate::output;
@@ -290,7 +290,7 @@ impl Daemon {
 
     /// A quiet spell passed its `--quiet-after`: its notice, once.
     pub(super) async fn quiet_spell(&self, watch: &mut JobWatch, record: &Record) {
-        if crate::daemon::jobs::restart_policy::waiting(record) {
+        if record.restarting() {
             // Nothing runs while it waits out its restart policy's back-off: no spell
             // to tell (a new one begins with the next run's output).
             watch.fired = true;

@@ -1,9 +1,8 @@
-//! The glue to the executors: applying their events and settling ends, a sub-agent's report, and what the daemon learns from running jobs' processes.
+//! The glue to the executors: applying their events and settling ends, a sub-agent's report.
 
 pub(crate) mod after;
 pub(crate) mod job_watch;
 pub(crate) mod port_in_use;
-pub(crate) mod processes;
 pub(crate) mod report;
 pub(crate) mod restart_policy;
 pub(crate) mod settle;

@@ -3,7 +3,7 @@
 //! address it names), matched by address and port against what listens
 //! (`conflicts`), and the item, pid or uid that holds it (`holder_of`).
 
-use super::processes::observable;
+use crate::daemon::processes::observable;
 use crate::daemon::Daemon;
 use crate::observe;
 use crate::store::Record;

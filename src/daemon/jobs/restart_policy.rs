@@ -203,7 +203,7 @@ pub(crate) fn view(record: &Record) -> Option<RestartView> {
 
 /// Whether a record waits out its back-off (shown `restarting`).
 pub(crate) fn waiting(record: &Record) -> bool {
-    record.end.is_none() && record.restart.as_ref().is_some_and(RestartState::waiting)
+    record.restarting()
 }
 
 /// The notice of an end after the last restart: the item's one notice (made when

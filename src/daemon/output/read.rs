@@ -359,7 +359,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
         host_unreachable: plan.host_unreachable,
     };
     if let Some((job_dir, ports)) = &plan.observe {
-        crate::daemon::jobs::processes::observe_read(&mut reply, job_dir, *ports);
+        crate::daemon::processes::observe_read(&mut reply, job_dir, *ports);
     }
     (reply, frame)
 }

@@ -72,7 +72,7 @@ impl Daemon {
             text.push_str(&cost);
         }
         let running = record.state != State::Ended;
-        let restarting = crate::daemon::jobs::restart_policy::waiting(record);
+        let restarting = record.restarting();
         let state = match (view.which.queues(), record.state) {
             (_, State::Starting | State::Running) if restarting => State::Restarting,
             (true, State::Starting) => State::Queued,
@@ -314,11 +314,7 @@ impl Daemon {
         let mut sessions = BTreeMap::new();
         let mut restarting = Vec::new();
         for record in unsettled {
-            if let Some(state) = record
-                .restart
-                .as_ref()
-                .filter(|_| crate::daemon::jobs::restart_policy::waiting(&record))
-            {
+            if let Some(state) = record.restart.as_ref().filter(|_| record.restarting()) {
                 restarting.push(format!(
                     "{}/{}: restart {} of {}",
                     record.session,

@@ -168,7 +168,7 @@ impl Daemon {
         let policy = crate::daemon::jobs::restart_policy::Policy::of(args, &launch)?;
         let limits = limits_of(args)?;
         let (cwd, pane) = place(args)?;
-        let twin = crate::daemon::jobs::processes::Twin {
+        let twin = crate::daemon::processes::Twin {
             kind: if pane.is_some() {
                 Kind::Pane
             } else {
@@ -246,7 +246,7 @@ impl Daemon {
         new: &NewRecord,
         args: &StartArgs,
         launch: &Launch,
-        twin: Option<(&crate::daemon::jobs::processes::Twin<'_>, &[i64])>,
+        twin: Option<(&crate::daemon::processes::Twin<'_>, &[i64])>,
         (limits, policy): (
             (Option<u64>, Option<u64>),
             Option<crate::daemon::jobs::restart_policy::Policy>,

@@ -87,8 +87,7 @@ impl Daemon {
             .iter()
             .zip(seen)
             .filter(|(record, seen)| {
-                crate::daemon::jobs::restart_policy::waiting(record)
-                    || seen.as_ref().is_some_and(|s| !s.listening.is_empty())
+                record.restarting() || seen.as_ref().is_some_and(|s| !s.listening.is_empty())
             })
             .map(|(record, _)| record.row)
             .collect()

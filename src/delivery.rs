@@ -19,7 +19,7 @@
 
 use crate::client::Client;
 use crate::paths::Paths;
-use crate::wire::{self, Ack, Envelope, Notice, NoticesReply, Request, WireError};
+use crate::wire::{self, Ack, Envelope, Notice, NoticesReply, ProcessKey, Request, WireError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::borrow::BorrowMut;
 use std::io::Write;
@@ -61,6 +61,7 @@ impl Claimed {
         NoticesReply {
             notices: self.notices.clone(),
             more: self.more,
+            unbound: None,
         }
     }
 }
@@ -97,12 +98,29 @@ impl<C: BorrowMut<Client>> Delivery<C> {
     /// with `wait_s`, first waits up to that many seconds (checked by the daemon) while
     /// none is pending.
     pub fn claim(&mut self, limit: Option<u32>, wait_s: Option<f64>) -> Result<Claimed, WireError> {
-        let request = self.envelope(claim_request(limit, wait_s));
+        let request = self.envelope(claim_request(limit, wait_s, None));
         let reply: NoticesReply = self.client().call(&request)?;
         Ok(Claimed {
             notices: reply.notices,
             more: reply.more,
         })
+    }
+
+    /// Binds the session to the harness process `harness` (contract §11) and claims
+    /// its pending notices, the `limit` oldest, in one request (a hook's turn
+    /// boundary). A bind that failed still claims: the second value says why it did.
+    pub fn bind_and_claim(
+        &mut self,
+        harness: ProcessKey,
+        limit: Option<u32>,
+    ) -> Result<(Claimed, Option<String>), WireError> {
+        let request = self.envelope(claim_request(limit, None, Some(harness)));
+        let reply: NoticesReply = self.client().call(&request)?;
+        let claimed = Claimed {
+            notices: reply.notices,
+            more: reply.more,
+        };
+        Ok((claimed, reply.unbound))
     }
 
     /// Starts a stream of claims (`notices --follow`): each notice is claimed as it
@@ -115,6 +133,7 @@ impl<C: BorrowMut<Client>> Delivery<C> {
             wait_s: None,
             ack: true,
             limit: None,
+            bind_harness: None,
         });
         self.client().send(&request)
     }
@@ -147,13 +166,18 @@ impl<C: BorrowMut<Client>> Delivery<C> {
 
 /// The request that claims notices (`notices` with `ack`: held by the connection until
 /// it acknowledges them).
-fn claim_request(limit: Option<u32>, wait_s: Option<f64>) -> Request {
+fn claim_request(
+    limit: Option<u32>,
+    wait_s: Option<f64>,
+    bind_harness: Option<ProcessKey>,
+) -> Request {
     Request::Notices {
         peek: false,
         follow: false,
         wait_s,
         ack: true,
         limit,
+        bind_harness,
     }
 }
 

@@ -103,7 +103,8 @@ history. It says which it chose and why.
 Examples:
   bgwork run -- cargo build
   bgwork run --timeout auto -- cargo test
-  bgwork run --timeout 300 -- ./migrate.sh")]
+  bgwork run --timeout 300 -- ./migrate.sh
+  bgwork run --on ssh:gpu-box -- nvidia-smi")]
     Run(RunCmd),
     /// List the session's running work, one line per item (--all adds ended records)
     #[command(after_help = "\
@@ -633,6 +634,11 @@ pub struct RunCmd {
     /// than 15 s, else wait up to 3 times its usual time)
     #[arg(long, value_name = "S|auto", value_parser = timeout_arg)]
     pub timeout: Option<TimeoutArg>,
+    /// Where it runs: `local` (this machine) or `ssh:HOST` (a host as ssh knows it;
+    /// its output streams here as it comes) [default: local, whatever $BGWORK_EXECUTOR
+    /// says]
+    #[arg(long, value_name = "EXECUTOR")]
+    pub on: Option<String>,
     #[command(flatten)]
     pub job: JobCmd,
 }
@@ -978,6 +984,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             // A pull acknowledges what it could print (see `notices::pull_notices`).
             ack: !peek && !follow,
             limit: None,
+            bind_harness: None,
         },
         Commands::Dismiss { ids } => Request::Dismiss { id: None, ids },
         Commands::Restart { id, env, window } => {
@@ -1016,7 +1023,13 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 quiet_after: None,
                 max_runtime: None,
                 after: Vec::new(),
-                on: OnCmd::local(),
+                on: match run.on {
+                    Some(on) => OnCmd {
+                        on: Some(on),
+                        ..OnCmd::default()
+                    },
+                    None => OnCmd::local(),
+                },
                 restart: RestartPolicyCmd::default(),
             })?,
             timeout_s: match run.timeout {
@@ -1245,7 +1258,7 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
     let job = start.job;
     let mut env = env_pairs(&job.env)?;
     secret_values(&job.secrets, &mut env)?;
-    let ssh = crate::executor::ssh::choose(start.on.on.as_deref(), start.pty, "--")?;
+    let ssh = crate::executor::ssh::choose(start.on.on.as_deref(), "--")?;
     let cwd = match &ssh {
         // A folder on the host, as it is there (none: the remote user's home).
         Some(_) => match job.cwd {
@@ -1296,7 +1309,8 @@ fn start_args(start: StartCmd) -> Result<wire::StartArgs, WireError> {
 }
 
 impl OnCmd {
-    /// This machine, whatever `BGWORK_EXECUTOR` says (`run` and sub-agents).
+    /// This machine, whatever `BGWORK_EXECUTOR` says (sub-agents, and `run` without
+    /// `--on`).
     fn local() -> OnCmd {
         OnCmd {
             on: Some("local".into()),

@@ -426,6 +426,10 @@ fn start_text(reply: &StartReply) -> String {
         text.push_str(&line);
         text.push('\n');
     }
+    if let Some(line) = logout_line(item, "") {
+        text.push_str(&line);
+        text.push('\n');
+    }
     match &item.report {
         Some(report) => text.push_str(&inert(report)),
         None if item.state == State::Waiting => text.push_str(&format!(
@@ -470,6 +474,7 @@ fn list_text(reply: &ListReply) -> String {
             item.host_unreachable.as_deref(),
             "         ",
         ));
+        lines.extend(logout_line(item, "         "));
     }
     lines.join("\n")
 }
@@ -610,6 +615,12 @@ fn cost_cells(item: &Item) -> (String, String) {
 /// What history expects of an item not yet ended: `history: usually 41 s (5 runs)`, or
 /// for a running one `history: running 1m20s, usually 41 s (5 runs)`.
 /// While a job's host cannot be reached: since when, and ssh's words.
+/// A job on an ssh host that dies at logout there: why, and the fix.
+fn logout_line(item: &Item, pad: &str) -> Option<String> {
+    let why = item.logout_warning.as_deref()?;
+    Some(format!("{pad}warning: {}", inert(why)))
+}
+
 fn unreachable_line(unreachable: Option<&str>, pad: &str) -> Option<String> {
     unreachable.map(|why| format!("{pad}{}", inert(why)))
 }

@@ -56,6 +56,7 @@ impl Daemon {
         let reply = NoticesReply {
             notices: rows.iter().map(notice).collect(),
             more,
+            unbound: None,
         };
         Ok((reply, claimed))
     }

@@ -365,18 +365,26 @@ impl Daemon {
                 wait_s,
                 ack,
                 limit,
+                bind_harness,
                 ..
             } => {
+                // A hook's turn boundary binds and claims in one request.
+                let unbound = bind_harness
+                    .map(|harness| self.bind_harness(&session, &harness))
+                    .and_then(|bound| bound.err().map(|e| e.message));
                 return match self
                     .wait_notices(&session, peek, wait_s, limit, token)
                     .await
                 {
-                    Ok((notices, claimed)) => Answer {
-                        line: reply(&Ok::<_, WireError>(notices)),
-                        // Acknowledged: they stay claimed until `ack` or the close.
-                        deliver: if ack { Vec::new() } else { claimed },
-                        permit: None,
-                    },
+                    Ok((mut notices, claimed)) => {
+                        notices.unbound = unbound;
+                        Answer {
+                            line: reply(&Ok::<_, WireError>(notices)),
+                            // Acknowledged: they stay claimed until `ack` or the close.
+                            deliver: if ack { Vec::new() } else { claimed },
+                            permit: None,
+                        }
+                    }
                     Err(e) => reply::<()>(&Err(e)).into(),
                 };
             }

@@ -65,8 +65,9 @@ impl LocalExecutor {
     /// follows as an event. `Err` when no supervisor could be had.
     fn start_here(&self, row: i64, spec: &JobSpec) -> Result<JobHandle, String> {
         let job_dir = Path::new(&spec.job_dir);
+        // The next warm supervisor is started once this job's process runs (its relay
+        // asks for it): started now, it would take a core from the job's own start.
         let taken = self.warm.lock().unwrap_or_else(|p| p.into_inner()).take();
-        self.refill();
         // The warm supervisor may have died while it waited (killed by someone): then
         // the job goes to a fresh one.
         let mut candidates = vec![taken];
@@ -95,11 +96,25 @@ impl LocalExecutor {
                 Err(e) => refused = format!("the supervisor did not take the job: {e}"),
             }
         }
-        let launch = launch.ok_or(refused)?;
-        let stream =
-            UnixStream::from_std(launch).map_err(|e| format!("socket setup failed: {e}"))?;
+        let Some(launch) = launch else {
+            self.refill();
+            return Err(refused);
+        };
+        let stream = UnixStream::from_std(launch).map_err(|e| {
+            self.refill();
+            format!("socket setup failed: {e}")
+        })?;
         let (read_half, write_half) = stream.into_split();
-        Ok(self.relay(row, Lines::new(read_half, MAX_SUPERVISOR_LINE), write_half))
+        let refill = Some(Refill {
+            exe: self.exe.clone(),
+            warm: self.warm.clone(),
+        });
+        Ok(self.relay(
+            row,
+            Lines::new(read_half, MAX_SUPERVISOR_LINE),
+            write_half,
+            refill,
+        ))
     }
 
     /// Finds a job again after a daemon restart.
@@ -151,7 +166,7 @@ impl LocalExecutor {
                     if let Some(status) = status {
                         return Reattach::Ended(status);
                     }
-                    let handle = self.relay(row, reader, write_half);
+                    let handle = self.relay(row, reader, write_half, None);
                     return Reattach::Running(Running {
                         pid,
                         dropped,
@@ -183,6 +198,7 @@ impl LocalExecutor {
         row: i64,
         mut reader: Lines<OwnedReadHalf>,
         mut writer: OwnedWriteHalf,
+        mut refill: Option<Refill>,
     ) -> JobHandle {
         let (commands, mut incoming) = mpsc::unbounded_channel();
         let events = self.events.clone();
@@ -200,7 +216,13 @@ impl LocalExecutor {
                 tokio::select! {
                     // A message already waiting is handled before anything else.
                     biased;
-                    message = next_message(&mut reader) => match message {
+                    message = next_message(&mut reader) => {
+                    // The job's start is answered (or its supervisor is gone): the
+                    // next job's supervisor may load now.
+                    if let Some(refill) = refill.take() {
+                        refill.start();
+                    }
+                    match message {
                         Some(FromSupervisor::Spawned { pid }) => {
                             let _ = events.send(ExecEvent::Spawned { row, pid });
                         }
@@ -246,6 +268,7 @@ impl LocalExecutor {
                         }
                         Some(FromSupervisor::Hello { .. }) => {}
                         None => break,
+                    }
                     },
                     command = incoming.recv(), if writable => {
                         let lines = match command {
@@ -307,11 +330,27 @@ impl Executor for LocalExecutor {
 impl LocalExecutor {
     /// Starts an idle supervisor in the background, unless one is waiting already.
     fn refill(&self) {
-        let (exe, warm) = (self.exe.clone(), self.warm.clone());
+        Refill {
+            exe: self.exe.clone(),
+            warm: self.warm.clone(),
+        }
+        .start();
+    }
+}
+
+/// What starts the next warm supervisor: the binary and the slot it waits in.
+struct Refill {
+    exe: Arc<PathBuf>,
+    warm: Arc<Mutex<Option<Warm>>>,
+}
+
+impl Refill {
+    /// Starts an idle supervisor in the background, unless one is waiting already.
+    fn start(self) {
         tokio::task::spawn_blocking(move || {
-            let mut slot = warm.lock().unwrap_or_else(|p| p.into_inner());
+            let mut slot = self.warm.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_none() {
-                *slot = spawn_supervisor(&exe).ok();
+                *slot = spawn_supervisor(&self.exe).ok();
             }
         });
     }

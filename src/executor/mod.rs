@@ -98,22 +98,20 @@ impl Which {
         self == Which::Local
     }
 
-    /// Why a request that only this machine can serve (a foreground `run`, a
-    /// sub-agent) is refused there; none for this machine.
+    /// Why a request that only this machine (or an ssh host, for a foreground `run`)
+    /// can serve is refused there; none where it is served.
     pub fn refuses_here_only(self, what: HereOnly) -> Option<&'static str> {
         match (self, what) {
             (Which::Local, _) => None,
             (Which::Slurm, HereOnly::Run) => Some(
-                "`run` runs in the foreground on this machine: `start --on slurm` sends work \
-                 to Slurm",
+                "`run` runs in the foreground on this machine or an ssh host (--on ssh:HOST): \
+                 `start --on slurm` sends work to Slurm",
             ),
             (Which::Slurm, HereOnly::SubAgent) => {
                 Some("a sub-agent runs on this machine: start it without slurm")
             }
-            (Which::Ssh, HereOnly::Run) => Some(
-                "`run --on ssh:HOST` is not supported yet: `start --on ssh:HOST` runs work on \
-                 a host",
-            ),
+            // Streamed from the job's mirror here, promoted as a job there.
+            (Which::Ssh, HereOnly::Run) => None,
             (Which::Ssh, HereOnly::SubAgent) => {
                 Some("a sub-agent runs on this machine: start it without ssh:HOST")
             }
@@ -142,6 +140,8 @@ pub struct View {
     pub host: Option<String>,
     /// "host H unreachable since T: …" while its link is down.
     pub unreachable: Option<String>,
+    /// "on H: its jobs die when …": the job will not outlive a logout on its host.
+    pub logout: Option<String>,
 }
 
 impl View {

@@ -20,7 +20,7 @@ mod rewake;
 pub use rewake::rewake;
 
 use crate::client::{self, Client};
-use crate::delivery::{max_notices_per_turn, notices_note, Delivery};
+use crate::delivery::{max_notices_per_turn, notices_note, Claimed, Delivery};
 use crate::paths::Paths;
 use crate::wire::{Envelope, Item, Kind, ListReply, Notice, Request, WireError};
 use serde_json::{json, Value};
@@ -198,10 +198,7 @@ fn respond(
             remember_session(session);
         }
         let mut delivery = Delivery::connect(paths, session)?;
-        if named_session(event).is_some() {
-            bind_harness(&mut delivery);
-        }
-        let taken = delivery.claim(max_notices_per_turn(), None)?;
+        let taken = claim(&mut delivery, named_session(event).is_some())?;
         if taken.is_empty() {
             return Ok(Reply {
                 output: None,
@@ -271,20 +268,20 @@ fn call<T: serde::de::DeserializeOwned>(
     Client::connect(paths)?.call(&envelope)
 }
 
-/// Tells the daemon that the hook's session is the conversation of its harness
-/// process, which the harness's MCP servers then join (contract §11). A hook that
-/// cannot say so still delivers.
-fn bind_harness(delivery: &mut Delivery) {
-    let Some(harness) = crate::harness::harness_of_this_process() else {
-        return;
+/// Claims the session's notices for this turn boundary. With `bind` (a session the
+/// harness or `BGWORK_SESSION` named), the same request tells the daemon that the
+/// session is the conversation of the hook's harness process, which the harness's MCP
+/// servers then join (contract §11). A hook that cannot say so still delivers.
+fn claim(delivery: &mut Delivery, bind: bool) -> Result<Claimed, WireError> {
+    let harness = bind.then(crate::harness::harness_of_this_process).flatten();
+    let Some(harness) = harness else {
+        return delivery.claim(max_notices_per_turn(), None);
     };
-    let request = delivery.envelope(Request::BindHarness { harness });
-    if let Err(e) = delivery.client().call::<crate::wire::Ack>(&request) {
-        crate::note!(
-            "bgwork hook: could not bind the harness's session: {}",
-            e.message
-        );
+    let (taken, unbound) = delivery.bind_and_claim(harness, max_notices_per_turn())?;
+    if let Some(reason) = unbound {
+        crate::note!("bgwork hook: could not bind the harness's session: {reason}");
     }
+    Ok(taken)
 }
 
 fn armed_and_running(paths: &Paths, session: &str) -> Result<Vec<String>, WireError> {

@@ -96,6 +96,7 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
                     "cwd": cwd,
                     "env": env,
                     "secrets": secrets,
+                    "on": {"type": "string", "pattern": "^(local|ssh:.+)$", "description": "Where it runs: `local` (this machine) or `ssh:HOST` (a host as ssh knows it; `cwd` is then a path there) (default: local, whatever BGWORK_EXECUTOR says)"},
                     "verbose": verbose
                 }),
                 &["command"],
@@ -466,7 +467,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
     let request = match name {
         "start" => Request::Start(start_args(&a)?),
         "run" => Request::Run(RunArgs {
-            start: local(start_args(&a)?),
+            start: run_start(&a)?,
             timeout_s: match (a.number("timeout_s")?, args.get("timeout")) {
                 // The CLI's `--timeout 30` given as `timeout: 30`.
                 (None, Some(Value::Number(n))) => n.as_f64(),
@@ -555,6 +556,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
             wait_s: None,
             ack: false,
             limit: None,
+            bind_harness: None,
         },
         "resize" => Request::Resize {
             id: a.required("id")?,
@@ -590,8 +592,20 @@ fn local(mut args: StartArgs) -> StartArgs {
     args
 }
 
+/// A `run`'s start: on this machine unless `on` names a host (a default from
+/// `BGWORK_EXECUTOR` does not send a foreground run away).
+fn run_start(a: &Args) -> Result<StartArgs, WireError> {
+    let asked = a.text("on")?.filter(|on| on != "local");
+    let mut args = start_args(a)?;
+    args.after.clear();
+    if asked.is_none() {
+        return Ok(local(args));
+    }
+    Ok(args)
+}
+
 fn start_args(a: &Args) -> Result<StartArgs, WireError> {
-    let ssh = crate::executor::ssh::choose(a.text("on")?.as_deref(), a.flag("pty")?, "")?;
+    let ssh = crate::executor::ssh::choose(a.text("on")?.as_deref(), "")?;
     let cwd = match (&ssh, a.text("cwd")?) {
         (Some(_), Some(cwd)) => {
             crate::executor::ssh::check_cwd(&cwd, "cwd")?;

@@ -61,6 +61,11 @@ pub enum Request {
         /// and the reply counts them in `more`. Unbounded when absent.
         #[serde(default)]
         limit: Option<u32>,
+        /// First binds the session to this harness process, as `bind_harness` does (a
+        /// hook's one request at a turn boundary); a bind that fails still claims, and
+        /// the reply's `unbound` says why. Not read by `follow`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bind_harness: Option<ProcessKey>,
     },
     /// Marks notices sent on this connection (`notices` with `ack`, or `--follow`)
     /// delivered: the client has shown them. Answered with an `Ack`, except inside a
@@ -621,6 +626,10 @@ pub struct Item {
     /// While its host cannot be reached: since when, and ssh's words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_unreachable: Option<String>,
+    /// A job on an ssh host that will not outlive a logout there (systemd-logind's
+    /// `KillUserProcesses=yes` with lingering off): why, and the fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logout_warning: Option<String>,
     /// Its restart policy and where it is in it (`start --restart on-failure`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<RestartView>,
@@ -926,6 +935,10 @@ pub struct NoticesReply {
     /// Notices still pending beyond a `limit` (not taken by this reply).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub more: u64,
+    /// Why the `bind_harness` of the request did not bind (its notices were claimed
+    /// all the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unbound: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -23,6 +23,9 @@ pub struct SshJob {
     /// the limit.
     #[serde(default)]
     pub max_runtime_ms: Option<u64>,
+    /// What the host's relay said at its start when the job dies at logout there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logout: Option<String>,
 }
 
 /// The relay's first line: which bgwork answers.
@@ -33,4 +36,8 @@ pub struct RelayHello {
     pub protocol: u32,
     /// The control protocol of its supervisors.
     pub control: u32,
+    /// Set when jobs started there die at logout (systemd-logind's
+    /// `KillUserProcesses=yes` with lingering off): why, and the fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logout: Option<String>,
 }

@@ -35,6 +35,7 @@ mod security_hostile;
 mod sessions;
 mod slurm;
 mod ssh;
+mod ssh_run;
 mod stop;
 mod strip;
 mod surface;

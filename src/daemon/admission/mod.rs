@@ -147,18 +147,24 @@ impl Daemon {
     }
 
     /// Why a `run` at its deadline is killed rather than promoted to a background
-    /// job: its session past its limit on this machine, or the daemon past its cap
-    /// (the run itself counted, as every running item is); none: promoted.
+    /// job: its session past its limit where the run runs (this machine, or ssh hosts
+    /// together), or the daemon past its cap (the run itself counted, as every running
+    /// item is); none: promoted.
     pub(crate) fn promotion_refused(
         &self,
         inner: &Inner,
         session: &str,
+        which: Which,
     ) -> Result<Option<String>, WireError> {
         let load = self.load(inner, session)?;
-        if load.here.len() > self.config.max_running {
+        let max = self.max_of(which);
+        if load.of(which).len() > max {
+            let what = match which {
+                Which::Ssh => "running jobs on ssh hosts",
+                Which::Local | Which::Slurm => "running items",
+            };
             return Ok(Some(format!(
-                "the session was at its limit of {} running items",
-                self.config.max_running
+                "the session was at its limit of {max} {what}"
             )));
         }
         if self.over_total_cap(inner)? {

@@ -118,6 +118,7 @@ impl Daemon {
             quiet_after_s: record.quiet_after_ms.map(|ms| ms as f64 / 1000.0),
             host: view.host,
             host_unreachable: view.unreachable.filter(|_| running),
+            logout_warning: view.logout.filter(|_| running),
             restart: crate::daemon::restart_policy::view(record),
             waiting_for: (record.state == State::Waiting).then(|| {
                 let what = self.waiting.get(record.row);

@@ -8,6 +8,11 @@
 //! as [`StdinFrame`] lines on the connection while the run lasts (end-of-input when its
 //! stdin ends), as a shell passes its stdin to a foreground command. A caller that goes
 //! away stops the run, as Ctrl-C in a terminal would.
+//!
+//! A run on an ssh host (`run --on ssh:HOST`) is the same: its job is a job of the
+//! host's daemon, its output streamed from the mirror in its local folder, its stdin,
+//! stop and promotion carried by the ssh executor; it counts at promotion against the
+//! session's limit for work on hosts.
 
 use crate::daemon::history::AutoDeadline;
 use crate::daemon::serve::FrameReader;
@@ -80,7 +85,8 @@ impl Daemon {
                 (None, Some(s)) => (crate::wire::seconds("--timeout", s)?, None),
                 (None, None) => (DEFAULT_TIMEOUT, None),
             };
-        if let Some(refused) = On::of(&args.start).which().refuses_here_only(HereOnly::Run) {
+        let which = On::of(&args.start).which();
+        if let Some(refused) = which.refuses_here_only(HereOnly::Run) {
             return Err(WireError::bad_request(refused));
         }
         let launch = Launch {
@@ -92,22 +98,24 @@ impl Daemon {
             .launch(session, &args.start, launch, Some(&mut *ends_shown))
             .await?;
         auto = match auto {
-            Some((true, why)) => Some(match self.promotion_refused(&self.lock(), session)? {
-                None => (
-                    true,
-                    format!("{why}: backgrounded at once, its notice armed"),
-                ),
-                Some(full) => {
-                    // Promoted at once, it would be killed: it waits as with no history.
-                    timeout = DEFAULT_TIMEOUT;
-                    let plain = DEFAULT_TIMEOUT.as_secs();
-                    let why = format!(
+            Some((true, why)) => Some(
+                match self.promotion_refused(&self.lock(), session, which)? {
+                    None => (
+                        true,
+                        format!("{why}: backgrounded at once, its notice armed"),
+                    ),
+                    Some(full) => {
+                        // Promoted at once, it would be killed: it waits as with no history.
+                        timeout = DEFAULT_TIMEOUT;
+                        let plain = DEFAULT_TIMEOUT.as_secs();
+                        let why = format!(
                         "{why}, but {full}: waited in the foreground up to the plain {plain} s \
                          instead (its notice armed)"
                     );
-                    (false, why)
-                }
-            }),
+                        (false, why)
+                    }
+                },
+            ),
             other => other,
         };
         let forward = args.stdin == RunStdin::Forward;
@@ -248,7 +256,7 @@ impl Daemon {
     }
 
     /// Sends a command to a job's supervisor, when it is connected (a run runs on
-    /// this machine, whose executor carries every command).
+    /// this machine or an ssh host, whose executors carry a stop and the end of input).
     fn to_job(&self, row: i64, command: ToSupervisor) {
         if let Some(live) = self.lock().live.get(&row) {
             let _ = live.handle.send(command);
@@ -288,7 +296,12 @@ impl Daemon {
             RunOutcome::Ended
         } else {
             let mut inner = self.lock();
-            match self.promotion_refused(&inner, session)? {
+            // Counted where it runs: this machine, or ssh hosts together.
+            let which = match inner.store.get(row)? {
+                Some(record) => self.executors.which(row, &record.job_dir),
+                None => crate::executor::Which::Local,
+            };
+            match self.promotion_refused(&inner, session, which)? {
                 Some(why) => {
                     full = why;
                     RunOutcome::Killed
@@ -364,7 +377,7 @@ impl Daemon {
     fn stop_now(&self, row: i64, grace: Duration, actor: Actor) {
         let mut inner = self.lock();
         if let Some(live) = inner.live.get(&row) {
-            // A run's executor (this machine's) carries every stop.
+            // A run's executor (this machine's, or an ssh host's) carries every stop.
             let _ = live.handle.send(ToSupervisor::Stop {
                 grace_ms: grace.as_millis() as u64,
                 actor,

@@ -169,6 +169,8 @@ pub struct Link {
     retry: Mutex<(tokio::time::Instant, Duration)>,
     /// How many jobs' tasks use it now.
     jobs: Arc<std::sync::atomic::AtomicUsize>,
+    /// What the host's relay said of logout when the channel last opened.
+    logout: Mutex<Option<String>>,
 }
 
 /// A job's task using a link: counted while it lives.
@@ -190,7 +192,16 @@ impl Link {
             down: Mutex::new(None),
             retry: Mutex::new((tokio::time::Instant::now(), BACKOFF_FIRST)),
             jobs: Arc::default(),
+            logout: Mutex::default(),
         }
+    }
+
+    /// Set when jobs started on the host now die at logout there: why, and the fix.
+    pub fn logout(&self) -> Option<String> {
+        self.logout
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Counts a job's task as using the link while the guard lives.
@@ -373,7 +384,8 @@ impl Link {
             .await;
             return Err(explain(&self.call.host, &said));
         }
-        super::relay::check_hello(&self.call.host, &hello)?;
+        let hello = super::relay::check_hello(&self.call.host, &hello)?;
+        *self.logout.lock().unwrap_or_else(|p| p.into_inner()) = hello.logout;
         let pending: Pending = Arc::default();
         let closed = Arc::new(tokio::sync::Notify::new());
         let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));

@@ -15,6 +15,7 @@
 
 pub mod deploy;
 pub mod link;
+pub mod logout;
 pub mod relay;
 
 use super::{
@@ -48,29 +49,19 @@ const END_WAIT_S: f64 = 30.0;
 /// The most output one request brings over.
 const CHUNK: usize = 4 << 20;
 
-/// Where a `start` runs when it names a host: `ssh:HOST` from `on` (else
-/// `BGWORK_EXECUTOR`); `None`: not on a host. `prefix`: how options are named to the
-/// caller (`--` on the command line, none in MCP).
-pub fn choose(on: Option<&str>, pty: bool, prefix: &str) -> Result<Option<String>, WireError> {
+/// Where a `start` (a job or a pane) runs when it names a host: `ssh:HOST` from `on`
+/// (else `BGWORK_EXECUTOR`); `None`: not on a host. `prefix`: how options are named to
+/// the caller (`--` on the command line, none in MCP).
+pub fn choose(on: Option<&str>, prefix: &str) -> Result<Option<String>, WireError> {
     let from_env = std::env::var("BGWORK_EXECUTOR")
         .ok()
         .filter(|v| !v.is_empty());
-    let asked = on.is_some();
     let Some(executor) = on.map(str::to_string).or(from_env) else {
         return Ok(None);
     };
     let Some(host) = executor.strip_prefix("ssh:") else {
         return Ok(None);
     };
-    if pty && asked {
-        return Err(WireError::bad_request(format!(
-            "panes on ssh hosts are not supported yet: start it with {prefix}on local"
-        )));
-    }
-    // A default from the environment does not send a pane there.
-    if pty {
-        return Ok(None);
-    }
     let bad = host.is_empty()
         || host.starts_with('-')
         || host.chars().any(|c| c.is_whitespace() || c.is_control());
@@ -88,17 +79,12 @@ pub fn check(args: &StartArgs) -> Result<(), WireError> {
     let Some(host) = &args.ssh else {
         return Ok(());
     };
-    if args.pty {
-        return Err(WireError::bad_request(
-            "panes on ssh hosts are not supported yet: start the pane on this machine",
-        ));
-    }
     if args.slurm.is_some() {
         return Err(WireError::bad_request(
             "a job runs on Slurm or on an ssh host, not both: choose one --on",
         ));
     }
-    choose(Some(&format!("ssh:{host}")), false, "--").map(|_| ())?;
+    choose(Some(&format!("ssh:{host}")), "--").map(|_| ())?;
     // `~`: the remote home, as the record of a job started without a folder says (its
     // restart).
     if let Some(cwd) = args.cwd.as_deref().filter(|&cwd| cwd != "~") {
@@ -136,6 +122,8 @@ pub struct SshExecutor {
     links: Arc<Links>,
     /// Rows known to run (or to have run) on a host, and which; `None`: known not to.
     views: Arc<Mutex<HashMap<i64, Option<String>>>>,
+    /// Rows whose host said they die at logout there (`SshJob::logout`).
+    logouts: Arc<Mutex<HashMap<i64, String>>>,
 }
 
 impl SshExecutor {
@@ -146,6 +134,7 @@ impl SshExecutor {
             links: Arc::new(Links::new(home, &home_id)),
             home_id,
             views: Arc::default(),
+            logouts: Arc::default(),
         }
     }
 
@@ -164,11 +153,24 @@ impl SshExecutor {
         if let Some(host) = views.get(&row) {
             return host.clone();
         }
-        let found = (!job_dir.is_empty())
-            .then(|| read_ssh_file(Path::new(job_dir)).map(|job| job.host))
+        let job = (!job_dir.is_empty())
+            .then(|| read_ssh_file(Path::new(job_dir)))
             .flatten();
+        let found = job.as_ref().map(|job| job.host.clone());
         views.insert(row, found.clone());
+        drop(views);
+        if let Some(logout) = job.and_then(|job| job.logout) {
+            self.set_logout(row, Some(logout));
+        }
         found
+    }
+
+    fn set_logout(&self, row: i64, logout: Option<String>) {
+        let mut logouts = self.logouts.lock().unwrap_or_else(|p| p.into_inner());
+        match logout {
+            Some(logout) => logouts.insert(row, logout),
+            None => logouts.remove(&row),
+        };
     }
 
     fn set_host(&self, row: i64, host: &str) {
@@ -186,6 +188,7 @@ impl SshExecutor {
             session: session_of(&self.home_id, spec),
             remote_id: None,
             max_runtime_ms: spec.max_runtime_ms,
+            logout: None,
         };
         write_ssh_file(&job_dir, &job)?;
         self.set_host(row, host);
@@ -209,6 +212,10 @@ impl SshExecutor {
             max_runtime_s: spec.max_runtime_ms.map(|ms| ms as f64 / 1000.0),
             secrets: spec.secrets.iter().map(|[name, _]| name.clone()).collect(),
             keep_raw_log: spec.keep_raw_log,
+            // A pane: its terminal is made there, by the host's supervisor.
+            pty: spec.pane.is_some(),
+            cols: spec.pane.map(|p| p.cols),
+            rows: spec.pane.map(|p| p.rows),
             ..StartArgs::default()
         };
         let link = self.links.of(host);
@@ -228,6 +235,9 @@ impl SshExecutor {
             Err(e) => return Err(e.to_string()),
         };
         job.remote_id = Some(reply.item.id.clone());
+        // Said by the host's relay when the channel opened: this job dies at logout.
+        job.logout = link.logout();
+        self.set_logout(row, job.logout.clone());
         if let Err(e) = write_ssh_file(&job_dir, &job) {
             crate::note!("bgwork daemon: {e}");
         }
@@ -258,6 +268,7 @@ impl SshExecutor {
             mirrored,
             dropped: 0,
             stop_actor: None,
+            order: Arc::default(),
         };
         tokio::spawn(tracker.run(incoming));
         handle
@@ -277,6 +288,7 @@ impl Executor for SshExecutor {
             return Reattach::Lost(format!("its {SSH_FILE} is unreadable"));
         };
         self.set_host(row, &job.host);
+        self.set_logout(row, job.logout.clone());
         let mirrored = std::fs::metadata(JobDir(job_dir).log()).map_or(0, |m| m.len());
         let pid = crate::supervisor::tree::TreeRecord::read(job_dir)
             .job
@@ -302,10 +314,17 @@ impl Executor for SshExecutor {
     fn view(&self, row: i64, job_dir: &str) -> Option<View> {
         let host = self.host_of(row, job_dir)?;
         let unreachable = self.links.known(&host).and_then(|l| l.unreachable());
+        let logout = self
+            .logouts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&row)
+            .map(|why| format!("on {host}: {why}"));
         Some(View {
             which: Which::Ssh,
             host: Some(host),
             unreachable,
+            logout,
             ..View::default()
         })
     }
@@ -331,20 +350,25 @@ impl Executor for SshExecutor {
 /// What a job on a host cannot be asked.
 fn refuses(command: &ToSupervisor) -> Option<&'static str> {
     match command {
-        ToSupervisor::Resize { .. } | ToSupervisor::Input { .. } => {
-            Some("panes on ssh hosts are not supported yet")
-        }
-        ToSupervisor::Signal { signal } if key_of(*signal).is_none() => {
+        // Input (a pane's keys too) goes as a write, answered by the host's daemon.
+        ToSupervisor::Input { .. } => Some("input reaches a job on an ssh host as a write"),
+        ToSupervisor::Signal { signal } if key_of(*signal).is_none() && !is_hangup(*signal) => {
             Some("a job on an ssh host takes the keys C-c, C-\\ and C-z, no other signal")
         }
         ToSupervisor::Hello { .. } => Some("a job on an ssh host is reached through its host"),
         ToSupervisor::Rerun { .. } => Some("restart policies are not supported on ssh hosts yet"),
         ToSupervisor::Signal { .. }
+        | ToSupervisor::Resize { .. }
         | ToSupervisor::CloseInput
         | ToSupervisor::Stop { .. }
         | ToSupervisor::Write { .. }
         | ToSupervisor::Pace { .. } => None,
     }
+}
+
+/// SIGHUP, which only `close` sends (a pane's hang-up): `close` on the host.
+fn is_hangup(signal: i32) -> bool {
+    signal == nix::sys::signal::Signal::SIGHUP as i32
 }
 
 /// The key of `send --key` that makes the host's daemon send a plain job `signal`, as
@@ -374,6 +398,66 @@ struct Tracker {
     /// Bytes of the host's log its cap dropped before they were mirrored.
     dropped: u64,
     stop_actor: Option<Actor>,
+    /// A pane's resize and hang-up the host has not taken yet, and the order of its
+    /// input after them.
+    order: Arc<Order>,
+}
+
+/// A pane's resize and hang-up not yet taken by the host (its link was down, or the
+/// request in doubt): sent again after each look until the host answers (both may be
+/// carried out twice, never lost), and always before input asked after them: input
+/// and these take turns ([`Order::turn`]), each turn sending what is pending first.
+#[derive(Default)]
+struct Order {
+    pending: Mutex<Pending>,
+    turns: tokio::sync::Mutex<()>,
+    /// A retry waits for its turn (one at a time).
+    retrying: std::sync::atomic::AtomicBool,
+    /// What a turn needs to send them.
+    to: Mutex<Option<(Arc<link::Link>, String, String)>>,
+}
+
+#[derive(Default)]
+struct Pending {
+    resize: Option<(u16, u16)>,
+    hang_up: bool,
+}
+
+impl Order {
+    /// Waits for this caller's turn, then sends what is pending; the turn lasts while
+    /// the guard lives.
+    async fn turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        let turn = self.turns.lock().await;
+        let to = lock(&self.to).clone();
+        let Some((link, session, id)) = to else {
+            return turn;
+        };
+        let (resize, hang_up) = {
+            let mut pending = lock(&self.pending);
+            (pending.resize.take(), std::mem::take(&mut pending.hang_up))
+        };
+        let envelope = |request| Envelope {
+            session: session.clone(),
+            request,
+        };
+        if let Some((cols, rows)) = resize {
+            let id = id.clone();
+            let taken = tell(&link, &envelope(Request::Resize { id, cols, rows })).await;
+            let mut pending = lock(&self.pending);
+            if !taken && pending.resize.is_none() {
+                pending.resize = Some((cols, rows));
+            }
+        }
+        if hang_up && !tell(&link, &envelope(Request::Close { id })).await {
+            lock(&self.pending).hang_up = true;
+        }
+        turn
+    }
+
+    fn has_pending(&self) -> bool {
+        let pending = lock(&self.pending);
+        pending.resize.is_some() || pending.hang_up
+    }
 }
 
 /// A `wait` for the job's end kept open on the host, asked again when it times out;
@@ -466,6 +550,7 @@ impl Tracker {
                 });
                 return;
             }
+            self.send_pending();
             if end_wait.is_none() && self.spawned {
                 if let Some(id) = self.job.remote_id.clone() {
                     end_wait = Some(EndWait::start(
@@ -717,6 +802,8 @@ impl Tracker {
                     detail.unwrap_or_else(|| "it could not start".into())
                 ))
             }
+            // A pane hung up there: its code and signal say so here as well.
+            Some(End::Cancelled) if item.exit_code.is_some() || item.signal.is_some() => {}
             Some(end @ (End::Lost | End::Cancelled)) => {
                 status.exit_code = None;
                 status.signal = None;
@@ -783,6 +870,15 @@ impl Tracker {
                     }
                 });
             }
+            Command::Send(ToSupervisor::Signal { signal }) if is_hangup(signal) => {
+                // A pane hung up (`close`): the host's daemon hangs its terminal up.
+                lock(&self.order.pending).hang_up = true;
+                self.send_pending();
+            }
+            Command::Send(ToSupervisor::Resize { cols, rows }) => {
+                lock(&self.order.pending).resize = Some((cols, rows));
+                self.send_pending();
+            }
             Command::Send(command @ (ToSupervisor::Signal { .. } | ToSupervisor::CloseInput)) => {
                 let key = match command {
                     ToSupervisor::Signal { signal } => key_of(signal).unwrap_or("C-c"),
@@ -816,7 +912,6 @@ impl Tracker {
             Command::Send(
                 ToSupervisor::Hello { .. }
                 | ToSupervisor::Input { .. }
-                | ToSupervisor::Resize { .. }
                 | ToSupervisor::Write { .. }
                 | ToSupervisor::Pace { .. }
                 | ToSupervisor::Rerun { .. },
@@ -828,7 +923,10 @@ impl Tracker {
                     text,
                     keys: Vec::new(),
                 }));
+                let order = self.order.clone();
                 tokio::spawn(async move {
+                    // After a resize or hang-up asked before it, as the caller asked them.
+                    let _turn = order.turn().await;
                     let result = match link.request(&envelope, Duration::ZERO).await {
                         Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
                             Ok(_) => Ok(0),
@@ -841,6 +939,54 @@ impl Tracker {
                 });
             }
         }
+    }
+}
+
+impl Tracker {
+    /// Sends the pane's pending resize and hang-up to the host in a turn of their own
+    /// (one such at a time); what the link could not carry waits for the next look.
+    fn send_pending(&self) {
+        let Some(id) = self.job.remote_id.clone() else {
+            return;
+        };
+        *lock(&self.order.to) = Some((self.link.clone(), self.job.session.clone(), id));
+        use std::sync::atomic::Ordering;
+        if !self.order.has_pending() || self.order.retrying.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let order = self.order.clone();
+        tokio::spawn(async move {
+            drop(order.turn().await);
+            order.retrying.store(false, Ordering::SeqCst);
+        });
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Sends a request whose answer only the daemon's log hears of; false when the host
+/// did not answer (to be sent again), true when it did (a refusal is noted).
+async fn tell(link: &link::Link, envelope: &Envelope) -> bool {
+    match link.request(envelope, Duration::ZERO).await {
+        Ok(line) => {
+            if let Err(e) = crate::wire::decode_reply::<serde_json::Value>(&line) {
+                crate::note!(
+                    "bgwork daemon: the host refused a pane's request: {}",
+                    e.message
+                );
+            }
+            true
+        }
+        Err(LinkError::Refused(e)) => {
+            crate::note!(
+                "bgwork daemon: the host refused a pane's request: {}",
+                e.message
+            );
+            true
+        }
+        Err(LinkError::Down(_) | LinkError::InDoubt(_)) => false,
     }
 }
 
@@ -888,14 +1034,13 @@ mod tests {
     #[test]
     fn hosts_and_folders_are_checked() {
         assert_eq!(
-            super::choose(Some("ssh:me@box"), false, "--").unwrap(),
+            super::choose(Some("ssh:me@box"), "--").unwrap(),
             Some("me@box".to_string())
         );
-        assert_eq!(super::choose(Some("local"), false, "--").unwrap(), None);
+        assert_eq!(super::choose(Some("local"), "--").unwrap(), None);
         for bad in ["ssh:", "ssh:-oProxyCommand=x", "ssh:a b"] {
-            assert!(super::choose(Some(bad), false, "--").is_err(), "{bad}");
+            assert!(super::choose(Some(bad), "--").is_err(), "{bad}");
         }
-        assert!(super::choose(Some("ssh:box"), true, "--").is_err());
         assert!(super::check_cwd("/srv/x", "--cwd").is_ok());
         assert!(super::check_cwd("srv/x", "--cwd").is_err());
     }

@@ -4,7 +4,8 @@
 //! reply as `N <reply line>`; a reply that says `"output_bytes":K` (a `read` asked with
 //! `output_frame`) is followed by its K bytes of output, raw, as on the daemon's own
 //! socket. Each request is served on a thread of its own, so a slow one (a stop's
-//! grace) holds up no other.
+//! grace) holds up no other. Its first line also says when the host's logind kills
+//! the jobs at logout (`logout.rs`), which then also decides how it starts the daemon.
 
 use crate::client::Client;
 use crate::paths::Paths;
@@ -14,12 +15,17 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
+/// What a logout does here, looked at once when the relay starts.
+static LOGOUT: std::sync::OnceLock<super::logout::Logout> = std::sync::OnceLock::new();
+
 pub fn main() -> ExitCode {
+    let logout = LOGOUT.get_or_init(super::logout::Logout::look);
     let hello = RelayHello {
         relay: "bgwork".into(),
         version: super::deploy::VERSION.into(),
         protocol: RELAY_PROTOCOL,
         control: wire::control::PROTOCOL,
+        logout: logout.warning(&Paths::from_env()),
     };
     let out = Arc::new(Mutex::new(std::io::stdout()));
     {
@@ -69,7 +75,11 @@ fn answer(body: &[u8]) -> (Vec<u8>, Vec<u8>) {
         }
     };
     let paths = Paths::from_env();
-    let mut client = match Client::connect(&paths) {
+    let connected = match LOGOUT.get() {
+        Some(logout) => logout.connect(&paths),
+        None => Client::connect(&paths),
+    };
+    let mut client = match connected {
         Ok(client) => client,
         Err(e) => return (error_line(e), Vec::new()),
     };
@@ -106,8 +116,8 @@ pub fn frame_len(line: &[u8]) -> Option<u64> {
     reply["output_bytes"].as_u64()
 }
 
-/// Checks the relay's first line: the same bgwork, or a clear refusal.
-pub fn check_hello(host: &str, line: &[u8]) -> Result<(), String> {
+/// Checks the relay's first line: the same bgwork (its hello), or a clear refusal.
+pub fn check_hello(host: &str, line: &[u8]) -> Result<RelayHello, String> {
     let hello: RelayHello = serde_json::from_slice(line.trim_ascii()).map_err(|_| {
         format!(
             "{host} did not answer as bgwork's relay (it said {:?}): is BGWORK_REMOTE_BIN a bgwork \
@@ -130,5 +140,5 @@ pub fn check_hello(host: &str, line: &[u8]) -> Result<(), String> {
             wire::control::PROTOCOL
         ));
     }
-    Ok(())
+    Ok(hello)
 }

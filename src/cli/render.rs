@@ -82,6 +82,10 @@ pub fn call_and_print(
                 print_text(&wire::to_json_text(&reply));
             } else if args.screen {
                 print_text(&inert_lines(&reply.output));
+                // A pane that waits (or is between two runs) has no screen yet: say so.
+                if reply.report.is_none() && reply.live.is_some() {
+                    eprintln!("{}", read_status_line(&reply));
+                }
             } else if args.raw {
                 let bytes = frame.unwrap_or_else(|| {
                     base64::engine::general_purpose::STANDARD
@@ -525,8 +529,10 @@ fn restart_line(item: &Item, pad: &str, now: std::time::SystemTime) -> Option<St
             restart.max_restarts, restart.policy, restart.backoff
         ),
         _ => format!(
-            "{pad}restarts: {} of {} (--restart {}, back-off {})",
-            restart.restarts, restart.max_restarts, restart.policy, restart.backoff
+            "{pad}{} (--restart {}, back-off {})",
+            wire::restart_count(restart.restarts, restart.max_restarts),
+            restart.policy,
+            restart.backoff
         ),
     };
     if let Some(end) = restart.last_end {

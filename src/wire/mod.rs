@@ -676,6 +676,12 @@ impl Item {
     }
 }
 
+/// How often an item with a restart policy was started again, in the one wording every
+/// reader uses (`list`, `status`, `read`, `wait`, the strip): `restarted 1 of 5 times`.
+pub fn restart_count(restarts: u32, max_restarts: u32) -> String {
+    format!("restarted {restarts} of {max_restarts} times")
+}
+
 /// [`Item::live_words`] from the parts a reply carries.
 pub fn live_words(
     state: State,
@@ -688,9 +694,8 @@ pub fn live_words(
         State::Restarting => match restart {
             Some(restart) => {
                 let mut words = format!(
-                    "restarting (restart {} of {}",
-                    restart.restarts.saturating_add(1).min(restart.max_restarts),
-                    restart.max_restarts
+                    "restarting ({}",
+                    restart_count(restart.restarts, restart.max_restarts)
                 );
                 if let Some(at) = &restart.next_attempt_at {
                     words.push_str(&format!(", next at {at}"));

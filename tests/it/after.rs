@@ -157,30 +157,48 @@ fn issue26_4_ended_output_and_port_conditions() {
     gate.open();
     // `ended`: however it ended (exit 5 here).
     assert_eq!(home.wait_end(e)["end"], "succeeded");
-    // A pattern never printed by the time it ended: cancelled, saying so.
+    // A pattern never printed by an item that ended: refused at start, nothing made
+    // (issue26_p8 has the rest).
     let b = home.start("echo nothing to see");
     home.wait_end(&b);
-    let never = start(&home, &["--after", &format!("{b}:output ready")], "echo n");
-    let never = home.wait_end(never["id"].as_str().unwrap());
-    assert_eq!(never["end"], "cancelled", "{never}");
+    let (_, _, refused) = home.error(&[
+        "start",
+        "--window",
+        "0",
+        "--after",
+        &format!("{b}:output ready"),
+        "--",
+        "echo n",
+    ]);
     assert!(
-        never["report"]
-            .as_str()
-            .unwrap()
-            .contains("ended without printing ready"),
-        "{never}"
+        refused.contains("ended without printing ready"),
+        "{refused}"
     );
-    // The output as readers see it: a token shape is masked, so a pattern of its
-    // characters never matches.
+    // A pattern never printed by the time it ends: cancelled, saying so. The output as
+    // readers see it: a token shape is masked, so a pattern of its characters never
+    // matches.
     let token = "sk-abcdefghijklmnopqrstuvwx0123456789ABCD";
-    let t = home.start(&format!("echo key {token}; sleep 0.3"));
+    let later = Gate::new();
+    let t = home.start(
+        &later
+            .after_go("true")
+            .replace("while", &format!("echo key {token}; while")),
+    );
     let masked = start(
         &home,
         &["--after", &format!("{t}:output sk-[a-z]{{10}}")],
         "echo m",
     );
+    later.open();
     let masked = home.wait_end(masked["id"].as_str().unwrap());
     assert_eq!(masked["end"], "cancelled", "{masked}");
+    assert!(
+        masked["report"]
+            .as_str()
+            .unwrap()
+            .contains("ended without printing sk-"),
+        "{masked}"
+    );
     // `port`: once it listens on a TCP port.
     let server = home.start(&gate.after_go(
         "python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); time.sleep(60)'",

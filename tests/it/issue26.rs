@@ -73,7 +73,7 @@ fn issue26_r1_readers_say_waiting_and_restarting_not_still_running() {
     let third = restarting(&home, "exit 4");
     for (id, words) in [
         (&second, waits.as_str()),
-        (&third, "restarting (restart 1 of 5, next at"),
+        (&third, "restarting (restarted 0 of 5 times, next at"),
     ] {
         let read = home.run(&["read", id]);
         assert!(
@@ -116,7 +116,7 @@ fn issue26_r2_a_restarting_item_is_the_running_twin_of_its_command() {
     let text = home.run(&["start", "--window", "0", "--", command]);
     assert!(
         text.stdout.contains(&format!(
-            "already running as {id}, restarting (restart 1 of 5"
+            "already running as {id}, restarting (restarted 0 of 5 times"
         )),
         "{}",
         text.stdout
@@ -326,4 +326,314 @@ fn issue26_r9_mcp_errors_quote_a_flag_once() {
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(message.contains("`restart: on-failure`"), "{message}");
     assert!(!message.contains("``"), "{message}");
+}
+
+#[test]
+fn issue26_p1_a_pattern_holding_a_secret_value_is_refused_at_start() {
+    let value = "pattern-secret-777";
+    let home = Home::new().with("SX", value);
+    let first = start(&home, &["--secret", "SX"], "echo \"token is $SX\"; sleep 5");
+    let refusals = [
+        // A secret of the new item, as its own pattern.
+        vec![
+            "--secret",
+            "SX",
+            "--after",
+            "bg-1:output pattern-secret-777",
+        ],
+        // An --env value of the new item.
+        vec![
+            "--env",
+            "Q=pattern-secret-777",
+            "--after",
+            "bg-1:output token is pattern-secret-777",
+        ],
+        // A secret of the awaited item, as the caller holds it.
+        vec!["--after", "bg-1:output is pattern-secret-777"],
+    ];
+    for options in refusals {
+        let mut args = vec!["start", "--window", "0"];
+        args.extend_from_slice(&options);
+        args.extend_from_slice(&["--", "echo \"$SX\" >/dev/null"]);
+        let (_, code, message) = home.error(&args);
+        assert_eq!(code, "bad_request", "{options:?}: {message}");
+        assert!(
+            message.contains("could never match") && message.contains("nothing was started"),
+            "{options:?}: {message}"
+        );
+        assert!(
+            !message.contains(value),
+            "the error shows the value: {message}"
+        );
+    }
+    // Nothing was recorded: the session has its first item only, and no file of any
+    // folder holds the value.
+    let items = home.json(&["list", "--all"])["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0]["id"], first.as_str());
+    // The mask itself is a pattern that matches as readers are shown it.
+    let waits = start(
+        &home,
+        &[
+            "--secret",
+            "SX",
+            "--after",
+            r"bg-1:output token is \[secret SX\]",
+        ],
+        "true",
+    );
+    let item = ended(&home, &waits);
+    assert_eq!(item["end"], "succeeded", "{item}");
+}
+
+#[test]
+fn issue26_p8_an_output_condition_on_an_item_that_ended_without_the_line_is_refused() {
+    let home = Home::new();
+    let first = home.start("echo hello");
+    home.wait_end(&first);
+    let (_, code, message) = home.error(&[
+        "start",
+        "--window",
+        "0",
+        "--after",
+        &format!("{first}:output never-printed"),
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, "bad_request", "{message}");
+    assert!(
+        message.contains("can never hold") && message.contains("nothing was started"),
+        "{message}"
+    );
+    let items = home.json(&["list", "--all"])["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(items.len(), 1, "a record was made: {items:?}");
+    // A line it did print holds at once.
+    let second = start(
+        &home,
+        &["--after", &format!("{first}:output hel+o")],
+        "true",
+    );
+    assert_eq!(ended(&home, &second)["end"], "succeeded");
+}
+
+#[test]
+fn issue26_p10_restart_counts_read_the_same_in_every_reader() {
+    let home = Home::new();
+    let id = restarting(&home, "exit 4");
+    let words = "restarted 0 of 5 times";
+    let list = home.run(&["list"]).stdout;
+    assert!(list.contains(words), "list: {list}");
+    let status = home.json(&["status"]);
+    assert_eq!(
+        status["restarting"],
+        json!([format!("test/{id}: {words}")]),
+        "{status}"
+    );
+    let read = home.json(&["read", &id]);
+    assert!(read["live"].as_str().unwrap().contains(words), "{read}");
+    let wait = home.run(&["wait", &id, "--timeout", "0.3"]).stdout;
+    assert!(wait.contains(words), "wait: {wait}");
+    for text in [&list, &status.to_string(), &read.to_string(), &wait] {
+        assert!(!text.contains("restart 1 of 5"), "{text}");
+        assert!(!text.contains("restarts: 0"), "{text}");
+    }
+    home.json(&["stop", &id]);
+}
+
+#[test]
+fn issue26_p11_a_cancelled_chain_names_its_root_cause_and_the_link_above_only() {
+    let home = Home::new();
+    let gate = Gate::new();
+    let first = home.start(&gate.after_go("exit 3"));
+    let mut last = first.clone();
+    for _ in 0..12 {
+        last = start(&home, &["--after", &last], "true");
+    }
+    gate.open();
+    let item = ended(&home, &last);
+    assert_eq!(item["end"], "cancelled", "{item}");
+    let report = home.json(&["read", &last])["report"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        report.contains(&format!("{first} FAILED (exit 3)")),
+        "{report}"
+    );
+    assert_eq!(report.matches("waited for").count(), 1, "{report}");
+    assert!(report.len() < 300, "{} bytes: {report}", report.len());
+    // The link above is the item it waited for.
+    let above = format!("bg-{}", last[3..].parse::<u32>().unwrap() - 1);
+    assert!(
+        report.contains(&format!("waited for {above} to succeed")),
+        "{report}"
+    );
+}
+
+#[test]
+fn issue26_p9_commands_on_waiting_or_restarting_items_say_so() {
+    let home = Home::new();
+    let (_gate, _first, pane) = waiting(&home, &["--pty"], "cat");
+    let (_, _, resize) = home.error(&["resize", &pane, "--cols", "80", "--rows", "20"]);
+    let (_, _, close) = home.error(&["close", &pane]);
+    for message in [&resize, &close] {
+        assert!(
+            message.contains(&format!("{pane} is waiting for")),
+            "{message}"
+        );
+        assert!(!message.contains("try again in a moment"), "{message}");
+    }
+    let screen = home.run(&["read", &pane, "--screen"]);
+    assert!(
+        screen.stderr.contains(&format!("[{pane} is waiting for")),
+        "read --screen said: {:?} {:?}",
+        screen.stdout,
+        screen.stderr
+    );
+    let job = restarting(&home, "exit 5");
+    let (_, _, send) = home.error(&["send", &job, "two"]);
+    assert!(
+        send.contains(&format!("{job} is restarting (restarted")),
+        "{send}"
+    );
+    assert!(!send.contains("stdin is closed"), "{send}");
+    home.json(&["stop", &job]);
+}
+
+#[test]
+fn issue26_p6_a_restart_refused_by_the_start_rate_waits_for_it_and_is_logged_once() {
+    let home = Home::new().with("BGWORK_MAX_STARTS_PER_MINUTE", "4");
+    let id = home.start_with(
+        &[
+            "--restart",
+            "on-failure",
+            "--max-restarts",
+            "6",
+            "--backoff",
+            "200ms..400ms",
+        ],
+        "exit 7",
+    );
+    let mut item = Value::Null;
+    eventually(Duration::from_secs(20), || {
+        item = home.item(&id);
+        item["restart"]["refused"].is_string()
+    });
+    let next = item["restart"]["next_attempt_at"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let next = humantime::parse_rfc3339(&next).unwrap();
+    let left = next
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    assert!(
+        left > Duration::from_secs(20),
+        "next start in {left:?}: {item}"
+    );
+    let refused = item["restart"]["refused"].as_str().unwrap();
+    assert!(!refused.contains("allowed in"), "{refused}");
+    let list = home.run(&["list"]).stdout;
+    assert!(!list.contains("next start in 0s"), "{list}");
+    // Two seconds of refusals (five back-offs) write one line.
+    let log_path = home.path().join("daemon.log");
+    let count = || {
+        std::fs::read_to_string(&log_path)
+            .unwrap_or_default()
+            .matches("not started again")
+            .count()
+    };
+    let started = std::time::Instant::now();
+    eventually(Duration::from_secs(5), || {
+        started.elapsed() > Duration::from_secs(2)
+    });
+    assert_eq!(
+        count(),
+        1,
+        "{}",
+        std::fs::read_to_string(&log_path).unwrap()
+    );
+    home.json(&["stop", &id]);
+}
+
+#[test]
+fn issue26_p17_ids_read_as_the_asking_session_reads_them_and_shutdown_counts_waiters() {
+    let dir = std::path::Path::new(crate::util::BIN)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    let path = format!("{dir}:{}", std::env::var("PATH").unwrap_or_default());
+    let home = Home::new().with("PATH", &path);
+    let gate = Gate::new();
+    let first = home.start(&gate.after_go("true"));
+    for _ in 0..31 {
+        start(&home, &["--after", &first], "true");
+    }
+    // The sub-agent's own bg-1 and bg-2 (the 32nd waiting item), then one more.
+    let out = home.path().join("refused.json");
+    let body = format!(
+        "bgwork start --window 0 -- 'sleep 100' >/dev/null\n\
+         bgwork start --window 0 --after bg-1 -- true >/dev/null\n\
+         bgwork --json start --window 0 --after bg-1 -- true > '{}.tmp' 2>&1\n\
+         mv '{0}.tmp' '{0}'\n",
+        out.display()
+    );
+    let script = home.path().join("agent.sh");
+    std::fs::write(&script, body).unwrap();
+    let command = format!("bash {}", script.display());
+    home.json(&["agent", "start", "--", &command]);
+    eventually(Duration::from_secs(30), || out.exists());
+    let reply: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let message = reply["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("items waiting"), "{reply}");
+    assert!(message.contains("bg-2 of session test"), "{message}");
+    assert!(!message.contains("sub-1/bg-2"), "{message}");
+    // shutdown --stop-work counts the waiting items it stopped.
+    let said = home.run(&["shutdown", "--stop-work"]);
+    assert!(
+        said.stdout.contains("32 waiting item(s) stopped"),
+        "{} {}",
+        said.stdout,
+        said.stderr
+    );
+}
+
+#[test]
+fn issue26_p7_waiters_whose_conditions_hold_start_oldest_first() {
+    let home = Home::new()
+        .with("BGWORK_MAX_RUNNING", "2")
+        .with("BGWORK_MAX_STARTS_PER_MINUTE", "5");
+    let gate = Gate::new();
+    let first = home.start(&gate.after_go("true"));
+    let waiters: Vec<String> = (0..6)
+        .map(|_| start(&home, &["--after", &first], "sleep 0.5"))
+        .collect();
+    gate.open();
+    // The rate (5 a minute, bg-1 one of them) lets four start: the four oldest.
+    eventually(Duration::from_secs(30), || {
+        waiters
+            .iter()
+            .filter(|id| home.item(id)["state"] != "waiting")
+            .count()
+            >= 4
+    });
+    let states: Vec<String> = waiters
+        .iter()
+        .map(|id| home.item(id)["state"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        states[..4].iter().all(|s| s != "waiting") && states[4..].iter().all(|s| s == "waiting"),
+        "not oldest first: {:?}",
+        waiters.iter().zip(&states).collect::<Vec<_>>()
+    );
+    for id in &waiters {
+        home.run(&["stop", id]);
+    }
 }

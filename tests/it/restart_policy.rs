@@ -132,13 +132,13 @@ fn issue26_5_each_restart_shows_in_list_status_and_the_log_marker_misleads_no_re
     let status = home.json(&["status"]);
     assert_eq!(
         status["restarting"],
-        json!([format!("test/{id}: restart 1 of 5")]),
+        json!([format!("test/{id}: restarted 0 of 5 times")]),
         "{status}"
     );
     let text = home.run(&["list"]).stdout;
     assert!(text.contains("restarting"), "{text}");
     assert!(
-        text.contains("restarts: 0 of 5") && text.contains("last run failed (1)"),
+        text.contains("restarted 0 of 5 times") && text.contains("last run failed (1)"),
         "{text}"
     );
     assert!(text.contains("next start in"), "{text}");

@@ -114,6 +114,27 @@ impl Daemon {
         Ok(())
     }
 
+    /// How long until `root`'s start rate allows a start again (zero when it does now,
+    /// or the guard is off), so a refused start is tried again then, not before.
+    pub(crate) fn rate_wait(&self, inner: &mut Inner, root: &str) -> Duration {
+        let rate = self.config.max_starts_per_minute;
+        if rate == 0 {
+            return Duration::ZERO;
+        }
+        let now = Instant::now();
+        let Some(starts) = inner.starts.recent(root, now) else {
+            return Duration::ZERO;
+        };
+        match starts.len().checked_sub(rate) {
+            // The start that leaves the window lets the next one in.
+            Some(past) => starts
+                .get(past)
+                .map(|t| MINUTE.saturating_sub(now.duration_since(*t)))
+                .unwrap_or_default(),
+            None => Duration::ZERO,
+        }
+    }
+
     /// Checks the rate for a restart of a running item and holds its start while the
     /// item is stopped.
     pub(crate) fn hold_start(&self, root: &str) -> Result<Held<'_>, WireError> {
@@ -162,6 +183,10 @@ fn total_error(cap: usize, running: usize) -> WireError {
     )
 }
 
+/// Where the start rate's refusal says when the next start is allowed (a restart
+/// policy's refusal leaves it out: its next attempt says it).
+pub(crate) const RATE_COUNTDOWN: &str = "; the next start is allowed in";
+
 fn rate_error(rate: usize, root: &str, wait: Duration) -> WireError {
     WireError::new(
         ErrorCode::Limit,
@@ -169,7 +194,7 @@ fn rate_error(rate: usize, root: &str, wait: Duration) -> WireError {
             "session {root} has started {rate} items in the last minute, the start-rate guard's \
              limit of {rate} starts a minute (BGWORK_MAX_STARTS_PER_MINUTE; 0 turns it off): \
              is a loop starting work? Wait for work to end (`bgwork wait ID`) rather than \
-             start more; the next start is allowed in {} s",
+             start more{RATE_COUNTDOWN} {} s",
             wait.as_secs() + 1
         ),
     )

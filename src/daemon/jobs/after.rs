@@ -43,9 +43,18 @@ const KEEPER_READY: Duration = Duration::from_secs(10);
 /// How often a waiting item with nothing to poll looks whether its folder is there.
 const FOLDER_CHECK: Duration = Duration::from_secs(2);
 
-/// What each waiting item waits for now, in words (`list`, `status`, the strip).
+/// What each waiting item waits for now, in words (`list`, `status`, the strip), and
+/// what its task knows of its conditions (so that the oldest whose conditions hold
+/// starts first).
 #[derive(Default)]
-pub(crate) struct Board(Mutex<HashMap<i64, String>>);
+pub(crate) struct Board(Mutex<HashMap<i64, String>>, Mutex<HashMap<i64, Judged>>);
+
+/// A waiting item's conditions, as its task holds them, and whether all held at its
+/// last look.
+struct Judged {
+    awaited: Vec<Awaited>,
+    ready: bool,
+}
 
 impl Board {
     fn set(&self, row: i64, text: String) {
@@ -59,6 +68,14 @@ impl Board {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&row);
+        self.judged().remove(&row);
+    }
+    fn judged(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Judged>> {
+        self.1.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn judge(&self, row: i64, awaited: &[Awaited], ready: bool) {
+        let awaited = awaited.to_vec();
+        self.judged().insert(row, Judged { awaited, ready });
     }
     pub(crate) fn get(&self, row: i64) -> Option<String> {
         self.0
@@ -110,16 +127,23 @@ impl Daemon {
                 args.after.len()
             )));
         }
-        for after in &args.after {
-            if let Until::Output { regex } = &after.until {
-                compile(regex)?;
-            }
-        }
         let awaited = {
             let inner = self.lock();
             let mut awaited = Vec::new();
+            let mut records = Vec::new();
             for after in &args.after {
-                let record = Self::find(&inner, session, &after.id)?;
+                records.push(Self::find(&inner, session, &after.id)?);
+            }
+            drop(inner);
+            // A pattern holding the value of a secret of the awaited item (as the caller
+            // holds it: the daemon keeps no value) could never match its masked output.
+            check_awaited_secrets(&args, &records)?;
+            for after in &args.after {
+                if let Until::Output { regex } = &after.until {
+                    compile(regex)?;
+                }
+            }
+            for (after, record) in args.after.iter().zip(records) {
                 check_target(&record, &after.id, &after.until)?;
                 let here = self.executors.which(record.row, &record.job_dir) == Which::Local;
                 if after.until == Until::Port && !here {
@@ -137,6 +161,17 @@ impl Daemon {
             }
             awaited
         };
+        // An `output` condition on an item that ended: its whole output is there to
+        // look at now; no such line means it can never hold (refused, nothing recorded).
+        for a in &awaited {
+            if let Some(reason) = self.ended_without_line(a).await {
+                return Err(WireError::bad_request(format!(
+                    "{reason}, so --after '{}:output ...' can never hold: nothing was \
+                     started. Start it without --after, or after another item",
+                    a.id
+                )));
+            }
+        }
         // Every condition holds already (each on an ended item): it starts as any job.
         let ends_only = awaited
             .iter()
@@ -206,7 +241,7 @@ impl Daemon {
             .list(&root, false)?
             .into_iter()
             .filter(|r| r.state == State::Waiting)
-            .map(|r| crate::daemon::display_id(&root, &r))
+            .map(|r| id_as_seen(&new.session, &r))
             .collect();
         if waiting.len() >= MAX_WAITING {
             return Err(WireError::new(
@@ -269,6 +304,7 @@ impl Daemon {
     /// Waits until every condition of a waiting item holds (then starts it through the
     /// one admission) or one can no longer hold (then cancels it).
     async fn run_waiting(self: Arc<Self>, row: i64, args: StartArgs, awaited: Vec<Awaited>) {
+        self.waiting.judge(row, &awaited, false);
         let mut conds: Vec<Cond> = awaited.into_iter().map(|a| self.cond(row, a)).collect();
         let outputs: Vec<i64> = conds
             .iter()
@@ -309,6 +345,8 @@ impl Daemon {
             let mut polls = conds
                 .iter()
                 .any(|c| !c.held && c.awaited.until == Until::Port);
+            let all: Vec<Awaited> = conds.iter().map(|c| c.awaited.clone()).collect();
+            self.waiting.judge(row, &all, pending.is_empty());
             if pending.is_empty() {
                 match self.start_waited(row, &args).await {
                     Ok(()) => {
@@ -370,6 +408,33 @@ impl Daemon {
             (State::Ended, _) => Some(true),
             _ => None,
         }
+    }
+
+    /// For an `output` condition on an item that has ended: why it can never hold (its
+    /// whole output scanned, as a waiter would scan it), or `None` (a line matched, or
+    /// the item still runs).
+    async fn ended_without_line(self: &Arc<Self>, awaited: &Awaited) -> Option<String> {
+        let Until::Output { regex } = &awaited.until else {
+            return None;
+        };
+        let record = self.lock().store.get(awaited.row).ok().flatten()?;
+        if record.state != State::Ended {
+            return None;
+        }
+        let regex = compile(regex).ok()?;
+        let mut lines = LineMonitor::of_output(0, awaited.row, &awaited.id, regex);
+        let daemon = self.clone();
+        tokio::task::spawn_blocking(move || loop {
+            match lines.step_output(&daemon) {
+                LineOutcome::Never(detail) => return Some(detail),
+                LineOutcome::Pending { behind: true } => continue,
+                // A match, or a log that cannot be read now: the waiter decides.
+                LineOutcome::Matched | LineOutcome::Pending { behind: false } => return None,
+            }
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     async fn look(self: &Arc<Self>, cond: &mut Cond, behind: &mut bool) -> Look {
@@ -450,6 +515,12 @@ impl Daemon {
     /// keeps waiting). A start that fails after the admission ends the item.
     async fn start_waited(&self, row: i64, args: &StartArgs) -> Result<(), WireError> {
         let on = On::of(args);
+        if let Some(older) = self.older_ready(row)? {
+            return Err(WireError::new(
+                ErrorCode::Limit,
+                format!("{older} waited longer and starts first"),
+            ));
+        }
         if let Some(twin) = self.twin_of_waiting(row, args).await? {
             // As `start` answers with a running twin instead of starting a second server.
             let reason = format!(
@@ -510,6 +581,45 @@ impl Daemon {
             }
         }
         Ok(())
+    }
+
+    /// The oldest waiting item of `row`'s session tree, made before it, whose conditions
+    /// hold (ends looked at in the records now; others as its task last found them):
+    /// waiters are admitted oldest first, not as their tasks happen to wake.
+    fn older_ready(&self, row: i64) -> Result<Option<String>, WireError> {
+        let inner = self.lock();
+        let Some(record) = inner.store.get(row)? else {
+            return Ok(None);
+        };
+        let root = inner.store.root_of(&record.session)?;
+        let mut older: Vec<Record> = inner
+            .store
+            .list(&root, false)?
+            .into_iter()
+            .filter(|r| r.state == State::Waiting && r.row < row)
+            .collect();
+        drop(inner);
+        older.sort_by_key(|r| r.row);
+        for other in older {
+            let ready = {
+                let judged = self.waiting.judged();
+                match judged.get(&other.row) {
+                    None => false,
+                    Some(j) if j.ready => true,
+                    Some(j) => {
+                        let ends: Vec<Awaited> = j.awaited.clone();
+                        drop(judged);
+                        ends.iter()
+                            .all(|a| matches!(a.until, Until::Succeeded | Until::Ended))
+                            && ends.iter().all(|a| self.look_end(a) == Some(true))
+                    }
+                }
+            };
+            if ready {
+                return Ok(Some(id_as_seen(&record.session, &other)));
+            }
+        }
+        Ok(None)
     }
 
     /// The running twin of a waiting item's command (`start`'s rule, unless
@@ -696,6 +806,21 @@ pub(crate) fn awaited_rows(store: &crate::store::Store) -> std::collections::Has
         .collect()
 }
 
+/// An item's id as session `viewer` addresses it (`bg-2`, `sub-1/bg-2`), or, for an
+/// item of its tree it cannot address (its parent's, a sibling's), with its session
+/// named (`bg-2 of session default`), so no id reads as another item's.
+fn id_as_seen(viewer: &str, record: &Record) -> String {
+    let under = record.session == viewer
+        || record
+            .session
+            .strip_prefix(viewer)
+            .is_some_and(|rest| rest.starts_with('/'));
+    match under {
+        true => crate::daemon::display_id(viewer, record),
+        false => format!("{} of session {}", record.id, record.session),
+    }
+}
+
 /// What a waiting item waits for, in words: "bg-3 to succeed and bg-4 to end".
 fn waiting_text(awaited: &[Awaited]) -> String {
     let parts: Vec<String> = awaited.iter().map(describe).collect();
@@ -715,11 +840,61 @@ fn describe(awaited: &Awaited) -> String {
 fn ended_otherwise(record: &Record, awaited: &Awaited) -> String {
     let end = record.end.unwrap_or(End::Lost);
     let how = match (end, record.pid, record.end_detail.as_deref()) {
-        // A waiting item that never ran: cancelled for its own reason, down a chain.
-        (End::Cancelled, None, Some(detail)) => format!("{} was cancelled: {detail}", awaited.id),
+        // A waiting item that never ran, cancelled down a chain: the chain's root cause
+        // and the link above only, so a report stays one line however long the chain.
+        (End::Cancelled, None, Some(detail)) => {
+            format!("{}; so {} was cancelled", root_cause(detail), awaited.id)
+        }
         _ => crate::end::report(&awaited.id, end, record.exit_code, record.signal),
     };
-    format!("{how}, and it waited for {}", describe(awaited))
+    format!("{how}{WAITED_FOR}{}", describe(awaited))
+}
+
+/// The root cause in a cancelled waiter's reason (`bg-1 FAILED (exit 3)` of `bg-1
+/// FAILED (exit 3); so bg-2 was cancelled, and it waited for bg-2 to succeed`).
+fn root_cause(detail: &str) -> &str {
+    if let Some((root, _)) = detail.split_once(CHAIN) {
+        return root;
+    }
+    match detail.rsplit_once(WAITED_FOR) {
+        Some((root, _)) => root,
+        None => detail,
+    }
+}
+
+/// Between a chain's root cause and the link that passed it on.
+const CHAIN: &str = "; so ";
+/// Between what happened and the condition it broke.
+const WAITED_FOR: &str = ", and it waited for ";
+
+/// Refuses `--after` output patterns that hold the value of a `--secret` of an awaited
+/// item, as the caller's environment (or `--env`) holds it: the awaited item's values
+/// are known to its supervisor only, its secrets' names to its `job.json`.
+fn check_awaited_secrets(args: &StartArgs, records: &[Record]) -> Result<(), WireError> {
+    if !args
+        .after
+        .iter()
+        .any(|a| matches!(a.until, Until::Output { .. }))
+    {
+        return Ok(());
+    }
+    let mut pairs = Vec::new();
+    let mut names = Vec::new();
+    for record in records {
+        let (secret_names, _) =
+            crate::daemon::requests::restart::described_options(&record.job_dir);
+        for name in secret_names {
+            let value = args
+                .env
+                .get(&name)
+                .or_else(|| args.inherit_env.as_ref().and_then(|e| e.get(&name)));
+            if let Some(value) = value.filter(|v| v.trim().len() >= crate::redact::MIN_SECRET_LEN) {
+                pairs.push([name.clone(), value.clone()]);
+                names.push(name);
+            }
+        }
+    }
+    crate::daemon::requests::start::check_held_values(args, &pairs, &names)
 }
 
 /// Refuses a condition that names what it cannot be about, or that cannot hold any

@@ -21,6 +21,7 @@
 //! (whether or not the job was started with `--notify`), saying the policy gave up.
 
 use crate::daemon::admission::Launch;
+use crate::daemon::admission::guard::RATE_COUNTDOWN;
 use crate::daemon::admission::{Admission, Newcomer};
 use crate::daemon::Daemon;
 use crate::paths::{now_ms, rfc3339};
@@ -39,6 +40,8 @@ const MOST_RESTARTS: u32 = 1000;
 pub(crate) const DEFAULT_BACKOFF_MS: (u64, u64) = (1_000, 60_000);
 /// The shortest and the longest back-off a caller may ask for.
 const SHORTEST_BACKOFF_MS: u64 = 100;
+/// The longest a start rate keeps a start waiting.
+const MINUTE_MS: u64 = 60_000;
 const LONGEST_BACKOFF_MS: u64 = 24 * 3600 * 1000;
 
 /// A job's restart policy, checked.
@@ -378,6 +381,7 @@ impl Daemon {
     /// start is recorded and sent; refused, it is tried again after the next back-off
     /// (a shutdown in progress: left to the next daemon).
     async fn rerun_when_due(self: Arc<Self>, row: i64) {
+        let mut told: Option<String> = None;
         loop {
             let record = {
                 let mut inner = self.lock();
@@ -400,7 +404,7 @@ impl Daemon {
                 .next_at
                 .unwrap_or(0)
                 .saturating_sub(now_ms())
-                .min(state.backoff_max_ms as i64);
+                .min(state.backoff_max_ms.max(MINUTE_MS) as i64);
             if due_in > 0 {
                 tokio::time::sleep(Duration::from_millis(due_in as u64)).await;
                 continue;
@@ -432,8 +436,18 @@ impl Daemon {
                     // A shutdown: the next daemon goes on from the record.
                     Err(e) if e.code == ErrorCode::Unavailable => Ok(false),
                     Err(e) => {
-                        let next_at = now_ms().saturating_add(backoff_ms(&state, restart) as i64);
-                        let reason = format!("not started again: {}", e.message);
+                        // Tried again when the start rate allows it (not before), at the
+                        // earliest after a back-off; the reason without its own countdown,
+                        // which `next_attempt_at` tells.
+                        let root = inner.store.root_of(&record.session).unwrap_or_default();
+                        let rate_ms = self.rate_wait(&mut inner, &root).as_millis() as u64;
+                        let pause = backoff_ms(&state, restart).max(rate_ms);
+                        let next_at = now_ms().saturating_add(pause as i64);
+                        let message = match e.message.split_once(RATE_COUNTDOWN) {
+                            Some((before, _)) => before,
+                            None => e.message.as_str(),
+                        };
+                        let reason = format!("not started again: {message}");
                         if let Err(e) = inner.store.rerun_refused(row, &reason, next_at) {
                             crate::note!("bgwork daemon: {e}");
                         }
@@ -453,10 +467,30 @@ impl Daemon {
                 }
                 Ok(false) => return,
                 Err(reason) => {
-                    crate::note!("bgwork daemon: {}: {reason}", record.id);
+                    // Told once for a run of refusals for the same reason.
+                    if told.as_deref() != Some(reason.as_str()) {
+                        crate::note!(
+                            "bgwork daemon: {}: {reason} (tried again when allowed)",
+                            record.id
+                        );
+                        told = Some(reason);
+                    }
                     self.records_changed();
-                    // The store may refuse writes (a full disk): wait a back-off anyway.
-                    let pause = backoff_ms(&state, restart).max(SHORTEST_BACKOFF_MS);
+                    // Until the recorded next attempt (the rate's own wait); the store
+                    // may refuse writes (a full disk): a back-off at least, anyway.
+                    let recorded = self
+                        .lock()
+                        .store
+                        .get(row)
+                        .ok()
+                        .flatten()
+                        .and_then(|r| r.restart)
+                        .and_then(|s| s.next_at)
+                        .map(|at| at.saturating_sub(now_ms()).max(0) as u64)
+                        .unwrap_or(0);
+                    let pause = backoff_ms(&state, restart)
+                        .max(SHORTEST_BACKOFF_MS)
+                        .max(recorded.min(MINUTE_MS));
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
             }

@@ -316,11 +316,10 @@ impl Daemon {
         for record in unsettled {
             if let Some(state) = record.restart.as_ref().filter(|_| record.restarting()) {
                 restarting.push(format!(
-                    "{}/{}: restart {} of {}",
+                    "{}/{}: {}",
                     record.session,
                     record.id,
-                    state.restarts + 1,
-                    state.max_restarts
+                    crate::wire::restart_count(state.restarts, state.max_restarts)
                 ));
             }
             *sessions.entry(record.session).or_insert(0) += 1;
@@ -339,6 +338,33 @@ impl Daemon {
             hosts_unreachable: self.executors.ssh.unreachable(),
             settings_refused: self.config.refused.clone(),
         })
+    }
+}
+
+impl Daemon {
+    /// Why `record` (addressed as `id`) cannot take `what` now because nothing of it
+    /// runs: it waits for other work, or is between two runs of its restart policy, in
+    /// the words every reader uses, and what to do; `None` when it is neither (it is
+    /// being attached: a moment).
+    pub(crate) fn not_running_now(&self, record: &Record, id: &str, what: &str) -> WireError {
+        let text = if record.state == State::Waiting {
+            let waits = self.waiting.get(record.row).unwrap_or_default();
+            format!(
+                "{id} is waiting for {waits} and runs nothing yet: {what} once it runs \
+                 (`bgwork list` says when; `bgwork stop {id}` ends it now)"
+            )
+        } else if record.restarting() {
+            let restart = crate::daemon::jobs::restart_policy::view(record);
+            let words = crate::wire::live_words(State::Restarting, None, restart.as_ref())
+                .unwrap_or_default();
+            format!(
+                "{id} is {words}: nothing of it runs between two runs; {what} once it runs \
+                 again (`bgwork stop {id}` ends it for good)"
+            )
+        } else {
+            format!("{id} is not attached yet: try again in a moment")
+        };
+        WireError::new(ErrorCode::NotRunning, text)
     }
 }
 

@@ -137,7 +137,7 @@ impl Daemon {
 /// The options of a job that only its description (`job.json`) keeps: which variables
 /// were secrets, and whether its unmasked output was kept. Outside input (the job may
 /// have rewritten it): what cannot be read means none.
-fn described_options(job_dir: &str) -> (Vec<String>, bool) {
+pub(crate) fn described_options(job_dir: &str) -> (Vec<String>, bool) {
     use std::io::Read;
     let path = crate::job_dir::JobDir(std::path::Path::new(job_dir)).record();
     let mut text = Vec::new();

@@ -38,12 +38,13 @@ impl Daemon {
                     ),
                 ));
             }
-            let live = inner.live.get(&record.row).ok_or_else(|| {
-                WireError::new(
-                    ErrorCode::NotRunning,
-                    format!("{id} is not attached yet: try again in a moment"),
-                )
-            })?;
+            if record.restarting() {
+                return Err(self.not_running_now(&record, id, "send it input or keys"));
+            }
+            let live = inner
+                .live
+                .get(&record.row)
+                .ok_or_else(|| self.not_running_now(&record, id, "send it input or keys"))?;
             if live.input_closed {
                 return Err(no_input(id));
             }

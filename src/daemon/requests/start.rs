@@ -657,36 +657,71 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
             )));
         }
     }
-    // The command and the name are recorded and shown as they are (in every list, in
-    // `job.json`, in the store and, normalised, in the run history): no value that is
-    // masked in the output may be in them, neither as given nor once blanks are folded.
+    check_held_values(args, &secret_pairs(args), &args.secrets)
+}
+
+/// Refuses a start whose command line, `--name` or `--after` output pattern holds a
+/// value that is masked in the output (`pairs`: `[name, value]`; `secret_names`: those
+/// given with `--secret`). The command and the name are recorded and shown as they are
+/// (in every list, in `job.json`, in the store and, normalised, in the run history), a
+/// pattern is recorded in `after.json` and shown in `waiting_for` and could never match
+/// what readers are shown (the value is masked there): no such value may be in them,
+/// neither as given nor, in the command, once blanks are folded. The one place this
+/// rule lives: `start` checks the new item's values, a start with `--after` also the
+/// caller's values of the awaited items' secrets.
+pub(crate) fn check_held_values(
+    args: &StartArgs,
+    pairs: &[[String; 2]],
+    secret_names: &[String],
+) -> Result<(), WireError> {
     let command = crate::history::normalise(&args.command);
-    for [name, whole] in secret_pairs(args) {
+    let patterns: Vec<&str> = args
+        .after
+        .iter()
+        .filter_map(|a| match &a.until {
+            crate::wire::after::Until::Output { regex } => Some(regex.as_str()),
+            _ => None,
+        })
+        .collect();
+    for [name, whole] in pairs {
         // The value, and each line of a value of several lines (masked on its own, §8).
         let mut values = vec![whole.trim()];
-        values.extend(redact::masked_lines(&whole));
-        let found = values.into_iter().find_map(|value| {
-            let folded = crate::history::normalise(value);
-            let named = args.name.as_deref().is_some_and(|n| n.contains(value));
-            let held =
-                args.command.contains(value) || (!folded.is_empty() && command.contains(&folded));
-            (held || named).then_some(named)
-        });
-        if let Some(named) = found {
-            let place = if named { "--name" } else { "command line" };
-            let what = match args.secrets.contains(&name) {
-                true => format!("secret {name}"),
-                false => format!(
-                    "--env {name} (values of {} bytes or more are masked as secrets)",
-                    redact::MIN_ENV_SECRET_LEN
-                ),
-            };
+        values.extend(redact::masked_lines(whole));
+        let found = values
+            .into_iter()
+            .filter(|value| !value.is_empty())
+            .find_map(|value| {
+                let folded = crate::history::normalise(value);
+                let named = args.name.as_deref().is_some_and(|n| n.contains(value));
+                let held = args.command.contains(value)
+                    || (!folded.is_empty() && command.contains(&folded));
+                let pattern = patterns.iter().any(|p| p.contains(value));
+                (held || named || pattern).then_some((held, named, pattern))
+            });
+        let Some((held, named, pattern)) = found else {
+            continue;
+        };
+        let what = match secret_names.contains(name) {
+            true => format!("secret {name}"),
+            false => format!(
+                "--env {name} (values of {} bytes or more are masked as secrets)",
+                redact::MIN_ENV_SECRET_LEN
+            ),
+        };
+        if pattern && !held && !named {
             return Err(WireError::bad_request(format!(
-                "the {place} holds the value of {what}, and would show it wherever \
-                 the item is listed: nothing was started; refer to it by name instead \
-                 (e.g. '... \"${name}\" ...' in single quotes, so the shell does not expand it)"
+                "the --after output pattern holds the value of {what}, which every reader is \
+                 shown masked as [secret {name}], so the pattern could never match (and would \
+                 show the value wherever the item is listed): nothing was started; match the \
+                 text around it, or the mask itself (e.g. 'token is \\[secret {name}\\]')"
             )));
         }
+        let place = if named { "--name" } else { "command line" };
+        return Err(WireError::bad_request(format!(
+            "the {place} holds the value of {what}, and would show it wherever \
+             the item is listed: nothing was started; refer to it by name instead \
+             (e.g. '... \"${name}\" ...' in single quotes, so the shell does not expand it)"
+        )));
     }
     Ok(())
 }

@@ -31,10 +31,7 @@ impl Daemon {
             return Ok(item);
         }
         let Some(live) = inner.live.get(&record.row) else {
-            return Err(WireError::new(
-                ErrorCode::NotRunning,
-                format!("{id} is not attached yet: try again in a moment"),
-            ));
+            return Err(self.not_running_now(&record, id, "close it"));
         };
         let hangup = ToSupervisor::Signal {
             signal: nix::sys::signal::Signal::SIGHUP as i32,
@@ -132,7 +129,7 @@ impl Daemon {
     }
 
     pub(crate) async fn shutdown(&self, stop_work: bool) -> Result<Ack, WireError> {
-        let (mut stopped, mut still) = (0, 0);
+        let (mut stopped, mut still, mut unstarted) = (0, 0, 0);
         // No start gets past its guard from now on; one that got past it has its record.
         self.closing.store(true, Ordering::SeqCst);
         if stop_work {
@@ -144,7 +141,9 @@ impl Daemon {
                 .partition(|r| r.state == State::Waiting);
             // Work that waits for work ends without running.
             for record in &waiting {
-                let _ = self.stop_waiting(record.row, Actor::Agent);
+                if self.stop_waiting(record.row, Actor::Agent) {
+                    unstarted += 1;
+                }
             }
             // Their keepers are let go before the daemon goes, not by tasks it may not
             // finish: none outlives it holding an environment.
@@ -177,13 +176,18 @@ impl Daemon {
             still = rows.len() - stopped;
         }
         self.request_shutdown();
+        // The waiting items it ended are counted apart: nothing of them ran.
+        let waited = match unstarted {
+            0 => String::new(),
+            n => format!(", {n} waiting item(s) stopped before they started"),
+        };
         let message = if still > 0 {
             format!(
-                "daemon stopping; {stopped} running item(s) stopped, {still} did not end in time \
-                 (their supervisors may be stopped): they are reattached at the next start"
+                "daemon stopping; {stopped} running item(s) stopped{waited}, {still} did not end \
+                 in time (their supervisors may be stopped): they are reattached at the next start"
             )
         } else if stop_work {
-            format!("daemon stopping; {stopped} running item(s) stopped")
+            format!("daemon stopping; {stopped} running item(s) stopped{waited}")
         } else {
             "daemon stopping; running work goes on and is reattached at the next start".into()
         };

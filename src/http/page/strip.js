@@ -206,7 +206,8 @@ function row(item) {
 
 // A restart policy's count, how the last run ended and when it starts again.
 function restartText(restart) {
-  let text = `restarts ${restart.restarts}/${restart.max_restarts}`;
+  // The wording of every reader (wire::restart_count).
+  let text = `restarted ${restart.restarts} of ${restart.max_restarts} times`;
   if (restart.last_end) {
     const code = restart.last_signal ? ` sig ${restart.last_signal}`
       : (restart.last_exit_code !== undefined && restart.last_exit_code !== null ? ` ${restart.last_exit_code}` : '');

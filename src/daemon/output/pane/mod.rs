@@ -119,10 +119,7 @@ impl Daemon {
             ));
         }
         let Some(live) = inner.live.get(&record.row) else {
-            return Err(WireError::new(
-                ErrorCode::NotRunning,
-                format!("{id} is not attached yet: try again in a moment"),
-            ));
+            return Err(self.not_running_now(&record, id, "resize it"));
         };
         // The bytes written so far were written at the old size: a screen rebuilt from
         // the log switches size at this offset.

@@ -20,8 +20,8 @@
 //! Intermediate ends fire no notice; the end after the last restart fires one
 //! (whether or not the job was started with `--notify`), saying the policy gave up.
 
-use crate::daemon::admission::Launch;
 use crate::daemon::admission::guard::RATE_COUNTDOWN;
+use crate::daemon::admission::Launch;
 use crate::daemon::admission::{Admission, Newcomer};
 use crate::daemon::Daemon;
 use crate::paths::{now_ms, rfc3339};

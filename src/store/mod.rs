@@ -216,27 +216,14 @@ const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// copy and its sync never happen inside a write of the daemon's, which holds its lock.
 /// A passive checkpoint: it never waits for the daemon's writes, nor they for it.
 ///
-/// A log copied whole is begun again by the next write, which then syncs the log's new
-/// header: the thread makes that write itself (the database's `application_id`, written
-/// as it is), so that the daemon's next write (a hook's, a start's, most often the first
-/// after a quiet second) only appends.
+/// The thread writes nothing itself: a write from a second connection would make the
+/// daemon's transactions that read before they write fail at once ("database is
+/// locked": SQLite's busy snapshot, which no busy timeout waits out).
 pub fn checkpoint_apart(path: &std::path::Path) {
     let wal = std::path::PathBuf::from(format!("{}-wal", path.display()));
     // Opened and used here, before the daemon serves: its files are open from the start.
-    let checkpoint = |conn: &Connection| {
-        let (busy, logged, copied) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, i64>(2)?,
-            ))
-        })?;
-        if busy == 0 && logged > 0 && logged == copied {
-            let id: i64 = conn.query_row("PRAGMA application_id", [], |r| r.get(0))?;
-            conn.execute_batch(&format!("PRAGMA application_id = {id}"))?;
-        }
-        Ok::<(), rusqlite::Error>(())
-    };
+    let checkpoint =
+        |conn: &Connection| conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
     let conn = match Connection::open(path) {
         Ok(conn) => conn,
         Err(e) => {
@@ -259,7 +246,7 @@ pub fn checkpoint_apart(path: &std::path::Path) {
                     continue;
                 }
                 if checkpoint(&conn).is_ok() {
-                    // The log as this thread left it (its own write included).
+                    // The log as this thread left it.
                     done_at = std::fs::metadata(&wal).and_then(|m| m.modified()).ok();
                 }
             }

@@ -112,15 +112,15 @@ impl Daemon {
         mut args: StartArgs,
         shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<StartReply, WireError> {
-        crate::daemon::requests::start::check_start(&args)?;
+        crate::daemon::jobs::new_item::check_start(&args)?;
         if args.restart.is_some() {
             return Err(WireError::bad_request(
                 "--restart and --after together are not supported yet: start it with --after \
                  alone, or with --restart once what it waits for holds",
             ));
         }
-        let limits = crate::daemon::requests::start::limits_of(&args)?;
-        let (cwd, pane) = crate::daemon::requests::start::place(&args)?;
+        let limits = crate::daemon::jobs::new_item::limits_of(&args)?;
+        let (cwd, pane) = crate::daemon::jobs::new_item::place(&args)?;
         if args.after.len() > MAX_AFTER {
             return Err(WireError::bad_request(format!(
                 "{} --after conditions: at most {MAX_AFTER} for one start",
@@ -184,7 +184,7 @@ impl Daemon {
             Some(_) => Kind::Pane,
             None => Kind::Job,
         };
-        let new = crate::daemon::requests::start::new_record(session, kind, &args, &cwd, pane);
+        let new = crate::daemon::jobs::new_item::new_record(session, kind, &args, &cwd, pane);
         let record = self.record_waiting(&new, limits)?;
         let owner = crate::daemon::jobs::settle::owner(&record);
         if let Err(reason) = self
@@ -280,8 +280,8 @@ impl Daemon {
         awaited: &[Awaited],
     ) -> Result<(), String> {
         let job_dir = self.paths.job_dir(record.row);
-        crate::daemon::requests::start::make_job_dir(&self.paths.jobs, &job_dir)?;
-        crate::daemon::requests::start::write_job_record(&job_dir, record, args)?;
+        crate::daemon::jobs::new_item::make_job_dir(&self.paths.jobs, &job_dir)?;
+        crate::daemon::jobs::new_item::write_job_record(&job_dir, record, args)?;
         let file = AfterFile {
             owner: owner.to_string(),
             awaited: awaited.to_vec(),
@@ -558,7 +558,7 @@ impl Daemon {
         let _ = std::fs::remove_file(job_dir.join(AFTER_FILE));
         // Its job.json says when it started.
         if let Err(reason) =
-            crate::daemon::requests::start::write_job_record(&job_dir, &record, args)
+            crate::daemon::jobs::new_item::write_job_record(&job_dir, &record, args)
         {
             let _ = self.spawn_failed_told(row, &record.id, reason, true);
             return Ok(());
@@ -571,7 +571,7 @@ impl Daemon {
             let _ = self.spawn_failed_told(row, &record.id, reason, true);
             return Ok(());
         }
-        let (_, pane) = crate::daemon::requests::start::place(args)?;
+        let (_, pane) = crate::daemon::jobs::new_item::place(args)?;
         let limits = (record.quiet_after_ms, record.max_runtime_ms);
         let spec = self.job_spec(&record, args, &job_dir, None, pane, limits);
         match self.executors.start(row, &spec, &on).await {
@@ -640,7 +640,7 @@ impl Daemon {
             command: &record.command,
             cwd: &record.cwd,
             env_names: record.env_names.clone(),
-            env: crate::daemon::requests::start::job_env(args),
+            env: crate::daemon::jobs::new_item::job_env(args),
         };
         let listening = self.listening_twins(&record.session, &twin).await;
         let inner = self.lock();
@@ -881,8 +881,7 @@ fn check_awaited_secrets(args: &StartArgs, records: &[Record]) -> Result<(), Wir
     let mut pairs = Vec::new();
     let mut names = Vec::new();
     for record in records {
-        let (secret_names, _) =
-            crate::daemon::requests::restart::described_options(&record.job_dir);
+        let (secret_names, _) = crate::daemon::jobs::new_item::described_options(&record.job_dir);
         for name in secret_names {
             let value = args
                 .env
@@ -894,7 +893,7 @@ fn check_awaited_secrets(args: &StartArgs, records: &[Record]) -> Result<(), Wir
             }
         }
     }
-    crate::daemon::requests::start::check_held_values(args, &pairs, &names)
+    crate::daemon::jobs::new_item::check_held_values(args, &pairs, &names)
 }
 
 /// Refuses a condition that names what it cannot be about, or that cannot hold any

@@ -2,6 +2,7 @@
 
 pub(crate) mod after;
 pub(crate) mod job_watch;
+pub(crate) mod new_item;
 pub(crate) mod port_in_use;
 pub(crate) mod report;
 pub(crate) mod restart_policy;

@@ -1,8 +1,8 @@
 //! `restart`: a new item with the command, folder, name, options and `--env` names of
 //! an earlier one. The old record keeps its end; a running one is stopped first.
 
+use crate::daemon::jobs::new_item::described_options;
 use crate::daemon::Daemon;
-use crate::wire::control::{self, JobRecord};
 use crate::wire::{
     Actor, ErrorCode, Kind, RestartArgs, RestartReply, StartArgs, State, StopArgs, WireError,
 };
@@ -131,23 +131,5 @@ impl Daemon {
             start: reply,
             restarted: id.clone(),
         })
-    }
-}
-
-/// The options of a job that only its description (`job.json`) keeps: which variables
-/// were secrets, and whether its unmasked output was kept. Outside input (the job may
-/// have rewritten it): what cannot be read means none.
-pub(crate) fn described_options(job_dir: &str) -> (Vec<String>, bool) {
-    use std::io::Read;
-    let path = crate::job_dir::JobDir(std::path::Path::new(job_dir)).record();
-    let mut text = Vec::new();
-    let read = crate::paths::open_untrusted(&path)
-        .and_then(|file| file.take(1 << 20).read_to_end(&mut text));
-    match read
-        .ok()
-        .and_then(|_| control::decode::<JobRecord>(&text).ok())
-    {
-        Some(described) => (described.secret_names, described.keep_raw_log),
-        None => (Vec::new(), false),
     }
 }

@@ -72,7 +72,7 @@ impl Daemon {
                     "a run takes a timeout of `auto` or a number of seconds (timeout_s), not both",
                 )),
                 (Some(TimeoutMode::Auto), None) => {
-                    let cwd = crate::daemon::requests::start::place(&args.start)?.0;
+                    let cwd = crate::daemon::jobs::new_item::place(&args.start)?.0;
                     match self.auto_deadline(&cwd, &args.start.command, DEFAULT_TIMEOUT) {
                         AutoDeadline::Foreground(deadline, why) => (deadline, Some((false, why))),
                         AutoDeadline::Background(why) => {

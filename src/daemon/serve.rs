@@ -51,13 +51,15 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// megabyte builds its reply in a buffer of that size, which glibc otherwise maps fresh
 /// and unmaps at every read: a page fault for each of its pages, half the daemon's CPU
 /// time for such a read. Buffers up to 4 MiB come from the heap, and up to 16 MiB of
-/// free heap stays mapped; bigger replies (at most 16 MiB) are mapped and unmapped as
-/// before.
+/// free heap stays mapped in each of at most two arenas (without that bound every
+/// thread that builds a reply may have an arena of its own, each keeping as much);
+/// bigger replies (at most 16 MiB) are mapped and unmapped as before.
 fn keep_reply_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt sets two of the allocator's parameters, under its own lock; it
+    // SAFETY: mallopt sets three of the allocator's parameters, under its own lock; it
     // is called before the daemon starts a thread.
     unsafe {
+        nix::libc::mallopt(nix::libc::M_ARENA_MAX, 2);
         nix::libc::mallopt(nix::libc::M_MMAP_THRESHOLD, 4 << 20);
         nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, 16 << 20);
     }

@@ -156,6 +156,23 @@ impl Excerpt {
         self.render_as(max, log_path, readable)
     }
 
+    /// [`Excerpt::render`] (token shapes masked when `redact`, else [`plain_text`]),
+    /// taking the excerpt: a whole range's bytes become its text in place when they
+    /// need no rendering.
+    pub fn into_text(self, max: usize, log_path: &Path, redact: bool) -> (String, bool) {
+        match self.tail {
+            None => {
+                let text = crate::rendered::text_owned(self.head);
+                let text = match redact {
+                    true => crate::redact::mask_shapes(text),
+                    false => text,
+                };
+                clip(text, max, log_path)
+            }
+            Some(_) => self.render_as(max, log_path, if redact { readable } else { plain_text }),
+        }
+    }
+
     /// [`Excerpt::render`] with `readable` turning bytes into text.
     pub fn render_as(
         &self,

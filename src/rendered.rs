@@ -137,6 +137,16 @@ pub fn text(bytes: &[u8]) -> String {
     render_as(bytes, View::Text, false).text
 }
 
+/// [`text`] of bytes the caller gives up: plain output (no byte that acts on a
+/// terminal, valid UTF-8), most of what jobs write, becomes the text without a copy.
+pub fn text_owned(bytes: Vec<u8>) -> String {
+    if !maybe_controls(&bytes, true) {
+        return String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    }
+    render_as(&bytes, View::Text, false).text
+}
+
 /// Whether `bytes` may hold a character that acts on a terminal: a C0 control (but a
 /// line break or tab when `keep_lines`), DEL, or the lead byte of a C1 control (0xC2)
 /// or of a line or direction mark (0xE2). False means surely none; true means look

@@ -189,3 +189,54 @@ fn issue27_2_an_idle_daemon_leaves_its_database_alone() {
     // The home still answers and holds its record.
     assert_eq!(home.item(&id)["end"], "succeeded");
 }
+
+#[test]
+fn issue27_3_a_megabyte_read_shows_the_same_text_in_every_reader() {
+    // The text of a read is now made from the log's bytes in place and the reply's line
+    // put in front of them: a read of more than a megabyte (plain lines, a token shape,
+    // colored lines) shows each byte once, masked and made inert alike in the CLI's
+    // frame, `--json` and `--raw`, and the cursor moves to the end.
+    let home = Home::new();
+    let token = format!("ghp_{}", "a1B2".repeat(9));
+    let id = home.start(&format!(
+        "yes 'a plain line of build output, sixty bytes or so, no token' | head -c 1200000; \
+         echo 'pushed with {token} at last'; \
+         yes \"$(printf '\\033[32mok\\033[0m done')\" | head -c 299999; echo end"
+    ));
+    home.wait_end(&id);
+    let log = std::fs::read(home.path().join("jobs/1/output.log")).unwrap();
+    assert!(log.len() > 1_500_000, "the job wrote {} bytes", log.len());
+    let shown = String::from_utf8(log.clone())
+        .unwrap()
+        .replace(&token, "[secret github token]")
+        .replace("\u{1b}[32m", "")
+        .replace("\u{1b}[0m", "");
+    let read = home.run(&["read", &id, "--max-bytes", "2000000"]);
+    assert_eq!(read.code, 0, "{}", read.stderr);
+    let (text, status) = read.stdout.rsplit_once("\n[").unwrap();
+    assert!(
+        text == shown.trim_end_matches('\n'),
+        "the CLI's read differs from the log as shown ({} bytes against {})",
+        text.len(),
+        shown.len()
+    );
+    assert!(
+        status.contains(&id) && !text.contains("a1B2a1B2"),
+        "{status}"
+    );
+    let again = home.json(&["read", &id]);
+    assert_eq!(again["output"], "", "the cursor stayed behind: {again}");
+    let json = home.json(&["read", &id, "--all", "--max-bytes", "2000000"]);
+    assert_eq!(json["output"].as_str().unwrap(), shown, "--json differs");
+    assert_eq!(json["to"], log.len() as u64);
+    let raw = home.run(&["read", &id, "--all", "--raw", "--max-bytes", "2000000"]);
+    let raw_shown = String::from_utf8(log)
+        .unwrap()
+        .replace(&token, "[secret github token]");
+    assert!(
+        raw.raw_stdout == raw_shown.as_bytes(),
+        "--raw differs from the log with its token masked ({} bytes against {})",
+        raw.raw_stdout.len(),
+        raw_shown.len()
+    );
+}

@@ -222,13 +222,18 @@ fn read_size(args: &ReadArgs) -> Result<usize, WireError> {
     Ok(max)
 }
 
-/// The reply's line, and its output after it as a frame when it has one.
+/// The reply's line, and its output after it as a frame when it has one. The line is
+/// put in front of the frame's own buffer (grown in place), so a megabyte of output is
+/// not copied into another one.
 fn framed(reply: &ReadReply, frame: Option<Vec<u8>>) -> Vec<u8> {
-    let mut line = wire::encode_line(reply);
-    if let Some(bytes) = frame {
-        line.extend_from_slice(&bytes);
+    let line = wire::encode_line(reply);
+    match frame {
+        Some(mut bytes) => {
+            bytes.splice(0..0, line);
+            bytes
+        }
+        None => line,
     }
-    line
 }
 
 /// Reads the log and builds the reply (on a blocking thread); with `output_frame`, the
@@ -304,18 +309,15 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
             false => log.token_edges(from, len, plan.running),
         };
         let excerpt = output::excerpt(&path, from + cut, len, head, dropped, max);
-        let readable = match args.no_redact {
-            true => output::plain_text,
-            false => output::readable,
-        };
-        let (mut text, clipped) = excerpt.render_as(max, &path, readable);
+        let excerpt_skipped = excerpt.skipped;
+        let (mut text, clipped) = excerpt.into_text(max, &path, !args.no_redact);
         if cut > 0 {
             text = format!("{}{text}", redact::CUT_TOKEN);
         }
         if let Some(n) = args.tail {
             text = output::last_lines(&text, n);
         }
-        let skipped = output::dropped_in(from, len, head, dropped).max(excerpt.skipped);
+        let skipped = output::dropped_in(from, len, head, dropped).max(excerpt_skipped);
         if skipped > 0 {
             text = format!(
                 "[... {skipped} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}"

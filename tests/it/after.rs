@@ -3,44 +3,9 @@
 //! it starts, daemon restarts, MCP, and a chain from this machine to Slurm.
 
 use crate::mcp::Mcp;
-use crate::util::{eventually, Home};
+use crate::util::{eventually, Gate, Home};
 use serde_json::{json, Value};
 use std::time::Duration;
-
-/// A folder with a `go` file the test makes to let a job on.
-struct Gate(tempfile::TempDir);
-
-impl Gate {
-    fn new() -> Gate {
-        Gate(tempfile::tempdir().unwrap())
-    }
-    fn dir(&self) -> String {
-        self.0.path().display().to_string()
-    }
-    fn path(&self, name: &str) -> std::path::PathBuf {
-        self.0.path().join(name)
-    }
-    /// A shell line that waits for `go` in this folder, then runs `then`.
-    fn after_go(&self, then: &str) -> String {
-        format!(
-            "while [ ! -f '{}' ]; do sleep 0.02; done; {then}",
-            self.path("go").display()
-        )
-    }
-    fn open(&self) {
-        std::fs::write(self.path("go"), "").unwrap();
-    }
-    fn exists(&self, name: &str) -> bool {
-        self.path(name).exists()
-    }
-}
-
-fn start(home: &Home, options: &[&str], command: &str) -> Value {
-    let mut args = vec!["start", "--window", "0"];
-    args.extend_from_slice(options);
-    args.extend_from_slice(&["--", command]);
-    home.json(&args)
-}
 
 fn notices_of(home: &Home, id: &str) -> Vec<Value> {
     let reply = home.json(&["notices", "--wait", "0"]);
@@ -63,11 +28,7 @@ fn issue26_4_waiting_item_starts_once_the_awaited_job_succeeds() {
     let gate = Gate::new();
     let a = home.start(&gate.after_go("echo built"));
     let marker = gate.path("deployed").display().to_string();
-    let b = start(
-        &home,
-        &["--after", &a],
-        &format!("echo deployed > '{marker}'"),
-    );
+    let b = home.start_reply(&["--after", &a], &format!("echo deployed > '{marker}'"));
     assert_eq!(b["state"], "waiting", "{b}");
     assert_eq!(
         b["waiting_for"],
@@ -103,7 +64,7 @@ fn issue26_4_a_condition_that_can_no_longer_hold_cancels_with_one_notice() {
     let gate = Gate::new();
     let a = home.start(&gate.after_go("exit 3"));
     let marker = gate.path("ran").display().to_string();
-    let b = start(&home, &["--after", &a], &format!("touch '{marker}'"));
+    let b = home.start_reply(&["--after", &a], &format!("touch '{marker}'"));
     let b = b["id"].as_str().unwrap().to_string();
     gate.open();
     // (`list` delivers no notice; a `wait` that showed the end would.)
@@ -144,12 +105,11 @@ fn issue26_4_ended_output_and_port_conditions() {
             .after_go("exit 5")
             .replace("while", "echo 'ready on 42'; while"),
     );
-    let on_output = start(
-        &home,
+    let on_output = home.start_reply(
         &["--after", &format!("{a}:output ready on [0-9]+")],
         "echo o",
     );
-    let on_end = start(&home, &["--after", &format!("{a}:ended")], "echo e");
+    let on_end = home.start_reply(&["--after", &format!("{a}:ended")], "echo e");
     let o = on_output["id"].as_str().unwrap();
     let e = on_end["id"].as_str().unwrap();
     assert_eq!(home.wait_end(o)["end"], "succeeded");
@@ -184,8 +144,7 @@ fn issue26_4_ended_output_and_port_conditions() {
             .after_go("true")
             .replace("while", &format!("echo key {token}; while")),
     );
-    let masked = start(
-        &home,
+    let masked = home.start_reply(
         &["--after", &format!("{t}:output sk-[a-z]{{10}}")],
         "echo m",
     );
@@ -203,7 +162,7 @@ fn issue26_4_ended_output_and_port_conditions() {
     let server = home.start(&gate.after_go(
         "python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); time.sleep(60)'",
     ));
-    let on_port = start(&home, &["--after", &format!("{server}:port")], "echo p");
+    let on_port = home.start_reply(&["--after", &format!("{server}:port")], "echo p");
     let p = on_port["id"].as_str().unwrap();
     assert_eq!(
         on_port["waiting_for"],
@@ -220,14 +179,14 @@ fn issue26_4_several_conditions_are_all_required_and_chains_run_in_order() {
     let second = Gate::new();
     let a = home.start(&first.after_go("true"));
     let c = home.start(&second.after_go("true"));
-    let both = start(&home, &["--after", &a, "--after", &c], "echo both");
+    let both = home.start_reply(&["--after", &a, "--after", &c], "echo both");
     let both = both["id"].as_str().unwrap().to_string();
     assert_eq!(
         state(&home, &both)["waiting_for"],
         format!("waiting for {a} to succeed and {c} to succeed")
     );
     // A chain: this one names a waiting item.
-    let next = start(&home, &["--after", &both], "echo next");
+    let next = home.start_reply(&["--after", &both], "echo next");
     let next = next["id"].as_str().unwrap().to_string();
     first.open();
     home.wait_end(&a);
@@ -241,11 +200,11 @@ fn issue26_4_several_conditions_are_all_required_and_chains_run_in_order() {
     // A failure cancels down the chain.
     let gate = Gate::new();
     let x = home.start(&gate.after_go("exit 1"));
-    let y = start(&home, &["--after", &x], "echo y")["id"]
+    let y = home.start_reply(&["--after", &x], "echo y")["id"]
         .as_str()
         .unwrap()
         .to_string();
-    let z = start(&home, &["--after", &y], "echo z")["id"]
+    let z = home.start_reply(&["--after", &y], "echo z")["id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -267,11 +226,7 @@ fn issue26_4_stop_of_a_waiting_item_ends_it_without_running() {
     let gate = Gate::new();
     let a = home.start(&gate.after_go("true"));
     let marker = gate.path("ran").display().to_string();
-    let b = start(
-        &home,
-        &["--notify", "--after", &a],
-        &format!("touch '{marker}'"),
-    );
+    let b = home.start_reply(&["--notify", "--after", &a], &format!("touch '{marker}'"));
     let b = b["id"].as_str().unwrap().to_string();
     let stopped = home.json(&["stop", &b]);
     assert_eq!(stopped["end"], "stopped_by_agent", "{stopped}");
@@ -288,7 +243,7 @@ fn issue26_4_stop_of_a_waiting_item_ends_it_without_running() {
     // A person's stop tells the agent.
     let gate2 = Gate::new();
     let d = home.start(&gate2.after_go("true"));
-    let e = start(&home, &["--after", &d], &format!("touch '{marker}'"));
+    let e = home.start_reply(&["--after", &d], &format!("touch '{marker}'"));
     let e = e["id"].as_str().unwrap().to_string();
     let stopped = home.json(&["stop", &e, "--as", "person"]);
     assert_eq!(stopped["end"], "stopped_by_person", "{stopped}");
@@ -347,7 +302,7 @@ fn issue26_4_refused_by_a_limit_when_it_may_start_it_waits_for_room() {
     let home = Home::new().with("BGWORK_MAX_RUNNING", "1");
     let gate = Gate::new();
     let a = home.start(&gate.after_go("true").replace("while", "echo ready; while"));
-    let b = start(&home, &["--after", &format!("{a}:output ready")], "echo b");
+    let b = home.start_reply(&["--after", &format!("{a}:output ready")], "echo b");
     let b = b["id"].as_str().unwrap().to_string();
     // Its condition holds, but bg-1 holds the session's one slot: it keeps waiting,
     // saying why.
@@ -368,8 +323,7 @@ fn issue26_4_waiting_survives_a_daemon_kill_and_an_end_during_the_outage() {
     let a = home.start(&gate.after_go("true"));
     let out = gate.path("out").display().to_string();
     let value = "kept-in-memory-only-1234";
-    let b = start(
-        &home,
+    let b = home.start_reply(
         &[
             "--env",
             &format!("WAITED={value}"),
@@ -401,7 +355,7 @@ fn issue26_4_waiting_survives_a_daemon_kill_and_an_end_during_the_outage() {
     // Killed while waiting and back before the awaited job ends.
     let gate2 = Gate::new();
     let c = home.start(&gate2.after_go("true"));
-    let d = start(&home, &["--after", &c], "echo d");
+    let d = home.start_reply(&["--after", &c], "echo d");
     let d = d["id"].as_str().unwrap().to_string();
     home.kill_daemon();
     assert_eq!(state(&home, &d)["state"], "waiting");
@@ -478,8 +432,7 @@ fn issue26_4_a_local_build_then_a_slurm_job() {
     let home = Home::new().with("SLURM_CONF", &conf);
     let gate = Gate::new();
     let build = home.start(&gate.after_go("echo built"));
-    let run = start(
-        &home,
+    let run = home.start_reply(
         &["--on", "slurm", "--cwd", &gate.dir(), "--after", &build],
         "echo ran on $SLURM_JOB_ID",
     );
@@ -516,7 +469,7 @@ fn issue26_4_a_server_already_running_is_not_started_twice_by_its_waiter() {
             .is_some_and(|l| !l.is_empty())
     });
     let a = home.start(&gate.after_go("true"));
-    let again = start(&home, &["--after", &a], server);
+    let again = home.start_reply(&["--after", &a], server);
     let again = again["id"].as_str().unwrap().to_string();
     gate.open();
     eventually(Duration::from_secs(10), || {
@@ -560,11 +513,11 @@ fn keepers_of(home: &Home) -> Vec<i32> {
 fn issue26_4_a_wait_on_a_cancelled_waiting_item_fails_and_the_chain_says_why() {
     let home = Home::new();
     let gate = Gate::new();
-    let first = start(&home, &[], &gate.after_go("exit 1"));
+    let first = home.start_reply(&[], &gate.after_go("exit 1"));
     let first = first["id"].as_str().unwrap().to_string();
-    let second = start(&home, &["--after", &first], "echo deploy");
+    let second = home.start_reply(&["--after", &first], "echo deploy");
     let second = second["id"].as_str().unwrap().to_string();
-    let third = start(&home, &["--after", &second], "echo after-deploy");
+    let third = home.start_reply(&["--after", &second], "echo after-deploy");
     let third = third["id"].as_str().unwrap().to_string();
     gate.open();
     // Nothing ran: the caller of `wait` hears a failure, not "ended well".
@@ -582,11 +535,10 @@ fn issue26_4_a_wait_on_a_cancelled_waiting_item_fails_and_the_chain_says_why() {
 fn issue26_4_shutdown_with_stop_work_leaves_no_keeper_behind() {
     let home = Home::new().with("SK", "keeper-secret-ZXCVBNM123");
     let gate = Gate::new();
-    let first = start(&home, &[], &gate.after_go("true"));
+    let first = home.start_reply(&[], &gate.after_go("true"));
     let first = first["id"].as_str().unwrap().to_string();
     for i in 0..12 {
-        start(
-            &home,
+        home.start_reply(
             &["--secret", "SK", "--after", &first],
             &format!("echo w{i}"),
         );
@@ -604,9 +556,9 @@ fn issue26_4_a_waiting_item_that_cannot_start_when_its_turn_comes_says_so_once()
     let gate = Gate::new();
     let folder = tempfile::tempdir().unwrap();
     let cwd = folder.path().display().to_string();
-    let first = start(&home, &[], &gate.after_go("true"));
+    let first = home.start_reply(&[], &gate.after_go("true"));
     let first = first["id"].as_str().unwrap().to_string();
-    let second = start(&home, &["--cwd", &cwd, "--after", &first], "echo w");
+    let second = home.start_reply(&["--cwd", &cwd, "--after", &first], "echo w");
     let second = second["id"].as_str().unwrap().to_string();
     drop(folder);
     gate.open();

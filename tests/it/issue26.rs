@@ -2,38 +2,16 @@
 //! restart policies (`--restart on-failure`): each test pins one item of that round.
 
 use crate::mcp::Mcp;
-use crate::util::{eventually, Home};
+use crate::util::{eventually, Gate, Home};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// A folder with a `go` file the test makes to let a job on.
-struct Gate(tempfile::TempDir);
-
-impl Gate {
-    fn new() -> Gate {
-        Gate(tempfile::tempdir().unwrap())
-    }
-    fn path(&self, name: &str) -> std::path::PathBuf {
-        self.0.path().join(name)
-    }
-    /// A shell line that waits for `go` in this folder, then runs `then`.
-    fn after_go(&self, then: &str) -> String {
-        format!(
-            "while [ ! -f '{}' ]; do sleep 0.02; done; {then}",
-            self.path("go").display()
-        )
-    }
-    fn open(&self) {
-        std::fs::write(self.path("go"), "").unwrap();
-    }
-}
-
 /// `start --window 0 OPTIONS -- COMMAND`, its id.
 fn start(home: &Home, options: &[&str], command: &str) -> String {
-    let mut args = vec!["start", "--window", "0"];
-    args.extend_from_slice(options);
-    args.extend_from_slice(&["--", command]);
-    home.json(&args)["id"].as_str().unwrap().to_string()
+    home.start_reply(options, command)["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 /// An item waiting for a gated job: (the gate, the job's id, the waiting item's id).
@@ -54,6 +32,29 @@ fn restarting(home: &Home, command: &str) -> String {
         home.item(&id)["state"] == "restarting"
     });
     id
+}
+
+/// `start --window 0 OPTIONS -- COMMAND`, refused as a bad request that says `why` and
+/// that nothing was started: its message.
+fn refused(home: &Home, options: &[&str], command: &str, why: &str) -> String {
+    let mut args = vec!["start", "--window", "0"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["--", command]);
+    let (_, code, message) = home.error(&args);
+    assert_eq!(code, "bad_request", "{options:?}: {message}");
+    assert!(
+        message.contains(why) && message.contains("nothing was started"),
+        "{options:?}: {message}"
+    );
+    message
+}
+
+/// Every item of the session, ended ones too (`list --all`).
+fn all_items(home: &Home) -> Vec<Value> {
+    home.json(&["list", "--all"])["items"]
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 fn ended(home: &Home, id: &str) -> Value {
@@ -135,17 +136,7 @@ fn issue26_r3_after_the_final_end_the_last_fields_describe_the_last_run() {
     let command = format!(
         "n=$(cat '{count}' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{count}'; exit $((10+n))"
     );
-    let id = home.start_with(
-        &[
-            "--restart",
-            "on-failure",
-            "--max-restarts",
-            "1",
-            "--backoff",
-            "100ms",
-        ],
-        &command,
-    );
+    let id = home.start_restarting("1", "100ms", &[], &command);
     let item = ended(&home, &id);
     assert_eq!(item["exit_code"], 12, "{item}");
     let restart = &item["restart"];
@@ -232,17 +223,7 @@ fn issue26_r5_a_folder_removed_while_it_waits_ends_it_instead_of_running_again()
 #[test]
 fn issue26_r6_the_restart_marker_matches_no_word_a_user_waits_for() {
     let home = Home::new();
-    let id = home.start_with(
-        &[
-            "--restart",
-            "on-failure",
-            "--max-restarts",
-            "1",
-            "--backoff",
-            "100ms",
-        ],
-        "echo hi; exit 1",
-    );
+    let id = home.start_restarting("1", "100ms", &[], "echo hi; exit 1");
     ended(&home, &id);
     let log = home.json(&["read", &id, "--from", "0"])["output"]
         .as_str()
@@ -352,14 +333,11 @@ fn issue26_p1_a_pattern_holding_a_secret_value_is_refused_at_start() {
         vec!["--after", "bg-1:output is pattern-secret-777"],
     ];
     for options in refusals {
-        let mut args = vec!["start", "--window", "0"];
-        args.extend_from_slice(&options);
-        args.extend_from_slice(&["--", "echo \"$SX\" >/dev/null"]);
-        let (_, code, message) = home.error(&args);
-        assert_eq!(code, "bad_request", "{options:?}: {message}");
-        assert!(
-            message.contains("could never match") && message.contains("nothing was started"),
-            "{options:?}: {message}"
+        let message = refused(
+            &home,
+            &options,
+            "echo \"$SX\" >/dev/null",
+            "could never match",
         );
         assert!(
             !message.contains(value),
@@ -368,10 +346,7 @@ fn issue26_p1_a_pattern_holding_a_secret_value_is_refused_at_start() {
     }
     // Nothing was recorded: the session has its first item only, and no file of any
     // folder holds the value.
-    let items = home.json(&["list", "--all"])["items"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let items = all_items(&home);
     assert_eq!(items.len(), 1, "{items:?}");
     assert_eq!(items[0]["id"], first.as_str());
     // The mask itself is a pattern that matches as readers are shown it.
@@ -394,24 +369,9 @@ fn issue26_p8_an_output_condition_on_an_item_that_ended_without_the_line_is_refu
     let home = Home::new();
     let first = home.start("echo hello");
     home.wait_end(&first);
-    let (_, code, message) = home.error(&[
-        "start",
-        "--window",
-        "0",
-        "--after",
-        &format!("{first}:output never-printed"),
-        "--",
-        "true",
-    ]);
-    assert_eq!(code, "bad_request", "{message}");
-    assert!(
-        message.contains("can never hold") && message.contains("nothing was started"),
-        "{message}"
-    );
-    let items = home.json(&["list", "--all"])["items"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let condition = format!("{first}:output never-printed");
+    refused(&home, &["--after", &condition], "true", "can never hold");
+    let items = all_items(&home);
     assert_eq!(items.len(), 1, "a record was made: {items:?}");
     // A line it did print holds at once.
     let second = start(
@@ -509,17 +469,7 @@ fn issue26_p9_commands_on_waiting_or_restarting_items_say_so() {
 #[test]
 fn issue26_p6_a_restart_refused_by_the_start_rate_waits_for_it_and_is_logged_once() {
     let home = Home::new().with("BGWORK_MAX_STARTS_PER_MINUTE", "4");
-    let id = home.start_with(
-        &[
-            "--restart",
-            "on-failure",
-            "--max-restarts",
-            "6",
-            "--backoff",
-            "200ms..400ms",
-        ],
-        "exit 7",
-    );
+    let id = home.start_restarting("6", "200ms..400ms", &[], "exit 7");
     let mut item = Value::Null;
     eventually(Duration::from_secs(20), || {
         item = home.item(&id);

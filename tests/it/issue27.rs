@@ -2,11 +2,10 @@
 //! loader, and builds the parser of the one subcommand it runs; neither may change what
 //! a user sees. A hook's turn boundary is one round trip to the daemon.
 
-use crate::util::{finish_within, Home, BIN};
+use crate::util::{hook_within, Home, BIN};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixListener;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// The ELF type and whether a program header asks for an interpreter (`PT_INTERP`).
@@ -131,20 +130,8 @@ fn issue27_1_a_hook_binds_and_claims_in_one_round_trip() {
     let daemon = slow_daemon(&home, Duration::from_millis(700));
     let mut command = home.command(&["hook", "claude-code"]);
     let event = json!({"hook_event_name": "PostToolUse", "session_id": "conv-1"});
-    let mut child = command
-        .env_remove("BGWORK_SESSION")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(event.to_string().as_bytes())
-        .unwrap();
-    let output = finish_within(child, Duration::from_secs(10));
+    command.env_remove("BGWORK_SESSION");
+    let output = hook_within(command, &event, Duration::from_secs(10));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

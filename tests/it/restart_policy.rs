@@ -48,17 +48,10 @@ fn restarting(home: &Home, backoff: &str, command: &str) -> (String, Value) {
 #[test]
 fn issue26_5_a_failing_job_restarts_as_the_same_item_and_gives_up_with_one_notice() {
     let home = Home::new();
-    let id = home.start_with(
-        &[
-            "--restart",
-            "on-failure",
-            "--max-restarts",
-            "2",
-            "--backoff",
-            "100ms..200ms",
-            "--env",
-            "TOKEN=supersecretvalue123",
-        ],
+    let id = home.start_restarting(
+        "2",
+        "100ms..200ms",
+        &["--env", "TOKEN=supersecretvalue123"],
         "echo \"run $TOKEN\"; exit 3",
     );
     let item = ended(&home, &id);
@@ -258,17 +251,7 @@ fn issue26_5_stops_successes_and_the_runtime_limit_never_restart() {
 #[test]
 fn issue26_5_restarts_survive_a_daemon_kill_during_the_back_off_and_while_running() {
     let home = Home::new();
-    let id = home.start_with(
-        &[
-            "--restart",
-            "on-failure",
-            "--max-restarts",
-            "2",
-            "--backoff",
-            "1500ms",
-        ],
-        "echo \"run $$\"; sleep 1; exit 4",
-    );
+    let id = home.start_restarting("2", "1500ms", &[], "echo \"run $$\"; sleep 1; exit 4");
     eventually(Duration::from_secs(20), || {
         listed(&home, &id)["state"] == "restarting"
     });
@@ -462,19 +445,7 @@ fn issue26_5_the_marker_is_a_line_of_its_own_and_a_run_that_cannot_start_gives_u
 #[test]
 fn issue26_5_no_quiet_spell_is_told_while_it_waits_out_its_back_off() {
     let home = Home::new();
-    let id = home.start_with(
-        &[
-            "--restart",
-            "on-failure",
-            "--max-restarts",
-            "1",
-            "--backoff",
-            "2500ms",
-            "--quiet-after",
-            "1s",
-        ],
-        "exit 1",
-    );
+    let id = home.start_restarting("1", "2500ms", &["--quiet-after", "1s"], "exit 1");
     let item = ended(&home, &id);
     assert_eq!(restart_of(&item)["restarts"], 1, "{item}");
     let notices = home.json(&["notices"]);

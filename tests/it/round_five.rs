@@ -2,9 +2,8 @@
 //! rewake hook, help texts, secrets in command lines and the strip's counts.
 
 use crate::mcp::Mcp;
-use crate::util::{eventually, finish_within, Home, BIN};
+use crate::util::{eventually, finish_within, hook_within, Home, BIN};
 use serde_json::{json, Value};
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,26 +33,40 @@ fn fake_history(home: &Home, folder: &Folder, seconds: &str) {
     }
 }
 
+/// A home that tells running-long work soon (margin 0.3 s), and a folder where
+/// [`SLEEP`] has a history of three runs of `seconds`.
+fn home_with_history(seconds: &str) -> (Home, Folder) {
+    let home = Home::new().with("BGWORK_OVERRUN_MARGIN_S", "0.3");
+    let folder = Folder::new();
+    fake_history(&home, &folder, seconds);
+    (home, folder)
+}
+
 /// Runs the rewake hook of the home's session (at most `max_wait` s) and returns how it
 /// ended, with how long it took.
 fn rewake(home: &Home, max_wait: &str) -> (Output, Duration) {
     let began = Instant::now();
-    let mut child = home
-        .command(&["hook", "claude-code", "--rewake", "--max-wait", max_wait])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let command = home.command(&["hook", "claude-code", "--rewake", "--max-wait", max_wait]);
     let event = json!({"session_id": home.session, "hook_event_name": "Stop"});
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(event.to_string().as_bytes())
-        .unwrap();
-    let output = finish_within(child, Duration::from_secs(60));
+    let output = hook_within(command, &event, Duration::from_secs(60));
     (output, began.elapsed())
+}
+
+/// Runs the rewake hook (at most 30 s), which must end with exit code 2 (a notice
+/// handed to the agent); returns what it wrote to stderr.
+fn rewake_woken(home: &Home) -> String {
+    let (output, took) = rewake(home, "30");
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "after {took:?}: {text}");
+    text
+}
+
+/// Starts [`SLEEP`] in `folder` (window 0) and returns its id.
+fn start_sleep(home: &Home, folder: &Folder) -> String {
+    home.start_reply(&["--cwd", &folder.dir()], SLEEP)["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 fn stderr(output: &Output) -> String {
@@ -74,49 +87,32 @@ fn seconds_in(text: &str) -> Vec<f64> {
 fn issue26_q2_rewake_waits_for_a_restart_policy_a_waiting_item_and_a_job_that_runs_long() {
     let home = Home::new().with("BGWORK_OVERRUN_MARGIN_S", "0.3");
     // A restart policy that gives up: its one notice comes unarmed.
-    home.json(&[
-        "start",
-        "--window",
-        "0",
-        "--restart",
-        "on-failure",
-        "--max-restarts",
-        "2",
-        "--backoff",
-        "1s",
-        "--",
+    home.start_reply(
+        &[
+            "--restart",
+            "on-failure",
+            "--max-restarts",
+            "2",
+            "--backoff",
+            "1s",
+        ],
         "sleep 0.5; exit 1",
-    ]);
-    let (output, took) = rewake(&home, "30");
-    let text = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "after {took:?}: {text}");
+    );
+    let text = rewake_woken(&home);
     assert!(text.contains("gave up after 2 of 2 restarts"), "{text}");
 
     // A waiting item whose awaited job fails: its cancel notice comes unarmed.
     let awaited = home.start("sleep 1; exit 3");
     home.json(&["start", "--after", &awaited, "--", "true"]);
-    let (output, took) = rewake(&home, "30");
-    let text = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "after {took:?}: {text}");
+    let text = rewake_woken(&home);
     assert!(text.contains("was cancelled"), "{text}");
 
     // A job with a usual time that runs long: its running-long notice comes unarmed.
     let folder = Folder::new();
     fake_history(&home, &folder, "0.2");
     folder.set("30");
-    let reply = home.json(&[
-        "start",
-        "--window",
-        "0",
-        "--cwd",
-        &folder.dir(),
-        "--",
-        SLEEP,
-    ]);
-    let id = reply["id"].as_str().unwrap().to_string();
-    let (output, took) = rewake(&home, "30");
-    let text = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "after {took:?}: {text}");
+    let id = start_sleep(&home, &folder);
+    let text = rewake_woken(&home);
     assert!(text.contains("may be stuck"), "{text}");
     home.json(&["stop", &id]);
     home.wait_end(&id);
@@ -129,9 +125,7 @@ fn issue26_q2_rewake_waits_for_a_restart_policy_a_waiting_item_and_a_job_that_ru
 
 #[test]
 fn issue26_q3_a_running_long_notice_is_withdrawn_once_the_end_is_recorded() {
-    let home = Home::new().with("BGWORK_OVERRUN_MARGIN_S", "0.3");
-    let folder = Folder::new();
-    fake_history(&home, &folder, "0.2");
+    let (home, folder) = home_with_history("0.2");
     // Over 3× its usual time in the foreground, then it ends there: the end was shown.
     folder.set("2");
     let reply = home.json(&["run", "--cwd", &folder.dir(), "--", SLEEP]);
@@ -152,20 +146,9 @@ fn issue26_q3_a_running_long_notice_is_withdrawn_once_the_end_is_recorded() {
 
 #[test]
 fn issue26_q4_news_of_running_work_is_not_worded_as_an_end() {
-    let home = Home::new().with("BGWORK_OVERRUN_MARGIN_S", "0.3");
-    let folder = Folder::new();
-    fake_history(&home, &folder, "0.2");
+    let (home, folder) = home_with_history("0.2");
     folder.set("30");
-    let reply = home.json(&[
-        "start",
-        "--window",
-        "0",
-        "--cwd",
-        &folder.dir(),
-        "--",
-        SLEEP,
-    ]);
-    let id = reply["id"].as_str().unwrap().to_string();
+    let id = start_sleep(&home, &folder);
     // The MCP result that carries the running-long notice.
     let mut mcp = Mcp::start(&home);
     let mut carried = Value::Null;
@@ -185,20 +168,9 @@ fn issue26_q4_news_of_running_work_is_not_worded_as_an_end() {
     // The hooks: another running-long notice, read at a turn boundary.
     home.json(&["stop", &id]);
     home.wait_end(&id);
-    let reply = home.json(&[
-        "start",
-        "--window",
-        "0",
-        "--cwd",
-        &folder.dir(),
-        "--",
-        SLEEP,
-    ]);
-    let id = reply["id"].as_str().unwrap().to_string();
+    let id = start_sleep(&home, &folder);
     // (`hook gemini` and `hook codex` word their context with the same function.)
-    let (output, _) = rewake(&home, "30");
-    let text = stderr(&output);
-    assert_eq!(output.status.code(), Some(2), "{text}");
+    let text = rewake_woken(&home);
     assert!(text.contains("may be stuck"), "{text}");
     assert!(!text.contains("background work ended since"), "{text}");
     assert!(text.contains("still runs"), "{text}");
@@ -207,9 +179,7 @@ fn issue26_q4_news_of_running_work_is_not_worded_as_an_end() {
 
 #[test]
 fn issue26_q12_durations_are_shown_one_way_and_agree_with_their_words() {
-    let home = Home::new().with("BGWORK_OVERRUN_MARGIN_S", "0.3");
-    let folder = Folder::new();
-    fake_history(&home, &folder, "0.55");
+    let (home, folder) = home_with_history("0.55");
     folder.set("30");
     let reply = home.json(&[
         "run",
@@ -322,27 +292,28 @@ fn subcommands(path: &[&str]) -> Vec<(Vec<String>, String)> {
     found
 }
 
+/// The first line a command wrote to stdout (empty when it wrote nothing).
+fn first_line(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 #[test]
 fn issue26_q14_every_subcommand_s_first_help_line_is_its_own() {
     let all = subcommands(&[]);
     assert!(all.len() > 20, "{all:?}");
     for (path, about) in &all {
         let help = Command::new(BIN).args(path).arg("--help").output().unwrap();
-        let first = String::from_utf8_lossy(&help.stdout)
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let first = first_line(&help);
         assert_eq!(&first, about, "`bgwork {} --help`", path.join(" "));
         // `help start` says the same.
         let mut asked = vec!["help".to_string()];
         asked.extend(path.iter().cloned());
         let help = Command::new(BIN).args(&asked).output().unwrap();
-        let first_help = String::from_utf8_lossy(&help.stdout)
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let first_help = first_line(&help);
         assert_eq!(&first_help, about, "`bgwork {}`", asked.join(" "));
     }
     for (words, wrong) in [

@@ -119,17 +119,45 @@ impl Home {
         self.start_with(&[], command)
     }
 
-    pub fn start_with(&self, options: &[&str], command: &str) -> String {
+    /// `start --window 0 OPTIONS -- COMMAND`: the reply as it comes, which may be before
+    /// the process runs (or, with `--after`, while the item waits).
+    pub fn start_reply(&self, options: &[&str], command: &str) -> Value {
         let mut args = vec!["start", "--window", "0"];
         args.extend_from_slice(options);
         args.extend_from_slice(&["--", command]);
-        let reply = self.json(&args);
+        self.json(&args)
+    }
+
+    /// Starts a job (window 0) with `options` and returns its id once it runs.
+    pub fn start_with(&self, options: &[&str], command: &str) -> String {
+        let reply = self.start_reply(options, command);
         let id = reply["id"].as_str().expect("an id").to_string();
         // With no window the reply comes before the process runs: wait until it does.
         eventually(Duration::from_secs(20), || {
             self.item(&id)["state"] != "starting"
         });
         id
+    }
+
+    /// Starts a job with the restart policy `on-failure`, at most `max_restarts` restarts
+    /// and back-off `backoff`, and further `options`; returns its id once it runs.
+    pub fn start_restarting(
+        &self,
+        max_restarts: &str,
+        backoff: &str,
+        options: &[&str],
+        command: &str,
+    ) -> String {
+        let mut all = vec![
+            "--restart",
+            "on-failure",
+            "--max-restarts",
+            max_restarts,
+            "--backoff",
+            backoff,
+        ];
+        all.extend_from_slice(options);
+        self.start_with(&all, command)
     }
 
     /// Waits for an item to end and returns it.
@@ -231,6 +259,18 @@ pub fn output_within(mut command: Command, limit: Duration) -> Output {
 /// Feeds one hook event to `command` (a `bgwork hook …`) on its stdin; returns how it
 /// ended and what it printed.
 pub fn hook_output(mut command: Command, event: &Value) -> Output {
+    fed_hook(&mut command, event).wait_with_output().unwrap()
+}
+
+/// Feeds one hook event to `command` (a `bgwork hook …`) on its stdin, then closes it;
+/// returns how it ended with its stdout and stderr, failing the test past `limit`.
+pub fn hook_within(mut command: Command, event: &Value, limit: Duration) -> Output {
+    command.stderr(Stdio::piped());
+    finish_within(fed_hook(&mut command, event), limit)
+}
+
+/// Spawns `command` with its stdout read, writes `event` to its stdin and closes it.
+fn fed_hook(command: &mut Command, event: &Value) -> Child {
     let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -241,7 +281,35 @@ pub fn hook_output(mut command: Command, event: &Value) -> Output {
         event.to_string().as_bytes(),
     )
     .unwrap();
-    child.wait_with_output().unwrap()
+    child
+}
+
+/// A folder with a `go` file the test makes to let a job on.
+pub struct Gate(tempfile::TempDir);
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate(tempfile::tempdir().unwrap())
+    }
+    pub fn dir(&self) -> String {
+        self.0.path().display().to_string()
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+    /// A shell line that waits for `go` in this folder, then runs `then`.
+    pub fn after_go(&self, then: &str) -> String {
+        format!(
+            "while [ ! -f '{}' ]; do sleep 0.02; done; {then}",
+            self.path("go").display()
+        )
+    }
+    pub fn open(&self) {
+        std::fs::write(self.path("go"), "").unwrap();
+    }
+    pub fn exists(&self, name: &str) -> bool {
+        self.path(name).exists()
+    }
 }
 
 /// Whether a process is alive (not a zombie).

@@ -487,7 +487,7 @@ pub fn masked_lines(value: &str) -> Vec<&str> {
 /// The forms of one value that are masked, each once: its encodings, those of the
 /// value without surrounding blanks (as `echo $VAR` prints it), and each line of a
 /// value of several lines (of 8 bytes or more).
-fn forms_of(value: &str) -> Vec<Vec<u8>> {
+pub fn forms_of(value: &str) -> Vec<Vec<u8>> {
     let mut forms = Vec::new();
     let trimmed = value.trim();
     if value.len() <= MAX_SECRET_LEN {

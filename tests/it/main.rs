@@ -8,6 +8,7 @@ mod delivery;
 mod ends;
 mod faults;
 mod harness_hooks;
+mod held_values;
 mod history;
 mod hostile;
 mod hostile15;

@@ -223,7 +223,21 @@ pub(crate) fn check_held_values(
                 let pattern = patterns.iter().any(|p| p.contains(value));
                 (held || named || pattern).then_some((held, named, pattern))
             });
-        let Some((held, named, pattern)) = found else {
+        // Else an encoded form the log masks too (base64, URL quoting, hex, JSON): a
+        // reader is shown it masked, so a listing may not show it in clear either.
+        let encoded = || {
+            let forms = redact::forms_of(whole);
+            let holds = |text: &str| {
+                forms
+                    .iter()
+                    .any(|form| memchr::memmem::find(text.as_bytes(), form).is_some())
+            };
+            let named = args.name.as_deref().is_some_and(holds);
+            let held = holds(&args.command);
+            let pattern = patterns.iter().any(|p| holds(p));
+            (held || named || pattern).then_some((held, named, pattern))
+        };
+        let Some((held, named, pattern)) = found.or_else(encoded) else {
             continue;
         };
         let what = match secret_names.contains(name) {
@@ -235,7 +249,8 @@ pub(crate) fn check_held_values(
         };
         if pattern && !held && !named {
             return Err(WireError::bad_request(format!(
-                "the --after output pattern holds the value of {what}, which every reader is \
+                "the --after output pattern holds the value of {what} (or an encoded form of \
+                 it), which every reader is \
                  shown masked as [secret {name}], so the pattern could never match (and would \
                  show the value wherever the item is listed): nothing was started; match the \
                  text around it, or the mask itself (e.g. 'token is \\[secret {name}\\]')"
@@ -243,7 +258,8 @@ pub(crate) fn check_held_values(
         }
         let place = if named { "--name" } else { "command line" };
         return Err(WireError::bad_request(format!(
-            "the {place} holds the value of {what}, and would show it wherever \
+            "the {place} holds the value of {what} (or a form of it the output masks: \
+             base64, URL quoting, hex), and would show it wherever \
              the item is listed: nothing was started; refer to it by name instead \
              (e.g. '... \"${name}\" ...' in single quotes, so the shell does not expand it)"
         )));

@@ -1,0 +1,66 @@
+//! A value that is masked in the output may not be in what is recorded and shown of an
+//! item (its command line, `--name`, an `--after` pattern) in any form the output masks.
+
+use crate::util::Home;
+use base64::Engine;
+
+const PW: &str = "hunter2-Very-Secret-99";
+
+fn refused(home: &Home, args: &[&str]) -> String {
+    let mut all = vec!["start", "--window", "0"];
+    all.extend_from_slice(args);
+    let run = home.run(&all);
+    assert_eq!(run.code, 2, "started: {}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("nothing was started") && !run.stderr.contains(PW),
+        "{}",
+        run.stderr
+    );
+    run.stderr
+}
+
+#[test]
+fn issue26_s1_an_encoded_secret_in_a_command_line_name_or_pattern_is_refused() {
+    let home = Home::new().with("PW", PW);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(PW);
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("user:{PW}"));
+    let hex: String = PW.bytes().map(|b| format!("{b:02x}")).collect();
+    let url = "EnvValue/98765%20x";
+    for command in [
+        format!("echo curl -H 'Authorization: Basic {basic}' https://x"),
+        format!("echo {hex} | xxd -r -p"),
+        format!("echo {b64} | base64 -d"),
+    ] {
+        let why = refused(&home, &["--secret", "PW", "--", &command]);
+        assert!(why.contains("command line"), "{why}");
+    }
+    let why = refused(
+        &home,
+        &["--env", "E=EnvValue/98765 x", "--", &format!("echo {url}")],
+    );
+    assert!(why.contains("command line"), "{why}");
+    let why = refused(&home, &["--secret", "PW", "--name", &b64, "--", "true"]);
+    assert!(why.contains("--name"), "{why}");
+    // The awaited item's secret, base64 in an output pattern.
+    let awaited = home.start_with(&["--secret", "PW"], "sleep 5; echo \"$PW\" | base64");
+    let why = refused(
+        &home,
+        &[
+            "--after",
+            &format!("{awaited}:output {b64}"),
+            "--",
+            "echo matched",
+        ],
+    );
+    assert!(why.contains("--after output pattern"), "{why}");
+    let after = std::fs::read_dir(home.path().join("jobs")).unwrap().count();
+    assert_eq!(after, 1, "only the awaited job has a folder");
+    // Nothing of it was kept.
+    let listed = home.json(&["list", "--all"]).to_string();
+    assert!(
+        !listed.contains(&b64) && !listed.contains(&basic),
+        "{listed}"
+    );
+    // A command naming the variable starts.
+    home.start_with(&["--secret", "PW"], "echo \"$PW\" | base64 >/dev/null");
+}

@@ -578,7 +578,7 @@ fn issue24_3_a_job_on_a_host_whose_logind_kills_at_logout_says_so_in_its_reply_a
     };
     let can = std::process::Command::new("ssh")
         .args(["-F", &h.host.config, "-o", "BatchMode=yes", &h.host.alias])
-        .arg(format!("{} true", wrapper.display()))
+        .arg(format!("{} --version", wrapper.display()))
         .output()
         .unwrap();
     if !can.status.success() {

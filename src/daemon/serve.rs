@@ -43,8 +43,9 @@ const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// The allocator keeps the memory of a freed reply for the next one. A `read` of a
 /// megabyte builds its reply in a buffer of that size, which glibc otherwise maps fresh
 /// and unmaps at every read: a page fault for each of its pages, half the daemon's CPU
-/// time for such a read. Buffers up to 4 MiB come from the heap, and up to 16 MiB of
-/// free heap stays mapped in each of at most two arenas (without that bound every
+/// time for such a read. Buffers up to 4 MiB come from the heap, and up to 4 MiB of
+/// free heap stays mapped in each of at most two arenas (more kept the memory of ended
+/// panes' screens, which the daemon must give back) (without that bound every
 /// thread that builds a reply may have an arena of its own, each keeping as much);
 /// bigger replies (at most 16 MiB) are mapped and unmapped as before.
 fn keep_reply_memory() {
@@ -54,7 +55,7 @@ fn keep_reply_memory() {
     unsafe {
         nix::libc::mallopt(nix::libc::M_ARENA_MAX, 2);
         nix::libc::mallopt(nix::libc::M_MMAP_THRESHOLD, 4 << 20);
-        nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, 16 << 20);
+        nix::libc::mallopt(nix::libc::M_TRIM_THRESHOLD, 4 << 20);
     }
 }
 

@@ -419,26 +419,33 @@ pub fn bound_history(reply: &mut Value) {
     let Some(Value::Array(commands)) = reply.get_mut("commands") else {
         return;
     };
-    let mut used = 0;
-    let mut kept = 0;
-    for command in commands.iter() {
-        used += serde_json::to_string(command).map_or(0, |text| text.len() + 1);
-        if kept > 0 && used > MCP_HISTORY_BYTES {
-            break;
-        }
-        kept += 1;
-    }
-    let left_out = commands.len() - kept;
+    let left_out = keep_within(commands, MCP_HISTORY_BYTES);
     if left_out == 0 {
         return;
     }
-    commands.truncate(kept);
     reply["left_out"] = left_out.into();
     reply["more"] = format!(
         "{left_out} less recently run commands were left out to keep this short: ask for one \
          with \"command\""
     )
     .into();
+}
+
+/// Keeps the first entries of a result whose JSON fits in `bytes` (always one); says
+/// how many were left out.
+fn keep_within(entries: &mut Vec<Value>, bytes: usize) -> usize {
+    let mut used = 0;
+    let mut kept = 0;
+    for entry in entries.iter() {
+        used += serde_json::to_string(entry).map_or(0, |text| text.len() + 1);
+        if kept > 0 && used > bytes {
+            break;
+        }
+        kept += 1;
+    }
+    let left_out = entries.len() - kept;
+    entries.truncate(kept);
+    left_out
 }
 
 /// The most bytes of one text field of a listed item (its command, name, what it
@@ -473,20 +480,10 @@ pub fn bound_list(reply: &mut Value) {
             ));
         }
     }
-    let mut used = 0;
-    let mut kept = 0;
-    for item in items.iter() {
-        used += serde_json::to_string(item).map_or(0, |text| text.len() + 1);
-        if kept > 0 && used > MCP_LIST_BYTES {
-            break;
-        }
-        kept += 1;
-    }
-    let left_out = items.len() - kept;
+    let left_out = keep_within(items, MCP_LIST_BYTES);
     if left_out == 0 {
         return;
     }
-    items.truncate(kept);
     reply["left_out"] = left_out.into();
     reply["more"] = format!(
         "{left_out} more items were left out to keep this short: `bgwork list --json` has \

@@ -204,11 +204,6 @@ pub(crate) fn view(record: &Record) -> Option<RestartView> {
     })
 }
 
-/// Whether a record waits out its back-off (shown `restarting`).
-pub(crate) fn waiting(record: &Record) -> bool {
-    record.restarting()
-}
-
 /// The notice of an end after the last restart: the item's one notice (made when
 /// none was armed), saying the policy gave up. None for any other end.
 pub(crate) fn gave_up(
@@ -386,7 +381,7 @@ impl Daemon {
             let record = {
                 let mut inner = self.lock();
                 match inner.store.get(row) {
-                    Ok(Some(record)) if waiting(&record) => record,
+                    Ok(Some(record)) if record.restarting() => record,
                     // Under the lock that saw it: a run that ends after this times its
                     // own start again.
                     _ => {

@@ -204,7 +204,7 @@ impl Expectation {
     /// time.
     ///
     /// 3× is of the usual time as shown ([`shown_ms`]), and the whole is a figure a
-    /// shown duration reaches: the notice's "has run 1.8 s, over 3× its usual 0.6 s"
+    /// shown duration reaches: the notice's "has run 1.8 s, 3.0× its usual 0.6 s"
     /// holds for the numbers it shows.
     pub fn overrun_after(&self, margin: Duration) -> Option<Duration> {
         let usual = self.usual_ms?;
@@ -240,7 +240,8 @@ fn rank(values: &[u64], percent: usize) -> Option<u64> {
     values.get(index).copied()
 }
 
-fn plural(n: usize, word: &str) -> String {
+/// `1 run`, `2 runs`: a count of things in replies, never `1 items`.
+pub fn plural(n: usize, word: &str) -> String {
     match n {
         1 => format!("1 {word}"),
         n => format!("{n} {word}s"),

@@ -108,6 +108,13 @@ fn serve(stream: UnixStream, answer: &[u8]) -> Option<KeepRequest> {
     Some(request)
 }
 
+/// Whether the keeper of `job_dir` still listens (a connection it closes at once).
+/// Blocking, and quick: the socket is local.
+pub fn answers(job_dir: &Path) -> bool {
+    crate::paths::SocketPath::new(&socket_of(job_dir))
+        .is_ok_and(|short| UnixStream::connect(&short.path).is_ok())
+}
+
 /// Asks the keeper of `job_dir` for the arguments it keeps (and, with `done`, to end).
 /// Blocking: call it off the daemon's runtime threads.
 pub fn ask(job_dir: &Path, request: KeepRequest) -> Result<Kept, String> {

@@ -60,6 +60,17 @@ pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (
     (bytes, skipped)
 }
 
+/// The bytes of `[from, to)` as the file holds them (a hole as zeros), up to its end.
+pub fn read_span(path: &Path, from: u64, to: u64) -> Vec<u8> {
+    let Ok(file) = open_log(path) else {
+        return Vec::new();
+    };
+    let mut bytes = vec![0u8; to.saturating_sub(from) as usize];
+    let read = read_full_at(&file, &mut bytes, from);
+    bytes.truncate(read.unwrap_or(0));
+    bytes
+}
+
 /// How many bytes of a log's middle are dropped now: `dropped` as last reported, or
 /// more when the file shows that the cap has dropped more since (see [`gap_end`]).
 pub fn dropped_now(path: &Path, head: u64, dropped: u64) -> u64 {

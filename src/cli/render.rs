@@ -548,7 +548,7 @@ fn restart_line(item: &Item, pad: &str, now: std::time::SystemTime) -> Option<St
             .ok()
             .map(|at| at.duration_since(now).unwrap_or_default());
         match left {
-            Some(left) => line.push_str(&format!("; next start in {}", short_duration(left))),
+            Some(left) => line.push_str(&format!("; next start {}", countdown(left))),
             None => line.push_str(&format!("; next start at {}", inert(at))),
         }
     }
@@ -754,6 +754,18 @@ fn cost_words(cost: &wire::Cost) -> String {
 }
 
 /// A duration in its largest whole unit: `45s`, `12m`, `3h`, `2d`.
+/// The time left until something due: rounded up (`in 1s` for 0.3 s left), `now` once
+/// it is due.
+fn countdown(left: std::time::Duration) -> String {
+    match left.is_zero() {
+        true => "now".to_string(),
+        false => {
+            let up = left.as_millis().div_ceil(1000).min(u64::MAX as u128) as u64;
+            format!("in {}", short_duration(std::time::Duration::from_secs(up)))
+        }
+    }
+}
+
 fn short_duration(age: std::time::Duration) -> String {
     let s = age.as_secs();
     match s {
@@ -1144,4 +1156,18 @@ fn indent(text: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::countdown;
+    use std::time::Duration;
+
+    #[test]
+    fn a_countdown_rounds_up_and_says_now_once_due() {
+        assert_eq!(countdown(Duration::from_millis(300)), "in 1s");
+        assert_eq!(countdown(Duration::from_millis(4_001)), "in 5s");
+        assert_eq!(countdown(Duration::from_secs(4)), "in 4s");
+        assert_eq!(countdown(Duration::ZERO), "now");
+    }
 }

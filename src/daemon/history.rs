@@ -4,7 +4,7 @@
 //! (contract §13).
 
 use super::Daemon;
-use crate::history::{human_ms, shown_ms, Expectation, Run};
+use crate::history::{human_ms, plural, shown_ms, Expectation, Run};
 use crate::paths::{now_ms, rfc3339};
 use crate::store::Record;
 use crate::wire::{CommandHistory, HistoryReply, Item, Kind, PastRun, State, WireError};
@@ -108,7 +108,7 @@ impl Daemon {
                 format!(
                     "history has {} of it but none ended by itself (no usual time): waited up \
                      to the plain {}",
-                    plural_runs(expectation.runs),
+                    plural(expectation.runs, "run"),
                     human_ms(millis(plain))
                 ),
             );
@@ -168,10 +168,11 @@ impl Daemon {
         let running = now_ms().saturating_sub(record.run_started_at()).max(0) as u64;
         let usual = expectation.usual_ms.unwrap_or_default();
         let text = format!(
-            "{} has run {}, over 3× its usual {} ({}): it may be stuck (`bgwork read {}`, \
+            "{} has run {}, {} its usual {} ({}): it may be stuck (`bgwork read {}`, \
              `bgwork stop {}`)",
             record.id,
             human_ms(running),
+            times_of(running, usual),
             human_ms(usual),
             expectation.basis(),
             record.id,
@@ -182,7 +183,11 @@ impl Daemon {
         let tail = tokio::task::spawn_blocking(move || crate::output::tail(&log, head, dropped))
             .await
             .unwrap_or_default();
-        let key = format!("overrun:{}", record.row);
+        // One per run: a restart policy's next run is told of again.
+        let key = match record.restart.as_ref().map_or(0, |r| r.restarts) {
+            0 => format!("overrun:{}", record.row),
+            restarts => format!("overrun:{}:{restarts}", record.row),
+        };
         let mut inner = self.lock();
         if !matches!(inner.store.get(record.row), Ok(Some(r)) if r.state != State::Ended) {
             // It ended meanwhile: its end says the rest.
@@ -203,10 +208,17 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn plural_runs(runs: usize) -> String {
-    match runs {
-        1 => "1 run".to_string(),
-        n => format!("{n} runs"),
+/// How many times its usual time a run has taken, as the shown numbers give it and
+/// never more (`3.0×` at exactly three times, `12×`).
+fn times_of(running_ms: u64, usual_ms: u64) -> String {
+    let (running, usual) = (shown_ms(running_ms), shown_ms(usual_ms));
+    if usual == 0 {
+        return "far past".to_string();
+    }
+    let tenths = u128::from(running) * 10 / u128::from(usual);
+    match tenths {
+        0..=99 => format!("{}.{}×", tenths / 10, tenths % 10),
+        _ => format!("{}×", tenths / 10),
     }
 }
 

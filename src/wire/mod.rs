@@ -225,20 +225,21 @@ pub struct RestartView {
     pub restarts: u32,
     pub max_restarts: u32,
     pub backoff: String,
-    /// How the run before the latest start (or before the wait) ended.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How the run before the latest start (or before the wait) ended. Each field is
+    /// always there, null when there is nothing to say (as an item's `exit_code`).
+    #[serde(default)]
     pub last_end: Option<End>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub last_exit_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub last_signal: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub last_ended_at: Option<String>,
     /// While it waits out its back-off: when it starts again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub next_attempt_at: Option<String>,
     /// Why the last attempt was not admitted (it is tried again at `next_attempt_at`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub refused: Option<String>,
 }
 

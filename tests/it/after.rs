@@ -308,7 +308,7 @@ fn issue26_4_refused_by_a_limit_when_it_may_start_it_waits_for_room() {
     // saying why.
     eventually(Duration::from_secs(10), || {
         state(&home, &b)["waiting_for"].as_str().is_some_and(|w| {
-            w.starts_with("waiting for room to start: this session already runs 1 items")
+            w.starts_with("waiting for room to start: this session already runs 1 item,")
         })
     });
     assert_eq!(state(&home, &b)["state"], "waiting");
@@ -488,7 +488,7 @@ fn issue26_4_a_server_already_running_is_not_started_twice_by_its_waiter() {
 }
 
 /// Pids of the keepers (`bgwork keep DIR`) of a home's folders.
-fn keepers_of(home: &Home) -> Vec<i32> {
+pub(crate) fn keepers_of(home: &Home) -> Vec<i32> {
     let jobs = home.path().join("jobs").display().to_string();
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {

@@ -996,3 +996,61 @@ fn issue27_5_waits_on_chatty_jobs_cost_the_daemon_little() {
         .json();
     assert_eq!(found["reason"], "matched", "{found}");
 }
+
+#[test]
+fn issue24_t2_a_raw_read_never_crosses_the_dropped_middle_so_its_bytes_keep_their_offsets() {
+    // The ssh mirror writes a raw read's bytes at their offsets: a read that crossed the
+    // dropped middle returned bytes from both sides of it, which the mirror put half a
+    // megabyte too early.
+    let (cap, head) = (256u64 << 10, 64u64 << 10);
+    let home = Home::new()
+        .with("BGWORK_LOG_CAP", &cap.to_string())
+        .with("BGWORK_LOG_HEAD", &head.to_string());
+    // 20 MB: past its cap many times over.
+    let id = home.start("seq 1 2500000");
+    let ended = home.wait_end(&id);
+    let log = std::path::Path::new(ended["folder"].as_str().unwrap()).join("output.log");
+    let file = std::fs::read(&log).unwrap();
+    let raw = |from: u64| {
+        let reply = home.json(&[
+            "read",
+            &id,
+            "--raw",
+            "--from",
+            &from.to_string(),
+            "--max-bytes",
+            "16777216",
+        ]);
+        let bytes = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            reply["output_base64"].as_str().unwrap(),
+        )
+        .unwrap();
+        // Its figures alone (the output is large).
+        let figures = json!({"from": reply["from"], "to": reply["to"],
+                             "dropped_bytes": reply["dropped_bytes"]});
+        (figures, bytes)
+    };
+    // Up to the middle: it stops where the middle begins.
+    let (before, bytes) = raw(head - 100);
+    assert_eq!(before["to"], head, "{before}");
+    assert_eq!(bytes, &file[(head - 100) as usize..head as usize]);
+    // From inside it: no bytes, and on from where it ends.
+    let (inside, bytes) = raw(head + 10);
+    assert!(
+        bytes.is_empty(),
+        "{} bytes from inside the middle",
+        bytes.len()
+    );
+    let gap_end = inside["to"].as_u64().unwrap();
+    assert_eq!(inside["dropped_bytes"], gap_end - head - 10, "{inside}");
+    assert!(file[head as usize..gap_end as usize]
+        .iter()
+        .all(|&b| b == 0));
+    // After it: the file's bytes at their own offsets.
+    let (after, bytes) = raw(gap_end);
+    assert_eq!(after["dropped_bytes"], 0, "{after}");
+    let rest = &file[gap_end as usize..];
+    assert_eq!(bytes.len(), rest.len(), "{after}");
+    assert!(bytes == rest, "the bytes after the middle, at their offsets");
+}

@@ -238,7 +238,7 @@ fn issue26_2_a_job_far_past_its_usual_time_gets_one_notice_with_its_last_lines()
     assert_eq!(notice["item"], id.as_str());
     assert_eq!(notice["end"], Value::Null);
     let text = notice["text"].as_str().unwrap();
-    assert!(text.contains("over 3× its usual"), "{text}");
+    assert!(text.contains("× its usual"), "{text}");
     assert!(
         notice["tail"].as_str().unwrap().contains("still going"),
         "{notice}"
@@ -789,4 +789,65 @@ fn issue26_h13_only_what_bash_splits_on_is_folded() {
     run_in(&home, &project, &[], "echo  a\tb ");
     let folded = history(&home, &project, Some("echo a b"));
     assert_eq!(folded["commands"][0]["runs"], 2, "{folded}");
+}
+
+// Round five, a second hostile pass: what it found in running long and `--timeout auto`.
+
+#[test]
+fn issue26_t1_each_run_of_a_restart_policy_is_watched_against_the_history_it_gained() {
+    let home = Home::new().with("BGWORK_OVERRUN_MARGIN_S", "0");
+    let project = Project::new();
+    // Its first run has no history, fails after 0.3 s and is recorded; the second runs on.
+    project.step(
+        "if [ -e ran ]; then echo second run; sleep 60; else touch ran; sleep 0.3; exit 3; fi",
+    );
+    let dir = project.dir();
+    let id = home.start_with(
+        &[
+            "--cwd",
+            &dir,
+            "--restart",
+            "on-failure",
+            "--backoff",
+            "1s..1s",
+        ],
+        STEP,
+    );
+    let notices = home.json(&["notices", "--wait", "30"]);
+    let notices = notices["notices"].as_array().unwrap();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    let notice = &notices[0];
+    assert_eq!(notice["item"], id.as_str(), "{notice}");
+    assert_eq!(notice["end"], Value::Null, "{notice}");
+    let text = notice["text"].as_str().unwrap();
+    // The times its usual time, rounded down: never "over 3×" at exactly 3×.
+    assert!(text.contains("× its usual 0.3 s"), "{text}");
+    assert!(!text.contains("over"), "{text}");
+    assert!(
+        notice["tail"].as_str().unwrap().contains("second run"),
+        "{notice}"
+    );
+    assert_eq!(listed(&home, &id)["restart"]["restarts"], 1);
+}
+
+#[test]
+fn issue26_t5_auto_without_room_says_it_waits_and_is_killed_not_that_a_notice_is_armed() {
+    let home = Home::new()
+        .with("BGWORK_AUTO_BACKGROUND_S", "0.2")
+        .with("BGWORK_MAX_RUNNING", "1");
+    let project = Project::new();
+    project.step("sleep 0.4");
+    run_in(&home, &project, &[], STEP);
+    // The session's one slot is taken: backgrounding would kill it.
+    let busy = home.start("sleep 60");
+    let reply = run_in(&home, &project, &["--timeout", "auto"], STEP);
+    assert_eq!(reply["outcome"], "ended", "{reply}");
+    let choice = reply["timeout_choice"].as_str().unwrap();
+    assert!(
+        choice.contains("in the foreground up to the plain 60 s"),
+        "{choice}"
+    );
+    assert!(choice.contains("killed then if it still runs"), "{choice}");
+    assert!(!choice.contains("notice armed"), "{choice}");
+    home.json(&["stop", &busy]);
 }

@@ -695,17 +695,7 @@ fn a_dead_warm_supervisor_does_not_fail_the_next_start() {
     // The idle supervisor the daemon keeps for the next job.
     let mut warm = vec![];
     eventually(Duration::from_secs(10), || {
-        warm = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|&pid| {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                cmdline.split(|&b| b == 0).nth(1) == Some(b"supervise".as_slice())
-                    && crate::faults::parent_of(pid) == daemon
-                    && alive(pid)
-            })
-            .collect();
+        warm = crate::util::supervisors_of(daemon);
         !warm.is_empty()
     });
     for pid in &warm {

@@ -587,3 +587,90 @@ fn issue26_p7_waiters_whose_conditions_hold_start_oldest_first() {
         home.run(&["stop", id]);
     }
 }
+
+// A second hostile pass on the round's fixes: counts, the restart view, and a keeper
+// that is killed.
+
+#[test]
+fn issue26_t2_a_count_of_one_reads_one_item() {
+    let home = Home::new().with("BGWORK_MAX_RUNNING", "1");
+    let first = home.start("sleep 60");
+    let (_, code, message) = home.error(&["start", "--window", "0", "--", "sleep 61"]);
+    assert_eq!(code, "limit", "{message}");
+    assert!(
+        message.contains("already runs 1 item, its limit"),
+        "{message}"
+    );
+    assert!(!message.contains("1 items"), "{message}");
+    home.json(&["stop", &first]);
+}
+
+#[test]
+fn issue26_t3_the_restart_view_has_every_field_it_documents() {
+    let home = Home::new();
+    let id = home.start_with(&["--restart", "on-failure"], "sleep 60");
+    let restart = home.item(&id)["restart"].clone();
+    for field in [
+        "last_end",
+        "last_exit_code",
+        "last_signal",
+        "last_ended_at",
+        "next_attempt_at",
+        "refused",
+    ] {
+        assert_eq!(restart.get(field), Some(&Value::Null), "{field}: {restart}");
+    }
+    home.json(&["stop", &id]);
+}
+
+#[test]
+fn issue26_t4_restart_names_a_secret_as_a_secret() {
+    let home = Home::new().with("SX", "t4-secret-value-90210");
+    let id = start(&home, &["--secret", "SX"], "true");
+    home.wait_end(&id);
+    // Asked where the variable is not set: its value is gone with the run.
+    let output = home
+        .command(&["--json", "restart", &id])
+        .env_remove("SX")
+        .output()
+        .unwrap();
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["error"]["code"], "bad_request", "{reply}");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("started with --secret SX"), "{message}");
+    assert!(message.contains("--env SX=VALUE"), "{message}");
+}
+
+#[test]
+fn issue26_t6_a_killed_keeper_is_started_again_and_its_values_outlive_a_daemon_restart() {
+    let home = Home::new().with("SX", "t6-kept-value-31337");
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("token").display().to_string();
+    let (gate, _first, second) = waiting(
+        &home,
+        &["--secret", "SX"],
+        &format!("echo \"$SX\" > '{file}'"),
+    );
+    let keepers = crate::after::keepers_of(&home);
+    assert_eq!(keepers.len(), 1, "{keepers:?}");
+    std::process::Command::new("kill")
+        .args(["-9", &keepers[0].to_string()])
+        .status()
+        .unwrap();
+    // The daemon holds the values while it runs: it starts a new keeper with them.
+    eventually(Duration::from_secs(20), || {
+        let now = crate::after::keepers_of(&home);
+        now.len() == 1 && now[0] != keepers[0]
+    });
+    // Then even a daemon killed outright loses nothing.
+    home.kill_daemon();
+    home.start_daemon();
+    assert_eq!(home.item(&second)["state"], "waiting");
+    gate.open();
+    let ended = home.wait_end(&second);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "t6-kept-value-31337\n"
+    );
+}

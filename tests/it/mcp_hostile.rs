@@ -574,6 +574,11 @@ fn issue16_6_cancelled_waits_close_their_daemon_connections_and_threads() {
     let id = started["id"].as_str().unwrap().to_string();
     let pid = mcp.pid();
     let daemon = home.daemon_pid();
+    // The job's supervisor and the idle one the daemon starts after it (each holds a
+    // socket of the daemon's): counted before, as they stay.
+    eventually(Duration::from_secs(20), || {
+        crate::util::supervisors_of(daemon).len() >= 2
+    });
     let (sockets_before, threads_before) = (sockets_of(pid), threads_of(pid));
     let daemon_sockets_before = sockets_of(daemon);
     let ids: Vec<u64> = (0..10)

@@ -437,7 +437,7 @@ fn issue16_12_a_run_killed_at_the_limit_says_so_in_its_report() {
     assert_eq!(
         report,
         format!(
-            "{id} was killed at its 0.3 s deadline: the session was at its limit of 1 running items"
+            "{id} was killed at its 0.3 s deadline: the session was at its limit of 1 running item"
         )
     );
     assert!(!report.contains("stopped by the agent"));

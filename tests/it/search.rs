@@ -406,7 +406,7 @@ fn issue15_8_the_guards_hold_for_mcp_too() {
     assert_eq!(refused["error"]["code"], "limit", "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("1 starts a minute") && message.contains("BGWORK_MAX_STARTS_PER_MINUTE"),
+        message.contains("1 start a minute") && message.contains("BGWORK_MAX_STARTS_PER_MINUTE"),
         "{message}"
     );
     // The cap counts the CLI's work and the MCP server's alike.
@@ -436,7 +436,7 @@ fn issue15_8_a_run_past_its_deadline_is_not_promoted_past_the_daemon_cap() {
     assert_eq!(reply["outcome"], "killed", "{reply}");
     let message = reply["message"].as_str().unwrap();
     assert!(
-        message.contains("cap of 1 running items across all sessions"),
+        message.contains("cap of 1 running item across all sessions"),
         "{message}"
     );
     let id = reply["id"].as_str().unwrap();

@@ -662,7 +662,7 @@ fn issue24_5_work_on_hosts_counts_apart_from_this_machines_against_the_same_limi
         .error(&["start", "--window", "0", "--on", &on, "--", "sleep 60"]);
     assert_eq!(code, "limit", "{message}");
     assert!(
-        message.contains("jobs on ssh hosts") && message.contains(&first),
+        message.contains("on ssh hosts") && message.contains(&first),
         "{message}"
     );
     // This machine's slot is its own.

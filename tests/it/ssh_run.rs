@@ -47,6 +47,21 @@ impl OnHost {
             .unwrap()
     }
 
+    /// Takes the host away (no new logins, the open connection dropped) and waits
+    /// until `id` is shown unreachable.
+    fn cut(&self, sshd: &mut crate::ssh::OwnSshd, id: &str) {
+        sshd.down();
+        let control = self.home.path().join("ssh").join("%C");
+        let _ = std::process::Command::new("ssh")
+            .args(["-F", &self.host.config, "-o"])
+            .arg(format!("ControlPath={}", control.display()))
+            .args(["-O", "exit", &self.host.alias])
+            .output();
+        eventually(Duration::from_secs(30), || {
+            self.home.item(id)["host_unreachable"].is_string()
+        });
+    }
+
     fn start_pane(&self, options: &[&str], command: &str) -> String {
         let on = self.on();
         let mut args = vec!["start", "--window", "0", "--pty", "--on", &on];
@@ -242,7 +257,7 @@ fn issue24_1_run_on_a_host_at_the_hosts_limit_is_killed_at_its_deadline_and_says
     assert_eq!(reply["state"], "ended", "{reply}");
     let message = reply["message"].as_str().unwrap();
     assert!(
-        message.contains("limit of 1 running jobs on ssh hosts"),
+        message.contains("limit of 1 running job on ssh hosts"),
         "{message}"
     );
     assert_eq!(h.home.item(&first)["state"], "running");
@@ -663,16 +678,7 @@ fn issue24_2_a_resize_and_a_close_asked_while_the_host_is_down_reach_its_pane_on
     let id = h.start_pane(&["--cols", "90", "--rows", "20"], "bash --norc -i");
     h.home.json(&["send", &id, r"tput cols\n"]);
     until(&h.home, &id, "^90");
-    sshd.down();
-    let control = h.home.path().join("ssh").join("%C");
-    let _ = std::process::Command::new("ssh")
-        .args(["-F", &h.host.config, "-o"])
-        .arg(format!("ControlPath={}", control.display()))
-        .args(["-O", "exit", &h.host.alias])
-        .output();
-    eventually(Duration::from_secs(30), || {
-        h.home.item(&id)["host_unreachable"].is_string()
-    });
+    h.cut(&mut sshd, &id);
     let resized = h
         .home
         .json(&["resize", &id, "--cols", "70", "--rows", "15"]);
@@ -690,17 +696,7 @@ fn issue24_2_a_resize_and_a_close_asked_while_the_host_is_down_reach_its_pane_on
         .to_string();
     assert!(out.lines().any(|l| l.trim() == "70"), "{out}");
     // A close asked while the host is down hangs the pane up once it answers.
-    let master = std::process::Command::new("ssh")
-        .args(["-F", &h.host.config, "-o"])
-        .arg(format!("ControlPath={}", control.display()))
-        .args(["-O", "exit", &h.host.alias])
-        .output()
-        .unwrap();
-    assert!(master.status.success(), "{master:?}");
-    sshd.down();
-    eventually(Duration::from_secs(30), || {
-        h.home.item(&id)["host_unreachable"].is_string()
-    });
+    h.cut(&mut sshd, &id);
     let closed = h.home.json(&["close", &id]);
     assert_eq!(closed["stop_requested"], true, "{closed}");
     sshd.up();
@@ -710,4 +706,41 @@ fn issue24_2_a_resize_and_a_close_asked_while_the_host_is_down_reach_its_pane_on
         .json();
     assert_eq!(ended["reason"], "ended", "{ended}");
     assert_eq!(ended["items"][0]["end"], "cancelled", "{ended}");
+}
+
+#[test]
+fn issue24_t1_a_stop_asked_while_the_host_is_down_is_carried_out_once_it_answers() {
+    let test = "issue24_t1_a_stop_asked_while_the_host_is_down_is_carried_out_once_it_answers";
+    let Some(shared_host) = host(test) else {
+        return;
+    };
+    let mut sshd = crate::ssh::OwnSshd::new(&shared_host);
+    let h = OnHost {
+        home: Home::new().with("BGWORK_SSH_CONFIG", &sshd.config()),
+        host: Host {
+            config: sshd.config(),
+            alias: "bgwork-down".into(),
+        },
+    };
+    let on = h.on();
+    let id = h
+        .home
+        .json(&["start", "--window", "0", "--on", &on, "--", "sleep 300"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    eventually(Duration::from_secs(60), || {
+        h.home.item(&id)["pid"].is_number()
+    });
+    h.cut(&mut sshd, &id);
+    let stopped = h.home.json(&["stop", &id, "--grace", "1"]);
+    assert_eq!(stopped["stop_requested"], true, "{stopped}");
+    sshd.up();
+    // Kept until the host answers, then carried out there: the job ends as stopped.
+    let ended = h
+        .home
+        .run(&["--json", "wait", &id, "--timeout", "90"])
+        .json();
+    assert_eq!(ended["reason"], "ended", "{ended}");
+    assert_eq!(ended["items"][0]["end"], "stopped_by_agent", "{ended}");
 }

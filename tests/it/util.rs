@@ -313,6 +313,27 @@ impl Gate {
 }
 
 /// Whether a process is alive (not a zombie).
+/// The `bgwork supervise` processes whose parent is `daemon`: each running job's, and
+/// the idle one the daemon keeps for the next start.
+pub fn supervisors_of(daemon: i32) -> Vec<i32> {
+    let parent = |pid: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let after = stat.get(stat.rfind(')')? + 2..)?;
+        after.split(' ').nth(1)?.parse().ok()
+    };
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.split(|&b| b == 0).nth(1) == Some(b"supervise".as_slice())
+                && parent(pid) == Some(daemon)
+                && alive(pid)
+        })
+        .collect()
+}
+
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {

@@ -174,11 +174,12 @@ fn total_error(cap: usize, running: usize) -> WireError {
     WireError::new(
         ErrorCode::Limit,
         format!(
-            "the daemon already runs {running} items across all sessions, its cap of {cap} \
+            "the daemon already runs {} across all sessions, its cap of {cap} \
              (BGWORK_MAX_RUNNING_TOTAL): stop some (`bgwork stop ID`) or wait for some to end \
              (a person sees every session's work with bgwork status); to raise the cap, \
              restart the daemon with BGWORK_MAX_RUNNING_TOTAL set higher in its environment \
-             (bgwork shutdown, then any call starts it again: work goes on and is taken back)"
+             (bgwork shutdown, then any call starts it again: work goes on and is taken back)",
+            crate::history::plural(running, "item")
         ),
     )
 }
@@ -191,10 +192,12 @@ fn rate_error(rate: usize, root: &str, wait: Duration) -> WireError {
     WireError::new(
         ErrorCode::Limit,
         format!(
-            "session {root} has started {rate} items in the last minute, the start-rate guard's \
-             limit of {rate} starts a minute (BGWORK_MAX_STARTS_PER_MINUTE; 0 turns it off): \
+            "session {root} has started {} in the last minute, the start-rate guard's \
+             limit of {} a minute (BGWORK_MAX_STARTS_PER_MINUTE; 0 turns it off): \
              is a loop starting work? Wait for work to end (`bgwork wait ID`) rather than \
              start more{RATE_COUNTDOWN} {} s",
+            crate::history::plural(rate, "item"),
+            crate::history::plural(rate, "start"),
             wait.as_secs() + 1
         ),
     )

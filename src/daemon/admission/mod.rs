@@ -19,6 +19,7 @@ pub(crate) mod guard;
 
 use crate::daemon::{Daemon, Inner};
 use crate::executor::Which;
+use crate::history::plural;
 use crate::store::Record;
 use crate::wire::{ErrorCode, Kind, WireError};
 
@@ -118,7 +119,8 @@ impl Daemon {
         match admission.newcomer {
             Newcomer::SubAgent if load.sub_agents.len() >= MAX_SUB_AGENTS => {
                 let running = running_items(self, &root, &load.sub_agents);
-                Err(limit_error(MAX_SUB_AGENTS, session, &root, &running))
+                let counted = plural(MAX_SUB_AGENTS, "item");
+                Err(limit_error(&counted, session, &root, &running))
             }
             Newcomer::SubAgent => Ok(root),
             Newcomer::Monitor => {
@@ -128,9 +130,10 @@ impl Daemon {
                     return Err(WireError::new(
                         ErrorCode::Limit,
                         format!(
-                            "this session runs {} items ({monitors} monitors; the limits are {} \
-                             and {MAX_MONITORS}): {}. Stop one first",
-                            load.here.len(),
+                            "this session runs {} ({}; the limits are {} and \
+                             {MAX_MONITORS}): {}. Stop one first",
+                            plural(load.here.len(), "item"),
+                            plural(monitors, "monitor"),
                             self.config.max_running,
                             ids.join(", ")
                         ),
@@ -143,17 +146,14 @@ impl Daemon {
                 let running = load.of(which);
                 if !over && running.len() >= max {
                     let running = running_items(self, &root, running);
-                    let mut error = limit_error(max, session, &root, &running);
-                    if which == Which::Ssh {
-                        error.message = error.message.replacen("items", "jobs on ssh hosts", 1);
-                    }
-                    if which == Which::Slurm {
-                        error.message =
-                            error
-                                .message
-                                .replacen("items", "jobs on Slurm (BGWORK_MAX_SLURM)", 1);
-                    }
-                    return Err(error);
+                    let counted = match which {
+                        Which::Local => plural(max, "item"),
+                        Which::Ssh => format!("{} on ssh hosts", plural(max, "job")),
+                        Which::Slurm => {
+                            format!("{} on Slurm (BGWORK_MAX_SLURM)", plural(max, "job"))
+                        }
+                    };
+                    return Err(limit_error(&counted, session, &root, &running));
                 }
                 Ok(root)
             }
@@ -173,19 +173,17 @@ impl Daemon {
         let load = self.load(inner, session)?;
         let max = self.max_of(which);
         if load.of(which).len() > max {
-            let what = match which {
-                Which::Ssh => "running jobs on ssh hosts",
-                Which::Local | Which::Slurm => "running items",
+            let counted = match which {
+                Which::Ssh => format!("{} on ssh hosts", plural(max, "running job")),
+                Which::Local | Which::Slurm => plural(max, "running item"),
             };
-            return Ok(Some(format!(
-                "the session was at its limit of {max} {what}"
-            )));
+            return Ok(Some(format!("the session was at its limit of {counted}")));
         }
         if self.over_total_cap(inner)? {
             return Ok(Some(format!(
-                "the daemon was at its cap of {} running items across all sessions \
+                "the daemon was at its cap of {} across all sessions \
                  (BGWORK_MAX_RUNNING_TOTAL)",
-                self.config.max_running_total
+                plural(self.config.max_running_total, "running item")
             )));
         }
         Ok(None)
@@ -238,13 +236,14 @@ fn running_items(daemon: &Daemon, root: &str, records: &[Record]) -> Vec<String>
         .collect()
 }
 
-fn limit_error(max: usize, session: &str, root: &str, running: &[String]) -> WireError {
+/// `counted` (`2 items`, `1 job on ssh hosts`) run: the limit of `session`'s tree.
+fn limit_error(counted: &str, session: &str, root: &str, running: &[String]) -> WireError {
     let whose = if session == root {
-        format!("this session already runs {max} items, its limit")
+        format!("this session already runs {counted}, its limit")
     } else {
         format!(
             "session {root} and its sub-agents, whose limit this sub-agent shares, already run \
-             {max} items, the limit"
+             {counted}, the limit"
         )
     };
     WireError::new(

@@ -314,6 +314,7 @@ impl Daemon {
         let mut output = (!outputs.is_empty()).then(|| self.watch_output(&outputs, Pace::Prompt));
         let mut changes = self.changes();
         let mut backoff = FIRST_BACKOFF;
+        let mut keeper_looked = std::time::Instant::now();
         loop {
             let waits =
                 matches!(self.lock().store.get(row), Ok(Some(r)) if r.state == State::Waiting);
@@ -324,6 +325,10 @@ impl Daemon {
             if let Some(reason) = self.folder_gone(row) {
                 self.lose_waiting(row, &reason);
                 return;
+            }
+            if keeper_looked.elapsed() >= FOLDER_CHECK {
+                keeper_looked = std::time::Instant::now();
+                self.keep_keeper(row, &args).await;
             }
             let mut pending = Vec::new();
             let mut never = None;
@@ -378,6 +383,42 @@ impl Daemon {
                 _ = crate::daemon::output_changed(&mut output) => {}
                 _ = tokio::time::sleep(poll) => {}
             }
+        }
+    }
+
+    /// Starts the keeper of waiting `row` again if it is gone (killed, say), from the
+    /// arguments this daemon holds: they outlive a daemon restart only in a keeper.
+    async fn keep_keeper(&self, row: i64, args: &StartArgs) {
+        let Ok(Some(record)) = self.lock().store.get(row) else {
+            return;
+        };
+        let job_dir = PathBuf::from(&record.job_dir);
+        let folder = job_dir.clone();
+        let answers = tokio::task::spawn_blocking(move || crate::keeper::answers(&folder))
+            .await
+            .unwrap_or(true);
+        if answers || record.state != State::Waiting {
+            return;
+        }
+        let kept = Kept {
+            owner: crate::daemon::jobs::settle::owner(&record),
+            args: args.clone(),
+        };
+        match spawn_keeper(&job_dir, &kept).await {
+            Ok(()) => crate::note!(
+                "bgwork daemon: the keeper of waiting {} was gone: started again",
+                record.id
+            ),
+            Err(e) => crate::note!(
+                "bgwork daemon: the keeper of waiting {} was gone and could not be started \
+                 again ({e}): a daemon restart before it starts would lose its arguments",
+                record.id
+            ),
+        }
+        // Stopped (or started) meanwhile: that keeper has nothing to keep.
+        let waits = matches!(self.lock().store.get(row), Ok(Some(r)) if r.state == State::Waiting);
+        if !waits {
+            forget_keeper(&job_dir).await;
         }
     }
 
@@ -783,7 +824,8 @@ impl Daemon {
                     }
                     Err(reason) => {
                         let reason = format!(
-                            "the daemon restarted and {reason}: nothing ran; start it again"
+                            "{reason} when the daemon took it back after a restart: nothing \
+                             ran; start it again"
                         );
                         daemon.cancel_waiting(record.row, &reason);
                     }
@@ -1013,8 +1055,12 @@ async fn taken_back(record: &Record) -> Result<(StartArgs, Vec<Awaited>), String
     let owner = crate::daemon::jobs::settle::owner(record);
     tokio::task::spawn_blocking(move || {
         let file = read_after_file(&job_dir)?;
-        let kept = crate::keeper::ask(&job_dir, KeepRequest::Get)
-            .map_err(|e| format!("its arguments are gone: {e}"))?;
+        let kept = crate::keeper::ask(&job_dir, KeepRequest::Get).map_err(|e| {
+            format!(
+                "its keeper, the process that held its arguments (and its --env and \
+                 --secret values) while it waited, was gone ({e}), and they with it,"
+            )
+        })?;
         if file.owner != owner || kept.owner != owner {
             return Err("its folder names another item".to_string());
         }

@@ -10,6 +10,7 @@
 use super::port_in_use::in_use_line;
 use crate::daemon::processes::cpu_of;
 use crate::daemon::Daemon;
+use crate::history::Expectation;
 use crate::observe;
 use crate::output;
 use crate::store::Record;
@@ -215,12 +216,10 @@ impl Daemon {
             return;
         }
         let mut watch = JobWatch::new(&record, self.config.log_head, fresh);
-        // Far past its usual time (from the run history), one notice says so.
-        let mut overrun = self.overrun_at(&record).and_then(|(at_ms, expectation)| {
-            let left = at_ms.saturating_sub(crate::paths::now_ms()).max(0) as u64;
-            let at = Instant::now().checked_add(Duration::from_millis(left))?;
-            Some((at, expectation))
-        });
+        // Far past its usual time (from the run history), one notice says so: armed
+        // again for each run of a restart policy (history may know the command by then).
+        let mut armed_for = record.run_started_at();
+        let mut overrun = self.overrun_deadline(&record);
         // Its own watch needs no haste: its supervisor reports at the relaxed pace
         // unless someone else waits on the output.
         let mut output = self.watch_output(&[row], crate::daemon::Pace::Relaxed);
@@ -249,12 +248,17 @@ impl Daemon {
                 _ => return,
             };
             let ended = record.state == State::Ended;
+            if !record.restarting() && record.run_started_at() != armed_for {
+                armed_for = record.run_started_at();
+                overrun = self.overrun_deadline(&record);
+            }
             if taken_back && !ended && deadline.is_some_and(|at| Instant::now() >= at) {
                 // The spell passed while the daemon was down: it is told even when the
                 // output resumes now.
                 self.quiet_spell(&mut watch, &record).await;
             }
             if !ended
+                && !record.restarting()
                 && overrun
                     .as_ref()
                     .is_some_and(|(at, _)| Instant::now() >= *at)
@@ -286,6 +290,15 @@ impl Daemon {
                 self.quiet_spell(&mut watch, &record).await;
             }
         }
+    }
+
+    /// When the current run of `record` counts as running long, and what history
+    /// expects of it; none without a usual time.
+    fn overrun_deadline(&self, record: &Record) -> Option<(Instant, Expectation)> {
+        let (at_ms, expectation) = self.overrun_at(record)?;
+        let left = at_ms.saturating_sub(crate::paths::now_ms()).max(0) as u64;
+        let at = Instant::now().checked_add(Duration::from_millis(left))?;
+        Some((at, expectation))
     }
 
     /// A quiet spell passed its `--quiet-after`: its notice, once.

@@ -273,15 +273,42 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
     };
     let (to, output, clipped, skipped) = if args.raw {
         // Raw bytes are never clipped in the middle: a read returns up to `max`
-        // consecutive bytes and the next read goes on from `to`.
+        // consecutive bytes and the next read goes on from `to`. It never crosses the
+        // dropped middle: it stops where the middle begins, and one from inside it
+        // returns no bytes and goes on from where it ends (so the bytes of a reply
+        // are always those of `[from + dropped_bytes, to)`, whatever the cap does).
+        let gap = head..(head + dropped).min(len);
         let to = len.min(from + max as u64);
+        let to = match dropped > 0 {
+            true if gap.contains(&from) => gap.end,
+            true if from < gap.start && to > gap.start => gap.start,
+            _ => to,
+        };
         // Known values were masked in the log itself; token shapes are masked here,
         // raw or not, unless the person asked to see them, and no page cuts one.
         let (cut, to) = match args.no_redact {
             true => (0, to),
             false => log.token_edges(from, to, plan.running),
         };
-        let (bytes, skipped_here) = output::read_range(&path, from + cut, to, head, dropped);
+        let (bytes, skipped_here) = match gap.contains(&from) {
+            true => (Vec::new(), to - from),
+            false => {
+                let start = from + cut;
+                let bytes = output::read_span(&path, start, to);
+                // The cap may have dropped more while this was read: the front of the
+                // bytes that is in the middle now is left out (never its zeros), so
+                // the bytes are still the last of the range.
+                let gap_now = head + output::dropped_now(&path, head, dropped);
+                match start >= head && gap_now > start {
+                    true => {
+                        let lost = gap_now.min(to) - start;
+                        let kept = bytes.get(lost as usize..).unwrap_or_default().to_vec();
+                        (kept, lost)
+                    }
+                    false => (bytes, 0),
+                }
+            }
+        };
         let bytes = match args.no_redact {
             true => bytes,
             false => {

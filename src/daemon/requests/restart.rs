@@ -46,23 +46,37 @@ impl Daemon {
                 None => missing.push(name.as_str()),
             }
         }
+        let (mut secrets, keep_raw_log) = described_options(&record.job_dir);
         if !missing.is_empty() {
+            // Each as it was given: a secret's value is given with --env, and stays one.
+            let given: Vec<String> = missing
+                .iter()
+                .map(|&name| match secrets.iter().any(|s| s == name) {
+                    true => format!("--secret {name}"),
+                    false => format!("--env {name}"),
+                })
+                .collect();
             let flags: Vec<String> = missing.iter().map(|n| format!("--env {n}=VALUE")).collect();
             let why = match record.state {
-                State::Waiting => "its keeper, which held it while it waited, no longer answers",
-                _ => "whose value bgwork never records",
+                State::Waiting => {
+                    "its keeper, which held the values while it waited, no longer answers"
+                }
+                _ => "whose values bgwork never records",
+            };
+            let still_secret = match secrets.iter().any(|s| missing.contains(&s.as_str())) {
+                true => "; a secret stays masked in its output",
+                false => "",
             };
             return Err(WireError::bad_request(format!(
-                "{id} was started with --env {}, {why}: give it again (`bgwork restart {id} {}`) \
-                 or set it in your environment",
-                missing.join(", "),
+                "{id} was started with {}, {why}: give them again (`bgwork restart {id} {}`{still_secret}) \
+                 or set them in your environment",
+                given.join(", "),
                 flags.join(" ")
             )));
         }
         for (name, value) in &args.env {
             env.insert(name.clone(), value.clone());
         }
-        let (mut secrets, keep_raw_log) = described_options(&record.job_dir);
         secrets.retain(|name| env.contains_key(name));
         let mut held = None;
         if record.state != State::Ended {

@@ -109,9 +109,10 @@ impl Daemon {
                         timeout = DEFAULT_TIMEOUT;
                         let plain = DEFAULT_TIMEOUT.as_secs();
                         let why = format!(
-                        "{why}, but {full}: waited in the foreground up to the plain {plain} s \
-                         instead (its notice armed)"
-                    );
+                            "{why}, but {full}: waited in the foreground up to the plain \
+                             {plain} s instead (and killed then if it still runs, as a run \
+                             with no room to background it)"
+                        );
                         (false, why)
                     }
                 },

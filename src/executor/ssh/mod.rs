@@ -405,17 +405,18 @@ struct Tracker {
     /// Bytes of the host's log its cap dropped before they were mirrored.
     dropped: u64,
     stop_actor: Option<Actor>,
-    /// A pane's resize and hang-up the host has not taken yet, and the order of its
+    /// A stop, resize or hang-up the host has not taken yet, and the order of the
     /// input after them.
     order: Arc<Order>,
     /// The item the host's `wait` answered with when the job ended there.
     ended_item: Option<Item>,
 }
 
-/// A pane's resize and hang-up not yet taken by the host (its link was down, or the
-/// request in doubt): sent again after each look until the host answers (both may be
-/// carried out twice, never lost), and always before input asked after them: input
-/// and these take turns ([`Order::turn`]), each turn sending what is pending first.
+/// A stop, and a pane's resize and hang-up, not yet taken by the host (its link was
+/// down, or the request in doubt): sent again after each look until the host answers
+/// (each may be carried out twice, never lost), and always before input asked after
+/// them: input and these take turns ([`Order::turn`]), each turn sending what is
+/// pending first.
 #[derive(Default)]
 struct Order {
     pending: Mutex<Pending>,
@@ -428,6 +429,8 @@ struct Order {
 
 #[derive(Default)]
 struct Pending {
+    /// Its grace (ms) and who asked.
+    stop: Option<(u64, Actor)>,
     resize: Option<(u16, u16)>,
     hang_up: bool,
 }
@@ -441,23 +444,41 @@ impl Order {
         let Some((link, session, id)) = to else {
             return turn;
         };
-        let (resize, hang_up) = {
+        let (stop, resize, hang_up) = {
             let mut pending = lock(&self.pending);
-            (pending.resize.take(), std::mem::take(&mut pending.hang_up))
+            let hang_up = std::mem::take(&mut pending.hang_up);
+            (pending.stop.take(), pending.resize.take(), hang_up)
         };
         let envelope = |request| Envelope {
             session: session.clone(),
             request,
         };
+        if let Some((grace_ms, actor)) = stop {
+            let request = Request::Stop(StopArgs {
+                id: id.clone(),
+                grace_s: Some(grace_ms as f64 / 1000.0),
+                actor,
+            });
+            // The host answers once the job is gone, which may take its grace.
+            let grace = Duration::from_millis(grace_ms);
+            if !tell(&link, &envelope(request), grace).await {
+                lock(&self.pending).stop.get_or_insert((grace_ms, actor));
+            }
+        }
         if let Some((cols, rows)) = resize {
             let id = id.clone();
-            let taken = tell(&link, &envelope(Request::Resize { id, cols, rows })).await;
+            let taken = tell(
+                &link,
+                &envelope(Request::Resize { id, cols, rows }),
+                Duration::ZERO,
+            )
+            .await;
             let mut pending = lock(&self.pending);
             if !taken && pending.resize.is_none() {
                 pending.resize = Some((cols, rows));
             }
         }
-        if hang_up && !tell(&link, &envelope(Request::Close { id })).await {
+        if hang_up && !tell(&link, &envelope(Request::Close { id }), Duration::ZERO).await {
             lock(&self.pending).hang_up = true;
         }
         turn
@@ -465,7 +486,7 @@ impl Order {
 
     fn has_pending(&self) -> bool {
         let pending = lock(&self.pending);
-        pending.resize.is_some() || pending.hang_up
+        pending.stop.is_some() || pending.resize.is_some() || pending.hang_up
     }
 }
 
@@ -761,14 +782,20 @@ impl Tracker {
                 .await
                 .map_err(|e| LinkError::Down(format!("the read did not finish: {e}")))??;
             let reply: ReadReply = crate::wire::decode_reply(&line).map_err(LinkError::Refused)?;
-            if reply.from > self.mirrored {
-                self.dropped += reply.from - self.mirrored;
+            // A raw read's bytes are the last of `[from, to)`: all of it, or none when
+            // it lay in the middle the host's cap dropped (a hole here too).
+            let at = reply
+                .to
+                .saturating_sub(bytes.len() as u64)
+                .max(self.mirrored);
+            let skipped = at > self.mirrored;
+            if skipped {
+                self.dropped += at - self.mirrored;
             }
             let grew = !bytes.is_empty();
             if grew {
-                self.append(reply.from, &bytes);
+                self.append(at, &bytes);
             }
-            let skipped = reply.from > self.mirrored;
             self.mirrored = reply.to.max(self.mirrored);
             if grew || skipped {
                 let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
@@ -932,19 +959,11 @@ impl Tracker {
         let link = self.link.clone();
         match command {
             Command::Send(ToSupervisor::Stop { grace_ms, actor }) => {
+                // The stop's end is seen by the mirror; one asked while the host is
+                // down is sent when it answers.
                 self.stop_actor = Some(actor);
-                let envelope = self.envelope(Request::Stop(StopArgs {
-                    id,
-                    grace_s: Some(grace_ms as f64 / 1000.0),
-                    actor,
-                }));
-                // The stop's end is seen by the mirror; the stop itself may take its grace.
-                tokio::spawn(async move {
-                    let grace = Duration::from_millis(grace_ms);
-                    if let Err(e) = link.request(&envelope, grace).await {
-                        crate::note!("bgwork daemon: the stop did not reach the host: {e}");
-                    }
-                });
+                lock(&self.order.pending).stop = Some((grace_ms, actor));
+                self.send_pending();
             }
             Command::Send(ToSupervisor::Signal { signal }) if is_hangup(signal) => {
                 // A pane hung up (`close`): the host's daemon hangs its terminal up.
@@ -1042,24 +1061,19 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Sends a request whose answer only the daemon's log hears of; false when the host
-/// did not answer (to be sent again), true when it did (a refusal is noted).
-async fn tell(link: &link::Link, envelope: &Envelope) -> bool {
-    match link.request(envelope, Duration::ZERO).await {
+/// Sends a request (that `takes` so long there) whose answer only the daemon's log
+/// hears of; false when the host did not answer (to be sent again), true when it did
+/// (a refusal is noted).
+async fn tell(link: &link::Link, envelope: &Envelope, takes: Duration) -> bool {
+    match link.request(envelope, takes).await {
         Ok(line) => {
             if let Err(e) = crate::wire::decode_reply::<serde_json::Value>(&line) {
-                crate::note!(
-                    "bgwork daemon: the host refused a pane's request: {}",
-                    e.message
-                );
+                crate::note!("bgwork daemon: the host refused a request: {}", e.message);
             }
             true
         }
         Err(LinkError::Refused(e)) => {
-            crate::note!(
-                "bgwork daemon: the host refused a pane's request: {}",
-                e.message
-            );
+            crate::note!("bgwork daemon: the host refused a request: {}", e.message);
             true
         }
         Err(LinkError::Down(_) | LinkError::InDoubt(_)) => false,

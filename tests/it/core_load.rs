@@ -1052,5 +1052,8 @@ fn issue24_t2_a_raw_read_never_crosses_the_dropped_middle_so_its_bytes_keep_thei
     assert_eq!(after["dropped_bytes"], 0, "{after}");
     let rest = &file[gap_end as usize..];
     assert_eq!(bytes.len(), rest.len(), "{after}");
-    assert!(bytes == rest, "the bytes after the middle, at their offsets");
+    assert!(
+        bytes == rest,
+        "the bytes after the middle, at their offsets"
+    );
 }

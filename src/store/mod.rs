@@ -775,7 +775,7 @@ impl Store {
         let n: i64 = self
             .conn
             .prepare_cached(
-                // (The three states: `IN` uses the index on state, `!=` would read every row.)
+                // (The live states: `IN` uses the index on state, `!=` would read every row.)
                 "SELECT COUNT(*) FROM items WHERE state IN ('starting', 'running')",
             )?
             .query_row([], |r| r.get(0))?;

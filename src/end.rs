@@ -79,7 +79,7 @@ pub fn report(id: &str, end: End, exit_code: Option<i32>, signal: Option<i32>) -
         End::Signaled => format!("{id} was stopped by a signal{how}"),
         End::Cancelled => format!("{id} was cancelled (pane closed)"),
         End::SpawnFailed => format!("{id} could not start"),
-        End::Lost => format!("{id} was lost (daemon restart)"),
+        End::Lost => format!("{id} was lost (its end could not be known)"),
     }
 }
 
@@ -155,7 +155,7 @@ mod tests {
         );
         assert_eq!(
             report("bg-3", End::Lost, None, None),
-            "bg-3 was lost (daemon restart)"
+            "bg-3 was lost (its end could not be known)"
         );
     }
 }

@@ -51,9 +51,10 @@ pub fn call_and_print(
                 let others = client.call::<StatusReply>(&status).map(|s| s.running);
                 print_text(&match others {
                     Ok(n) if n > 0 => format!(
-                        "no work in session {}; {n} item(s) run in other sessions: \
+                        "no work in session {}; {} run in other sessions: \
                          `bgwork list --all-sessions`",
-                        inert(&envelope.session)
+                        inert(&envelope.session),
+                        crate::history::plural(n as usize, "item")
                     ),
                     _ => "no work".to_string(),
                 });
@@ -128,8 +129,9 @@ pub fn call_and_print(
         Request::Notices { .. } => print(client, &envelope, json, notices_text),
         Request::Gc { .. } => print(client, &envelope, json, |gc: &GcReply| {
             format!(
-                "removed {} ended record(s), freed {} bytes",
-                gc.removed, gc.freed_bytes
+                "removed {}, freed {} bytes",
+                crate::history::plural(gc.removed as usize, "ended record"),
+                gc.freed_bytes
             )
         }),
         Request::Status => print(client, &envelope, json, status_text),
@@ -873,8 +875,10 @@ fn grep_text(reply: &wire::GrepReply, pattern: &str) -> String {
             reply.from, reply.to
         ),
         None => format!(
-            "{id}: {count} matching line(s) of /{pattern}/ in bytes {}..{}",
-            reply.from, reply.to
+            "{id}: {} of /{pattern}/ in bytes {}..{}",
+            crate::history::plural(count, "matching line"),
+            reply.from,
+            reply.to
         ),
     };
     out.push_str(&format!("[{status}; the read position did not move]"));
@@ -1107,8 +1111,8 @@ fn status_text(status: &StatusReply) -> String {
 
     if !status.sessions.is_empty() {
         text.push_str(&format!(
-            " in {} session(s) (`bgwork list --all-sessions` lists them):",
-            status.sessions.len()
+            " in {} (`bgwork list --all-sessions` lists them):",
+            crate::history::plural(status.sessions.len(), "session")
         ));
         let mut sessions: Vec<(&String, &u64)> = status.sessions.iter().collect();
         sessions.sort_by_key(|(session, _)| session.split('/').collect::<Vec<_>>());

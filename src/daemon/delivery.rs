@@ -161,7 +161,10 @@ impl Daemon {
             .acknowledge(session, token, &nrows, now_ms())?;
         Ok(Ack {
             ok: true,
-            message: format!("{marked} notice(s) marked delivered"),
+            message: format!(
+                "{} marked delivered",
+                crate::history::plural(marked, "notice")
+            ),
         })
     }
 

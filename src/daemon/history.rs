@@ -189,8 +189,14 @@ impl Daemon {
             restarts => format!("overrun:{}:{restarts}", record.row),
         };
         let mut inner = self.lock();
-        if !matches!(inner.store.get(record.row), Ok(Some(r)) if r.state != State::Ended) {
-            // It ended meanwhile: its end says the rest.
+        let same_run = |r: &Record| {
+            r.state != State::Ended
+                && !r.restarting()
+                && r.run_started_at() == record.run_started_at()
+        };
+        if !matches!(inner.store.get(record.row), Ok(Some(r)) if same_run(&r)) {
+            // It (or this run of its restart policy) ended meanwhile: its end says the
+            // rest.
             return;
         }
         let added = inner.store.add_event_notice(record.row, &key, &text, &tail);

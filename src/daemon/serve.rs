@@ -388,8 +388,8 @@ impl AcceptFailures {
     fn accepted(&mut self) {
         if self.last.is_some_and(|last| last.elapsed() >= ACCEPT_QUIET) {
             crate::note!(
-                "bgwork daemon: accepting again; {} attempt(s) failed in that burst",
-                self.count
+                "bgwork daemon: accepting again; {} failed in that burst",
+                crate::history::plural(self.count as usize, "attempt")
             );
             *self = AcceptFailures::default();
         } else if self.last.is_some() {

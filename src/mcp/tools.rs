@@ -934,6 +934,8 @@ pub fn for_model(message: &str) -> String {
         };
         let words: Vec<&str> = caps[3].split_whitespace().collect();
         let mut arguments = Vec::new();
+        // Every `--env K=V` of the command goes into the one `env` object.
+        let mut env = Vec::new();
         let mut index = 0;
         while index < words.len() {
             let word = words[index];
@@ -945,7 +947,11 @@ pub fn for_model(message: &str) -> String {
                     let (name, text) = value
                         .and_then(|v| v.split_once('='))
                         .unwrap_or(("NAME", "VALUE"));
-                    arguments.push(format!("env: {{\"{name}\": \"{text}\"}}"));
+                    if env.is_empty() {
+                        // Its place among the arguments, filled in below.
+                        arguments.push(String::new());
+                    }
+                    env.push(format!("\"{name}\": \"{text}\""));
                     index += 1;
                 }
                 Some(flag) => {
@@ -963,6 +969,9 @@ pub fn for_model(message: &str) -> String {
                 }
                 None => {}
             }
+        }
+        if let Some(place) = arguments.iter_mut().find(|a| a.is_empty()) {
+            *place = format!("env: {{{}}}", env.join(", "));
         }
         match arguments.as_slice() {
             [] => format!("the `{tool}` tool"),
@@ -1100,6 +1109,11 @@ mod tests {
         assert_eq!(
             for_model("give it again (`bgwork restart bg-1 --env WHO=VALUE`)"),
             "give it again (the `restart` tool with `id: bg-1, env: {\"WHO\": \"VALUE\"}`)"
+        );
+        // Two values, one object: a second `env` key would replace the first.
+        assert_eq!(
+            for_model("(`bgwork restart bg-1 --env A=VALUE --env B=VALUE`)"),
+            "(the `restart` tool with `id: bg-1, env: {\"A\": \"VALUE\", \"B\": \"VALUE\"}`)"
         );
         assert_eq!(
             for_model("--grace takes seconds; `bgwork stop bg-2` first"),

@@ -686,10 +686,12 @@ impl Store {
             }
         }
         if changed == 1 {
-            // A running-long warning not yet taken by anyone is withdrawn: its end is
-            // recorded now, and a "may be stuck" after the end would be false.
+            // A running-long warning (of any of its runs) not yet taken by anyone is
+            // withdrawn: its end is recorded now, and a "may be stuck" after the end
+            // would be false.
             tx.prepare_cached(
-                "DELETE FROM notices WHERE key = 'overrun:' || ?1
+                "DELETE FROM notices
+                     WHERE (key = 'overrun:' || ?1 OR key LIKE 'overrun:' || ?1 || ':%')
                      AND delivered_at IS NULL AND claim IS NULL",
             )?
             .execute([row])?;

@@ -26,6 +26,28 @@ pub struct SshJob {
     /// What the host's relay said at its start when the job dies at logout there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logout: Option<String>,
+    /// What was asked of the job while the host was down and the host has not taken
+    /// yet: sent still by a daemon that takes the job back.
+    #[serde(default, skip_serializing_if = "Unsent::is_empty")]
+    pub unsent: Unsent,
+}
+
+/// A stop (its grace in ms and who asked), a pane's resize and its hang-up, not yet
+/// taken by the host.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unsent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<(u64, crate::wire::Actor)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<(u16, u16)>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hang_up: bool,
+}
+
+impl Unsent {
+    pub fn is_empty(&self) -> bool {
+        *self == Unsent::default()
+    }
 }
 
 /// The relay's first line: which bgwork answers.

@@ -548,7 +548,7 @@ fn issue26_p17_ids_read_as_the_asking_session_reads_them_and_shutdown_counts_wai
     // shutdown --stop-work counts the waiting items it stopped.
     let said = home.run(&["shutdown", "--stop-work"]);
     assert!(
-        said.stdout.contains("32 waiting item(s) stopped"),
+        said.stdout.contains("32 waiting items stopped"),
         "{} {}",
         said.stdout,
         said.stderr

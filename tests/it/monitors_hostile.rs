@@ -111,7 +111,7 @@ fn issue16_3_a_watch_of_an_item_ends_when_the_item_ends() {
         item["report"]
             .as_str()
             .unwrap()
-            .contains(&format!("{job} ended; 2 line(s) matched")),
+            .contains(&format!("{job} ended; 2 lines matched")),
         "{item}"
     );
     assert_eq!(event_log(&home, &watch), "hit one\nhit two\n");

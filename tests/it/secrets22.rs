@@ -148,7 +148,7 @@ fn issue22_1_watches_and_grep_match_only_what_a_reader_is_shown() {
         probe_item["report"]
             .as_str()
             .unwrap()
-            .contains("0 line(s) matched"),
+            .contains("0 lines matched"),
         "{probe_item}"
     );
     let shown_item = home.wait_end(&shown);
@@ -156,7 +156,7 @@ fn issue22_1_watches_and_grep_match_only_what_a_reader_is_shown() {
         shown_item["report"]
             .as_str()
             .unwrap()
-            .contains("2 line(s) matched"),
+            .contains("2 lines matched"),
         "{shown_item}"
     );
     let log = home.run(&["read", &shown, "--all"]).stdout;

@@ -735,6 +735,9 @@ fn issue24_t1_a_stop_asked_while_the_host_is_down_is_carried_out_once_it_answers
     h.cut(&mut sshd, &id);
     let stopped = h.home.json(&["stop", &id, "--grace", "1"]);
     assert_eq!(stopped["stop_requested"], true, "{stopped}");
+    // Kept across a daemon killed meanwhile too.
+    h.home.kill_daemon();
+    h.home.start_daemon();
     sshd.up();
     // Kept until the host answers, then carried out there: the job ends as stopped.
     let ended = h

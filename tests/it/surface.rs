@@ -195,7 +195,7 @@ fn issue12_sessions_list_all_sessions_groups_by_session_with_sub_agents() {
     let empty = home.run(&["--session", "nobody", "list"]);
     assert_eq!(
         empty.stdout,
-        "no work in session nobody; 4 item(s) run in other sessions: `bgwork list --all-sessions`\n"
+        "no work in session nobody; 4 items run in other sessions: `bgwork list --all-sessions`\n"
     );
     let every = home.run(&["list", "--all-sessions"]);
     let lines: Vec<&str> = every.stdout.lines().collect();
@@ -231,7 +231,7 @@ fn issue12_sessions_list_all_sessions_groups_by_session_with_sub_agents() {
     );
     let status = home.run(&["status"]);
     assert!(
-        status.stdout.contains("running 4 in 3 session(s)"),
+        status.stdout.contains("running 4 in 3 sessions"),
         "{}",
         status.stdout
     );

@@ -192,11 +192,12 @@ fn rate_error(rate: usize, root: &str, wait: Duration) -> WireError {
     WireError::new(
         ErrorCode::Limit,
         format!(
-            "session {root} has started {} in the last minute, the start-rate guard's \
+            "session {root} has made {} in the last minute (a restart policy's start again \
+             counts), the start-rate guard's \
              limit of {} a minute (BGWORK_MAX_STARTS_PER_MINUTE; 0 turns it off): \
              is a loop starting work? Wait for work to end (`bgwork wait ID`) rather than \
              start more{RATE_COUNTDOWN} {} s",
-            crate::history::plural(rate, "item"),
+            crate::history::plural(rate, "start"),
             crate::history::plural(rate, "start"),
             wait.as_secs() + 1
         ),

@@ -439,8 +439,8 @@ impl Daemon {
         }
         if !taken.is_empty() {
             crate::note!(
-                "bgwork daemon: the database did not know {} job folder(s); took them back: {}",
-                taken.len(),
+                "bgwork daemon: the database did not know {}; took them back: {}",
+                crate::history::plural(taken.len(), "job folder"),
                 taken.join(", ")
             );
         }

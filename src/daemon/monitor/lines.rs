@@ -198,7 +198,10 @@ impl LineMonitor {
             ),
             Mode::Watch { matches, .. } => Outcome::Done(
                 End::Succeeded,
-                format!("{id} ended; {matches} line(s) matched"),
+                format!(
+                    "{id} ended; {} matched",
+                    crate::history::plural(*matches as usize, "line")
+                ),
             ),
         }
     }

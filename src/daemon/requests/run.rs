@@ -110,8 +110,8 @@ impl Daemon {
                         let plain = DEFAULT_TIMEOUT.as_secs();
                         let why = format!(
                             "{why}, but {full}: waited in the foreground up to the plain \
-                             {plain} s instead (and killed then if it still runs, as a run \
-                             with no room to background it)"
+                             {plain} s instead (then, as any run, backgrounded if the session \
+                             has room by then, else killed)"
                         );
                         (false, why)
                     }

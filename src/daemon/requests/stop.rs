@@ -179,15 +179,22 @@ impl Daemon {
         // The waiting items it ended are counted apart: nothing of them ran.
         let waited = match unstarted {
             0 => String::new(),
-            n => format!(", {n} waiting item(s) stopped before they started"),
+            n => format!(
+                ", {} stopped before they started",
+                crate::history::plural(n, "waiting item")
+            ),
         };
         let message = if still > 0 {
             format!(
-                "daemon stopping; {stopped} running item(s) stopped{waited}, {still} did not end \
-                 in time (their supervisors may be stopped): they are reattached at the next start"
+                "daemon stopping; {} stopped{waited}, {still} did not end \
+                 in time (their supervisors may be stopped): they are reattached at the next start",
+                crate::history::plural(stopped, "running item")
             )
         } else if stop_work {
-            format!("daemon stopping; {stopped} running item(s) stopped{waited}")
+            format!(
+                "daemon stopping; {} stopped{waited}",
+                crate::history::plural(stopped, "running item")
+            )
         } else {
             "daemon stopping; running work goes on and is reattached at the next start".into()
         };

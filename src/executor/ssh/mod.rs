@@ -195,6 +195,7 @@ impl SshExecutor {
             remote_id: None,
             max_runtime_ms: spec.max_runtime_ms,
             logout: None,
+            unsent: Default::default(),
         };
         write_ssh_file(&job_dir, &job)?;
         self.set_host(row, host);
@@ -262,6 +263,14 @@ impl SshExecutor {
         let (commands, incoming) = mpsc::unbounded_channel();
         let unanswered = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let handle = JobHandle::new(commands, unanswered, refuses);
+        // What an earlier daemon was asked and the host has not taken: sent after the
+        // first look.
+        let order = Order {
+            pending: Mutex::new(job.unsent),
+            folder: Mutex::new(Some(job_dir.clone())),
+            ..Order::default()
+        };
+        let stop_actor = job.unsent.stop.map(|(_, actor)| actor);
         let tracker = Tracker {
             row,
             link: self.links.of(&job.host),
@@ -273,8 +282,8 @@ impl SshExecutor {
             pid: None,
             mirrored,
             dropped: 0,
-            stop_actor: None,
-            order: Arc::default(),
+            stop_actor,
+            order: Arc::new(order),
             ended_item: None,
         };
         tokio::spawn(tracker.run(incoming));
@@ -425,15 +434,13 @@ struct Order {
     retrying: std::sync::atomic::AtomicBool,
     /// What a turn needs to send them.
     to: Mutex<Option<(Arc<link::Link>, String, String)>>,
+    /// The job's folder, whose `ssh.json` keeps what is pending.
+    folder: Mutex<Option<PathBuf>>,
 }
 
-#[derive(Default)]
-struct Pending {
-    /// Its grace (ms) and who asked.
-    stop: Option<(u64, Actor)>,
-    resize: Option<(u16, u16)>,
-    hang_up: bool,
-}
+/// What is pending, kept in the job's `ssh.json` too (`SshJob::unsent`), so that a
+/// daemon restarted before the host answers sends it still.
+type Pending = crate::wire::ssh::Unsent;
 
 impl Order {
     /// Waits for this caller's turn, then sends what is pending; the turn lasts while
@@ -481,12 +488,31 @@ impl Order {
         if hang_up && !tell(&link, &envelope(Request::Close { id }), Duration::ZERO).await {
             lock(&self.pending).hang_up = true;
         }
+        if stop.is_some() || resize.is_some() || hang_up {
+            self.keep();
+        }
         turn
     }
 
+    /// Writes what is pending into the job's `ssh.json`.
+    fn keep(&self) {
+        let Some(folder) = lock(&self.folder).clone() else {
+            return;
+        };
+        let Some(mut job) = read_ssh_file(&folder) else {
+            return;
+        };
+        let unsent = *lock(&self.pending);
+        if job.unsent != unsent {
+            job.unsent = unsent;
+            if let Err(e) = write_ssh_file(&folder, &job) {
+                crate::note!("bgwork daemon: {e}");
+            }
+        }
+    }
+
     fn has_pending(&self) -> bool {
-        let pending = lock(&self.pending);
-        pending.stop.is_some() || pending.resize.is_some() || pending.hang_up
+        !lock(&self.pending).is_empty()
     }
 }
 
@@ -640,6 +666,8 @@ impl Tracker {
             });
         if let (None, Some(item)) = (&self.job.remote_id, &found) {
             self.job.remote_id = Some(item.id.clone());
+            // With what is pending now (its own copy may be older).
+            self.job.unsent = *lock(&self.order.pending);
             let _ = write_ssh_file(&self.job_dir, &self.job);
         }
         Ok(found)
@@ -963,15 +991,18 @@ impl Tracker {
                 // down is sent when it answers.
                 self.stop_actor = Some(actor);
                 lock(&self.order.pending).stop = Some((grace_ms, actor));
+                self.order.keep();
                 self.send_pending();
             }
             Command::Send(ToSupervisor::Signal { signal }) if is_hangup(signal) => {
                 // A pane hung up (`close`): the host's daemon hangs its terminal up.
                 lock(&self.order.pending).hang_up = true;
+                self.order.keep();
                 self.send_pending();
             }
             Command::Send(ToSupervisor::Resize { cols, rows }) => {
                 lock(&self.order.pending).resize = Some((cols, rows));
+                self.order.keep();
                 self.send_pending();
             }
             Command::Send(command @ (ToSupervisor::Signal { .. } | ToSupervisor::CloseInput)) => {

@@ -17,6 +17,9 @@ use std::time::Duration;
 
 /// The keeper's socket in a waiting item's folder.
 pub const SOCKET: &str = "keep.sock";
+/// Its pid, written by the daemon that started it: a keeper that no longer answers (its
+/// socket removed, or stopped) is still ended.
+pub const PID_FILE: &str = "keep.pid";
 /// The largest arguments a keeper takes (a request line is at most 1 MiB; base64 of
 /// the environment's bytes may add to it).
 const MAX_KEPT: u64 = 8 << 20;
@@ -108,6 +111,40 @@ fn serve(stream: UnixStream, answer: &[u8]) -> Option<KeepRequest> {
     Some(request)
 }
 
+/// Records the pid of the keeper of `job_dir`.
+pub fn write_pid(job_dir: &Path, pid: u32) {
+    let _ = std::fs::write(job_dir.join(PID_FILE), pid.to_string());
+}
+
+/// Ends the keeper of `job_dir`: told `done` (given a moment to answer), and, if it is
+/// still there (it did not answer, or another keeper of the folder outlived its
+/// socket), killed by its pid, once that pid is seen to be a keeper of this folder.
+/// Blocking: call it off the daemon's runtime threads.
+pub fn end(job_dir: &Path) {
+    let _ = ask_within(job_dir, KeepRequest::Done, Duration::from_millis(500));
+    let pid_file = job_dir.join(PID_FILE);
+    let pid = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|text| text.trim().parse::<i32>().ok());
+    if let Some(pid) = pid.filter(|&pid| pid > 1 && keeps(pid, job_dir)) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = std::fs::remove_file(pid_file);
+}
+
+/// Whether process `pid` is `bgwork keep JOB_DIR` (a pid used again is never killed).
+fn keeps(pid: i32, job_dir: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let dir = job_dir.as_os_str().as_encoded_bytes();
+    args.get(1) == Some(&b"keep".as_slice()) && args.get(2) == Some(&dir)
+}
+
 /// Whether the keeper of `job_dir` still listens (a connection it closes at once).
 /// Blocking, and quick: the socket is local.
 pub fn answers(job_dir: &Path) -> bool {
@@ -118,12 +155,16 @@ pub fn answers(job_dir: &Path) -> bool {
 /// Asks the keeper of `job_dir` for the arguments it keeps (and, with `done`, to end).
 /// Blocking: call it off the daemon's runtime threads.
 pub fn ask(job_dir: &Path, request: KeepRequest) -> Result<Kept, String> {
+    ask_within(job_dir, request, Duration::from_secs(5))
+}
+
+fn ask_within(job_dir: &Path, request: KeepRequest, patience: Duration) -> Result<Kept, String> {
     let socket = socket_of(job_dir);
     let short = crate::paths::SocketPath::new(&socket).map_err(|e| e.to_string())?;
     let stream = UnixStream::connect(&short.path)
         .map_err(|e| format!("its keeper does not answer ({e})"))?;
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+    let _ = stream.set_read_timeout(Some(patience));
+    let _ = stream.set_write_timeout(Some(patience));
     let mut line = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
     line.push(b'\n');
     (&stream)

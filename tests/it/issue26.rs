@@ -674,3 +674,38 @@ fn issue26_t6_a_killed_keeper_is_started_again_and_its_values_outlive_a_daemon_r
         "t6-kept-value-31337\n"
     );
 }
+
+#[test]
+fn issue26_u2_a_keeper_whose_socket_is_removed_is_ended_when_another_starts() {
+    let home = Home::new();
+    let (gate, _first, second) = waiting(&home, &["--env", "Z=u2-kept-value-4242"], "true");
+    let keepers = crate::after::keepers_of(&home);
+    assert_eq!(keepers.len(), 1, "{keepers:?}");
+    let folder = home.item(&second)["folder"].as_str().unwrap().to_string();
+    std::fs::remove_file(std::path::Path::new(&folder).join("keep.sock")).unwrap();
+    // One keeper again: the new one, the old one ended (it held the value in memory).
+    eventually(Duration::from_secs(20), || {
+        let now = crate::after::keepers_of(&home);
+        now.len() == 1 && now[0] != keepers[0]
+    });
+    assert!(!crate::util::alive(keepers[0]), "the old keeper lives on");
+    gate.open();
+    assert_eq!(home.wait_end(&second)["end"], "succeeded");
+}
+
+#[test]
+fn issue26_u3_a_keeper_that_does_not_answer_when_its_item_starts_is_ended() {
+    let home = Home::new();
+    let (gate, _first, second) = waiting(&home, &["--env", "Z=u3-kept-value-4343"], "true");
+    let keepers = crate::after::keepers_of(&home);
+    assert_eq!(keepers.len(), 1, "{keepers:?}");
+    std::process::Command::new("kill")
+        .args(["-STOP", &keepers[0].to_string()])
+        .status()
+        .unwrap();
+    gate.open();
+    assert_eq!(home.wait_end(&second)["end"], "succeeded");
+    eventually(Duration::from_secs(20), || {
+        crate::after::keepers_of(&home).is_empty()
+    });
+}

@@ -404,6 +404,8 @@ impl Daemon {
             owner: crate::daemon::jobs::settle::owner(&record),
             args: args.clone(),
         };
+        // One that no longer answers (its socket removed) ends before another starts.
+        forget_keeper(&job_dir).await;
         match spawn_keeper(&job_dir, &kept).await {
             Ok(()) => crate::note!(
                 "bgwork daemon: the keeper of waiting {} was gone: started again",
@@ -595,7 +597,9 @@ impl Daemon {
         };
         self.records_changed();
         let job_dir = PathBuf::from(&record.job_dir);
-        forget_keeper(&job_dir).await;
+        // Its arguments are here: the start waits for no keeper.
+        let folder = job_dir.clone();
+        tokio::spawn(async move { forget_keeper(&folder).await });
         let _ = std::fs::remove_file(job_dir.join(AFTER_FILE));
         // Its job.json says when it started.
         if let Err(reason) =
@@ -1034,6 +1038,9 @@ async fn spawn_keeper(job_dir: &Path, kept: &Kept) -> Result<(), String> {
         Ok(result) => result,
         Err(_) => Err("its keeper did not answer in time".to_string()),
     };
+    if let Some(pid) = child.id() {
+        crate::keeper::write_pid(job_dir, pid);
+    }
     // Reap it whenever it ends (it outlives this daemon if the daemon goes first).
     tokio::spawn(async move { child.wait().await });
     result
@@ -1042,10 +1049,7 @@ async fn spawn_keeper(job_dir: &Path, kept: &Kept) -> Result<(), String> {
 /// Lets a waiting item's keeper go (it started, or ended).
 pub(crate) async fn forget_keeper(job_dir: &Path) {
     let job_dir = job_dir.to_path_buf();
-    let _ = tokio::task::spawn_blocking(move || {
-        let _ = crate::keeper::ask(&job_dir, KeepRequest::Done);
-    })
-    .await;
+    let _ = tokio::task::spawn_blocking(move || crate::keeper::end(&job_dir)).await;
 }
 
 /// A waiting item after a restart: its conditions (`after.json`) and its arguments

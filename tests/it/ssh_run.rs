@@ -28,6 +28,20 @@ impl OnHost {
         Some(OnHost { home, host })
     }
 
+    /// A home reaching an sshd of the test's own, which the test may take down (the
+    /// shared host is never stopped).
+    fn with_own_sshd(test: &str) -> Option<(crate::ssh::OwnSshd, OnHost)> {
+        let sshd = crate::ssh::OwnSshd::new(&host(test)?);
+        let h = OnHost {
+            home: Home::new().with("BGWORK_SSH_CONFIG", &sshd.config()),
+            host: Host {
+                config: sshd.config(),
+                alias: "bgwork-down".into(),
+            },
+        };
+        Some((sshd, h))
+    }
+
     fn on(&self) -> String {
         format!("ssh:{}", self.host.alias)
     }
@@ -663,17 +677,8 @@ fn issue24_2_a_resize_and_a_close_asked_while_the_host_is_down_reach_its_pane_on
     use crate::panes::until;
     let test =
         "issue24_2_a_resize_and_a_close_asked_while_the_host_is_down_reach_its_pane_once_it_answers";
-    let Some(shared_host) = host(test) else {
+    let Some((mut sshd, h)) = OnHost::with_own_sshd(test) else {
         return;
-    };
-    // An sshd of the test's own (the shared host is never stopped).
-    let mut sshd = crate::ssh::OwnSshd::new(&shared_host);
-    let h = OnHost {
-        home: Home::new().with("BGWORK_SSH_CONFIG", &sshd.config()),
-        host: Host {
-            config: sshd.config(),
-            alias: "bgwork-down".into(),
-        },
     };
     let id = h.start_pane(&["--cols", "90", "--rows", "20"], "bash --norc -i");
     h.home.json(&["send", &id, r"tput cols\n"]);
@@ -711,16 +716,8 @@ fn issue24_2_a_resize_and_a_close_asked_while_the_host_is_down_reach_its_pane_on
 #[test]
 fn issue24_t1_a_stop_asked_while_the_host_is_down_is_carried_out_once_it_answers() {
     let test = "issue24_t1_a_stop_asked_while_the_host_is_down_is_carried_out_once_it_answers";
-    let Some(shared_host) = host(test) else {
+    let Some((mut sshd, h)) = OnHost::with_own_sshd(test) else {
         return;
-    };
-    let mut sshd = crate::ssh::OwnSshd::new(&shared_host);
-    let h = OnHost {
-        home: Home::new().with("BGWORK_SSH_CONFIG", &sshd.config()),
-        host: Host {
-            config: sshd.config(),
-            alias: "bgwork-down".into(),
-        },
     };
     let on = h.on();
     let id = h

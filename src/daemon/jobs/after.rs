@@ -389,15 +389,16 @@ impl Daemon {
     /// Starts the keeper of waiting `row` again if it is gone (killed, say), from the
     /// arguments this daemon holds: they outlive a daemon restart only in a keeper.
     async fn keep_keeper(&self, row: i64, args: &StartArgs) {
-        let Ok(Some(record)) = self.lock().store.get(row) else {
-            return;
+        let record = match self.lock().store.get(row) {
+            Ok(Some(record)) if record.state == State::Waiting => record,
+            _ => return,
         };
         let job_dir = PathBuf::from(&record.job_dir);
         let folder = job_dir.clone();
         let answers = tokio::task::spawn_blocking(move || crate::keeper::answers(&folder))
             .await
             .unwrap_or(true);
-        if answers || record.state != State::Waiting {
+        if answers {
             return;
         }
         let kept = Kept {

@@ -179,6 +179,8 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
     // Why stdout could not take the output (a full disk): the run was asked to go on in
     // the background, and nothing more goes to stdout.
     let mut detached: Option<String> = None;
+    // Whether the choice of `--timeout auto` was said before the wait.
+    let mut said = false;
     let reply: RunReply = loop {
         let line = client.next_line()?.ok_or_else(|| {
             WireError::new(
@@ -219,6 +221,13 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
             }
             continue;
         }
+        if let Ok(note) = serde_json::from_slice::<wire::RunNote>(&line) {
+            if !json {
+                eprintln!("[{}]", inert(&note.note));
+                said = true;
+            }
+            continue;
+        }
         break wire::decode_reply(&line)?;
     };
     if detached.is_some() {
@@ -249,7 +258,7 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
             return Ok(ExitCode::from(1));
         }
     }
-    if let (false, Some(choice)) = (json, &reply.timeout_choice) {
+    if let (false, false, Some(choice)) = (json, said, &reply.timeout_choice) {
         eprintln!("[{}]", inert(choice));
     }
     if !json && reply.outcome != RunOutcome::Ended {

@@ -18,8 +18,9 @@ const AUTO_FLOOR: Duration = Duration::from_secs(1);
 pub(crate) enum AutoDeadline {
     /// Background at once, with its notice armed (the words say why, not what).
     Background(String),
-    /// Wait in the foreground this long, then promote (or kill) as any run.
-    Foreground(Duration, String),
+    /// Wait in the foreground this long, then promote (or kill) as any run: why, and
+    /// the wait in words ("3× that (9 s)").
+    Foreground(Duration, String, String),
 }
 
 impl Daemon {
@@ -96,21 +97,18 @@ impl Daemon {
         let Some(expectation) = self.expectation(cwd, command) else {
             return AutoDeadline::Foreground(
                 plain,
-                format!(
-                    "no history of this command in this folder: waited up to the plain {}",
-                    human_ms(millis(plain))
-                ),
+                "no history of this command in this folder".to_owned(),
+                format!("the plain {}", human_ms(millis(plain))),
             );
         };
         let Some(usual) = expectation.usual_ms.map(Duration::from_millis) else {
             return AutoDeadline::Foreground(
                 plain,
                 format!(
-                    "history has {} of it but none ended by itself (no usual time): waited up \
-                     to the plain {}",
+                    "history has {} of it but none ended by itself (no usual time)",
                     plural(expectation.runs, "run"),
-                    human_ms(millis(plain))
                 ),
+                format!("the plain {}", human_ms(millis(plain))),
             );
         };
         let threshold = self.config.auto_background;
@@ -138,11 +136,11 @@ impl Daemon {
         AutoDeadline::Foreground(
             deadline,
             format!(
-                "{usual_text} ({}), under the {} worth backgrounding: waited in the \
-                 foreground up to {waited}",
+                "{usual_text} ({}), under the {} worth backgrounding",
                 expectation.basis(),
                 human_ms(millis(threshold)),
             ),
+            waited,
         )
     }
 

@@ -439,6 +439,13 @@ pub struct Chunk {
     pub bytes: Option<String>,
 }
 
+/// What a streamed `run` says before its output: the deadline `--timeout auto` chose
+/// and what happens at it (the reply's `timeout_choice` says it again, in the past).
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct RunNote {
+    pub note: String,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 pub struct ReadArgs {
     pub id: String,

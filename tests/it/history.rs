@@ -3,9 +3,11 @@
 //! `run --timeout auto`.
 
 use crate::mcp::Mcp;
-use crate::util::{eventually, Home};
+use crate::util::{eventually, finish_within, Home};
 use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// A project folder whose `step` script says what the command `sh ./step` does.
@@ -345,6 +347,55 @@ fn issue26_3_run_timeout_auto_chooses_from_history_and_says_why() {
     let bad = home.run(&["run", "--timeout", "sometimes", "--", "true"]);
     assert_eq!(bad.code, 2);
     assert!(bad.stderr.contains("auto"), "{}", bad.stderr);
+}
+
+#[test]
+fn issue26_v1_run_timeout_auto_says_its_wait_before_it_begins() {
+    let (home, project, real) = one_run_of_true();
+    // Usually 4 s here: waited for up to 12 s.
+    for _ in 0..3 {
+        insert_run(&home, &real, STEP, 4000, "succeeded");
+    }
+    project.step("sleep 30");
+    let mut child = home
+        .command(&[
+            "run",
+            "--cwd",
+            &project.dir(),
+            "--timeout",
+            "auto",
+            "--",
+            STEP,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let _ = sender.send(line.unwrap_or_default());
+        }
+    });
+    let first = receiver.recv_timeout(Duration::from_secs(10)).unwrap();
+    // Said while the run still waits, not when it returns.
+    assert!(child.try_wait().unwrap().is_none(), "{first}");
+    assert!(
+        first.contains("timeout auto: usually 4.0 s here")
+            && first.contains("waiting in the foreground up to 3× that (12 s)")
+            && first.contains("backgrounded if the session has room by then, else killed"),
+        "{first}"
+    );
+    let id = home.json(&["list"])["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    home.json(&["stop", &id]);
+    finish_within(child, Duration::from_secs(20));
+    // Said once: the end does not say it again.
+    let rest: Vec<String> = receiver.iter().collect();
+    assert!(rest.iter().all(|l| !l.contains("timeout auto")), "{rest:?}");
 }
 
 #[test]

@@ -74,11 +74,13 @@ impl Daemon {
                 (Some(TimeoutMode::Auto), None) => {
                     let cwd = crate::daemon::jobs::new_item::place(&args.start)?.0;
                     match self.auto_deadline(&cwd, &args.start.command, DEFAULT_TIMEOUT) {
-                        AutoDeadline::Foreground(deadline, why) => (deadline, Some((false, why))),
-                        AutoDeadline::Background(why) => {
+                        AutoDeadline::Foreground(deadline, reason, wait) => {
+                            (deadline, Some(AutoChoice::Foreground { reason, wait }))
+                        }
+                        AutoDeadline::Background(reason) => {
                             // Its notice is armed: the caller is not waiting for its end.
                             args.start.notify = true;
-                            (Duration::ZERO, Some((true, why)))
+                            (Duration::ZERO, Some(AutoChoice::Background(reason)))
                         }
                     }
                 }
@@ -97,28 +99,21 @@ impl Daemon {
         let row = self
             .launch(session, &args.start, launch, Some(&mut *ends_shown))
             .await?;
-        auto = match auto {
-            Some((true, why)) => Some(
-                match self.promotion_refused(&self.lock(), session, which)? {
-                    None => (
-                        true,
-                        format!("{why}: backgrounded at once, its notice armed"),
-                    ),
-                    Some(full) => {
-                        // Promoted at once, it would be killed: it waits as with no history.
-                        timeout = DEFAULT_TIMEOUT;
-                        let plain = DEFAULT_TIMEOUT.as_secs();
-                        let why = format!(
-                            "{why}, but {full}: waited in the foreground up to the plain \
-                             {plain} s instead (then, as any run, backgrounded if the session \
-                             has room by then, else killed)"
-                        );
-                        (false, why)
-                    }
-                },
-            ),
-            other => other,
-        };
+        if let Some(AutoChoice::Background(reason)) = &auto {
+            if let Some(full) = self.promotion_refused(&self.lock(), session, which)? {
+                // Promoted at once, it would be killed: it waits as with no history.
+                timeout = DEFAULT_TIMEOUT;
+                auto = Some(AutoChoice::Foreground {
+                    reason: format!("{reason}, but {full}"),
+                    wait: format!("the plain {} s instead", DEFAULT_TIMEOUT.as_secs()),
+                });
+            }
+        }
+        if let (Some(note), true) = (auto.as_ref().and_then(AutoChoice::before), args.stream) {
+            // Said before the wait, not only after it (a caller gone is seen below).
+            let note = wire::RunNote { note };
+            let _ = caller.writer.write_all(&wire::encode_line(&note)).await;
+        }
         let forward = args.stdin == RunStdin::Forward;
         let mut stdin_open = forward;
         if !forward {
@@ -489,17 +484,51 @@ fn stdin_frame(line: &[u8]) -> Result<StdinFrame, WireError> {
     })
 }
 
-/// What `--timeout auto` chose, said in the reply of its run (`auto`: whether it
-/// backgrounded at once, and why).
-fn auto_choice(reply: &mut RunReply, auto: Option<(bool, String)>) {
-    let Some((background, why)) = auto else {
+/// What `--timeout auto` chose, and why.
+enum AutoChoice {
+    /// Backgrounded at once, its notice armed.
+    Background(String),
+    /// Waited for in the foreground up to `wait` (in words), then decided as any run.
+    Foreground { reason: String, wait: String },
+}
+
+impl AutoChoice {
+    /// The choice of a wait, as said before it (a streamed run's first line); none
+    /// when there is no wait to announce.
+    fn before(&self) -> Option<String> {
+        match self {
+            AutoChoice::Background(_) => None,
+            AutoChoice::Foreground { reason, wait } => Some(format!(
+                "timeout auto: {reason}: waiting in the foreground up to {wait}; then, as any \
+                 run, backgrounded if the session has room by then, else killed"
+            )),
+        }
+    }
+
+    /// The choice as said in the run's reply.
+    fn after(&self) -> String {
+        match self {
+            AutoChoice::Background(reason) => {
+                format!("timeout auto: {reason}: backgrounded at once, its notice armed")
+            }
+            AutoChoice::Foreground { reason, wait } => format!(
+                "timeout auto: {reason}: waited in the foreground up to {wait} (then, as any \
+                 run, backgrounded if the session has room by then, else killed)"
+            ),
+        }
+    }
+}
+
+/// What `--timeout auto` chose, said in the reply of its run.
+fn auto_choice(reply: &mut RunReply, auto: Option<AutoChoice>) {
+    let Some(choice) = auto else {
         return;
     };
-    if background && reply.outcome == RunOutcome::Promoted {
+    if matches!(choice, AutoChoice::Background(_)) && reply.outcome == RunOutcome::Promoted {
         let id = &reply.item.id;
         reply.message = format!(
             "{id} runs in the background, its notice armed (`bgwork read {id}`, `bgwork wait {id}`)"
         );
     }
-    reply.timeout_choice = Some(format!("timeout auto: {why}"));
+    reply.timeout_choice = Some(choice.after());
 }

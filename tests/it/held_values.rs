@@ -64,3 +64,61 @@ fn issue26_s1_an_encoded_secret_in_a_command_line_name_or_pattern_is_refused() {
     // A command naming the variable starts.
     home.start_with(&["--secret", "PW"], "echo \"$PW\" | base64 >/dev/null");
 }
+
+#[test]
+fn issue26_v2_a_secret_in_regex_syntax_or_an_awaited_env_value_in_a_pattern_is_refused() {
+    let home = Home::new().with("PW", PW);
+    let awaited = home.start_with(&["--secret", "PW"], "sleep 30");
+    let escaped = PW.replace('-', "\\-");
+    let dotted = PW.replacen('n', ".", 1);
+    let classed = PW.replace("99", "[0-9]{2}");
+    for pattern in [
+        escaped,
+        dotted,
+        classed,
+        format!("(?i){}", PW.to_uppercase()),
+    ] {
+        let why = refused(
+            &home,
+            &[
+                "--after",
+                &format!("{awaited}:output {pattern}"),
+                "--",
+                "true",
+            ],
+        );
+        assert!(why.contains("--after output pattern"), "{pattern}: {why}");
+        assert!(why.contains("secret PW"), "{why}");
+    }
+    // An --env value of the awaited item, long enough to be masked, given again.
+    let token = "EnvToken-0123456789";
+    let other = home.start_with(&["--env", &format!("TOKEN={token}")], "sleep 30");
+    let why = refused(
+        &home,
+        &[
+            "--env",
+            &format!("TOKEN={token}"),
+            "--after",
+            &format!("{other}:output token {}", token.replace('-', ".")),
+            "--",
+            "true",
+        ],
+    );
+    assert!(why.contains("--env TOKEN"), "{why}");
+    // A pattern of the value's shape only, or of the text around it, is no value.
+    for pattern in ["\\w+-\\w+-\\w+-\\d+", "ready", ".*"] {
+        let waiting = home.start_with(
+            &[
+                "--env",
+                &format!("TOKEN={token}"),
+                "--after",
+                &format!("{awaited}:output {pattern}"),
+            ],
+            "true",
+        );
+        home.json(&["stop", &waiting]);
+    }
+    let listed = home.json(&["list", "--all"]).to_string();
+    assert!(!listed.contains("hunter"), "{listed}");
+    assert!(!listed.contains("unter"), "{listed}");
+}

@@ -397,6 +397,19 @@ fn issue15_3_max_runtime_stops_with_ran_past_its_limit() {
     let (code, _, message) = home.error(&["start", "--max-runtime", "0", "--", "true"]);
     assert_eq!(code, 2);
     assert!(message.contains("--max-runtime"), "{message}");
+    // Without --notify, no notice: its end is there for whoever looks.
+    let unarmed = home.start_with(&["--max-runtime", "1s"], "sleep 100");
+    let ended = home.wait_end(&unarmed);
+    assert_eq!(ended["end"], "stopped_by_agent", "{ended}");
+    let pending = home.json(&["notices", "--peek"]);
+    assert!(
+        pending["notices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["item"] != unarmed.as_str()),
+        "{pending}"
+    );
 }
 
 #[test]

@@ -135,14 +135,14 @@ impl Daemon {
                 records.push(Self::find(&inner, session, &after.id)?);
             }
             drop(inner);
-            // A pattern holding the value of a secret of the awaited item (as the caller
-            // holds it: the daemon keeps no value) could never match its masked output.
-            check_awaited_secrets(&args, &records)?;
             for after in &args.after {
                 if let Until::Output { regex } = &after.until {
                     compile(regex)?;
                 }
             }
+            // A pattern holding the value of a secret of the awaited item (as the caller
+            // holds it: the daemon keeps no value) could never match its masked output.
+            check_awaited_secrets(&args, &records)?;
             for (after, record) in args.after.iter().zip(records) {
                 check_target(&record, &after.id, &after.until)?;
                 let here = self.executors.which(record.row, &record.job_dir) == Which::Local;
@@ -915,8 +915,9 @@ const CHAIN: &str = "; so ";
 const WAITED_FOR: &str = ", and it waited for ";
 
 /// Refuses `--after` output patterns that hold the value of a `--secret` of an awaited
-/// item, as the caller's environment (or `--env`) holds it: the awaited item's values
-/// are known to its supervisor only, its secrets' names to its `job.json`.
+/// item, or of an `--env` value long enough to be masked, as the caller's environment
+/// (or `--env`) holds it: the awaited item's values are known to its supervisor only,
+/// their names to its record and its secrets' names to its `job.json`.
 fn check_awaited_secrets(args: &StartArgs, records: &[Record]) -> Result<(), WireError> {
     if !args
         .after
@@ -929,14 +930,28 @@ fn check_awaited_secrets(args: &StartArgs, records: &[Record]) -> Result<(), Wir
     let mut names = Vec::new();
     for record in records {
         let (secret_names, _) = crate::daemon::jobs::new_item::described_options(&record.job_dir);
-        for name in secret_names {
+        // Its secrets, however short, and its --env values long enough to be masked.
+        let mut all: Vec<(String, bool)> =
+            secret_names.into_iter().map(|name| (name, true)).collect();
+        for name in &record.env_names {
+            if !all.iter().any(|(known, _)| known == name) {
+                all.push((name.clone(), false));
+            }
+        }
+        for (name, secret) in all {
+            let least = match secret {
+                true => crate::redact::MIN_SECRET_LEN,
+                false => crate::redact::MIN_ENV_SECRET_LEN,
+            };
             let value = args
                 .env
                 .get(&name)
                 .or_else(|| args.inherit_env.as_ref().and_then(|e| e.get(&name)));
-            if let Some(value) = value.filter(|v| v.trim().len() >= crate::redact::MIN_SECRET_LEN) {
+            if let Some(value) = value.filter(|v| v.trim().len() >= least) {
                 pairs.push([name.clone(), value.clone()]);
-                names.push(name);
+                if secret {
+                    names.push(name);
+                }
             }
         }
     }

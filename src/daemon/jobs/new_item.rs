@@ -208,6 +208,11 @@ pub(crate) fn check_held_values(
             _ => None,
         })
         .collect();
+    // Shared by every pattern and value of this start.
+    let mut budget = Budget {
+        tries: MAX_PATTERN_TRIES,
+        until: std::time::Instant::now() + MAX_PATTERN_TIME,
+    };
     for [name, whole] in pairs {
         // The value, and each line of a value of several lines (masked on its own, §8).
         let mut values = vec![whole.trim()];
@@ -220,7 +225,9 @@ pub(crate) fn check_held_values(
                 let named = args.name.as_deref().is_some_and(|n| n.contains(value));
                 let held = args.command.contains(value)
                     || (!folded.is_empty() && command.contains(&folded));
-                let pattern = patterns.iter().any(|p| p.contains(value));
+                let pattern = patterns
+                    .iter()
+                    .any(|p| pattern_holds(p, value, &mut budget));
                 (held || named || pattern).then_some((held, named, pattern))
             });
         // Else an encoded form the log masks too (base64, URL quoting, hex, JSON): a
@@ -265,6 +272,131 @@ pub(crate) fn check_held_values(
         )));
     }
     Ok(())
+}
+
+/// Whether an output pattern holds `value`: as given, once its regex escapes are taken
+/// away (`p@ss\.w0rd`), or in regex syntax, anywhere in it, that matches the value and
+/// not another text of its shape (`token hunt.r2`, `hunter[0-9]`, `(?i)HUNTER2`; `\w+`
+/// matches any word and holds nothing).
+fn pattern_holds(pattern: &str, value: &str, budget: &mut Budget) -> bool {
+    if pattern.contains(value) || unescaped(pattern).contains(value) {
+        return true;
+    }
+    let parsed = regex_syntax::ParserBuilder::new()
+        .nest_limit(64)
+        .build()
+        .parse(pattern);
+    let Ok(hir) = parsed else {
+        return false;
+    };
+    holds_in(&hir, value, budget)
+}
+
+/// How many runs of pieces of a start's patterns are tried against its values, and for
+/// how long at most (patterns built to take longer are looked at no further).
+const MAX_PATTERN_TRIES: usize = 1_000;
+const MAX_PATTERN_TIME: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// Whether a run of consecutive pieces of `hir` (a literal taken a character at a
+/// time), or a branch of it, matches all of `value` and not another of its shape.
+fn holds_in(hir: &regex_syntax::hir::Hir, value: &str, budget: &mut Budget) -> bool {
+    use regex_syntax::hir::{Hir, HirKind};
+    let pieces: Vec<Hir> = match hir.kind() {
+        HirKind::Capture(capture) => return holds_in(&capture.sub, value, budget),
+        HirKind::Alternation(branches) => {
+            return branches.iter().any(|b| holds_in(b, value, budget));
+        }
+        HirKind::Concat(parts) => parts.iter().flat_map(one_char_each).collect(),
+        _ => one_char_each(hir),
+    };
+    let len = value.len();
+    for first in 0..pieces.len() {
+        let (mut least, mut most) = (0usize, Some(0usize));
+        // A run of pieces far longer than the value would match it only by empty pieces.
+        for last in first..pieces.len().min(first + 2 * len + 8) {
+            let properties = pieces[last].properties();
+            least += properties.minimum_len().unwrap_or(usize::MAX / 2);
+            most = most.zip(properties.maximum_len()).map(|(a, b)| a + b);
+            if least > len {
+                break;
+            }
+            if most.is_some_and(|most| most < len) {
+                continue;
+            }
+            if budget.tries == 0 || std::time::Instant::now() > budget.until {
+                return false;
+            }
+            budget.tries -= 1;
+            if whole_match(&Hir::concat(pieces[first..=last].to_vec()), value) {
+                return true;
+            }
+        }
+    }
+    // A group inside the pattern, on its own.
+    pieces.iter().any(|piece| {
+        matches!(piece.kind(), HirKind::Capture(_) | HirKind::Alternation(_))
+            && holds_in(piece, value, budget)
+    })
+}
+
+/// What is left of the looking one pattern may take.
+struct Budget {
+    tries: usize,
+    until: std::time::Instant,
+}
+
+/// A literal as its characters, one piece each; any other piece as it is.
+fn one_char_each(hir: &regex_syntax::hir::Hir) -> Vec<regex_syntax::hir::Hir> {
+    use regex_syntax::hir::{Hir, HirKind};
+    match hir.kind() {
+        HirKind::Literal(literal) => match std::str::from_utf8(&literal.0) {
+            Ok(text) => text
+                .chars()
+                .map(|c| Hir::literal(c.to_string().into_bytes()))
+                .collect(),
+            Err(_) => vec![hir.clone()],
+        },
+        _ => vec![hir.clone()],
+    }
+}
+
+/// Whether `hir` matches all of `value` and not all of another text of its shape.
+fn whole_match(hir: &regex_syntax::hir::Hir, value: &str) -> bool {
+    let built = regex::RegexBuilder::new(&format!("^(?:{hir})$"))
+        .size_limit(1 << 20)
+        .build();
+    built.is_ok_and(|whole| whole.is_match(value) && !whole.is_match(&other_of_its_shape(value)))
+}
+
+/// A regex pattern with each escaped punctuation character as the character itself.
+fn unescaped(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            ('\\', Some(&next)) if next.is_ascii_punctuation() => {
+                out.push(next);
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// `value` with every letter and digit changed to another of its kind (case kept), the
+/// rest as it is: a text a pattern of its shape matches as well.
+fn other_of_its_shape(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| match c {
+            'a'..='y' | 'A'..='Y' | '0'..='8' => char::from(c as u8 + 1),
+            'z' => 'a',
+            'Z' => 'A',
+            '9' => '0',
+            other => other,
+        })
+        .collect()
 }
 
 /// `[name, value]` of each value the job's log is masked for: the `--secret` ones and

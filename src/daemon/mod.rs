@@ -99,6 +99,8 @@ pub(crate) struct Inner {
     pub starts: guard::Starts,
     /// Jobs whose restart policy has a timer waiting for their next start.
     pub rerun_timers: std::collections::HashSet<i64>,
+    /// Items a `restart` call is replacing now (a second call at once is refused).
+    pub restarting: std::collections::HashSet<i64>,
 }
 
 pub struct Daemon {
@@ -166,6 +168,7 @@ impl Daemon {
                 claimed: Default::default(),
                 starts: Default::default(),
                 rerun_timers: Default::default(),
+                restarting: Default::default(),
             }),
             changed: watch::channel(0).0,
             output: Default::default(),

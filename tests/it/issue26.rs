@@ -709,3 +709,28 @@ fn issue26_u3_a_keeper_that_does_not_answer_when_its_item_starts_is_ended() {
         crate::after::keepers_of(&home).is_empty()
     });
 }
+
+#[test]
+fn issue26_v3_two_restarts_of_one_item_at_once_start_one_item() {
+    let home = Home::new();
+    // Its stop takes the whole grace: the two calls overlap.
+    let old = start(&home, &[], "trap '' TERM; sleep 60");
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let command = home.command(&["--json", "restart", &old]);
+            std::thread::spawn(move || crate::util::output_within(command, Duration::from_secs(60)))
+        })
+        .collect();
+    let outputs: Vec<_> = calls.into_iter().map(|c| c.join().unwrap()).collect();
+    let started: Vec<_> = outputs.iter().filter(|o| o.status.success()).collect();
+    assert_eq!(started.len(), 1, "{outputs:?}");
+    let refused = outputs.iter().find(|o| !o.status.success()).unwrap();
+    let why = String::from_utf8_lossy(&refused.stdout);
+    assert!(why.contains("being restarted by another call"), "{why}");
+    let all = home.json(&["list", "--all"]);
+    assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
+    // Once it returned, the item is restarted again as asked.
+    let again = home.run(&["restart", &old]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    home.run(&["stop", "--all"]);
+}

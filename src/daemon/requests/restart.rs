@@ -23,6 +23,16 @@ impl Daemon {
                 "{id} is a monitor, which restart does not repeat: create it again with `bgwork monitor`"
             )));
         }
+        let _one_at_a_time = Replacing::take(self, record.row).ok_or_else(|| {
+            WireError::new(
+                ErrorCode::NotRunning,
+                format!(
+                    "{id} is being restarted by another call now: its new item is in \
+                     `bgwork list` once that call returns (restart it again after, if \
+                     another is wanted)"
+                ),
+            )
+        })?;
         // The values of `--env` variables were never recorded: the caller gives them
         // again, or its environment has them; a waiting item's keeper still holds its
         // own (contract §14), which stand unless the caller gives others.
@@ -145,5 +155,26 @@ impl Daemon {
             start: reply,
             restarted: id.clone(),
         })
+    }
+}
+
+/// An item a `restart` call is replacing, until the call returns.
+struct Replacing<'a> {
+    daemon: &'a Daemon,
+    row: i64,
+}
+
+impl<'a> Replacing<'a> {
+    /// None when another call is replacing it already.
+    fn take(daemon: &'a Daemon, row: i64) -> Option<Replacing<'a>> {
+        // The lock is let go of before a guard exists (its drop takes the lock).
+        let first = daemon.lock().restarting.insert(row);
+        first.then(|| Replacing { daemon, row })
+    }
+}
+
+impl Drop for Replacing<'_> {
+    fn drop(&mut self) {
+        self.daemon.lock().restarting.remove(&self.row);
     }
 }

@@ -543,7 +543,7 @@ fn spawn_daemon(paths: &Paths) -> Result<std::process::Child, WireError> {
     let exe = std::env::current_exe().map_err(|e| unavailable("find the bgwork binary", e))?;
     let mut command = Command::new(exe);
     command
-        .arg("daemon")
+        .args(["daemon", "--on-demand"])
         .env_remove("BGWORK_JOB")
         .current_dir("/")
         .stdin(Stdio::null())

@@ -263,6 +263,10 @@ Example:
         /// Serve the work strip at start, on 127.0.0.1:PORT (or PORT; 0 for a free one)
         #[arg(long, value_name = "ADDR", value_parser = crate::http::parse_addr)]
         http: Option<u16>,
+        /// Started by a client that found no daemon: when another one serves the home
+        /// by then (two clients started one each), leave without a word
+        #[arg(long, hide = true)]
+        on_demand: bool,
     },
     /// Open the work strip: a web page of every session's work, live, with Stop
     #[command(after_help = "\

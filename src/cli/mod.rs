@@ -144,7 +144,9 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "default".to_string());
     let request = match cli.command {
-        Commands::Daemon { http, .. } => return Ok(run_daemon(http)),
+        Commands::Daemon {
+            http, on_demand, ..
+        } => return Ok(run_daemon(http, on_demand)),
         Commands::Ui { port, no_open } => return ui(&paths, &session, port, no_open, json),
         Commands::Close { id } => Request::Close { id },
         Commands::Supervise { spec_file } => match spec_file {
@@ -405,9 +407,13 @@ fn ui(
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_daemon(http: Option<u16>) -> ExitCode {
+fn run_daemon(http: Option<u16>, on_demand: bool) -> ExitCode {
     match crate::daemon::main(http) {
         Ok(()) => ExitCode::SUCCESS,
+        // Two clients found no daemon and started one each: the other serves.
+        Err(e) if on_demand && e.downcast_ref::<crate::daemon::AlreadyServed>().is_some() => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("bgwork daemon: {e}");
             // A home this daemon will not serve as it is (its database is broken): the

@@ -34,7 +34,7 @@ mod strip;
 use admission::guard;
 pub use config::Config;
 use output::{pane, watchers};
-pub use serve::main;
+pub use serve::{main, AlreadyServed};
 
 use crate::executor::{ExecEvent, Executors, JobHandle};
 use crate::paths::Paths;

@@ -125,6 +125,11 @@ pub fn main(http: Option<u16>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Another daemon holds the lock of the home (or of its socket folder).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AlreadyServed(String);
+
 /// Takes the lock file at `path` for serving `what`, and writes this daemon's pid in it.
 fn take_lock(path: &std::path::Path, what: &std::path::Path) -> anyhow::Result<std::fs::File> {
     let mut lock = std::fs::OpenOptions::new()
@@ -146,11 +151,12 @@ fn take_lock(path: &std::path::Path, what: &std::path::Path) -> anyhow::Result<s
     }
     if lock.try_lock().is_err() {
         let holder = std::fs::read_to_string(path).unwrap_or_default();
-        anyhow::bail!(
+        return Err(AlreadyServed(format!(
             "another bgwork daemon (pid {}) already serves {}: use it, or `bgwork shutdown` first",
             holder.trim(),
             what.display()
-        );
+        ))
+        .into());
     }
     lock.set_len(0)?;
     write!(lock, "{}", std::process::id())?;
@@ -236,6 +242,7 @@ pub async fn run(
     daemon.resume_monitors();
     daemon.resume_waiting();
     daemon.executors.warm_up();
+    tokio::spawn(end_when_home_goes(daemon.clone()));
     // Once records are reconciled (a page would show them half done).
     crate::http::resume(&daemon.backend(), http).await;
     if let Err(e) = daemon.gc() {
@@ -280,6 +287,35 @@ pub async fn run(
         }
     }
     crate::note!("bgwork daemon: shut down; running work goes on under its supervisors");
+}
+
+/// How often the daemon looks whether its home is still there.
+const HOME_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Ends the daemon, and the work it runs, once its home folder is removed (or another
+/// folder took its place): nothing of that work could be read or told any more, and a
+/// daemon serving no home would live on for nobody.
+async fn end_when_home_goes(daemon: Arc<Daemon>) {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |m: std::fs::Metadata| (m.dev(), m.ino());
+    let Ok(home) = std::fs::metadata(&daemon.paths.home).map(identity) else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(HOME_LOOK_EVERY).await;
+        match std::fs::metadata(&daemon.paths.home).map(identity) {
+            Ok(now) if now == home => continue,
+            // Not known to be gone (a folder it may not look into, say).
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => continue,
+            _ => {}
+        }
+        crate::note!(
+            "bgwork daemon: its home {} was removed: stopping its work and ending",
+            daemon.paths.home.display()
+        );
+        let _ = daemon.shutdown(true).await;
+        return;
+    }
 }
 
 /// Serves a connection just accepted, in a task of its own.

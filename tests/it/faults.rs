@@ -203,3 +203,17 @@ pub fn parent_of(pid: i32) -> i32 {
     let after = &stat[stat.rfind(')').unwrap() + 2..];
     after.split(' ').nth(1).unwrap().parse().unwrap()
 }
+
+#[test]
+fn issue26_v5_a_daemon_whose_home_is_removed_ends_with_its_work() {
+    let home = Home::new();
+    let id = home.start("sleep 300");
+    let job = home.item(&id)["pid"].as_i64().unwrap() as i32;
+    let daemon = home.daemon_pid();
+    let before = processes_of(home.path());
+    assert!(before.len() >= 2, "{before:?}");
+    std::fs::remove_dir_all(home.path()).unwrap();
+    eventually(Duration::from_secs(30), || {
+        !alive(daemon) && !alive(job) && before.iter().all(|&pid| !alive(pid))
+    });
+}

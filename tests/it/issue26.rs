@@ -734,3 +734,25 @@ fn issue26_v3_two_restarts_of_one_item_at_once_start_one_item() {
     assert_eq!(again.code, 0, "{}", again.stderr);
     home.run(&["stop", "--all"]);
 }
+
+#[test]
+fn issue26_v4_first_calls_at_once_start_one_daemon_and_log_no_refusal() {
+    let home = Home::new();
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let command = home.command(&["--json", "list"]);
+            std::thread::spawn(move || crate::util::output_within(command, Duration::from_secs(30)))
+        })
+        .collect();
+    for call in calls {
+        let output = call.join().unwrap();
+        assert!(output.status.success(), "{output:?}");
+    }
+    // The daemons that found another serving left without a word.
+    let pid = home.daemon_pid();
+    eventually(Duration::from_secs(10), || {
+        crate::util::processes_of(home.path()) == vec![pid]
+    });
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap_or_default();
+    assert!(!log.contains("already serves"), "{log}");
+}

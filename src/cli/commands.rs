@@ -376,6 +376,9 @@ Example:
         /// The job's spec in a file (a job started by Slurm) instead of on stdin
         #[arg(long, value_name = "PATH")]
         spec_file: Option<std::path::PathBuf>,
+        /// Make the job's cgroup while waiting for the spec
+        #[arg(long)]
+        cgroup: bool,
     },
 }
 

@@ -149,10 +149,10 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
         } => return Ok(run_daemon(http, on_demand)),
         Commands::Ui { port, no_open } => return ui(&paths, &session, port, no_open, json),
         Commands::Close { id } => Request::Close { id },
-        Commands::Supervise { spec_file } => match spec_file {
+        Commands::Supervise { spec_file, cgroup } => match spec_file {
             // A job started from a spec file (by Slurm) takes its commands from its folder.
             Some(spec_file) => crate::executor::slurm::supervise(spec_file),
-            None => crate::supervisor::run(crate::supervisor::Launch::Socket),
+            None => crate::supervisor::run(crate::supervisor::Launch::Socket { cgroup }),
         },
         Commands::Keep { dir } => return Ok(crate::keeper::main(&dir)),
         Commands::Demo => return demo::run(),

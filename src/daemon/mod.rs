@@ -151,7 +151,7 @@ impl Daemon {
                     daemon.apply_output(event);
                 }
             });
-            let executors = Executors::new(events, output, &paths.home);
+            let executors = Executors::new(events, output, &paths.home, config.cgroups);
             Daemon::with_executors(paths, config, store, executors)
         });
         (daemon, receiver)

@@ -36,6 +36,9 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub struct LocalExecutor {
     exe: Arc<PathBuf>,
+    /// Whether supervisors give their jobs a cgroup (`BGWORK_CGROUPS`): a warm one
+    /// makes it while it waits.
+    cgroups: bool,
     events: mpsc::UnboundedSender<ExecEvent>,
     /// Output progress, applied by the relay itself.
     output: OutputSink,
@@ -51,10 +54,15 @@ struct Warm {
 }
 
 impl LocalExecutor {
-    pub fn new(events: mpsc::UnboundedSender<ExecEvent>, output: OutputSink) -> LocalExecutor {
+    pub fn new(
+        events: mpsc::UnboundedSender<ExecEvent>,
+        output: OutputSink,
+        cgroups: bool,
+    ) -> LocalExecutor {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("bgwork"));
         LocalExecutor {
             exe: Arc::new(exe),
+            cgroups,
             events,
             output,
             warm: Arc::new(Mutex::new(None)),
@@ -77,7 +85,7 @@ impl LocalExecutor {
         for candidate in candidates {
             let warm = match candidate {
                 Some(warm) => warm,
-                None => spawn_supervisor(&self.exe)?,
+                None => spawn_supervisor(&self.exe, self.cgroups)?,
             };
             // Written before the job is handed over: a daemon that restarts before the
             // supervisor binds its socket still finds it.
@@ -107,6 +115,7 @@ impl LocalExecutor {
         let (read_half, write_half) = stream.into_split();
         let refill = Some(Refill {
             exe: self.exe.clone(),
+            cgroups: self.cgroups,
             warm: self.warm.clone(),
         });
         Ok(self.relay(
@@ -332,6 +341,7 @@ impl LocalExecutor {
     fn refill(&self) {
         Refill {
             exe: self.exe.clone(),
+            cgroups: self.cgroups,
             warm: self.warm.clone(),
         }
         .start();
@@ -341,6 +351,7 @@ impl LocalExecutor {
 /// What starts the next warm supervisor: the binary and the slot it waits in.
 struct Refill {
     exe: Arc<PathBuf>,
+    cgroups: bool,
     warm: Arc<Mutex<Option<Warm>>>,
 }
 
@@ -350,20 +361,23 @@ impl Refill {
         tokio::task::spawn_blocking(move || {
             let mut slot = self.warm.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_none() {
-                *slot = spawn_supervisor(&self.exe).ok();
+                *slot = spawn_supervisor(&self.exe, self.cgroups).ok();
             }
         });
     }
 }
 
-/// Spawns `bgwork supervise` with its launch socket as stdin. It leaves the daemon's
-/// session itself: with no hook between fork and exec, the spawn is a fast posix_spawn.
-fn spawn_supervisor(exe: &Path) -> Result<Warm, String> {
+/// Spawns `bgwork supervise` with its launch socket as stdin (and `--cgroup`: it makes
+/// its job's cgroup while it waits, moving into one being the slow part of a start). It
+/// leaves the daemon's session itself: with no hook between fork and exec, the spawn is
+/// a fast posix_spawn.
+fn spawn_supervisor(exe: &Path, cgroups: bool) -> Result<Warm, String> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()
         .map_err(|e| format!("could not make a socket pair: {e}"))?;
     // It needs none of the daemon's environment: its job's comes in the spec.
     let mut child = tokio::process::Command::new(exe)
         .arg("supervise")
+        .args(cgroups.then_some("--cgroup"))
         .env_clear()
         .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
         .stdout(Stdio::null())

@@ -224,11 +224,12 @@ impl Executors {
         events: mpsc::UnboundedSender<ExecEvent>,
         output: OutputSink,
         home: &Path,
+        cgroups: bool,
     ) -> Executors {
         Executors {
             slurm: slurm::SlurmExecutor::new(events.clone(), home),
             ssh: ssh::SshExecutor::new(events.clone(), home),
-            local: local::LocalExecutor::new(events, output),
+            local: local::LocalExecutor::new(events, output, cgroups),
         }
     }
 

@@ -4,8 +4,10 @@
 //! killed with one write to `cgroup.kill`.
 //!
 //! How it works: the supervisor makes a child of its own cgroup, `bgwork-PID-START`,
-//! and moves itself into it before it starts the job; it leaves it and removes it when
-//! the job is over. Everything here is best effort: where there is no writable cgroup v2
+//! and moves itself into it while it waits for its job (a move takes milliseconds, not
+//! to be spent while a caller waits for the start); it leaves it and removes it when
+//! the job is over, or when no job came. Empty ones whose supervisor is gone are
+//! removed by the next supervisor (`remove_stale`). Everything here is best effort: where there is no writable cgroup v2
 //! (no unified hierarchy, no delegation) the job runs without one and the sweep falls
 //! back to the session, the group and the `BGWORK_JOB` marker.
 
@@ -22,6 +24,32 @@ pub fn enter(name: &str) -> Option<PathBuf> {
         return None;
     }
     Some(dir)
+}
+
+/// Removes the empty job cgroups beside this process's own whose supervisor is gone (one
+/// killed before its job, say, leaves its cgroup behind): a cgroup with a process in it
+/// cannot be removed, and one whose supervisor lives is left alone.
+pub fn remove_stale() {
+    let Some(own) = own_cgroup() else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(&own) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((pid, start)) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("bgwork-"))
+            .and_then(|n| n.split_once('-'))
+            .and_then(|(pid, start)| Some((pid.parse::<i32>().ok()?, start.parse::<u64>().ok()?)))
+        else {
+            continue;
+        };
+        if super::tree::start_time(pid) != Some(start) {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
 }
 
 /// Moves this process out of any job's cgroup it was born in (a daemon started by a

@@ -81,8 +81,9 @@ pub trait CommandSource {
 
 /// Where a supervisor's job comes from.
 pub enum Launch {
-    /// The launch socket the daemon started this process with (its stdin).
-    Socket,
+    /// The launch socket the daemon started this process with (its stdin); `cgroup`:
+    /// the job's cgroup is made while the spec is awaited.
+    Socket { cgroup: bool },
     /// A launch socket made here (a job that a cluster's scheduler started hands over
     /// no socket), once the signals are blocked (making it may start a thread), and
     /// where that job's commands come from instead of a daemon's connection.
@@ -101,10 +102,14 @@ pub fn run(launch: Launch) -> ! {
         crate::note!("bgwork supervise: could not block signals: {e}");
         std::process::exit(1);
     }
+    let mut early_cgroup = false;
     let (launch, commands) = match launch {
         // SAFETY: the daemon starts every supervisor with its launch socket on LAUNCH_FD
         // and nothing else in this process owns that descriptor.
-        Launch::Socket => (unsafe { UnixStream::from_raw_fd(LAUNCH_FD) }, None),
+        Launch::Socket { cgroup } => {
+            early_cgroup = cgroup;
+            (unsafe { UnixStream::from_raw_fd(LAUNCH_FD) }, None)
+        }
         Launch::Made { make, commands } => match make() {
             Ok(launch) => (launch, Some(commands)),
             Err(e) => {
@@ -120,18 +125,33 @@ pub fn run(launch: Launch) -> ! {
         &launch,
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
     );
-    let code = match Supervisor::launch(launch) {
+    // Moving into a cgroup takes milliseconds (the kernel waits for its readers): a
+    // warm supervisor does it before its job is known, not while the caller waits.
+    let cgroup = early_cgroup.then(job_cgroup).flatten();
+    let code = match Supervisor::launch(launch, cgroup.clone()) {
         Ok(mut supervisor) => {
             supervisor.commands = commands;
             supervisor.serve();
             0
         }
         Err(e) => {
+            if let Some(dir) = &cgroup {
+                cgroup::leave(dir);
+            }
             crate::note!("bgwork supervise: {e}");
             1
         }
     };
     std::process::exit(code)
+}
+
+/// Makes this supervisor's job cgroup (`bgwork-PID-START`) and moves into it, where one
+/// can be made.
+fn job_cgroup() -> Option<PathBuf> {
+    cgroup::remove_stale();
+    let me = std::process::id() as i32;
+    let start = tree::start_time(me)?;
+    cgroup::enter(&format!("bgwork-{me}-{start}"))
 }
 
 /// The signals the supervisor takes through its signalfd.
@@ -256,7 +276,9 @@ const FIRST_SAMPLE: Duration = Duration::from_millis(50);
 const SAMPLE_EVERY: Duration = Duration::from_secs(4);
 
 impl Supervisor {
-    fn launch(launch: UnixStream) -> std::io::Result<Supervisor> {
+    /// Takes the job's spec from `launch` and starts it; `made`: the cgroup made for it
+    /// already (left when the spec wants none).
+    fn launch(launch: UnixStream, made: Option<PathBuf>) -> std::io::Result<Supervisor> {
         let mut reader = BufReader::new(launch.try_clone()?);
         let mut line = Vec::new();
         reader.read_until(b'\n', &mut line)?;
@@ -301,9 +323,15 @@ impl Supervisor {
         // The job's cgroup, where one can be made: every process of the job is born in it.
         let me = std::process::id() as i32;
         let my_start = tree::start_time(me);
-        let cgroup = my_start
-            .filter(|_| !spec.no_cgroup)
-            .and_then(|start| cgroup::enter(&format!("bgwork-{me}-{start}")));
+        let cgroup = match (made, spec.no_cgroup) {
+            (Some(dir), true) => {
+                cgroup::leave(&dir);
+                None
+            }
+            (Some(dir), false) => Some(dir),
+            (None, true) => None,
+            (None, false) => job_cgroup(),
+        };
         let spawned = match spawn::spawn_job(&spec) {
             Ok(spawned) => spawned,
             Err(e) => {

@@ -38,6 +38,22 @@ impl CallerEnv {
     }
 }
 
+/// The variables of a plain login environment, taken from this process when a request
+/// comes from no caller with an environment of its own (the strip's Restart).
+const PLAIN_NAMES: [&str; 10] = [
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+];
+
+/// A plain environment for work started by a person from no shell (the strip): this
+/// process's values of the login variables only ([`PLAIN_NAMES`]), never the rest of
+/// the environment of whichever client started the daemon.
+pub fn plain() -> BTreeMap<String, String> {
+    PLAIN_NAMES
+        .iter()
+        .filter_map(|&name| Some((name.to_string(), std::env::var(name).ok()?)))
+        .collect()
+}
+
 /// Decodes base64 `[name, value]` pairs, refusing what no environment can hold (a name
 /// that is empty or holds `=`, a NUL byte anywhere).
 pub fn decode_pairs(pairs: &[[String; 2]]) -> Result<Vec<(OsString, OsString)>, String> {

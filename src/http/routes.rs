@@ -135,8 +135,12 @@ async fn send(State(web): State<Arc<Web>>, Json(keys): Json<Keys>) -> Response {
 }
 
 async fn restart(State(web): State<Arc<Web>>, Json(target): Json<Target>) -> Response {
+    // A person's click carries no environment: the new item gets a plain one, never the
+    // daemon's own (that of whichever client started it), and its --env values are
+    // asked for as `restart` asks for them.
     let request = Request::Restart(RestartArgs {
         id: target.id,
+        inherit_env: Some(crate::environ::plain()),
         ..RestartArgs::default()
     });
     json(web.ask(&target.session, request).await)

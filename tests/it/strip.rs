@@ -698,3 +698,47 @@ fn issue26_q5_the_strip_counts_waiting_items_apart_as_status_does() {
     let bar = seen["bar"].as_str().unwrap();
     assert!(bar.starts_with("3 running 0 min ago"), "{bar}");
 }
+
+#[test]
+fn issue26_v6_a_restart_from_the_strip_gives_a_plain_environment_not_the_daemons() {
+    // The daemon was started by a client whose environment holds a value of its own.
+    let home = Home::new().with("FIRSTCLIENT", "first-client-value-1234");
+    let served = ui(&home);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = token(served["url"].as_str().unwrap());
+    let started = home
+        .command(&[
+            "--json",
+            "start",
+            "--session",
+            "other",
+            "--",
+            "echo \"first=[$FIRSTCLIENT] home=[$HOME]\"; sleep 60",
+        ])
+        .env_remove("FIRSTCLIENT")
+        .output()
+        .unwrap();
+    let started: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let id = started["id"].as_str().unwrap();
+    let (status, _, body) = post(
+        port,
+        "/api/restart",
+        &format!("127.0.0.1:{port}"),
+        &format!("X-Bgwork-Token: {token}\r\n"),
+        &format!(r#"{{"session":"other","id":"{id}"}}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let new: Value = serde_json::from_str(&body).unwrap();
+    let new = new["id"].as_str().unwrap().to_string();
+    let mut text = String::new();
+    eventually(Duration::from_secs(10), || {
+        text = home.json(&["read", &new, "--all", "--session", "other"])["output"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        text.contains("home=")
+    });
+    assert!(text.contains("first=[]"), "{text}");
+    assert!(!text.contains("home=[]"), "{text}");
+    home.run(&["stop", "--all", "--session", "other"]);
+}

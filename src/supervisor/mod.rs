@@ -145,6 +145,14 @@ pub fn run(launch: Launch) -> ! {
     std::process::exit(code)
 }
 
+/// A folder's device and inode (none when it cannot be looked at).
+fn folder_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
 /// Makes this supervisor's job cgroup (`bgwork-PID-START`) and moves into it, where one
 /// can be made.
 fn job_cgroup() -> Option<PathBuf> {
@@ -268,7 +276,19 @@ struct Supervisor {
     terminated: bool,
     /// Why the job could not be started again, when it could not.
     rerun_failed: Option<String>,
+    /// The job's folder as it was made (device, inode), and when it is next looked at:
+    /// a folder removed (its home deleted) or replaced (a new home's job of the same
+    /// number) is no longer this job's, and nothing more is written in it.
+    folder: Option<(u64, u64)>,
+    folder_at: Instant,
+    /// The folder was found removed or replaced.
+    folder_gone: bool,
 }
+
+/// How often a supervisor looks whether its job's folder is still its own.
+const FOLDER_EVERY: Duration = Duration::from_secs(1);
+/// The grace of a job whose folder is gone (nothing can read it, or hear of its end).
+const FOLDER_GONE_GRACE: Duration = Duration::from_secs(2);
 
 /// The first samples of a job's memory come quickly (short jobs), then ever more
 /// slowly, down to one every few seconds (a thousand idle jobs cost little).
@@ -395,6 +415,9 @@ impl Supervisor {
             between: None,
             terminated: false,
             rerun_failed: None,
+            folder: folder_identity(&job_dir),
+            folder_at: Instant::now() + FOLDER_EVERY,
+            folder_gone: false,
             spec,
         })
     }
@@ -412,6 +435,7 @@ impl Supervisor {
                 self.limit_when_due();
                 self.sample_when_due();
                 self.commands_when_due();
+                self.folder_when_due();
             }
             if !self.wait_between_runs() {
                 break;
@@ -453,6 +477,14 @@ impl Supervisor {
         }
         self.report_progress(true);
         while self.between.is_some() {
+            self.folder_when_due();
+            if self.folder_gone && self.rerun_failed.is_none() {
+                // Its next run would write into a log no reader sees (contract §15).
+                self.rerun_failed = Some(format!(
+                    "its folder {} was removed while it waited to start again",
+                    self.spec.job_dir
+                ));
+            }
             if self.stop_actor.is_some() || self.terminated || self.rerun_failed.is_some() {
                 self.between = None;
                 return false;
@@ -928,6 +960,33 @@ impl Supervisor {
         self.reap();
     }
 
+    /// Ends the job (TERM, a short grace, KILL) once its folder is no longer its own:
+    /// removed, or another job's by now.
+    fn folder_when_due(&mut self) {
+        if self.folder_gone || Instant::now() < self.folder_at {
+            return;
+        }
+        self.folder_at = Instant::now() + FOLDER_EVERY;
+        if self.folder_is_ours() {
+            return;
+        }
+        self.folder_gone = true;
+        crate::note!(
+            "bgwork supervise: the folder {} was removed or replaced: ending its job",
+            self.spec.job_dir
+        );
+        self.begin_stop(None, FOLDER_GONE_GRACE);
+    }
+
+    /// Whether the job's folder is the one this supervisor was given (true where its
+    /// identity could not be known).
+    fn folder_is_ours(&self) -> bool {
+        let Some(made) = self.folder else {
+            return true;
+        };
+        folder_identity(Path::new(&self.spec.job_dir)) == Some(made)
+    }
+
     /// Stops the job as the agent once it has run past its `max_runtime_ms`.
     fn limit_when_due(&mut self) {
         let due = self.limit_at.is_some_and(|at| Instant::now() >= at);
@@ -1155,7 +1214,12 @@ impl Supervisor {
         }
         // Output a leftover process still holds open is not read any more.
         self.flush_mask();
-        self.mask_report();
+        // A folder that is another job's by now (a new home's of the same number) gets
+        // nothing of this one: no report masked, no status, its control socket kept.
+        let ours = !self.folder_gone && self.folder_is_ours();
+        if ours {
+            self.mask_report();
+        }
         let mut status = self.run_status();
         if let Some(message) = &self.rerun_failed {
             status.detail = Some(format!("could not start it again: {message}"));
@@ -1167,7 +1231,10 @@ impl Supervisor {
         // tries again (for a day at most).
         let since = Instant::now();
         let mut said = false;
-        while let Err(e) = write_status(&job_dir, &status) {
+        while let Err(e) = match ours {
+            true => write_status(&job_dir, &status),
+            false => Ok(()),
+        } {
             if !said || since.elapsed() > STATUS_PATIENCE {
                 said = true;
                 crate::note!("bgwork supervise: could not write the status file: {e}");
@@ -1195,7 +1262,9 @@ impl Supervisor {
             });
             conn.flush_blocking(Duration::from_secs(1));
         }
-        let _ = std::fs::remove_file(JobDir(&job_dir).control_socket());
+        if ours {
+            let _ = std::fs::remove_file(JobDir(&job_dir).control_socket());
+        }
         if let Some(dir) = &self.cgroup {
             cgroup::leave(dir);
         }

@@ -217,3 +217,46 @@ fn issue26_v5_a_daemon_whose_home_is_removed_ends_with_its_work() {
         !alive(daemon) && !alive(job) && before.iter().all(|&pid| !alive(pid))
     });
 }
+
+#[test]
+fn issue26_v7_a_supervisor_whose_home_was_removed_never_writes_into_a_new_one() {
+    let home = Home::new();
+    let gate = crate::util::Gate::new();
+    // Ends (exit 7) once the gate opens; waits out a long back-off first when it fails.
+    let old = home.start_with(&["--notify"], &gate.after_go("echo old-done; exit 7"));
+    let waiter = home.start_with(&["--restart", "on-failure", "--backoff", "60s"], "exit 1");
+    eventually(Duration::from_secs(20), || {
+        home.item(&waiter)["state"] == "restarting"
+    });
+    let supervisors = crate::util::supervisors_of(home.daemon_pid());
+    home.json(&["shutdown"]);
+    // The home is removed while its work goes on, and a new one made in its place.
+    std::fs::remove_dir_all(home.path()).unwrap();
+    std::fs::create_dir(home.path()).unwrap();
+    std::fs::set_permissions(
+        home.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let new = home.start_with(&["--notify"], "sleep 60; echo new-done");
+    assert_eq!(new, old, "the new home gives the same id and folder");
+    gate.open();
+    // The old supervisors end (the back-off one too), writing nothing in the new folder.
+    eventually(Duration::from_secs(30), || {
+        supervisors.iter().all(|&pid| !alive(pid))
+    });
+    let item = home.item(&new);
+    assert_eq!(item["state"], "running", "{item}");
+    let folder = std::path::PathBuf::from(item["folder"].as_str().unwrap());
+    assert!(
+        !folder.join("status").exists() || {
+            let status = std::fs::read_to_string(folder.join("status")).unwrap();
+            !status.contains("\"exit_code\":7")
+        }
+    );
+    // The new item still answers: it is stopped as asked.
+    let stopped = home.run(&["stop", &new]);
+    assert_eq!(stopped.code, 0, "{}{}", stopped.stdout, stopped.stderr);
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap_or_default();
+    assert!(!log.contains("holds the status of"), "{log}");
+}

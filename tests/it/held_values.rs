@@ -122,3 +122,64 @@ fn issue26_v2_a_secret_in_regex_syntax_or_an_awaited_env_value_in_a_pattern_is_r
     assert!(!listed.contains("hunter"), "{listed}");
     assert!(!listed.contains("unter"), "{listed}");
 }
+
+#[test]
+fn issue26_v8_a_secret_spelled_in_any_script_or_in_classes_or_stars_is_refused() {
+    let ru = "пароль секрет";
+    let punct = "!@#$%^&*()+=";
+    let pw = "hunter2xyz";
+    let home = Home::new()
+        .with("RU", ru)
+        .with("PUN", punct)
+        .with("PW2", pw);
+    let awaited = home.start_with(
+        &["--secret", "RU", "--secret", "PUN", "--secret", "PW2"],
+        "sleep 30",
+    );
+    let padded = format!("{}hunt.r2xyz", "(a*b*)".repeat(300));
+    for pattern in [
+        "(?i)ПАРОЛЬ СЕКРЕТ",
+        "пар.ль секрет",
+        "пароль\\sсекрет",
+        "[!]@#\\$%\\^&\\*\\(\\)\\+=",
+        "[hi][uv][no][tu][ef][rs][23][xy][yz][za]",
+        "h*u*n*t*e*r*2*x*y*z*",
+        "\\w*unter2xyz",
+        padded.as_str(),
+    ] {
+        let run = home.run(&[
+            "start",
+            "--window",
+            "0",
+            "--after",
+            &format!("{awaited}:output {pattern}"),
+            "--",
+            "true",
+        ]);
+        assert_eq!(run.code, 2, "{pattern} was taken: {}", run.stdout);
+        assert!(
+            run.stderr.contains("--after output pattern"),
+            "{}",
+            run.stderr
+        );
+    }
+    // The shape alone is no value: it waits.
+    for pattern in ["\\w+", "[[:alpha:]]+ [[:alpha:]]+", "\\S+", "ready"] {
+        let run = home.run(&[
+            "start",
+            "--window",
+            "0",
+            "--after",
+            &format!("{awaited}:output {pattern}"),
+            "--",
+            "true",
+        ]);
+        assert_eq!(run.code, 0, "{pattern}: {}", run.stderr);
+    }
+    let listed = home.json(&["list", "--all"]).to_string();
+    assert!(
+        !listed.contains("unter") && !listed.contains("ароль"),
+        "{listed}"
+    );
+    home.run(&["stop", "--all"]);
+}

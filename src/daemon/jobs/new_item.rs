@@ -208,11 +208,6 @@ pub(crate) fn check_held_values(
             _ => None,
         })
         .collect();
-    // Shared by every pattern and value of this start.
-    let mut budget = Budget {
-        tries: MAX_PATTERN_TRIES,
-        until: std::time::Instant::now() + MAX_PATTERN_TIME,
-    };
     for [name, whole] in pairs {
         // The value, and each line of a value of several lines (masked on its own, §8).
         let mut values = vec![whole.trim()];
@@ -225,9 +220,7 @@ pub(crate) fn check_held_values(
                 let named = args.name.as_deref().is_some_and(|n| n.contains(value));
                 let held = args.command.contains(value)
                     || (!folded.is_empty() && command.contains(&folded));
-                let pattern = patterns
-                    .iter()
-                    .any(|p| pattern_holds(p, value, &mut budget));
+                let pattern = patterns.iter().any(|p| pattern_holds(p, value));
                 (held || named || pattern).then_some((held, named, pattern))
             });
         // Else an encoded form the log masks too (base64, URL quoting, hex, JSON): a
@@ -257,7 +250,8 @@ pub(crate) fn check_held_values(
         if pattern && !held && !named {
             return Err(WireError::bad_request(format!(
                 "the --after output pattern holds the value of {what} (or an encoded form of \
-                 it), which every reader is \
+                 it, or spells it in regex syntax, or is too intricate to be told from one), \
+                 which every reader is \
                  shown masked as [secret {name}], so the pattern could never match (and would \
                  show the value wherever the item is listed): nothing was started; match the \
                  text around it, or the mask itself (e.g. 'token is \\[secret {name}\\]')"
@@ -276,9 +270,9 @@ pub(crate) fn check_held_values(
 
 /// Whether an output pattern holds `value`: as given, once its regex escapes are taken
 /// away (`p@ss\.w0rd`), or in regex syntax, anywhere in it, that matches the value and
-/// not another text of its shape (`token hunt.r2`, `hunter[0-9]`, `(?i)HUNTER2`; `\w+`
-/// matches any word and holds nothing).
-fn pattern_holds(pattern: &str, value: &str, budget: &mut Budget) -> bool {
+/// not every other text of its shape (`token hunt.r2`, `hunter[0-9]`, `(?i)HUNTER2`,
+/// `h*u*n*t*e*r*2*`; `\w+` matches any word and holds nothing).
+fn pattern_holds(pattern: &str, value: &str) -> bool {
     if pattern.contains(value) || unescaped(pattern).contains(value) {
         return true;
     }
@@ -289,33 +283,81 @@ fn pattern_holds(pattern: &str, value: &str, budget: &mut Budget) -> bool {
     let Ok(hir) = parsed else {
         return false;
     };
-    holds_in(&hir, value, budget)
+    let others = others_of_its_shape(value);
+    let mut tries = MAX_TRIES;
+    // A pattern too intricate to be looked at whole is taken as holding the value.
+    holds_in(&hir, value, &others, &mut tries).unwrap_or(true)
 }
 
-/// How many runs of pieces of a start's patterns are tried against its values, and for
-/// how long at most (patterns built to take longer are looked at no further).
-const MAX_PATTERN_TRIES: usize = 1_000;
-const MAX_PATTERN_TIME: std::time::Duration = std::time::Duration::from_millis(150);
+/// How many regexes one pattern may take to be checked against one value.
+const MAX_TRIES: usize = 20_000;
+
+/// The most pieces of a pattern one value is matched against: a run of pieces longer
+/// than that matches it only by pieces that match nothing, which a shorter run holds.
+fn longest_run(value: &str) -> usize {
+    (2 * value.chars().count() + 8).min(MAX_RUN)
+}
+const MAX_RUN: usize = 240;
 
 /// Whether a run of consecutive pieces of `hir` (a literal taken a character at a
-/// time), or a branch of it, matches all of `value` and not another of its shape.
-fn holds_in(hir: &regex_syntax::hir::Hir, value: &str, budget: &mut Budget) -> bool {
+/// time), or of a group in it, matches all of `value` and not all of `others`. One
+/// regex per first piece finds whether any run that begins there matches the value
+/// (`^(?:a(?:b(?:c)?)?)$`); only then is each of those runs looked at alone. None when
+/// that took more than `tries` regexes.
+fn holds_in(
+    hir: &regex_syntax::hir::Hir,
+    value: &str,
+    others: &[String],
+    tries: &mut usize,
+) -> Option<bool> {
     use regex_syntax::hir::{Hir, HirKind};
     let pieces: Vec<Hir> = match hir.kind() {
-        HirKind::Capture(capture) => return holds_in(&capture.sub, value, budget),
+        HirKind::Capture(capture) => return holds_in(&capture.sub, value, others, tries),
         HirKind::Alternation(branches) => {
-            return branches.iter().any(|b| holds_in(b, value, budget));
+            for branch in branches {
+                if holds_in(branch, value, others, tries)? {
+                    return Some(true);
+                }
+            }
+            return Some(false);
         }
         HirKind::Concat(parts) => parts.iter().flat_map(one_char_each).collect(),
         _ => one_char_each(hir),
     };
     let len = value.len();
+    let longest = longest_run(value);
+    let mut take = || {
+        *tries = tries.checked_sub(1)?;
+        Some(())
+    };
     for first in 0..pieces.len() {
+        if !may_begin(&pieces[first..], value) {
+            continue;
+        }
+        let last = pieces.len().min(first + longest);
+        let mut nested = String::new();
+        for piece in pieces[first..last].iter().rev() {
+            nested = match nested.is_empty() {
+                true => format!("(?:{piece})"),
+                false => format!("(?:{piece})(?:{nested})?"),
+            };
+        }
+        take()?;
+        let built = regex::RegexBuilder::new(&format!("^(?:{nested})$"))
+            .size_limit(1 << 22)
+            .nest_limit(4 * MAX_RUN as u32)
+            .build();
+        let Ok(runs) = built else {
+            continue;
+        };
+        if !runs.is_match(value) {
+            continue;
+        }
+        // Some run from here matches the value: is one of them that specific?
         let (mut least, mut most) = (0usize, Some(0usize));
-        // A run of pieces far longer than the value would match it only by empty pieces.
-        for last in first..pieces.len().min(first + 2 * len + 8) {
-            let properties = pieces[last].properties();
-            least += properties.minimum_len().unwrap_or(usize::MAX / 2);
+        for end in first..last {
+            let properties = pieces[end].properties();
+            least = least.saturating_add(properties.minimum_len().unwrap_or(usize::MAX));
             most = most.zip(properties.maximum_len()).map(|(a, b)| a + b);
             if least > len {
                 break;
@@ -323,26 +365,51 @@ fn holds_in(hir: &regex_syntax::hir::Hir, value: &str, budget: &mut Budget) -> b
             if most.is_some_and(|most| most < len) {
                 continue;
             }
-            if budget.tries == 0 || std::time::Instant::now() > budget.until {
-                return false;
-            }
-            budget.tries -= 1;
-            if whole_match(&Hir::concat(pieces[first..=last].to_vec()), value) {
-                return true;
+            take()?;
+            if whole_match(&Hir::concat(pieces[first..=end].to_vec()), value, others) {
+                return Some(true);
             }
         }
     }
     // A group inside the pattern, on its own.
-    pieces.iter().any(|piece| {
-        matches!(piece.kind(), HirKind::Capture(_) | HirKind::Alternation(_))
-            && holds_in(piece, value, budget)
-    })
+    for piece in &pieces {
+        let group = matches!(piece.kind(), HirKind::Capture(_) | HirKind::Alternation(_));
+        if group && holds_in(piece, value, others, tries)? {
+            return Some(true);
+        }
+    }
+    Some(false)
 }
 
-/// What is left of the looking one pattern may take.
-struct Budget {
-    tries: usize,
-    until: std::time::Instant,
+/// Whether a run of `pieces` from the first may match all of `value`, as far as the
+/// pieces of one character each (a literal's character, a class) tell, without building
+/// a regex: false once one of them cannot match its character of the value.
+fn may_begin(pieces: &[regex_syntax::hir::Hir], value: &str) -> bool {
+    use regex_syntax::hir::{Class, HirKind};
+    for (piece, c) in pieces.iter().zip(value.chars()) {
+        let fits = match piece.kind() {
+            HirKind::Literal(literal) => {
+                let mut buffer = [0u8; 4];
+                *literal.0 == *c.encode_utf8(&mut buffer).as_bytes()
+            }
+            HirKind::Class(Class::Unicode(class)) => class
+                .ranges()
+                .iter()
+                .any(|r| r.start() <= c && c <= r.end()),
+            HirKind::Class(Class::Bytes(class)) => u8::try_from(c).is_ok_and(|b| {
+                class
+                    .ranges()
+                    .iter()
+                    .any(|r| r.start() <= b && b <= r.end())
+            }),
+            // Any other piece may match more or fewer characters: no more is told.
+            _ => return true,
+        };
+        if !fits {
+            return false;
+        }
+    }
+    true
 }
 
 /// A literal as its characters, one piece each; any other piece as it is.
@@ -360,12 +427,14 @@ fn one_char_each(hir: &regex_syntax::hir::Hir) -> Vec<regex_syntax::hir::Hir> {
     }
 }
 
-/// Whether `hir` matches all of `value` and not all of another text of its shape.
-fn whole_match(hir: &regex_syntax::hir::Hir, value: &str) -> bool {
+/// Whether `hir` matches all of `value` and not all of every other text of its shape.
+fn whole_match(hir: &regex_syntax::hir::Hir, value: &str, others: &[String]) -> bool {
     let built = regex::RegexBuilder::new(&format!("^(?:{hir})$"))
-        .size_limit(1 << 20)
+        .size_limit(1 << 22)
         .build();
-    built.is_ok_and(|whole| whole.is_match(value) && !whole.is_match(&other_of_its_shape(value)))
+    built.is_ok_and(|whole| {
+        whole.is_match(value) && !others.iter().all(|other| whole.is_match(other))
+    })
 }
 
 /// A regex pattern with each escaped punctuation character as the character itself.
@@ -384,17 +453,43 @@ fn unescaped(pattern: &str) -> String {
     out
 }
 
-/// `value` with every letter and digit changed to another of its kind (case kept), the
-/// rest as it is: a text a pattern of its shape matches as well.
-fn other_of_its_shape(value: &str) -> String {
-    value
-        .chars()
-        .map(|c| match c {
-            'a'..='y' | 'A'..='Y' | '0'..='8' => char::from(c as u8 + 1),
-            'z' => 'a',
-            'Z' => 'A',
-            '9' => '0',
-            other => other,
+/// Texts of `value`'s shape: each letter and digit changed to others of its kind (case
+/// kept; any script's letters to Latin ones), spaces and separators kept (the
+/// punctuation of a value of punctuation alone changed too). A
+/// pattern of the shape alone (`\w+`, `[[:alpha:]]+`) matches them all; one that spells
+/// the value, even with a class of two or three characters for each, fails on one.
+fn others_of_its_shape(value: &str) -> Vec<String> {
+    const LOWER: &[u8] = b"abcdefghijklmnopqrstuvwxyz";
+    const DIGITS: &[u8] = b"0123456789";
+    const PUNCT: &[u8] = b"!#%&*+,-./:;=?@^_~";
+    let shift = |set: &[u8], c: char, by: usize| -> char {
+        let at = set.iter().position(|&b| char::from(b) == c).unwrap_or(0);
+        char::from(set[(at + by) % set.len()])
+    };
+    let all_punctuation = !value.chars().any(char::is_alphanumeric);
+    [1, 7, 13, 19]
+        .iter()
+        .map(|&by| {
+            value
+                .chars()
+                .map(|c| match c {
+                    c if c.is_ascii_digit() => shift(DIGITS, c, by % 10 + 1),
+                    c if c.is_ascii_lowercase() => shift(LOWER, c, by),
+                    c if c.is_ascii_uppercase() => {
+                        shift(LOWER, c.to_ascii_lowercase(), by).to_ascii_uppercase()
+                    }
+                    c if c.is_uppercase() => shift(LOWER, 'a', by).to_ascii_uppercase(),
+                    c if c.is_alphabetic() => shift(LOWER, 'a', by),
+                    c if c.is_numeric() => shift(DIGITS, '0', by),
+                    // Separators are the shape of a value with letters or digits
+                    // (`\w+-\w+`); a value of punctuation alone has no other shape.
+                    c if c.is_whitespace() || !all_punctuation => c,
+                    c => match PUNCT.contains(&(c as u32 as u8)) && c.is_ascii() {
+                        true => shift(PUNCT, c, by),
+                        false => shift(PUNCT, '!', by),
+                    },
+                })
+                .collect()
         })
         .collect()
 }

@@ -298,6 +298,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             timeout: matches!(run.timeout, Some(TimeoutArg::Auto))
                 .then_some(wire::TimeoutMode::Auto),
             stream: !json,
+            announce: true,
             // As a shell does: the command reads this process's stdin.
             stdin: wire::RunStdin::Forward,
         }),

@@ -181,13 +181,30 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
     let mut detached: Option<String> = None;
     // Whether the choice of `--timeout auto` was said before the wait.
     let mut said = false;
+    // The run's job, once the daemon named it.
+    let mut started: Option<String> = None;
     let reply: RunReply = loop {
-        let line = client.next_line()?.ok_or_else(|| {
-            WireError::new(
-                wire::ErrorCode::Unavailable,
-                "the daemon closed the connection",
-            )
-        })?;
+        let line = match (client.next_line(), &started) {
+            (Ok(Some(line)), _) => line,
+            // The job lives on under its supervisor; a daemon started by the next call
+            // takes it back.
+            (Ok(None) | Err(_), Some(id)) => {
+                return Err(WireError::new(
+                    wire::ErrorCode::Unavailable,
+                    format!(
+                        "the daemon went away during the run of {id}, which goes on: \
+                         `bgwork wait {id}` for its end, `bgwork read {id}` for its output"
+                    ),
+                ))
+            }
+            (Ok(None), None) => {
+                return Err(WireError::new(
+                    wire::ErrorCode::Unavailable,
+                    "the daemon closed the connection",
+                ))
+            }
+            (Err(e), None) => return Err(e),
+        };
         if let Ok(chunk) = serde_json::from_slice::<wire::Chunk>(&line) {
             // The command's own bytes, as they are (its stdout is this one).
             let bytes = match &chunk.bytes {
@@ -221,11 +238,13 @@ fn run(client: &mut Client, envelope: &Envelope, json: bool) -> Result<ExitCode,
             }
             continue;
         }
-        if let Ok(note) = serde_json::from_slice::<wire::RunNote>(&line) {
-            if !json {
-                eprintln!("[{}]", inert(&note.note));
+        if let Ok(first) = serde_json::from_slice::<wire::RunStarted>(&line) {
+            if let Some(note) = &first.note {
+                // On stderr, `--json` or not: stdout keeps the reply alone.
+                eprintln!("[{}]", inert(note));
                 said = true;
             }
+            started = Some(first.started).filter(|id| !id.is_empty());
             continue;
         }
         break wire::decode_reply(&line)?;

@@ -539,6 +539,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
                 }
             },
             stream: false,
+            announce: false,
             // The model has no stdin to give: the command reads end-of-input.
             stdin: wire::RunStdin::Closed,
         }),

@@ -359,6 +359,10 @@ pub struct RunArgs {
     /// Stream output as `{"chunk":…}` lines before the final reply.
     #[serde(default)]
     pub stream: bool,
+    /// Send the [`RunStarted`] line first even when the output is not streamed (the
+    /// CLI's `--json`: its note is said on stderr before the wait).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub announce: bool,
     /// The command's stdin: closed at once (the default), or the caller's own.
     #[serde(default)]
     pub stdin: RunStdin,
@@ -439,11 +443,14 @@ pub struct Chunk {
     pub bytes: Option<String>,
 }
 
-/// What a streamed `run` says before its output: the deadline `--timeout auto` chose
-/// and what happens at it (the reply's `timeout_choice` says it again, in the past).
+/// What a streamed `run` says before its output: its job's id, and the deadline
+/// `--timeout auto` chose and what happens at it (the reply's `timeout_choice` says it
+/// again, in the past).
 #[derive(Serialize, Deserialize, Debug, Clone)]
-pub struct RunNote {
-    pub note: String,
+pub struct RunStarted {
+    pub started: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]

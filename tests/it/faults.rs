@@ -260,3 +260,35 @@ fn issue26_v7_a_supervisor_whose_home_was_removed_never_writes_into_a_new_one() 
     let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap_or_default();
     assert!(!log.contains("holds the status of"), "{log}");
 }
+
+#[test]
+fn issue26_v9_a_run_whose_daemon_is_killed_names_the_job_that_goes_on() {
+    let home = Home::new();
+    let child = home
+        .command(&["run", "--", "echo started; sleep 30"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    eventually(Duration::from_secs(20), || {
+        let listed = home.json(&["list"]);
+        id = listed["items"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        listed["items"][0]["state"] == "running"
+    });
+    home.kill_daemon();
+    let out = crate::util::finish_within(child, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("during the run of {id}, which goes on"))
+            && stderr.contains(&format!("bgwork wait {id}")),
+        "{stderr}"
+    );
+    // It does: a new daemon took it back.
+    assert_eq!(home.item(&id)["state"], "running");
+    home.run(&["stop", &id]);
+}

@@ -396,6 +396,26 @@ fn issue26_v1_run_timeout_auto_says_its_wait_before_it_begins() {
     // Said once: the end does not say it again.
     let rest: Vec<String> = receiver.iter().collect();
     assert!(rest.iter().all(|l| !l.contains("timeout auto")), "{rest:?}");
+    // With --json too, on stderr (stdout keeps the reply alone).
+    project.step("true");
+    let dir = project.dir();
+    let json = home.run(&[
+        "--json",
+        "run",
+        "--cwd",
+        &dir,
+        "--timeout",
+        "auto",
+        "--",
+        STEP,
+    ]);
+    assert!(
+        json.stderr.contains("[timeout auto: usually "),
+        "{}",
+        json.stderr
+    );
+    let reply: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(reply["outcome"], "ended", "{reply}");
 }
 
 #[test]

@@ -109,10 +109,16 @@ impl Daemon {
                 });
             }
         }
-        if let (Some(note), true) = (auto.as_ref().and_then(AutoChoice::before), args.stream) {
-            // Said before the wait, not only after it (a caller gone is seen below).
-            let note = wire::RunNote { note };
-            let _ = caller.writer.write_all(&wire::encode_line(&note)).await;
+        if args.stream || args.announce {
+            // Its id, and the choice of `--timeout auto`, before the wait (a caller that
+            // loses the daemon meanwhile can still name the job that goes on); a caller
+            // gone is seen below.
+            let id = self.lock().store.get(row).ok().flatten().map(|r| r.id);
+            let started = wire::RunStarted {
+                started: id.unwrap_or_default(),
+                note: auto.as_ref().and_then(AutoChoice::before),
+            };
+            let _ = caller.writer.write_all(&wire::encode_line(&started)).await;
         }
         let forward = args.stdin == RunStdin::Forward;
         let mut stdin_open = forward;

@@ -101,6 +101,9 @@ pub(crate) struct Inner {
     pub rerun_timers: std::collections::HashSet<i64>,
     /// Items a `restart` call is replacing now (a second call at once is refused).
     pub restarting: std::collections::HashSet<i64>,
+    /// Runs waiting in the foreground, not yet promoted: none counts against another
+    /// run's promotion (each may end, or be killed, first).
+    pub foreground: std::collections::HashSet<i64>,
 }
 
 pub struct Daemon {
@@ -169,6 +172,7 @@ impl Daemon {
                 starts: Default::default(),
                 rerun_timers: Default::default(),
                 restarting: Default::default(),
+                foreground: Default::default(),
             }),
             changed: watch::channel(0).0,
             output: Default::default(),

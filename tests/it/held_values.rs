@@ -181,5 +181,4 @@ fn issue26_v8_a_secret_spelled_in_any_script_or_in_classes_or_stars_is_refused()
         !listed.contains("unter") && !listed.contains("ароль"),
         "{listed}"
     );
-    home.run(&["stop", "--all"]);
 }

@@ -732,7 +732,6 @@ fn issue26_v3_two_restarts_of_one_item_at_once_start_one_item() {
     // Once it returned, the item is restarted again as asked.
     let again = home.run(&["restart", &old]);
     assert_eq!(again.code, 0, "{}", again.stderr);
-    home.run(&["stop", "--all"]);
 }
 
 #[test]
@@ -755,4 +754,51 @@ fn issue26_v4_first_calls_at_once_start_one_daemon_and_log_no_refusal() {
     });
     let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap_or_default();
     assert!(!log.contains("already serves"), "{log}");
+}
+
+#[test]
+fn issue26_v10_runs_that_decide_at_once_promote_as_many_as_there_is_room_for() {
+    let home = Home::new()
+        .with("BGWORK_MAX_RUNNING", "2")
+        .with("BGWORK_AUTO_BACKGROUND_S", "0.2");
+    home.start("sleep 60");
+    let project = tempfile::tempdir().unwrap();
+    let step = project.path().join("step");
+    let dir = project.path().display().to_string();
+    // Usually longer than worth waiting for: `--timeout auto` backgrounds it at once.
+    std::fs::write(&step, "sleep 0.4").unwrap();
+    home.run(&["run", "--cwd", &dir, "--", "sh ./step"]);
+    std::fs::write(&step, "sleep 30").unwrap();
+    // Three at once, room for one more background job: one is backgrounded, the two
+    // others wait in the foreground (none is killed at once).
+    let (sender, receiver) = std::sync::mpsc::channel();
+    for _ in 0..3 {
+        let command = home.command(&[
+            "--json",
+            "run",
+            "--cwd",
+            &dir,
+            "--timeout",
+            "auto",
+            "--",
+            "sh ./step",
+        ]);
+        let sender = sender.clone();
+        std::thread::spawn(move || {
+            let out = crate::util::output_within(command, Duration::from_secs(90));
+            let reply: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            let _ = sender.send(reply["outcome"].as_str().unwrap_or("error").to_string());
+        });
+    }
+    let first = receiver.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(first, "promoted");
+    // The two others wait in the foreground (neither killed at once): stop them.
+    assert!(receiver.recv_timeout(Duration::from_secs(2)).is_err());
+    for item in home.json(&["list"])["items"].as_array().unwrap() {
+        home.run(&["stop", item["id"].as_str().unwrap()]);
+    }
+    let rest: Vec<String> = (0..2)
+        .map(|_| receiver.recv_timeout(Duration::from_secs(30)).unwrap())
+        .collect();
+    assert!(rest.iter().all(|o| o == "ended"), "{rest:?}");
 }

@@ -740,5 +740,5 @@ fn issue26_v6_a_restart_from_the_strip_gives_a_plain_environment_not_the_daemons
     });
     assert!(text.contains("first=[]"), "{text}");
     assert!(!text.contains("home=[]"), "{text}");
-    home.run(&["stop", "--all", "--session", "other"]);
+    home.run(&["stop", &new, "--session", "other"]);
 }

@@ -160,19 +160,26 @@ impl Daemon {
         }
     }
 
-    /// Why a `run` at its deadline is killed rather than promoted to a background
-    /// job: its session past its limit where the run runs (this machine, or ssh hosts
-    /// together), or the daemon past its cap (the run itself counted, as every running
-    /// item is); none: promoted.
+    /// Why the `run` of `row` at its deadline is killed rather than promoted to a
+    /// background job: its session past its limit where the run runs (this machine, or
+    /// ssh hosts together; the run itself counted, other runs still in the foreground
+    /// not: the first at its deadline takes the room), or the daemon past its cap; none:
+    /// promoted.
     pub(crate) fn promotion_refused(
         &self,
         inner: &Inner,
         session: &str,
         which: Which,
+        row: i64,
     ) -> Result<Option<String>, WireError> {
         let load = self.load(inner, session)?;
         let max = self.max_of(which);
-        if load.of(which).len() > max {
+        let counted = load
+            .of(which)
+            .iter()
+            .filter(|r| r.row == row || !inner.foreground.contains(&r.row))
+            .count();
+        if counted > max {
             let counted = match which {
                 Which::Ssh => format!("{} on ssh hosts", plural(max, "running job")),
                 Which::Local | Which::Slurm => plural(max, "running item"),

@@ -99,14 +99,23 @@ impl Daemon {
         let row = self
             .launch(session, &args.start, launch, Some(&mut *ends_shown))
             .await?;
+        let _in_the_foreground = InTheForeground::take(self, row);
         if let Some(AutoChoice::Background(reason)) = &auto {
-            if let Some(full) = self.promotion_refused(&self.lock(), session, which)? {
+            let mut inner = self.lock();
+            match self.promotion_refused(&inner, session, which, row)? {
                 // Promoted at once, it would be killed: it waits as with no history.
-                timeout = DEFAULT_TIMEOUT;
-                auto = Some(AutoChoice::Foreground {
-                    reason: format!("{reason}, but {full}"),
-                    wait: format!("the plain {} s instead", DEFAULT_TIMEOUT.as_secs()),
-                });
+                Some(full) => {
+                    timeout = DEFAULT_TIMEOUT;
+                    auto = Some(AutoChoice::Foreground {
+                        reason: format!("{reason}, but {full}"),
+                        wait: format!("the plain {} s instead", DEFAULT_TIMEOUT.as_secs()),
+                    });
+                }
+                // The room is its own from now on: a run deciding at the same moment
+                // counts it.
+                None => {
+                    inner.foreground.remove(&row);
+                }
             }
         }
         if args.stream || args.announce {
@@ -303,14 +312,18 @@ impl Daemon {
                 Some(record) => self.executors.which(row, &record.job_dir),
                 None => crate::executor::Which::Local,
             };
-            match self.promotion_refused(&inner, session, which)? {
+            match self.promotion_refused(&inner, session, which, row)? {
                 Some(why) => {
                     full = why;
                     RunOutcome::Killed
                 }
                 // The caller was waiting for this result: its end comes as a notice
-                // (armed under the lock an end is settled in, so none is missed).
-                None if inner.store.arm_notice(row)? => RunOutcome::Promoted,
+                // (armed under the lock an end is settled in, so none is missed); from
+                // now on it counts against the next run's promotion.
+                None if inner.store.arm_notice(row)? => {
+                    inner.foreground.remove(&row);
+                    RunOutcome::Promoted
+                }
                 // It ended between the look and the lock: the reply shows the end.
                 None => RunOutcome::Ended,
             }
@@ -537,4 +550,24 @@ fn auto_choice(reply: &mut RunReply, auto: Option<AutoChoice>) {
         );
     }
     reply.timeout_choice = Some(choice.after());
+}
+
+/// A run waiting in the foreground (see `Inner::foreground`, which its record joined
+/// when it was made), until its call returns.
+struct InTheForeground<'a> {
+    daemon: &'a Daemon,
+    row: i64,
+}
+
+impl<'a> InTheForeground<'a> {
+    fn take(daemon: &'a Daemon, row: i64) -> InTheForeground<'a> {
+        daemon.lock().foreground.insert(row);
+        InTheForeground { daemon, row }
+    }
+}
+
+impl Drop for InTheForeground<'_> {
+    fn drop(&mut self) {
+        self.daemon.lock().foreground.remove(&self.row);
+    }
 }

@@ -277,6 +277,10 @@ impl Daemon {
             (inner.store.insert(new)?, None)
         };
         self.count_start(&mut inner, &root);
+        if launch.over_limit {
+            // A foreground run, from its first moment (see `Inner::foreground`).
+            inner.foreground.insert(record.row);
+        }
         // Counted under its executor by every admission from now on.
         self.executors.claim(record.row, &On::of(args));
         if limits != (None, None) {

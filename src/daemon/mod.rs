@@ -99,8 +99,11 @@ pub(crate) struct Inner {
     pub starts: guard::Starts,
     /// Jobs whose restart policy has a timer waiting for their next start.
     pub rerun_timers: std::collections::HashSet<i64>,
-    /// Items a `restart` call is replacing now (a second call at once is refused).
+    /// Items a `restart` call is replacing now (a second call at once is refused), and
+    /// those replaced a moment ago, with the id of their new item (a call that comes
+    /// just after is refused too, naming it).
     pub restarting: std::collections::HashSet<i64>,
+    pub replaced: HashMap<i64, (String, std::time::Instant)>,
     /// Runs waiting in the foreground, not yet promoted: none counts against another
     /// run's promotion (each may end, or be killed, first).
     pub foreground: std::collections::HashSet<i64>,
@@ -172,6 +175,7 @@ impl Daemon {
                 starts: Default::default(),
                 rerun_timers: Default::default(),
                 restarting: Default::default(),
+                replaced: Default::default(),
                 foreground: Default::default(),
             }),
             changed: watch::channel(0).0,

@@ -729,9 +729,22 @@ fn issue26_v3_two_restarts_of_one_item_at_once_start_one_item() {
     assert!(why.contains("being restarted by another call"), "{why}");
     let all = home.json(&["list", "--all"]);
     assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
-    // Once it returned, the item is restarted again as asked.
+    // A call just after it returned is the same click: refused, naming the new item.
+    let new = started[0].stdout.clone();
+    let new: Value = serde_json::from_slice(&new).unwrap();
+    let new = new["id"].as_str().unwrap();
     let again = home.run(&["restart", &old]);
-    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.code, 1, "{}", again.stdout);
+    assert!(
+        again
+            .stderr
+            .contains(&format!("was restarted as {new} a moment ago")),
+        "{}",
+        again.stderr
+    );
+    // The new one is restarted as asked.
+    let next = home.run(&["restart", new]);
+    assert_eq!(next.code, 0, "{}", next.stderr);
 }
 
 #[test]

@@ -23,6 +23,15 @@ impl Daemon {
                 "{id} is a monitor, which restart does not repeat: create it again with `bgwork monitor`"
             )));
         }
+        if let Some(new) = self.replaced_a_moment_ago(record.row) {
+            return Err(WireError::new(
+                ErrorCode::NotRunning,
+                format!(
+                    "{id} was restarted as {new} a moment ago (by another call): restart \
+                     {new} if another run is wanted (`bgwork restart {new}`)"
+                ),
+            ));
+        }
         let _one_at_a_time = Replacing::take(self, record.row).ok_or_else(|| {
             WireError::new(
                 ErrorCode::NotRunning,
@@ -151,12 +160,27 @@ impl Daemon {
             _ => self.start_held(session, start, shown, holds).await?,
         };
         drop(held);
+        let new = (reply.item.id.clone(), std::time::Instant::now());
+        self.lock().replaced.insert(record.row, new);
         Ok(RestartReply {
             start: reply,
             restarted: id.clone(),
         })
     }
+
+    /// The new item of `row` when a restart replaced it within [`A_MOMENT`].
+    fn replaced_a_moment_ago(&self, row: i64) -> Option<String> {
+        let mut inner = self.lock();
+        inner
+            .replaced
+            .retain(|_, (_, when)| when.elapsed() < A_MOMENT);
+        inner.replaced.get(&row).map(|(new, _)| new.clone())
+    }
 }
+
+/// How long after a restart another of the same item is taken for the same click
+/// (two calls of one intent, served one after the other) and refused.
+const A_MOMENT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// An item a `restart` call is replacing, until the call returns.
 struct Replacing<'a> {

@@ -158,22 +158,24 @@ pub fn ask(job_dir: &Path, request: KeepRequest) -> Result<Kept, String> {
     ask_within(job_dir, request, Duration::from_secs(5))
 }
 
+/// A keeper that could not be asked, in plain words ("connection refused", "timed out").
+fn silent(e: std::io::Error) -> String {
+    format!("it does not answer: {}", e.kind())
+}
+
 fn ask_within(job_dir: &Path, request: KeepRequest, patience: Duration) -> Result<Kept, String> {
     let socket = socket_of(job_dir);
     let short = crate::paths::SocketPath::new(&socket).map_err(|e| e.to_string())?;
-    let stream = UnixStream::connect(&short.path)
-        .map_err(|e| format!("its keeper does not answer ({e})"))?;
+    let stream = UnixStream::connect(&short.path).map_err(silent)?;
     let _ = stream.set_read_timeout(Some(patience));
     let _ = stream.set_write_timeout(Some(patience));
     let mut line = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
     line.push(b'\n');
-    (&stream)
-        .write_all(&line)
-        .map_err(|e| format!("its keeper does not answer ({e})"))?;
+    (&stream).write_all(&line).map_err(silent)?;
     let mut answer = Vec::new();
     BufReader::new(&stream)
         .take(MAX_KEPT)
         .read_until(b'\n', &mut answer)
-        .map_err(|e| format!("its keeper does not answer ({e})"))?;
+        .map_err(silent)?;
     serde_json::from_slice(&answer).map_err(|e| format!("its keeper answered badly ({e})"))
 }

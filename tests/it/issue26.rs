@@ -815,3 +815,32 @@ fn issue26_v10_runs_that_decide_at_once_promote_as_many_as_there_is_room_for() {
         .collect();
     assert!(rest.iter().all(|o| o == "ended"), "{rest:?}");
 }
+
+#[test]
+fn issue26_v11_work_that_starts_by_itself_is_not_told_to_stop_a_loop() {
+    let home = Home::new().with("BGWORK_MAX_STARTS_PER_MINUTE", "2");
+    let first = start(&home, &[], "true");
+    start(&home, &[], "sleep 30");
+    // Its start comes from the rate guard's third start of the minute: refused for now.
+    let waiting = home
+        .run(&[
+            "--json",
+            "start",
+            "--after",
+            &format!("{first}:ended"),
+            "--",
+            "true",
+        ])
+        .json();
+    let id = waiting["id"].as_str().unwrap().to_string();
+    let mut why = String::new();
+    eventually(Duration::from_secs(20), || {
+        why = home.item(&id)["waiting_for"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        why.contains("room to start")
+    });
+    assert!(why.contains("start-rate guard"), "{why}");
+    assert!(!why.contains("is a loop starting work"), "{why}");
+}

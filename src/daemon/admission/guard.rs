@@ -188,15 +188,25 @@ fn total_error(cap: usize, running: usize) -> WireError {
 /// policy's refusal leaves it out: its next attempt says it).
 pub(crate) const RATE_COUNTDOWN: &str = "; the next start is allowed in";
 
+/// The start rate's advice to a caller starting work: none to give to work that starts
+/// by itself (a waiting item, a restart policy), which [`without_advice`] leaves out.
+const RATE_ADVICE: &str = ": is a loop starting work? Wait for work to end (`bgwork wait \
+     ID`) rather than start more";
+
+/// A refusal as said of work that starts by itself: the start rate's advice to a caller
+/// left out.
+pub(crate) fn without_advice(message: &str) -> String {
+    message.replacen(RATE_ADVICE, "", 1)
+}
+
 fn rate_error(rate: usize, root: &str, wait: Duration) -> WireError {
     WireError::new(
         ErrorCode::Limit,
         format!(
             "session {root} has made {} in the last minute (a restart policy's start again \
              counts), the start-rate guard's \
-             limit of {} a minute (BGWORK_MAX_STARTS_PER_MINUTE; 0 turns it off): \
-             is a loop starting work? Wait for work to end (`bgwork wait ID`) rather than \
-             start more{RATE_COUNTDOWN} {} s",
+             limit of {} a minute (BGWORK_MAX_STARTS_PER_MINUTE; 0 turns it off)\
+             {RATE_ADVICE}{RATE_COUNTDOWN} {} s",
             crate::history::plural(rate, "start"),
             crate::history::plural(rate, "start"),
             wait.as_secs() + 1

@@ -359,8 +359,8 @@ impl Daemon {
                         return;
                     }
                     Err(refused) => {
-                        self.waiting
-                            .set(row, format!("room to start: {}", refused.message));
+                        let why = crate::daemon::admission::guard::without_advice(&refused.message);
+                        self.waiting.set(row, format!("room to start: {why}"));
                         polls = true;
                     }
                 }

@@ -438,9 +438,10 @@ impl Daemon {
                         let rate_ms = self.rate_wait(&mut inner, &root).as_millis() as u64;
                         let pause = backoff_ms(&state, restart).max(rate_ms);
                         let next_at = now_ms().saturating_add(pause as i64);
-                        let message = match e.message.split_once(RATE_COUNTDOWN) {
+                        let message = crate::daemon::admission::guard::without_advice(&e.message);
+                        let message = match message.split_once(RATE_COUNTDOWN) {
                             Some((before, _)) => before,
-                            None => e.message.as_str(),
+                            None => message.as_str(),
                         };
                         let reason = format!("not started again: {message}");
                         if let Err(e) = inner.store.rerun_refused(row, &reason, next_at) {

@@ -28,8 +28,8 @@ pub fn enter(name: &str) -> Option<PathBuf> {
 
 /// Removes the empty job cgroups beside this process's own whose supervisor is gone (one
 /// killed before its job, say, leaves its cgroup behind): a cgroup with a process in it
-/// cannot be removed, and one whose supervisor lives is left alone.
-pub fn remove_stale() {
+/// cannot be removed, and one whose supervisor lives (`lives(pid, start)`) is left alone.
+pub fn remove_stale(lives: impl Fn(i32, u64) -> bool) {
     let Some(own) = own_cgroup() else {
         return;
     };
@@ -46,7 +46,7 @@ pub fn remove_stale() {
         else {
             continue;
         };
-        if super::tree::start_time(pid) != Some(start) {
+        if !lives(pid, start) {
             let _ = std::fs::remove_dir(entry.path());
         }
     }

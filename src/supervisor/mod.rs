@@ -156,7 +156,7 @@ fn folder_identity(dir: &Path) -> Option<(u64, u64)> {
 /// Makes this supervisor's job cgroup (`bgwork-PID-START`) and moves into it, where one
 /// can be made.
 fn job_cgroup() -> Option<PathBuf> {
-    cgroup::remove_stale();
+    cgroup::remove_stale(|pid, start| tree::start_time(pid) == Some(start));
     let me = std::process::id() as i32;
     let start = tree::start_time(me)?;
     cgroup::enter(&format!("bgwork-{me}-{start}"))

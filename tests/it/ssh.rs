@@ -1332,3 +1332,135 @@ fn issue24_1_a_middle_the_hosts_cap_dropped_is_read_past_to_the_newest_output() 
         .len();
     assert_eq!(here, 18_000_000 + 180_000 + 10, "every offset the host's");
 }
+
+/// Pauses this home's daemon (so its mirrors read nothing) while `during` runs.
+fn with_daemon_paused(home: &Home, during: impl FnOnce()) {
+    let pid = home.daemon_pid().to_string();
+    let _ = Command::new("kill").args(["-STOP", &pid]).status();
+    during();
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+}
+
+/// Waits until the host's log of the job whose output begins with `first` ends with
+/// `last` (the host's disk is this machine's).
+fn host_log_ends_with(h: &SshHome, first: &[u8], last: &[u8]) {
+    let jobs = remote_jobs(&h.host, h.home.path());
+    eventually(Duration::from_secs(60), || {
+        std::fs::read_dir(&jobs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let Ok(bytes) = std::fs::read(e.path().join("output.log")) else {
+                    return false;
+                };
+                bytes.starts_with(first) && bytes.ends_with(last)
+            })
+    });
+}
+
+#[test]
+fn issue24_w1_a_mirror_with_several_holes_and_another_head_reads_whole_without_zeros() {
+    let Some(host) =
+        host("issue24_w1_a_mirror_with_several_holes_and_another_head_reads_whole_without_zeros")
+    else {
+        return;
+    };
+    use base64::Engine as _;
+    let h = SshHome::new(host);
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    // The host keeps another head than this daemon's (1 MiB), not on a block boundary.
+    restart_host_daemon(&h, "BGWORK_LOG_CAP=4194304 BGWORK_LOG_HEAD=65573");
+    let gates = tempfile::Builder::new()
+        .prefix("bgwork-w1-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        gates.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let g = gates.path().display();
+    let burst =
+        |c: char, n: u32| format!("head -c {n} /dev/zero | tr '\\0' {c} | fold -w 99; echo");
+    let gate = |name: &str| format!("while [ ! -e {g}/{name} ]; do sleep 0.05; done");
+    let job = format!(
+        "{}; echo phase-1; {}; {}; echo phase-2; {}; {}; echo last-line; {}",
+        burst('a', 2_000_000),
+        gate("go1"),
+        burst('b', 8_000_000),
+        gate("go2"),
+        burst('c', 8_000_000),
+        gate("go3"),
+    );
+    let id = h.start(&job)["id"].as_str().unwrap().to_string();
+    let until = |what: &str| {
+        let waited = h
+            .home
+            .run(&["--json", "wait", &id, "--until", what, "--timeout", "60"])
+            .json();
+        assert_eq!(waited["reason"], "matched", "wait --until {what}: {waited}");
+    };
+    until("phase-1");
+    // Twice the host drops more of the middle than the mirror has read: the mirror
+    // here gets a hole for each, neither where this daemon's head would put it.
+    for (go, last) in [("go1", "phase-2\n"), ("go2", "last-line\n")] {
+        with_daemon_paused(&h.home, || {
+            std::fs::write(gates.path().join(go), "").unwrap();
+            host_log_ends_with(&h, b"aaaa", last.as_bytes());
+        });
+        until(last.trim());
+    }
+    let tail = h.home.run(&["read", &id, "--tail", "1"]).stdout;
+    assert!(tail.contains("last-line"), "the newest line: {tail:?}");
+    for line in ["phase-1", "phase-2", "last-line"] {
+        let found = h.home.json(&["read", &id, "--grep", line]);
+        let matches = found["matches"].as_array().unwrap();
+        assert_eq!(matches.len(), 1, "--grep {line}: {found}");
+    }
+    let text = h
+        .home
+        .json(&["read", &id, "--all", "--max-bytes", "16000000"])["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!text.contains('\0'), "no zeros in the text");
+    assert!(
+        text.contains("phase-1\n") && text.ends_with("last-line\n"),
+        "{text:.200}"
+    );
+    // Raw pages from the start, and reads from offsets all over the log: no reply
+    // holds a hole's zeros, and the pages hold every marker.
+    let len = std::fs::metadata(
+        std::path::Path::new(h.home.item(&id)["folder"].as_str().unwrap()).join("output.log"),
+    )
+    .unwrap()
+    .len();
+    let raw = |from: u64| {
+        let reply = h
+            .home
+            .json(&["read", &id, "--raw", "--from", &from.to_string()]);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(reply["output_base64"].as_str().unwrap())
+            .unwrap();
+        (bytes, reply["to"].as_u64().unwrap(), reply)
+    };
+    let (mut all, mut at, mut pages) = (Vec::new(), 0, 0);
+    while at < len && pages < 100 {
+        let (bytes, to, reply) = raw(at);
+        assert!(!bytes.contains(&0), "zeros from {at}: {reply}");
+        all.extend_from_slice(&bytes);
+        assert!(to > at, "{reply}");
+        (at, pages) = (to, pages + 1);
+    }
+    let all = String::from_utf8(all).unwrap();
+    assert!(all.contains("phase-1\n") && all.contains("phase-2\n") && all.ends_with("last-line\n"));
+    for from in (0..len).step_by(257_003) {
+        let (bytes, _, reply) = raw(from);
+        assert!(!bytes.contains(&0), "zeros from {from}: {reply}");
+    }
+    std::fs::write(gates.path().join("go3"), "").unwrap();
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+}

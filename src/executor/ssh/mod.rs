@@ -281,7 +281,6 @@ impl SshExecutor {
             spawned,
             pid: None,
             mirrored,
-            dropped: 0,
             stop_actor,
             order: Arc::new(order),
             ended_item: None,
@@ -411,8 +410,6 @@ struct Tracker {
     pid: Option<i32>,
     /// The host's log offset mirrored so far.
     mirrored: u64,
-    /// Bytes of the host's log its cap dropped before they were mirrored.
-    dropped: u64,
     stop_actor: Option<Actor>,
     /// A stop, resize or hang-up the host has not taken yet, and the order of the
     /// input after them.
@@ -817,9 +814,6 @@ impl Tracker {
                 .saturating_sub(bytes.len() as u64)
                 .max(self.mirrored);
             let skipped = at > self.mirrored;
-            if skipped {
-                self.dropped += at - self.mirrored;
-            }
             let grew = !bytes.is_empty();
             if grew {
                 self.append(at, &bytes);
@@ -830,7 +824,9 @@ impl Tracker {
                 let _ = self.events.send(ExecEvent::Output {
                     row: self.row,
                     log_len,
-                    dropped: self.dropped,
+                    // A mirror's dropped middles are its holes, found in the file by
+                    // every reader (`output::Holes`): no figure at this daemon's head.
+                    dropped: 0,
                     unwritten: 0,
                     unwritten_at: 0,
                 });
@@ -862,7 +858,10 @@ impl Tracker {
 
     /// Writes `bytes` at the host's offset `at`: a middle the host's cap dropped stays
     /// a hole here too, so every byte keeps its offset (and a reattach resumes from
-    /// the log's length).
+    /// the log's length). Readers find the holes in the file (`output::Holes`); one
+    /// shorter than the rest of the block it begins in would be no hole but zeros, so
+    /// that block's output before it (which the host's cap dropped too: its first
+    /// middle is always more than a block) is dropped with it.
     fn append(&self, at: u64, bytes: &[u8]) {
         let log = JobDir(&self.job_dir).log();
         let written = std::fs::OpenOptions::new()
@@ -870,7 +869,18 @@ impl Tracker {
             .append(true)
             .open(&log)
             .and_then(|mut file| {
-                if file.metadata()?.len() < at {
+                let meta = file.metadata()?;
+                let len = meta.len();
+                if len < at {
+                    let block = std::os::unix::fs::MetadataExt::blksize(&meta).max(512);
+                    let block_start = len - len % block;
+                    if len % block != 0 && at <= block_start + block {
+                        use nix::fcntl::{fallocate, FallocateFlags};
+                        let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                            | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+                        fallocate(&file, flags, block_start as i64, (at - block_start) as i64)
+                            .map_err(std::io::Error::from)?;
+                    }
                     file.set_len(at)?;
                 }
                 file.write_all(bytes)
@@ -889,7 +899,7 @@ impl Tracker {
             owner: self.owner.clone(),
             ended_at_ms: now_ms(),
             log_len: std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len()),
-            dropped: self.dropped,
+            dropped: 0,
             pid: self.pid,
             ..ExitStatus::default()
         }

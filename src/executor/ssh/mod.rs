@@ -232,7 +232,7 @@ impl SshExecutor {
         };
         let reply: StartReply = match link.request(&envelope, Duration::ZERO).await {
             Ok(line) => crate::wire::decode_reply(&line)
-                .map_err(|e| format!("{host} refused it: {}", e.message))?,
+                .map_err(|e| format!("{host} refused it: {}", host_words(host, &e.message)))?,
             // Sent, and no answer: the host may run it. Found by its name once the host
             // answers again (or lost, if the host never got it); never sent twice.
             Err(LinkError::InDoubt(why)) => {
@@ -1059,7 +1059,7 @@ impl Tracker {
                     text,
                     keys: Vec::new(),
                 }));
-                let order = self.order.clone();
+                let (order, host) = (self.order.clone(), self.job.host.clone());
                 tokio::spawn(async move {
                     // After a resize or hang-up asked before it, as the caller asked them.
                     let _turn = order.turn().await;
@@ -1067,7 +1067,7 @@ impl Tracker {
                         Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
                             Ok(_) => Ok(0),
                             Err(e) if e.code == ErrorCode::NotRunning => Err(WriteRefused::Closed),
-                            Err(e) => Err(WriteRefused::Unreachable(e.message)),
+                            Err(e) => Err(WriteRefused::Unreachable(host_words(&host, &e.message))),
                         },
                         Err(e) => Err(WriteRefused::Unreachable(e.to_string())),
                     };
@@ -1174,5 +1174,41 @@ mod tests {
         }
         assert!(super::check_cwd("/srv/x", "--cwd").is_ok());
         assert!(super::check_cwd("srv/x", "--cwd").is_err());
+    }
+}
+
+/// A host daemon's words for a caller here: its own ids of items mean nothing here
+/// (the caller knows the job by its id here), so "bg-23 could not start: …" at the
+/// front is left to the reason, and any other id there is marked as the host's.
+fn host_words(host: &str, message: &str) -> String {
+    static ID: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let id = ID.get_or_init(|| {
+        regex::Regex::new(r"\b(?:[A-Za-z0-9_.-]+/)?bg-[0-9]+\b").expect("a valid pattern")
+    });
+    let message = match message.split_once(" could not start: ") {
+        Some((front, reason)) if id.find(front).is_some_and(|m| m.as_str() == front) => reason,
+        _ => message,
+    };
+    id.replace_all(message, |m: &regex::Captures| {
+        format!("{} (its id on {host})", &m[0])
+    })
+    .into_owned()
+}
+
+#[cfg(test)]
+mod host_words_tests {
+    use super::host_words;
+
+    #[test]
+    fn issue24_w3_the_hosts_ids_are_never_shown_as_ids_here() {
+        assert_eq!(
+            host_words("gpu", "bg-23 could not start: /nope: no such folder"),
+            "/nope: no such folder"
+        );
+        assert_eq!(
+            host_words("gpu", "bg-23 is not running"),
+            "bg-23 (its id on gpu) is not running"
+        );
+        assert_eq!(host_words("gpu", "no id here"), "no id here");
     }
 }

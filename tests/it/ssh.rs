@@ -1464,3 +1464,79 @@ fn issue24_w1_a_mirror_with_several_holes_and_another_head_reads_whole_without_z
     let ended = wait_end(&h.home, &id);
     assert_eq!(ended["exit_code"], 0, "{ended}");
 }
+
+#[test]
+fn issue24_w3_a_start_the_host_refuses_names_no_id_of_the_hosts() {
+    let Some(host) = host("issue24_w3_a_start_the_host_refuses_names_no_id_of_the_hosts") else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    // This home's ids run ahead of the host's.
+    for _ in 0..3 {
+        h.home.start("true");
+    }
+    // The host's daemon cannot make the job's folder there: it refuses the start.
+    let jobs = remote_jobs(&h.host, h.home.path());
+    let mode = |m: u32| {
+        std::fs::set_permissions(&jobs, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    mode(0o500);
+    let on = h.on();
+    let (_, _, message) = h
+        .home
+        .error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+    mode(0o700);
+    let local = h.home.json(&["list", "--all"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .max_by_key(|id| id.trim_start_matches("bg-").parse::<u32>().unwrap())
+        .unwrap();
+    assert!(message.contains("refused it"), "{message}");
+    assert!(
+        message.contains(&format!("{local} could not start")),
+        "{local}: {message}"
+    );
+    let ids: Vec<&str> = message
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("bg-"))
+        .collect();
+    assert!(
+        ids.iter().all(|id| *id == local),
+        "only {local} is named: {message}"
+    );
+}
+
+#[test]
+fn issue24_w4_ssh_is_named_once_in_an_error_quoting_it() {
+    let Some(host) = host("issue24_w4_ssh_is_named_once_in_an_error_quoting_it") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(&host.config).unwrap();
+    // A port where nothing listens: ssh says "ssh: connect to host … Connection refused".
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let config = dir.path().join("closed_config");
+    let text: String = base
+        .lines()
+        .map(|l| match l.trim_start().starts_with("Port ") {
+            true => format!("  Port {port}"),
+            false => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&config, text + "\n").unwrap();
+    let home = Home::new().with("BGWORK_SSH_CONFIG", config.to_str().unwrap());
+    let on = format!("ssh:{}", host.alias);
+    let (_, _, message) = home.error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+    assert!(
+        message.contains("(ssh: connect to host") && message.contains("Connection refused"),
+        "{message}"
+    );
+    assert!(!message.contains("ssh: ssh:"), "{message}");
+}

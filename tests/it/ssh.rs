@@ -1540,3 +1540,51 @@ fn issue24_w4_ssh_is_named_once_in_an_error_quoting_it() {
     );
     assert!(!message.contains("ssh: ssh:"), "{message}");
 }
+
+#[test]
+fn issue24_w5_a_job_taken_back_after_a_kill_9_during_its_start_gets_its_pid() {
+    let Some(host) =
+        host("issue24_w5_a_job_taken_back_after_a_kill_9_during_its_start_gets_its_pid")
+    else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    // The host's daemon holds the start while this daemon is killed: the job is taken
+    // back by its name, and its pid is learned there.
+    let remote = remote_pid(&h, "daemon.lock").to_string();
+    let _ = Command::new("kill").args(["-STOP", &remote]).status();
+    let on = h.on();
+    let mut start = h
+        .home
+        .command(&["start", "--window", "0", "--on", &on, "--", "sleep 300"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let jobs = h.home.path().join("jobs");
+    let handed = || {
+        std::fs::read_dir(&jobs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("ssh.json").exists())
+            .count()
+            == 2
+    };
+    eventually(Duration::from_secs(30), handed);
+    h.home.kill_daemon();
+    let _ = Command::new("kill").args(["-CONT", &remote]).status();
+    let _ = start.wait();
+    h.home.start_daemon();
+    let id = h.home.json(&["list"])["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    eventually(Duration::from_secs(30), || {
+        h.home.item(&id)["pid"].is_number()
+    });
+    assert_eq!(h.home.item(&id)["state"], "running");
+    h.home.json(&["stop", &id]);
+}

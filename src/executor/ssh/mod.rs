@@ -689,7 +689,9 @@ impl Tracker {
     }
 
     async fn look_once(&mut self) -> Result<Look, LinkError> {
-        if self.job.remote_id.is_none() || !self.spawned {
+        // Its pid is asked for until it is known, a job taken back too (a daemon killed
+        // just after the start never heard it).
+        if self.job.remote_id.is_none() || !self.spawned || self.pid.is_none() {
             match self.item().await? {
                 None if self.job.remote_id.is_none() => {
                     return Ok(Look::Ended(Box::new(self.lost(format!(
@@ -706,11 +708,13 @@ impl Tracker {
                 }
                 Some(item) => {
                     if let Some(pid) = item.pid.filter(|&p| p > 0) {
-                        self.pid = Some(pid);
-                        if !self.spawned {
-                            self.spawned = true;
-                            let _ = self.events.send(ExecEvent::Spawned { row: self.row, pid });
-                        }
+                        let row = self.row;
+                        let event = match self.spawned {
+                            false => ExecEvent::Spawned { row, pid },
+                            true => ExecEvent::Pid { row, pid },
+                        };
+                        (self.pid, self.spawned) = (Some(pid), true);
+                        let _ = self.events.send(event);
                     }
                     if item.state == crate::wire::State::Ended && item.pid.is_none() {
                         return Ok(Look::Ended(Box::new(self.status_of(&item))));

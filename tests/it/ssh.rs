@@ -1588,3 +1588,48 @@ fn issue24_w5_a_job_taken_back_after_a_kill_9_during_its_start_gets_its_pid() {
     assert_eq!(h.home.item(&id)["state"], "running");
     h.home.json(&["stop", &id]);
 }
+
+#[test]
+fn issue24_w6_a_start_succeeds_as_soon_as_a_host_that_was_down_answers() {
+    let Some(host) = host("issue24_w6_a_start_succeeds_as_soon_as_a_host_that_was_down_answers")
+    else {
+        return;
+    };
+    let mut sshd = OwnSshd::new(&host);
+    let h = SshHome::new(Host {
+        config: sshd.config(),
+        alias: "bgwork-down".into(),
+    });
+    let first = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &first);
+    // The host goes away with no job on it: starts fail, and the link backs off.
+    sshd.down();
+    if let Some(master) = master_pid(&h.home, &h.host.config, &h.host.alias) {
+        kill9(master);
+    }
+    let on = h.on();
+    let tried = std::time::Instant::now();
+    while tried.elapsed() < Duration::from_secs(8) {
+        let (code, _, message) = h
+            .home
+            .error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+        assert_ne!(code, 0, "{message}");
+        // The tries are spread over the outage (the fault, not a wait for something).
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sshd.up();
+    // The first start after it answers again runs.
+    let started = h.home.run(&[
+        "--json",
+        "start",
+        "--window",
+        "0",
+        "--on",
+        &on,
+        "--",
+        "echo back",
+    ]);
+    assert_eq!(started.code, 0, "{} {}", started.stdout, started.stderr);
+    let id = started.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(wait_end(&h.home, &id)["exit_code"], 0);
+}

@@ -226,6 +226,7 @@ impl SshExecutor {
             ..StartArgs::default()
         };
         let link = self.links.of(host);
+        link.try_now();
         let envelope = Envelope {
             session: job.session.clone(),
             request: Request::Start(args),

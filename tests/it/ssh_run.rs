@@ -824,3 +824,35 @@ fn issue24_w7_a_stop_asked_while_the_host_is_down_answers_at_once_that_it_is_que
     assert_eq!(ended["reason"], "ended", "{ended}");
     assert_eq!(ended["items"][0]["end"], "stopped_by_agent", "{ended}");
 }
+
+#[test]
+fn issue24_w8_a_second_stop_by_the_person_while_the_agents_waits_ends_as_the_first_asked() {
+    let test =
+        "issue24_w8_a_second_stop_by_the_person_while_the_agents_waits_ends_as_the_first_asked";
+    let Some((mut sshd, h)) = OnHost::with_own_sshd(test) else {
+        return;
+    };
+    let on = h.on();
+    let id = h
+        .home
+        .json(&["start", "--window", "0", "--on", &on, "--", "sleep 300"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    eventually(Duration::from_secs(60), || {
+        h.home.item(&id)["pid"].is_number()
+    });
+    // The agent's stop waits for the host; the person stops it too (the strip's stop).
+    h.cut(&mut sshd, &id);
+    h.home.json(&["stop", &id, "--grace", "1"]);
+    h.home
+        .json(&["stop", &id, "--grace", "1", "--as", "person"]);
+    sshd.up();
+    // As locally: the first stop's actor.
+    let ended = h
+        .home
+        .run(&["--json", "wait", &id, "--timeout", "90"])
+        .json();
+    assert_eq!(ended["reason"], "ended", "{ended}");
+    assert_eq!(ended["items"][0]["end"], "stopped_by_agent", "{ended}");
+}

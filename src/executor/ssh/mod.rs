@@ -1003,9 +1003,13 @@ impl Tracker {
         match command {
             Command::Send(ToSupervisor::Stop { grace_ms, actor }) => {
                 // The stop's end is seen by the mirror; one asked while the host is
-                // down is sent when it answers.
-                self.stop_actor = Some(actor);
-                lock(&self.order.pending).stop = Some((grace_ms, actor));
+                // down is sent when it answers. As a local supervisor does, the first
+                // stop's actor is the end's, and the sooner KILL wins.
+                let actor = *self.stop_actor.get_or_insert(actor);
+                let mut pending = lock(&self.order.pending);
+                let grace_ms = pending.stop.map_or(grace_ms, |(g, _)| g.min(grace_ms));
+                pending.stop = Some((grace_ms, actor));
+                drop(pending);
                 self.order.keep();
                 self.send_pending();
             }

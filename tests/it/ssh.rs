@@ -1633,3 +1633,84 @@ fn issue24_w6_a_start_succeeds_as_soon_as_a_host_that_was_down_answers() {
     let id = started.json()["id"].as_str().unwrap().to_string();
     assert_eq!(wait_end(&h.home, &id)["exit_code"], 0);
 }
+
+#[test]
+fn issue24_w1_a_mirror_hole_shorter_than_a_block_shows_no_zeros() {
+    let Some(host) = host("issue24_w1_a_mirror_hole_shorter_than_a_block_shows_no_zeros") else {
+        return;
+    };
+    use base64::Engine as _;
+    let h = SshHome::new(host);
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    restart_host_daemon(&h, "BGWORK_LOG_CAP=4194304 BGWORK_LOG_HEAD=1048576");
+    let gates = tempfile::Builder::new()
+        .prefix("bgwork-w1b-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        gates.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let g = gates.path().display();
+    // The mirror catches up 100 bytes short of 6 MiB; then the host's cap drops its
+    // middle to exactly 6 MiB: the mirror's hole here is 100 bytes, inside one block.
+    let job = format!(
+        "head -c {} /dev/zero | tr '\\0' a; while [ ! -e {g}/go ]; do sleep 0.05; done; \
+         head -c {} /dev/zero | tr '\\0' b; echo; echo end-mark; while [ ! -e {g}/end ]; do sleep 0.05; done",
+        (6 << 20) - 100,
+        (3 << 20) + 200
+    );
+    let id = h.start(&job)["id"].as_str().unwrap().to_string();
+    let folder = std::path::PathBuf::from(h.home.item(&id)["folder"].as_str().unwrap());
+    let log = folder.join("output.log");
+    eventually(Duration::from_secs(60), || {
+        std::fs::metadata(&log).is_ok_and(|m| m.len() == (6 << 20) - 100)
+    });
+    with_daemon_paused(&h.home, || {
+        std::fs::write(gates.path().join("go"), "").unwrap();
+        host_log_ends_with(&h, b"a", b"end-mark\n");
+    });
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "end-mark",
+            "--timeout",
+            "60",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    for from in [(6u64 << 20) - 5000, (6 << 20) - 100, (6 << 20) - 1] {
+        let reply = h
+            .home
+            .json(&["read", &id, "--raw", "--from", &from.to_string()]);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(reply["output_base64"].as_str().unwrap())
+            .unwrap();
+        assert!(!bytes.contains(&0), "zeros from {from}: {reply}");
+    }
+    let (mut at, mut all) = ((5u64 << 20), Vec::new());
+    while at < std::fs::metadata(&log).unwrap().len() {
+        let reply = h
+            .home
+            .json(&["read", &id, "--raw", "--from", &at.to_string()]);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(reply["output_base64"].as_str().unwrap())
+            .unwrap();
+        all.extend_from_slice(&bytes);
+        let to = reply["to"].as_u64().unwrap();
+        assert!(to > at, "{reply}");
+        at = to;
+    }
+    assert!(!all.contains(&0));
+    assert!(all.ends_with(b"end-mark\n"));
+    let grep = h.home.json(&["read", &id, "--grep", "end-mark"]);
+    assert_eq!(grep["matches"].as_array().unwrap().len(), 1, "{grep}");
+    std::fs::write(gates.path().join("end"), "").unwrap();
+    wait_end(&h.home, &id);
+}

@@ -216,11 +216,6 @@ impl<'a> Holes<'a> {
             .sum()
     }
 
-    /// Whether `at` lies in a hole.
-    pub fn in_gap(&self, at: u64) -> bool {
-        at < self.len && self.data_at(at, at + 1).is_none()
-    }
-
     /// The output of `[from, to)` (its holes passed over) and how many bytes of it lay
     /// in holes.
     pub fn read(&self, from: u64, to: u64) -> (Vec<u8>, u64) {

@@ -28,36 +28,14 @@ pub fn open_log(path: &Path) -> std::io::Result<std::fs::File> {
     crate::paths::open_untrusted(path)
 }
 
-/// The bytes of `[from, to)` that a log still holds, skipping its dropped middle
-/// (`[head, head + dropped)`, or more: see [`gap_end`]). Returns the bytes and how many
-/// were skipped.
+/// The bytes of `[from, to)` that a log still holds, passing over every hole of the
+/// file (its dropped middles: see [`Holes`]). Returns the bytes and how many were
+/// skipped.
 pub fn read_range(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> (Vec<u8>, u64) {
     let Ok(file) = open_log(path) else {
         return (Vec::new(), 0);
     };
-    let gap = head..gap_end(&file, head, dropped);
-    let mut skipped = 0;
-    let mut start = from;
-    if !gap.is_empty() && gap.contains(&start) {
-        skipped = gap.end.min(to) - start;
-        start = gap.end;
-    }
-    if start >= to {
-        return (Vec::new(), skipped);
-    }
-    let mut bytes = vec![0u8; (to - start) as usize];
-    let read = read_full_at(&file, &mut bytes, start);
-    bytes.truncate(read.unwrap_or(0));
-    if !gap.is_empty() && start < gap.start && to > gap.start {
-        // The range reaches into the dropped middle: cut out the hole's zeros.
-        let hole_from = (gap.start - start) as usize;
-        let hole_to = ((gap.end - start) as usize).min(bytes.len());
-        if hole_from < hole_to {
-            bytes.drain(hole_from..hole_to);
-            skipped += (hole_to - hole_from) as u64;
-        }
-    }
-    (bytes, skipped)
+    Holes::new(&file, head, dropped).read(from, to)
 }
 
 /// The bytes of `[from, to)` as the file holds them (a hole as zeros), up to its end.
@@ -71,27 +49,201 @@ pub fn read_span(path: &Path, from: u64, to: u64) -> Vec<u8> {
     bytes
 }
 
-/// How many bytes of a log's middle are dropped now: `dropped` as last reported, or
-/// more when the file shows that the cap has dropped more since (see [`gap_end`]).
-pub fn dropped_now(path: &Path, head: u64, dropped: u64) -> u64 {
+/// How many bytes of `[from, to)` of a log are dropped now (lie in its holes).
+pub fn dropped_now(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> u64 {
     match open_log(path) {
-        Ok(file) => gap_end(&file, head, dropped) - head,
-        Err(_) => dropped,
+        Ok(file) => Holes::new(&file, head, dropped).dropped_in(from, to),
+        Err(_) => dropped_in(from, to, head, dropped),
     }
 }
 
-/// Where a log's dropped middle ends: at `head + dropped` as last reported, or further
-/// when the file shows that the cap has dropped more since (the supervisor punches the
-/// hole before its figure reaches the daemon, and reports it promptly, but a read may
-/// fall in between). The only hole a log has is its dropped middle.
-fn gap_end(file: &std::fs::File, head: u64, dropped: u64) -> u64 {
-    use nix::unistd::{lseek, Whence};
-    let known = head + dropped;
-    match lseek(file, known as i64, Whence::SeekData) {
-        Ok(data) => known.max(data as u64),
-        // No data past it (the end of the file), or no SEEK_DATA here.
-        Err(_) => known,
+/// The first stretch of output of `[from, to)` of a log (see [`Holes::data_at`]).
+pub fn data_in(
+    path: &Path,
+    from: u64,
+    to: u64,
+    head: u64,
+    dropped: u64,
+) -> Option<std::ops::Range<u64>> {
+    let file = open_log(path).ok()?;
+    Holes::new(&file, head, dropped).data_at(from, to)
+}
+
+/// Where the last hole of `[from, to)` of a log ends (the newest output follows it),
+/// if it has one.
+pub fn last_gap_end(path: &Path, from: u64, to: u64, head: u64, dropped: u64) -> Option<u64> {
+    let file = open_log(path).ok()?;
+    Holes::new(&file, head, dropped)
+        .gaps(from, to)
+        .last()
+        .map(|gap| gap.end)
+}
+
+/// Where a log's output lies: the middles its cap dropped are the file's holes, read
+/// from the file itself (`SEEK_DATA`/`SEEK_HOLE`), so a reader finds every one of them
+/// wherever it lies and however many there are: a local log's (`[head, head +
+/// dropped)`, or further when the cap has punched again since its figure came), and a
+/// mirror's, whose holes lie where the host's cap and the mirror's pace put them (one
+/// for each time the host dropped more than the mirror had read).
+///
+/// A hole begins at a block boundary; the bytes of its block before it that read as
+/// zeros were zeroed by the punch (or an extension of the file) and are the hole's, so
+/// no reader is ever given a hole's zeros. A local log's `head`, when it falls among
+/// them, is where its hole begins exactly (zeros the job wrote itself before it stay
+/// output). On a file system that reports no holes, a local log's reported figure
+/// `[head, head + dropped)` is its dropped middle.
+pub struct Holes<'a> {
+    file: &'a std::fs::File,
+    len: u64,
+    head: u64,
+    dropped: u64,
+    /// The file reports no hole though the cap dropped bytes: the figure is used.
+    by_figure: bool,
+    block: u64,
+}
+
+impl<'a> Holes<'a> {
+    pub fn new(file: &'a std::fs::File, head: u64, dropped: u64) -> Holes<'a> {
+        use nix::unistd::{lseek, Whence};
+        use std::os::unix::fs::MetadataExt;
+        let (len, block) = file
+            .metadata()
+            .map_or((0, 4096), |m| (m.len(), m.blksize()));
+        let by_figure = dropped > 0
+            && match lseek(file, 0, Whence::SeekHole) {
+                Ok(hole) => hole as u64 >= len,
+                Err(_) => true,
+            };
+        Holes {
+            file,
+            len,
+            head,
+            dropped,
+            by_figure,
+            block: block.clamp(512, 1 << 20),
+        }
     }
+
+    /// The first stretch of output at or after `at` and before `to`: `[start, end)`,
+    /// all data (no hole and none of a hole's zeros), or `None` when `[at, to)` holds
+    /// none.
+    pub fn data_at(&self, at: u64, to: u64) -> Option<std::ops::Range<u64>> {
+        use nix::unistd::{lseek, Whence};
+        let mut at = at;
+        loop {
+            if at >= to {
+                return None;
+            }
+            if self.by_figure {
+                return self.data_by_figure(at, to);
+            }
+            let start = match lseek(self.file, at as i64, Whence::SeekData) {
+                Ok(data) => (data as u64).max(at),
+                // Only a hole from `at` to the end of the file (or `at` is past it).
+                Err(nix::errno::Errno::ENXIO) => return None,
+                // No SEEK_DATA here: the bytes are read as they are.
+                Err(_) => return Some(at..to),
+            };
+            if start >= to {
+                return None;
+            }
+            let hole = match lseek(self.file, start as i64, Whence::SeekHole) {
+                Ok(hole) => hole as u64,
+                Err(_) => return Some(start..to),
+            };
+            // The end of the file is no hole (it may have grown since it was looked at).
+            if hole >= to || hole >= file_len(self.file) {
+                return Some(start..to);
+            }
+            let end = self.zeros_before(start, hole);
+            if end > start {
+                return Some(start..end);
+            }
+            // Nothing but a hole's zeros: the data goes on after the hole.
+            at = hole;
+        }
+    }
+
+    /// Where the output before a hole at `hole` ends: before the zeros of the hole's
+    /// block that lie before it (from `start` on), or at `head` among them.
+    fn zeros_before(&self, start: u64, hole: u64) -> u64 {
+        let from = start.max(hole.saturating_sub(self.block));
+        let mut bytes = vec![0u8; (hole - from) as usize];
+        let read = read_full_at(self.file, &mut bytes, from).unwrap_or(0);
+        bytes.truncate(read);
+        let kept = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        let end = from + kept as u64;
+        match self.dropped > 0 && (end..=hole).contains(&self.head) {
+            true => self.head,
+            false => end,
+        }
+    }
+
+    /// [`Holes::data_at`] by the reported figure (a file system that shows no holes).
+    fn data_by_figure(&self, at: u64, to: u64) -> Option<std::ops::Range<u64>> {
+        let gap = self.head..self.head + self.dropped;
+        let start = match gap.contains(&at) {
+            true => gap.end,
+            false => at,
+        };
+        let end = match start < gap.start {
+            true => to.min(gap.start),
+            false => to,
+        };
+        (start < end).then_some(start..end)
+    }
+
+    /// The holes of `[from, to)`, up to the file's end, in order.
+    pub fn gaps(&self, from: u64, to: u64) -> Vec<std::ops::Range<u64>> {
+        let to = to.min(self.len.max(file_len(self.file)));
+        let mut gaps = Vec::new();
+        let mut at = from;
+        while at < to {
+            let data = self.data_at(at, to).unwrap_or(to..to);
+            if data.start > at {
+                gaps.push(at..data.start);
+            }
+            at = data.end.max(at + 1);
+        }
+        gaps
+    }
+
+    /// How many bytes of `[from, to)` lie in holes.
+    pub fn dropped_in(&self, from: u64, to: u64) -> u64 {
+        self.gaps(from, to)
+            .iter()
+            .map(|gap| gap.end - gap.start)
+            .sum()
+    }
+
+    /// The output of `[from, to)` (its holes passed over) and how many bytes of it lay
+    /// in holes.
+    pub fn read(&self, from: u64, to: u64) -> (Vec<u8>, u64) {
+        let mut bytes = Vec::new();
+        let mut skipped = 0;
+        let mut at = from;
+        while at < to {
+            let Some(data) = self.data_at(at, to) else {
+                skipped += to.min(self.len).saturating_sub(at);
+                break;
+            };
+            skipped += data.start - at;
+            let was = bytes.len();
+            bytes.resize(was + (data.end - data.start) as usize, 0);
+            let read = read_full_at(self.file, &mut bytes[was..], data.start).unwrap_or(0);
+            bytes.truncate(was + read);
+            if (read as u64) < data.end - data.start {
+                // The file is shorter than it was: nothing more in this range.
+                break;
+            }
+            at = data.end;
+        }
+        (bytes, skipped)
+    }
+}
+
+fn file_len(file: &std::fs::File) -> u64 {
+    file.metadata().map_or(0, |m| m.len())
 }
 
 /// How far back [`text_end`] looks for the start of an unfinished escape sequence.
@@ -476,5 +628,47 @@ mod tests {
     fn last_lines_counts_from_the_end() {
         assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc\n");
         assert_eq!(last_lines("a\nb\nc", 5), "a\nb\nc");
+    }
+}
+
+#[cfg(test)]
+mod holes_tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn issue24_w1_every_hole_of_a_log_is_passed_over_whatever_the_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("output.log");
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        // Output to 100_037, a hole to 3 MiB (set_len, as a mirror leaves one), output,
+        // a hole from 5_000_011 to 6 MiB, output.
+        file.write_all(&vec![b'a'; 100_037]).unwrap();
+        file.set_len(3 << 20).unwrap();
+        file.write_all(&vec![b'b'; 5_000_011 - (3 << 20)]).unwrap();
+        file.set_len(6 << 20).unwrap();
+        file.write_all(b"newest\n").unwrap();
+        let file = open_log(&path).unwrap();
+        // Whatever head and figure a reader holds (this daemon's, not the host's).
+        for (head, dropped) in [(0, 0), (1 << 20, 7 << 20), (65_573, 1000)] {
+            let holes = Holes::new(&file, head, dropped);
+            let (bytes, skipped) = holes.read(0, 6 << 20 | 7);
+            assert!(!bytes.contains(&0), "no zeros with head {head}");
+            assert!(bytes.ends_with(b"newest\n"));
+            assert_eq!(bytes.len(), 100_037 + 5_000_011 - (3 << 20) + 7);
+            assert_eq!(
+                skipped,
+                (3 << 20) - 100_037 + (6 << 20) - 5_000_011,
+                "head {head} {:?}",
+                holes.gaps(0, 6 << 20 | 7)
+            );
+            let gaps = holes.gaps(0, 6 << 20 | 7);
+            assert_eq!(gaps, vec![100_037..3 << 20, 5_000_011..6 << 20]);
+            assert_eq!(holes.data_at(200_000, 7 << 20), Some(3 << 20..5_000_011));
+        }
     }
 }

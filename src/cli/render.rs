@@ -136,8 +136,9 @@ pub fn call_and_print(
         }),
         Request::Status => print(client, &envelope, json, status_text),
         Request::Close { .. } => print(client, &envelope, json, |item: &Item| {
-            match item.already_ended {
-                Some(true) => format!("{} had already ended", inert(&item.id)),
+            match (item.already_ended, &item.queued) {
+                (Some(true), _) => format!("{} had already ended", inert(&item.id)),
+                (_, Some(queued)) => inert(queued).into_owned(),
                 _ => format!("{}: its terminal was hung up", inert(&item.id)),
             }
         }),
@@ -915,9 +916,12 @@ fn grep_text(reply: &wire::GrepReply, pattern: &str) -> String {
 
 fn stop_text(item: &Item) -> String {
     let id = inert(&item.id);
-    match &item.report {
-        Some(report) => inert(report).into_owned(),
-        None => format!("stop requested: {id} has not ended yet; `bgwork wait {id}` to see it end"),
+    match (&item.report, &item.queued) {
+        (Some(report), _) => inert(report).into_owned(),
+        (None, Some(queued)) => inert(queued).into_owned(),
+        (None, None) => {
+            format!("stop requested: {id} has not ended yet; `bgwork wait {id}` to see it end")
+        }
     }
 }
 

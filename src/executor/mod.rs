@@ -311,6 +311,9 @@ impl Executors {
 pub enum ExecEvent {
     /// The job's process started.
     Spawned { row: i64, pid: i32 },
+    /// The pid of a job taken back, learned after it was taken back (a job on an ssh
+    /// host whose daemon was killed before it heard the pid).
+    Pid { row: i64, pid: i32 },
     /// The job could not start.
     SpawnFailed { row: i64, message: String },
     /// The job's output grew.

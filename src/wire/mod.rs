@@ -602,6 +602,10 @@ pub struct Item {
     /// Set in a stop's reply when the item had ended before the stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub already_ended: Option<bool>,
+    /// Set in the reply of a stop or a close asked while the item's host cannot be
+    /// reached: what was asked is kept and carried out when the host answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<String>,
     /// The detail of its end: why it was lost, what a monitor saw, what a stop had to
     /// do, Slurm's word (the JSON key is `lost_reason`, as it was first).
     #[serde(

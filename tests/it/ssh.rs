@@ -1332,3 +1332,385 @@ fn issue24_1_a_middle_the_hosts_cap_dropped_is_read_past_to_the_newest_output() 
         .len();
     assert_eq!(here, 18_000_000 + 180_000 + 10, "every offset the host's");
 }
+
+/// Pauses this home's daemon (so its mirrors read nothing) while `during` runs.
+fn with_daemon_paused(home: &Home, during: impl FnOnce()) {
+    let pid = home.daemon_pid().to_string();
+    let _ = Command::new("kill").args(["-STOP", &pid]).status();
+    during();
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+}
+
+/// Waits until the host's log of the job whose output begins with `first` ends with
+/// `last` (the host's disk is this machine's).
+fn host_log_ends_with(h: &SshHome, first: &[u8], last: &[u8]) {
+    let jobs = remote_jobs(&h.host, h.home.path());
+    eventually(Duration::from_secs(60), || {
+        std::fs::read_dir(&jobs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                let Ok(bytes) = std::fs::read(e.path().join("output.log")) else {
+                    return false;
+                };
+                bytes.starts_with(first) && bytes.ends_with(last)
+            })
+    });
+}
+
+#[test]
+fn issue24_w1_a_mirror_with_several_holes_and_another_head_reads_whole_without_zeros() {
+    let Some(host) =
+        host("issue24_w1_a_mirror_with_several_holes_and_another_head_reads_whole_without_zeros")
+    else {
+        return;
+    };
+    use base64::Engine as _;
+    let h = SshHome::new(host);
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    // The host keeps another head than this daemon's (1 MiB), not on a block boundary.
+    restart_host_daemon(&h, "BGWORK_LOG_CAP=4194304 BGWORK_LOG_HEAD=65573");
+    let gates = tempfile::Builder::new()
+        .prefix("bgwork-w1-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        gates.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let g = gates.path().display();
+    let burst =
+        |c: char, n: u32| format!("head -c {n} /dev/zero | tr '\\0' {c} | fold -w 99; echo");
+    let gate = |name: &str| format!("while [ ! -e {g}/{name} ]; do sleep 0.05; done");
+    let job = format!(
+        "{}; echo phase-1; {}; {}; echo phase-2; {}; {}; echo last-line; {}",
+        burst('a', 2_000_000),
+        gate("go1"),
+        burst('b', 8_000_000),
+        gate("go2"),
+        burst('c', 8_000_000),
+        gate("go3"),
+    );
+    let id = h.start(&job)["id"].as_str().unwrap().to_string();
+    let until = |what: &str| {
+        let waited = h
+            .home
+            .run(&["--json", "wait", &id, "--until", what, "--timeout", "60"])
+            .json();
+        assert_eq!(waited["reason"], "matched", "wait --until {what}: {waited}");
+    };
+    until("phase-1");
+    // Twice the host drops more of the middle than the mirror has read: the mirror
+    // here gets a hole for each, neither where this daemon's head would put it.
+    for (go, last) in [("go1", "phase-2\n"), ("go2", "last-line\n")] {
+        with_daemon_paused(&h.home, || {
+            std::fs::write(gates.path().join(go), "").unwrap();
+            host_log_ends_with(&h, b"aaaa", last.as_bytes());
+        });
+        until(last.trim());
+    }
+    let tail = h.home.run(&["read", &id, "--tail", "1"]).stdout;
+    assert!(tail.contains("last-line"), "the newest line: {tail:?}");
+    for line in ["phase-1", "phase-2", "last-line"] {
+        let found = h.home.json(&["read", &id, "--grep", line]);
+        let matches = found["matches"].as_array().unwrap();
+        assert_eq!(matches.len(), 1, "--grep {line}: {found}");
+    }
+    let text = h
+        .home
+        .json(&["read", &id, "--all", "--max-bytes", "16000000"])["output"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!text.contains('\0'), "no zeros in the text");
+    assert!(
+        text.contains("phase-1\n") && text.ends_with("last-line\n"),
+        "{text:.200}"
+    );
+    // Raw pages from the start, and reads from offsets all over the log: no reply
+    // holds a hole's zeros, and the pages hold every marker.
+    let len = std::fs::metadata(
+        std::path::Path::new(h.home.item(&id)["folder"].as_str().unwrap()).join("output.log"),
+    )
+    .unwrap()
+    .len();
+    let raw = |from: u64| {
+        let reply = h
+            .home
+            .json(&["read", &id, "--raw", "--from", &from.to_string()]);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(reply["output_base64"].as_str().unwrap())
+            .unwrap();
+        (bytes, reply["to"].as_u64().unwrap(), reply)
+    };
+    let (mut all, mut at, mut pages) = (Vec::new(), 0, 0);
+    while at < len && pages < 100 {
+        let (bytes, to, reply) = raw(at);
+        assert!(!bytes.contains(&0), "zeros from {at}: {reply}");
+        all.extend_from_slice(&bytes);
+        assert!(to > at, "{reply}");
+        (at, pages) = (to, pages + 1);
+    }
+    let all = String::from_utf8(all).unwrap();
+    assert!(all.contains("phase-1\n") && all.contains("phase-2\n") && all.ends_with("last-line\n"));
+    for from in (0..len).step_by(257_003) {
+        let (bytes, _, reply) = raw(from);
+        assert!(!bytes.contains(&0), "zeros from {from}: {reply}");
+    }
+    std::fs::write(gates.path().join("go3"), "").unwrap();
+    let ended = wait_end(&h.home, &id);
+    assert_eq!(ended["exit_code"], 0, "{ended}");
+}
+
+#[test]
+fn issue24_w3_a_start_the_host_refuses_names_no_id_of_the_hosts() {
+    let Some(host) = host("issue24_w3_a_start_the_host_refuses_names_no_id_of_the_hosts") else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    // This home's ids run ahead of the host's.
+    for _ in 0..3 {
+        h.home.start("true");
+    }
+    // The host's daemon cannot make the job's folder there: it refuses the start.
+    let jobs = remote_jobs(&h.host, h.home.path());
+    let mode = |m: u32| {
+        std::fs::set_permissions(&jobs, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    mode(0o500);
+    let on = h.on();
+    let (_, _, message) = h
+        .home
+        .error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+    mode(0o700);
+    let local = h.home.json(&["list", "--all"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .max_by_key(|id| id.trim_start_matches("bg-").parse::<u32>().unwrap())
+        .unwrap();
+    assert!(message.contains("refused it"), "{message}");
+    assert!(
+        message.contains(&format!("{local} could not start")),
+        "{local}: {message}"
+    );
+    let ids: Vec<&str> = message
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("bg-"))
+        .collect();
+    assert!(
+        ids.iter().all(|id| *id == local),
+        "only {local} is named: {message}"
+    );
+}
+
+#[test]
+fn issue24_w4_ssh_is_named_once_in_an_error_quoting_it() {
+    let Some(host) = host("issue24_w4_ssh_is_named_once_in_an_error_quoting_it") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(&host.config).unwrap();
+    // A port where nothing listens: ssh says "ssh: connect to host … Connection refused".
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let config = dir.path().join("closed_config");
+    let text: String = base
+        .lines()
+        .map(|l| match l.trim_start().starts_with("Port ") {
+            true => format!("  Port {port}"),
+            false => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&config, text + "\n").unwrap();
+    let home = Home::new().with("BGWORK_SSH_CONFIG", config.to_str().unwrap());
+    let on = format!("ssh:{}", host.alias);
+    let (_, _, message) = home.error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+    assert!(
+        message.contains("(ssh: connect to host") && message.contains("Connection refused"),
+        "{message}"
+    );
+    assert!(!message.contains("ssh: ssh:"), "{message}");
+}
+
+#[test]
+fn issue24_w5_a_job_taken_back_after_a_kill_9_during_its_start_gets_its_pid() {
+    let Some(host) =
+        host("issue24_w5_a_job_taken_back_after_a_kill_9_during_its_start_gets_its_pid")
+    else {
+        return;
+    };
+    let h = SshHome::new(host);
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    // The host's daemon holds the start while this daemon is killed: the job is taken
+    // back by its name, and its pid is learned there.
+    let remote = remote_pid(&h, "daemon.lock").to_string();
+    let _ = Command::new("kill").args(["-STOP", &remote]).status();
+    let on = h.on();
+    let mut start = h
+        .home
+        .command(&["start", "--window", "0", "--on", &on, "--", "sleep 300"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let jobs = h.home.path().join("jobs");
+    let handed = || {
+        std::fs::read_dir(&jobs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("ssh.json").exists())
+            .count()
+            == 2
+    };
+    eventually(Duration::from_secs(30), handed);
+    h.home.kill_daemon();
+    let _ = Command::new("kill").args(["-CONT", &remote]).status();
+    let _ = start.wait();
+    h.home.start_daemon();
+    let id = h.home.json(&["list"])["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    eventually(Duration::from_secs(30), || {
+        h.home.item(&id)["pid"].is_number()
+    });
+    assert_eq!(h.home.item(&id)["state"], "running");
+    h.home.json(&["stop", &id]);
+}
+
+#[test]
+fn issue24_w6_a_start_succeeds_as_soon_as_a_host_that_was_down_answers() {
+    let Some(host) = host("issue24_w6_a_start_succeeds_as_soon_as_a_host_that_was_down_answers")
+    else {
+        return;
+    };
+    let mut sshd = OwnSshd::new(&host);
+    let h = SshHome::new(Host {
+        config: sshd.config(),
+        alias: "bgwork-down".into(),
+    });
+    let first = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &first);
+    // The host goes away with no job on it: starts fail, and the link backs off.
+    sshd.down();
+    if let Some(master) = master_pid(&h.home, &h.host.config, &h.host.alias) {
+        kill9(master);
+    }
+    let on = h.on();
+    let tried = std::time::Instant::now();
+    while tried.elapsed() < Duration::from_secs(8) {
+        let (code, _, message) = h
+            .home
+            .error(&["start", "--window", "0", "--on", &on, "--", "true"]);
+        assert_ne!(code, 0, "{message}");
+        // The tries are spread over the outage (the fault, not a wait for something).
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sshd.up();
+    // The first start after it answers again runs.
+    let started = h.home.run(&[
+        "--json",
+        "start",
+        "--window",
+        "0",
+        "--on",
+        &on,
+        "--",
+        "echo back",
+    ]);
+    assert_eq!(started.code, 0, "{} {}", started.stdout, started.stderr);
+    let id = started.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(wait_end(&h.home, &id)["exit_code"], 0);
+}
+
+#[test]
+fn issue24_w1_a_mirror_hole_shorter_than_a_block_shows_no_zeros() {
+    let Some(host) = host("issue24_w1_a_mirror_hole_shorter_than_a_block_shows_no_zeros") else {
+        return;
+    };
+    use base64::Engine as _;
+    let h = SshHome::new(host);
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    restart_host_daemon(&h, "BGWORK_LOG_CAP=4194304 BGWORK_LOG_HEAD=1048576");
+    let gates = tempfile::Builder::new()
+        .prefix("bgwork-w1b-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        gates.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let g = gates.path().display();
+    // The mirror catches up 100 bytes short of 6 MiB; then the host's cap drops its
+    // middle to exactly 6 MiB: the mirror's hole here is 100 bytes, inside one block.
+    let job = format!(
+        "head -c {} /dev/zero | tr '\\0' a; while [ ! -e {g}/go ]; do sleep 0.05; done; \
+         head -c {} /dev/zero | tr '\\0' b; echo; echo end-mark; while [ ! -e {g}/end ]; do sleep 0.05; done",
+        (6 << 20) - 100,
+        (3 << 20) + 200
+    );
+    let id = h.start(&job)["id"].as_str().unwrap().to_string();
+    let folder = std::path::PathBuf::from(h.home.item(&id)["folder"].as_str().unwrap());
+    let log = folder.join("output.log");
+    eventually(Duration::from_secs(60), || {
+        std::fs::metadata(&log).is_ok_and(|m| m.len() == (6 << 20) - 100)
+    });
+    with_daemon_paused(&h.home, || {
+        std::fs::write(gates.path().join("go"), "").unwrap();
+        host_log_ends_with(&h, b"a", b"end-mark\n");
+    });
+    let waited = h
+        .home
+        .run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "end-mark",
+            "--timeout",
+            "60",
+        ])
+        .json();
+    assert_eq!(waited["reason"], "matched", "{waited}");
+    for from in [(6u64 << 20) - 5000, (6 << 20) - 100, (6 << 20) - 1] {
+        let reply = h
+            .home
+            .json(&["read", &id, "--raw", "--from", &from.to_string()]);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(reply["output_base64"].as_str().unwrap())
+            .unwrap();
+        assert!(!bytes.contains(&0), "zeros from {from}: {reply}");
+    }
+    let (mut at, mut all) = ((5u64 << 20), Vec::new());
+    while at < std::fs::metadata(&log).unwrap().len() {
+        let reply = h
+            .home
+            .json(&["read", &id, "--raw", "--from", &at.to_string()]);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(reply["output_base64"].as_str().unwrap())
+            .unwrap();
+        all.extend_from_slice(&bytes);
+        let to = reply["to"].as_u64().unwrap();
+        assert!(to > at, "{reply}");
+        at = to;
+    }
+    assert!(!all.contains(&0));
+    assert!(all.ends_with(b"end-mark\n"));
+    let grep = h.home.json(&["read", &id, "--grep", "end-mark"]);
+    assert_eq!(grep["matches"].as_array().unwrap().len(), 1, "{grep}");
+    std::fs::write(gates.path().join("end"), "").unwrap();
+    wait_end(&h.home, &id);
+}

@@ -744,3 +744,115 @@ fn issue24_t1_a_stop_asked_while_the_host_is_down_is_carried_out_once_it_answers
     assert_eq!(ended["reason"], "ended", "{ended}");
     assert_eq!(ended["items"][0]["end"], "stopped_by_agent", "{ended}");
 }
+
+#[test]
+fn issue24_w2_a_resize_and_a_close_asked_while_the_host_is_down_say_they_are_queued() {
+    let test = "issue24_w2_a_resize_and_a_close_asked_while_the_host_is_down_say_they_are_queued";
+    let Some((mut sshd, h)) = OnHost::with_own_sshd(test) else {
+        return;
+    };
+    let id = h.start_pane(&["--cols", "90", "--rows", "20"], "bash --norc -i");
+    h.cut(&mut sshd, &id);
+    let resized = h.home.run(&["resize", &id, "--cols", "70", "--rows", "15"]);
+    assert_eq!(resized.code, 0, "{}", resized.stderr);
+    assert!(
+        resized.stdout.contains("is queued")
+            && resized.stdout.contains("unreachable since")
+            && resized.stdout.contains("when the host answers")
+            && !resized.stdout.contains("resized to"),
+        "{}",
+        resized.stdout
+    );
+    let closed = h.home.json(&["close", &id]);
+    assert!(
+        closed["queued"]
+            .as_str()
+            .is_some_and(|q| q.contains("hang-up") && q.contains("when the host answers")),
+        "{closed}"
+    );
+    let text = h.home.run(&["close", &id]).stdout;
+    assert!(
+        text.contains("is queued") && !text.contains("was hung up"),
+        "{text}"
+    );
+    sshd.up();
+    let ended = h
+        .home
+        .run(&["--json", "wait", &id, "--timeout", "90"])
+        .json();
+    assert_eq!(ended["items"][0]["end"], "cancelled", "{ended}");
+}
+
+#[test]
+fn issue24_w7_a_stop_asked_while_the_host_is_down_answers_at_once_that_it_is_queued() {
+    let test = "issue24_w7_a_stop_asked_while_the_host_is_down_answers_at_once_that_it_is_queued";
+    let Some((mut sshd, h)) = OnHost::with_own_sshd(test) else {
+        return;
+    };
+    let on = h.on();
+    let id = h
+        .home
+        .json(&["start", "--window", "0", "--on", &on, "--", "sleep 300"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    eventually(Duration::from_secs(60), || {
+        h.home.item(&id)["pid"].is_number()
+    });
+    h.cut(&mut sshd, &id);
+    let asked = std::time::Instant::now();
+    let stopped = h.home.json(&["stop", &id, "--grace", "5"]);
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the stop took {took:?}: {stopped}"
+    );
+    assert_eq!(stopped["stop_requested"], true, "{stopped}");
+    assert!(
+        stopped["queued"]
+            .as_str()
+            .is_some_and(|q| q.contains("the stop of") && q.contains("when the host answers")),
+        "{stopped}"
+    );
+    let text = h.home.run(&["stop", &id, "--grace", "5"]).stdout;
+    assert!(text.contains("is queued"), "{text}");
+    sshd.up();
+    let ended = h
+        .home
+        .run(&["--json", "wait", &id, "--timeout", "90"])
+        .json();
+    assert_eq!(ended["reason"], "ended", "{ended}");
+    assert_eq!(ended["items"][0]["end"], "stopped_by_agent", "{ended}");
+}
+
+#[test]
+fn issue24_w8_a_second_stop_by_the_person_while_the_agents_waits_ends_as_the_first_asked() {
+    let test =
+        "issue24_w8_a_second_stop_by_the_person_while_the_agents_waits_ends_as_the_first_asked";
+    let Some((mut sshd, h)) = OnHost::with_own_sshd(test) else {
+        return;
+    };
+    let on = h.on();
+    let id = h
+        .home
+        .json(&["start", "--window", "0", "--on", &on, "--", "sleep 300"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    eventually(Duration::from_secs(60), || {
+        h.home.item(&id)["pid"].is_number()
+    });
+    // The agent's stop waits for the host; the person stops it too (the strip's stop).
+    h.cut(&mut sshd, &id);
+    h.home.json(&["stop", &id, "--grace", "1"]);
+    h.home
+        .json(&["stop", &id, "--grace", "1", "--as", "person"]);
+    sshd.up();
+    // As locally: the first stop's actor.
+    let ended = h
+        .home
+        .run(&["--json", "wait", &id, "--timeout", "90"])
+        .json();
+    assert_eq!(ended["reason"], "ended", "{ended}");
+    assert_eq!(ended["items"][0]["end"], "stopped_by_agent", "{ended}");
+}

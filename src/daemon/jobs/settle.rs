@@ -92,6 +92,10 @@ impl Daemon {
                     self.watch_job(row, true);
                 }
             }
+            ExecEvent::Pid { row, pid } => match self.lock().store.set_running(row, pid) {
+                Ok(()) => self.records_changed(),
+                Err(e) => crate::note!("bgwork daemon: could not record a pid: {e}"),
+            },
             ExecEvent::SpawnFailed { row, message } => {
                 let status = ExitStatus {
                     protocol: crate::wire::control::PROTOCOL,

@@ -246,16 +246,14 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
         from,
         ..
     } = plan;
-    // The figure the supervisor reported may be behind a hole it has just punched: the
-    // file says how far the dropped middle reaches now, and every step below (where
-    // text may end, token edges, the bytes read, what the reply says was dropped) uses
-    // that one figure.
-    let dropped = output::dropped_now(&path, head, dropped);
-    // A tail shows the newest lines: when the dropped middle lies inside its window, the
-    // window starts after it (lines before a gap are not the last lines, and no marker
-    // stands above lines that follow one another).
+    // The dropped middles are the log's holes, read from the file (`output::Holes`):
+    // the figure reported may be behind a hole just punched, and a mirror's holes lie
+    // where the host's cap and the mirror's pace put them, not at this daemon's head.
+    // A tail shows the newest lines: when a dropped middle lies inside its window, the
+    // window starts after the last one (lines before a gap are not the last lines, and
+    // no marker stands above lines that follow one another).
     let from = match args.tail {
-        Some(_) if dropped > 0 && (from..len).contains(&(head + dropped)) => head + dropped,
+        Some(_) => output::last_gap_end(&path, from, len, head, dropped).unwrap_or(from),
         _ => from,
     };
     // Text of a running item stops before a character or escape sequence whose rest
@@ -273,39 +271,41 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
     };
     let (to, output, clipped, skipped) = if args.raw {
         // Raw bytes are never clipped in the middle: a read returns up to `max`
-        // consecutive bytes and the next read goes on from `to`. It never crosses the
-        // dropped middle: it stops where the middle begins, and one from inside it
-        // returns no bytes and goes on from where it ends (so the bytes of a reply
-        // are always those of `[from + dropped_bytes, to)`, whatever the cap does).
-        let gap = head..(head + dropped).min(len);
-        let to = len.min(from + max as u64);
-        let to = match dropped > 0 {
-            true if gap.contains(&from) => gap.end,
-            true if from < gap.start && to > gap.start => gap.start,
-            _ => to,
+        // consecutive bytes and the next read goes on from `to`. It never crosses a
+        // dropped middle: it stops where one begins, and one from inside it returns no
+        // bytes and goes on from where it ends (so the bytes of a reply are always
+        // those of `[from + dropped_bytes, to)`, whatever the cap does).
+        let next = output::data_in(&path, from, len, head, dropped);
+        let in_gap = from < len && next.as_ref().is_none_or(|data| data.start > from);
+        let to = match &next {
+            _ if !in_gap => next.map_or(len, |data| data.end).min(from + max as u64),
+            Some(data) => data.start,
+            None => len,
         };
         // Known values were masked in the log itself; token shapes are masked here,
         // raw or not, unless the person asked to see them, and no page cuts one.
-        let (cut, to) = match args.no_redact {
-            true => (0, to),
-            false => log.token_edges(from, to, plan.running),
+        let (cut, to) = match (args.no_redact, in_gap) {
+            (true, _) | (_, true) => (0, to),
+            (false, false) => log.token_edges(from, to, plan.running),
         };
-        let (bytes, skipped_here) = match gap.contains(&from) {
-            true => (Vec::new(), to - from),
+        let (bytes, skipped_here, to) = match in_gap {
+            true => (Vec::new(), to - from, to),
             false => {
                 let start = from + cut;
-                let bytes = output::read_span(&path, start, to);
+                let mut bytes = output::read_span(&path, start, to);
                 // The cap may have dropped more while this was read: the front of the
-                // bytes that is in the middle now is left out (never its zeros), so
-                // the bytes are still the last of the range.
-                let gap_now = head + output::dropped_now(&path, head, dropped);
-                match start >= head && gap_now > start {
-                    true => {
-                        let lost = gap_now.min(to) - start;
-                        let kept = bytes.get(lost as usize..).unwrap_or_default().to_vec();
-                        (kept, lost)
+                // bytes that is a hole now is left out (never its zeros), so the bytes
+                // are still the last of the range; a hole made at their end (a mirror
+                // that passed over a middle its host dropped) ends them.
+                match output::data_in(&path, start, to, head, dropped) {
+                    Some(data) if data.start == start && data.end >= to => (bytes, 0, to),
+                    Some(data) => {
+                        bytes.truncate((data.end - start) as usize);
+                        let lost = (data.start - start) as usize;
+                        let kept = bytes.get(lost..).unwrap_or_default().to_vec();
+                        (kept, lost as u64, data.end)
                     }
-                    false => (bytes, 0),
+                    None => (Vec::new(), to - start, to),
                 }
             }
         };
@@ -320,8 +320,8 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
                 shown
             }
         };
-        // More when the cap punched again while this was read.
-        let skipped = output::dropped_in(from, to, head, dropped).max(skipped_here);
+        // A raw read never crosses a hole: what it skipped is all it did not show.
+        let skipped = skipped_here;
         let output = match args.output_frame {
             true => Output::Frame(bytes),
             false => Output::Base64(
@@ -335,6 +335,9 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
             true => (0, len),
             false => log.token_edges(from, len, plan.running),
         };
+        // What the holes held before the log is read (the cap only adds to them: more
+        // while it is read is in the excerpt's own count).
+        let dropped_before = output::dropped_now(&path, from, len, head, dropped);
         let excerpt = output::excerpt(&path, from + cut, len, head, dropped, max);
         let excerpt_skipped = excerpt.skipped;
         let (mut text, clipped) = excerpt.into_text(max, &path, !args.no_redact);
@@ -344,7 +347,7 @@ fn build_reply(plan: Plan, args: &ReadArgs, max: usize, head: u64) -> (ReadReply
         if let Some(n) = args.tail {
             text = output::last_lines(&text, n);
         }
-        let skipped = output::dropped_in(from, len, head, dropped).max(excerpt_skipped);
+        let skipped = dropped_before.max(excerpt_skipped);
         if skipped > 0 {
             text = format!(
                 "[... {skipped} bytes dropped by the log cap (the first and newest bytes are kept) ...]\n{text}"

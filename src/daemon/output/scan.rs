@@ -10,8 +10,6 @@
 //! nothing to pass. Callers read off the daemon's lock: a little fresh output on the
 //! daemon's own thread, more on a blocking one ([`read_off_lock`]).
 
-use nix::errno::Errno;
-use nix::unistd::{lseek, Whence};
 use std::borrow::Cow;
 use std::fs::File;
 use std::ops::Range;
@@ -341,7 +339,8 @@ pub(crate) fn key_open_at(path: &std::path::Path, offset: u64, head: u64, droppe
 }
 
 /// Reads into `buf` up to [`CHUNK`] bytes of data that `file` holds in `[from, to)`,
-/// passing over `gap` (a log's dropped middle) and holes. Returns the offset where the
+/// passing over its holes (its dropped middles: `gap` is the one last reported, see
+/// [`crate::output::Holes`]). Returns the offset where the
 /// bytes read begin; with `buf` left empty, `[from, to)` held no more data.
 pub(crate) fn read_data(
     file: &File,
@@ -351,27 +350,11 @@ pub(crate) fn read_data(
     buf: &mut Vec<u8>,
 ) -> std::io::Result<u64> {
     buf.clear();
-    let mut start = from;
-    if gap.contains(&start) {
-        start = gap.end;
-    }
-    if start >= to {
+    let holes = crate::output::Holes::new(file, gap.start, gap.end - gap.start);
+    let Some(data) = holes.data_at(from, to) else {
         return Ok(to);
-    }
-    match lseek(file, start as i64, Whence::SeekData) {
-        Ok(data) => start = start.max(data as u64),
-        // Nothing but a hole from `start` to the end of the file.
-        Err(Errno::ENXIO) => return Ok(to),
-        // A file system without SEEK_DATA: read the zeros.
-        Err(_) => {}
-    }
-    if start >= to {
-        return Ok(to);
-    }
-    let mut end = to.min(start + CHUNK);
-    if !gap.is_empty() && start < gap.start {
-        end = end.min(gap.start);
-    }
+    };
+    let (start, end) = (data.start, data.end.min(data.start + CHUNK));
     buf.resize((end - start) as usize, 0);
     let filled = crate::output::read_full_at(file, buf, start)?;
     buf.truncate(filled);

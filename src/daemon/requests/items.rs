@@ -107,6 +107,7 @@ impl Daemon {
             folder: (!record.job_dir.is_empty()).then(|| record.job_dir.clone()),
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
             already_ended: None,
+            queued: None,
             end_detail: detail,
             cost: crate::wire::Cost::recorded(record.cpu_ms, record.peak_rss),
             executor: view.executor_name().map(str::to_string),

@@ -8,6 +8,22 @@ use crate::wire::{Ack, Actor, End, ErrorCode, Item, Kind, State, StopArgs, WireE
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+/// How often a stop that waits for its job's end looks whether the job's host has
+/// become unreachable (then it answers at once that the stop is queued).
+const UNREACHABLE_LOOK: Duration = Duration::from_millis(100);
+
+/// What a reply says of a request (`what`: "the stop") kept for an item whose host
+/// cannot be reached now.
+pub(crate) fn queued(item: &Item, what: &str) -> Option<String> {
+    item.host_unreachable.as_ref().map(|why| {
+        format!(
+            "{what} of {} is queued: {why}; it is carried out when the host answers \
+             (`bgwork wait {}` to see it end)",
+            item.id, item.id
+        )
+    })
+}
+
 /// A stop waits this long past its grace for the job to be gone.
 const STOP_SLACK: Duration = Duration::from_secs(2);
 const DEFAULT_GRACE: Duration = Duration::from_secs(5);
@@ -38,6 +54,7 @@ impl Daemon {
         };
         crate::daemon::sent(id, live.handle.send(hangup))?;
         item.stop_requested = Some(true);
+        item.queued = queued(&item, "the hang-up");
         Ok(item)
     }
 
@@ -68,10 +85,25 @@ impl Daemon {
             self.wait_for(ATTACH_WAIT, attached).await;
             self.request_stop(row, grace, args.actor)?;
         }
-        self.wait_for(grace + STOP_SLACK, |d| {
-            rows.iter().all(|&row| d.has_ended(row))
-        })
-        .await;
+        // Waits for the end, but not for a host that cannot be reached: the stop is
+        // kept until it answers (`executor/ssh`), and the reply says so at once.
+        let deadline = tokio::time::Instant::now() + grace + STOP_SLACK;
+        let unreachable = |d: &Daemon| {
+            let inner = d.lock();
+            matches!(inner.store.get(record.row), Ok(Some(r))
+                if r.state != State::Ended && d.item_as(session, &r).host_unreachable.is_some())
+        };
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let ended = self
+                .wait_for(left.min(UNREACHABLE_LOOK), |d| {
+                    rows.iter().all(|&row| d.has_ended(row))
+                })
+                .await;
+            if ended || left <= UNREACHABLE_LOOK || unreachable(self) {
+                break;
+            }
+        }
         let inner = self.lock();
         let record = inner
             .store
@@ -80,6 +112,7 @@ impl Daemon {
         let mut item = self.item_as(session, &record);
         if record.state != State::Ended {
             item.stop_requested = Some(true);
+            item.queued = queued(&item, "the stop");
         }
         Ok(item)
     }

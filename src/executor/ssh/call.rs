@@ -55,6 +55,8 @@ pub fn explain(host: &str, stderr: &str) -> String {
     let said: Vec<&str> = stderr
         .lines()
         .map(str::trim)
+        // ssh names itself ("ssh: connect to host …"): quoted after "(ssh: " once.
+        .map(|l| l.strip_prefix("ssh: ").unwrap_or(l))
         .filter(|l| {
             !l.is_empty() && !l.starts_with("@@@") && !l.starts_with("Warning: Permanently added")
         })

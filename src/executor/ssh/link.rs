@@ -163,6 +163,14 @@ impl Link {
         retry.1 = (retry.1 * 2).min(BACKOFF_MOST);
     }
 
+    /// Lets the next request try the host now, whatever the back-off: a start asked for
+    /// this host succeeds as soon as the host answers (when no job's task kept the link
+    /// open, nothing else would have tried it since it came back). A job's mirror keeps
+    /// the back-off.
+    pub fn try_now(&self) {
+        self.retry.lock().unwrap_or_else(|p| p.into_inner()).0 = tokio::time::Instant::now();
+    }
+
     fn mark_up(&self) {
         *self.down.lock().unwrap_or_else(|p| p.into_inner()) = None;
         *self.retry.lock().unwrap_or_else(|p| p.into_inner()) =

@@ -226,13 +226,14 @@ impl SshExecutor {
             ..StartArgs::default()
         };
         let link = self.links.of(host);
+        link.try_now();
         let envelope = Envelope {
             session: job.session.clone(),
             request: Request::Start(args),
         };
         let reply: StartReply = match link.request(&envelope, Duration::ZERO).await {
             Ok(line) => crate::wire::decode_reply(&line)
-                .map_err(|e| format!("{host} refused it: {}", e.message))?,
+                .map_err(|e| format!("{host} refused it: {}", host_words(host, &e.message)))?,
             // Sent, and no answer: the host may run it. Found by its name once the host
             // answers again (or lost, if the host never got it); never sent twice.
             Err(LinkError::InDoubt(why)) => {
@@ -281,7 +282,6 @@ impl SshExecutor {
             spawned,
             pid: None,
             mirrored,
-            dropped: 0,
             stop_actor,
             order: Arc::new(order),
             ended_item: None,
@@ -411,8 +411,6 @@ struct Tracker {
     pid: Option<i32>,
     /// The host's log offset mirrored so far.
     mirrored: u64,
-    /// Bytes of the host's log its cap dropped before they were mirrored.
-    dropped: u64,
     stop_actor: Option<Actor>,
     /// A stop, resize or hang-up the host has not taken yet, and the order of the
     /// input after them.
@@ -692,7 +690,9 @@ impl Tracker {
     }
 
     async fn look_once(&mut self) -> Result<Look, LinkError> {
-        if self.job.remote_id.is_none() || !self.spawned {
+        // Its pid is asked for until it is known, a job taken back too (a daemon killed
+        // just after the start never heard it).
+        if self.job.remote_id.is_none() || !self.spawned || self.pid.is_none() {
             match self.item().await? {
                 None if self.job.remote_id.is_none() => {
                     return Ok(Look::Ended(Box::new(self.lost(format!(
@@ -709,11 +709,13 @@ impl Tracker {
                 }
                 Some(item) => {
                     if let Some(pid) = item.pid.filter(|&p| p > 0) {
-                        self.pid = Some(pid);
-                        if !self.spawned {
-                            self.spawned = true;
-                            let _ = self.events.send(ExecEvent::Spawned { row: self.row, pid });
-                        }
+                        let row = self.row;
+                        let event = match self.spawned {
+                            false => ExecEvent::Spawned { row, pid },
+                            true => ExecEvent::Pid { row, pid },
+                        };
+                        (self.pid, self.spawned) = (Some(pid), true);
+                        let _ = self.events.send(event);
                     }
                     if item.state == crate::wire::State::Ended && item.pid.is_none() {
                         return Ok(Look::Ended(Box::new(self.status_of(&item))));
@@ -817,9 +819,6 @@ impl Tracker {
                 .saturating_sub(bytes.len() as u64)
                 .max(self.mirrored);
             let skipped = at > self.mirrored;
-            if skipped {
-                self.dropped += at - self.mirrored;
-            }
             let grew = !bytes.is_empty();
             if grew {
                 self.append(at, &bytes);
@@ -830,7 +829,9 @@ impl Tracker {
                 let _ = self.events.send(ExecEvent::Output {
                     row: self.row,
                     log_len,
-                    dropped: self.dropped,
+                    // A mirror's dropped middles are its holes, found in the file by
+                    // every reader (`output::Holes`): no figure at this daemon's head.
+                    dropped: 0,
                     unwritten: 0,
                     unwritten_at: 0,
                 });
@@ -862,7 +863,10 @@ impl Tracker {
 
     /// Writes `bytes` at the host's offset `at`: a middle the host's cap dropped stays
     /// a hole here too, so every byte keeps its offset (and a reattach resumes from
-    /// the log's length).
+    /// the log's length). Readers find the holes in the file (`output::Holes`); one
+    /// shorter than the rest of the block it begins in would be no hole but zeros, so
+    /// that block's output before it (which the host's cap dropped too: its first
+    /// middle is always more than a block) is dropped with it.
     fn append(&self, at: u64, bytes: &[u8]) {
         let log = JobDir(&self.job_dir).log();
         let written = std::fs::OpenOptions::new()
@@ -870,7 +874,18 @@ impl Tracker {
             .append(true)
             .open(&log)
             .and_then(|mut file| {
-                if file.metadata()?.len() < at {
+                let meta = file.metadata()?;
+                let len = meta.len();
+                if len < at {
+                    let block = std::os::unix::fs::MetadataExt::blksize(&meta).max(512);
+                    let block_start = len - len % block;
+                    if len % block != 0 && at <= block_start + block {
+                        use nix::fcntl::{fallocate, FallocateFlags};
+                        let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                            | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+                        fallocate(&file, flags, block_start as i64, (at - block_start) as i64)
+                            .map_err(std::io::Error::from)?;
+                    }
                     file.set_len(at)?;
                 }
                 file.write_all(bytes)
@@ -889,7 +904,7 @@ impl Tracker {
             owner: self.owner.clone(),
             ended_at_ms: now_ms(),
             log_len: std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len()),
-            dropped: self.dropped,
+            dropped: 0,
             pid: self.pid,
             ..ExitStatus::default()
         }
@@ -988,9 +1003,13 @@ impl Tracker {
         match command {
             Command::Send(ToSupervisor::Stop { grace_ms, actor }) => {
                 // The stop's end is seen by the mirror; one asked while the host is
-                // down is sent when it answers.
-                self.stop_actor = Some(actor);
-                lock(&self.order.pending).stop = Some((grace_ms, actor));
+                // down is sent when it answers. As a local supervisor does, the first
+                // stop's actor is the end's, and the sooner KILL wins.
+                let actor = *self.stop_actor.get_or_insert(actor);
+                let mut pending = lock(&self.order.pending);
+                let grace_ms = pending.stop.map_or(grace_ms, |(g, _)| g.min(grace_ms));
+                pending.stop = Some((grace_ms, actor));
+                drop(pending);
                 self.order.keep();
                 self.send_pending();
             }
@@ -1049,7 +1068,7 @@ impl Tracker {
                     text,
                     keys: Vec::new(),
                 }));
-                let order = self.order.clone();
+                let (order, host) = (self.order.clone(), self.job.host.clone());
                 tokio::spawn(async move {
                     // After a resize or hang-up asked before it, as the caller asked them.
                     let _turn = order.turn().await;
@@ -1057,7 +1076,7 @@ impl Tracker {
                         Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
                             Ok(_) => Ok(0),
                             Err(e) if e.code == ErrorCode::NotRunning => Err(WriteRefused::Closed),
-                            Err(e) => Err(WriteRefused::Unreachable(e.message)),
+                            Err(e) => Err(WriteRefused::Unreachable(host_words(&host, &e.message))),
                         },
                         Err(e) => Err(WriteRefused::Unreachable(e.to_string())),
                     };
@@ -1164,5 +1183,41 @@ mod tests {
         }
         assert!(super::check_cwd("/srv/x", "--cwd").is_ok());
         assert!(super::check_cwd("srv/x", "--cwd").is_err());
+    }
+}
+
+/// A host daemon's words for a caller here: its own ids of items mean nothing here
+/// (the caller knows the job by its id here), so "bg-23 could not start: …" at the
+/// front is left to the reason, and any other id there is marked as the host's.
+fn host_words(host: &str, message: &str) -> String {
+    static ID: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let id = ID.get_or_init(|| {
+        regex::Regex::new(r"\b(?:[A-Za-z0-9_.-]+/)?bg-[0-9]+\b").expect("a valid pattern")
+    });
+    let message = match message.split_once(" could not start: ") {
+        Some((front, reason)) if id.find(front).is_some_and(|m| m.as_str() == front) => reason,
+        _ => message,
+    };
+    id.replace_all(message, |m: &regex::Captures| {
+        format!("{} (its id on {host})", &m[0])
+    })
+    .into_owned()
+}
+
+#[cfg(test)]
+mod host_words_tests {
+    use super::host_words;
+
+    #[test]
+    fn issue24_w3_the_hosts_ids_are_never_shown_as_ids_here() {
+        assert_eq!(
+            host_words("gpu", "bg-23 could not start: /nope: no such folder"),
+            "/nope: no such folder"
+        );
+        assert_eq!(
+            host_words("gpu", "bg-23 is not running"),
+            "bg-23 (its id on gpu) is not running"
+        );
+        assert_eq!(host_words("gpu", "no id here"), "no id here");
     }
 }

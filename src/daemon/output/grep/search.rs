@@ -155,12 +155,10 @@ impl Search<'_> {
             }
             scan.before_buf.clear();
             if self.redact && start == at && at > 0 {
-                let from = at.saturating_sub(TOKEN_CONTEXT as u64).max(
-                    match self.gap.contains(&(at - 1)) {
-                        true => at,
-                        false => 0,
-                    },
-                );
+                // The bytes just before it, after any hole.
+                let holes = output::Holes::new(file, self.gap.start, self.gap.end - self.gap.start);
+                let from = at.saturating_sub(TOKEN_CONTEXT as u64);
+                let from = holes.gaps(from, at).last().map_or(from, |gap| gap.end);
                 scan.before_buf.resize((at - from) as usize, 0);
                 let read = output::read_full_at(file, &mut scan.before_buf, from)?;
                 scan.before_buf.truncate(read);

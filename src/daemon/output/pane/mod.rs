@@ -134,9 +134,13 @@ impl Daemon {
         })?;
         crate::daemon::sent(id, live.handle.send(ToSupervisor::Resize { cols, rows }))?;
         inner.store.set_size(record.row, cols, rows)?;
-        Ok(Ack {
-            ok: true,
-            message: format!("{id} resized to {cols}x{rows}"),
-        })
+        let message = match self.item_as(session, &record).host_unreachable {
+            Some(why) => format!(
+                "the resize of {id} to {cols}x{rows} is queued: {why}; it is carried out \
+                 when the host answers"
+            ),
+            None => format!("{id} resized to {cols}x{rows}"),
+        };
+        Ok(Ack { ok: true, message })
     }
 }

@@ -113,8 +113,8 @@ impl Screen {
     pub(super) fn catch_up(&mut self, source: &Source) -> String {
         let len = source.len;
         let mut oldest = len.saturating_sub(TAIL);
-        let hole_end = source.head + source.dropped;
-        if source.dropped > 0 && oldest < hole_end && hole_end < len {
+        let last_gap = output::last_gap_end(&source.log, oldest, len, source.head, source.dropped);
+        if let Some(hole_end) = last_gap.filter(|&end| end < len) {
             // Not the log's head and newest bytes as if one followed the other: the
             // newest alone.
             oldest = hole_end;

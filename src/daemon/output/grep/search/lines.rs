@@ -5,8 +5,6 @@
 
 use super::{Scan, Segment, BUF, MAX_LINE};
 use memchr::{memchr, memrchr};
-use nix::errno::Errno;
-use nix::unistd::{lseek, Whence};
 use std::fs::File;
 use std::ops::Range;
 
@@ -40,8 +38,8 @@ pub(super) fn count_lines(
     Ok((line, after_gap))
 }
 
-/// Reads into `buf` up to [`BUF`] bytes of data from `[at, to)`, never across `gap`
-/// (the dropped middle) and passing over holes. Returns where the bytes begin and
+/// Reads into `buf` up to [`BUF`] bytes of data from `[at, to)`, never across a hole
+/// (a dropped middle: `gap` is the one last reported, see [`crate::output::Holes`]). Returns where the bytes begin and
 /// whether they end where the data does (the gap, `to` or the file's end), so that
 /// the last line in `buf` is whole.
 pub(super) fn fill(
@@ -51,42 +49,30 @@ pub(super) fn fill(
     gap: &Range<u64>,
     buf: &mut Vec<u8>,
 ) -> std::io::Result<(u64, bool)> {
+    let holes = crate::output::Holes::new(file, gap.start, gap.end - gap.start);
     let mut start = at;
     loop {
         buf.clear();
-        if gap.contains(&start) {
-            start = gap.end;
-        }
-        match lseek(file, start as i64, Whence::SeekData) {
-            Ok(data) => start = start.max(data as u64),
-            // Nothing but a hole to the end of the file.
-            Err(Errno::ENXIO) => return Ok((to, true)),
-            // A file system without SEEK_DATA: the bytes are read as they are.
-            Err(_) => {}
-        }
-        if start >= to {
+        let Some(data) = holes.data_at(start, to) else {
             return Ok((to, true));
-        }
-        let mut end = to.min(start + BUF as u64);
-        if !gap.is_empty() && start < gap.start {
-            end = end.min(gap.start);
-        }
-        let hard = end == to || end == gap.start;
+        };
+        start = data.start;
+        let end = data.end.min(start + BUF as u64);
+        let hard = end == data.end;
         buf.resize((end - start) as usize, 0);
         let filled = crate::output::read_full_at(file, buf, start)?;
         let short = filled < buf.len();
         buf.truncate(filled);
         // A job writing fast may have released the start of what was just read (its
         // zeros are not its output): that part counts as gone.
-        if let Ok(data) = lseek(file, start as i64, Whence::SeekData) {
-            let released = (data as u64).saturating_sub(start).min(buf.len() as u64) as usize;
-            if released > 0 {
-                buf.drain(..released);
-                start += released as u64;
-                if buf.is_empty() {
-                    // All of it: read on from where the data is now.
-                    continue;
-                }
+        let now = holes.data_at(start, start + buf.len() as u64);
+        let released = now.map_or(buf.len() as u64, |now| now.start - start) as usize;
+        if released > 0 {
+            buf.drain(..released.min(buf.len()));
+            start += released as u64;
+            if buf.is_empty() {
+                // All of it: read on from where the data is now.
+                continue;
             }
         }
         return Ok((start, hard || short));

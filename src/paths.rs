@@ -261,3 +261,12 @@ pub fn rfc3339(ms: i64) -> String {
     let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(time).to_string()
 }
+
+/// A file's device and inode, without following a symlink (none when it cannot be
+/// looked at): tells a file from another made at the same path since.
+pub fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}

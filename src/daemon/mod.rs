@@ -127,6 +127,9 @@ pub struct Daemon {
     shutdown: watch::Sender<bool>,
     /// A shutdown has begun: no new item is started.
     closing: std::sync::atomic::AtomicBool,
+    /// The socket this daemon bound (device, inode): only that one is removed when it
+    /// goes, never one a daemon of a new home at the same path bound since.
+    socket_made: std::sync::OnceLock<(u64, u64)>,
     /// A shutdown with `--stop-work` has begun: an item that comes alive is stopped.
     stopping_all: std::sync::atomic::AtomicBool,
     /// The claim token of the next client connection.
@@ -184,6 +187,7 @@ impl Daemon {
             executors,
             shutdown: watch::channel(false).0,
             closing: Default::default(),
+            socket_made: Default::default(),
             stopping_all: Default::default(),
             next_token: AtomicI64::new(1),
             connections: AtomicUsize::new(0),
@@ -297,9 +301,25 @@ impl Daemon {
         self.changed.subscribe()
     }
 
+    /// Notes the socket this daemon serves (see [`Daemon::remove_socket`]).
+    pub fn bound(&self) {
+        if let Some(made) = crate::paths::identity(&self.paths.socket) {
+            let _ = self.socket_made.set(made);
+        }
+    }
+
+    /// Removes this daemon's socket, when the file at its path is still the one it
+    /// bound.
+    pub fn remove_socket(&self) {
+        let ours = self.socket_made.get().copied();
+        if ours.is_some() && crate::paths::identity(&self.paths.socket) == ours {
+            let _ = std::fs::remove_file(&self.paths.socket);
+        }
+    }
+
     pub fn request_shutdown(&self) {
         // No new client may reach a daemon that is going: the next one starts another.
-        let _ = std::fs::remove_file(&self.paths.socket);
+        self.remove_socket();
         self.shutdown.send_replace(true);
     }
 

@@ -109,6 +109,7 @@ pub fn main(http: Option<u16>) -> anyhow::Result<()> {
             crate::note!("bgwork daemon: setting {refused}");
         }
         let (daemon, events) = Daemon::new(paths.clone(), config, store);
+        daemon.bound();
         crate::note!(
             "bgwork daemon {} serving {} (pid {})",
             env!("CARGO_PKG_VERSION"),
@@ -116,8 +117,8 @@ pub fn main(http: Option<u16>) -> anyhow::Result<()> {
             std::process::id()
         );
         let shutdown = daemon.shutdown_signal();
-        run(daemon, events, listener, shutdown, http).await;
-        let _ = std::fs::remove_file(&paths.socket);
+        run(daemon.clone(), events, listener, shutdown, http).await;
+        daemon.remove_socket();
         anyhow::Ok(())
     })?;
     drop(socket_lock);

@@ -145,14 +145,6 @@ pub fn run(launch: Launch) -> ! {
     std::process::exit(code)
 }
 
-/// A folder's device and inode (none when it cannot be looked at).
-fn folder_identity(dir: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(dir)
-        .ok()
-        .map(|m| (m.dev(), m.ino()))
-}
-
 /// Makes this supervisor's job cgroup (`bgwork-PID-START`) and moves into it, where one
 /// can be made.
 fn job_cgroup() -> Option<PathBuf> {
@@ -415,7 +407,7 @@ impl Supervisor {
             between: None,
             terminated: false,
             rerun_failed: None,
-            folder: folder_identity(&job_dir),
+            folder: crate::paths::identity(&job_dir),
             folder_at: Instant::now() + FOLDER_EVERY,
             folder_gone: false,
             spec,
@@ -984,7 +976,7 @@ impl Supervisor {
         let Some(made) = self.folder else {
             return true;
         };
-        folder_identity(Path::new(&self.spec.job_dir)) == Some(made)
+        crate::paths::identity(Path::new(&self.spec.job_dir)) == Some(made)
     }
 
     /// Stops the job as the agent once it has run past its `max_runtime_ms`.

@@ -213,9 +213,21 @@ fn issue26_v5_a_daemon_whose_home_is_removed_ends_with_its_work() {
     let before = processes_of(home.path());
     assert!(before.len() >= 2, "{before:?}");
     std::fs::remove_dir_all(home.path()).unwrap();
+    // A new home made at once at the same path, with a daemon of its own.
+    std::fs::create_dir(home.path()).unwrap();
+    std::fs::set_permissions(
+        home.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let new = home.start("sleep 60");
     eventually(Duration::from_secs(30), || {
         !alive(daemon) && !alive(job) && before.iter().all(|&pid| !alive(pid))
     });
+    // The old daemon left the new one's socket alone: the new home still answers.
+    let listed = home.run(&["--json", "list"]);
+    assert_eq!(listed.code, 0, "{}{}", listed.stdout, listed.stderr);
+    assert_eq!(home.item(&new)["state"], "running");
 }
 
 #[test]

@@ -253,6 +253,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
                 env: env_pairs(&env)?,
                 inherit_env: Some(caller.text),
                 inherit_env_bytes: caller.bytes,
+                plain_env: false,
                 window_ms: window,
             })
         }

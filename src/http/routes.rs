@@ -141,6 +141,7 @@ async fn restart(State(web): State<Arc<Web>>, Json(target): Json<Target>) -> Res
     let request = Request::Restart(RestartArgs {
         id: target.id,
         inherit_env: Some(crate::environ::plain()),
+        plain_env: true,
         ..RestartArgs::default()
     });
     json(web.ask(&target.session, request).await)

@@ -626,6 +626,7 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
                 env: env_arg(&a)?,
                 inherit_env: Some(caller.text),
                 inherit_env_bytes: caller.bytes,
+                plain_env: false,
                 window_ms: a.count("window_ms")?.map(|n| n as u64),
             })
         }

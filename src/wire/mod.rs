@@ -274,6 +274,10 @@ pub struct RestartArgs {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub inherit_env: Option<BTreeMap<String, String>>,
+    /// `inherit_env` is a plain login environment, not a caller's own (the strip): no
+    /// `--env` value is taken from it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plain_env: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inherit_env_bytes: Vec<[String; 2]>,
     #[serde(default)]

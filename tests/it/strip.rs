@@ -740,5 +740,20 @@ fn issue26_v6_a_restart_from_the_strip_gives_a_plain_environment_not_the_daemons
     });
     assert!(text.contains("first=[]"), "{text}");
     assert!(!text.contains("home=[]"), "{text}");
+    // An item started with --env values, a login variable among them, is refused there:
+    // a click has none of them to give.
+    let with_env = home.start_with(&["--env", "PATH=/usr/bin:/bin:/opt/own"], "sleep 60");
+    let (status, _, body) = post(
+        port,
+        "/api/restart",
+        &format!("127.0.0.1:{port}"),
+        &format!("X-Bgwork-Token: {token}\r\n"),
+        &format!(r#"{{"session":"test","id":"{with_env}"}}"#),
+    );
+    assert_ne!(status, 200, "{body}");
+    assert!(
+        body.contains("--env PATH") && body.contains("from a shell"),
+        "{body}"
+    );
     home.run(&["stop", &new, "--session", "other"]);
 }

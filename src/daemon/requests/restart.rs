@@ -45,7 +45,11 @@ impl Daemon {
         // The values of `--env` variables were never recorded: the caller gives them
         // again, or its environment has them; a waiting item's keeper still holds its
         // own (contract §14), which stand unless the caller gives others.
-        let caller = args.inherit_env.clone().unwrap_or_default();
+        // A plain login environment (the strip's) holds none of the item's values.
+        let caller = match args.plain_env {
+            true => Default::default(),
+            false => args.inherit_env.clone().unwrap_or_default(),
+        };
         let kept = match record.state {
             State::Waiting => crate::daemon::jobs::after::kept_env(&record).await,
             _ => std::collections::BTreeMap::new(),
@@ -86,9 +90,12 @@ impl Daemon {
                 true => "; a secret stays masked in its output",
                 false => "",
             };
+            let or_else = match args.plain_env {
+                true => " from a shell: a click has no environment to take them from",
+                false => " or set them in your environment",
+            };
             return Err(WireError::bad_request(format!(
-                "{id} was started with {}, {why}: give them again (`bgwork restart {id} {}`{still_secret}) \
-                 or set them in your environment",
+                "{id} was started with {}, {why}: give them again (`bgwork restart {id} {}`{still_secret}){or_else}",
                 given.join(", "),
                 flags.join(" ")
             )));

@@ -145,6 +145,8 @@ fn issue26_v8_a_secret_spelled_in_any_script_or_in_classes_or_stars_is_refused()
         "[hi][uv][no][tu][ef][rs][23][xy][yz][za]",
         "h*u*n*t*e*r*2*x*y*z*",
         "\\w*unter2xyz",
+        "hunter2\\b{start}xyz",
+        "hunter2\\b{end-half}xyz",
         padded.as_str(),
     ] {
         let run = home.run(&[
@@ -164,7 +166,14 @@ fn issue26_v8_a_secret_spelled_in_any_script_or_in_classes_or_stars_is_refused()
         );
     }
     // The shape alone is no value: it waits.
-    for pattern in ["\\w+", "[[:alpha:]]+ [[:alpha:]]+", "\\S+", "ready"] {
+    for pattern in [
+        "\\w+",
+        "[[:alpha:]]+ [[:alpha:]]+",
+        "\\S+",
+        "ready",
+        "h\\w+",
+        "\\w+2\\w+",
+    ] {
         let run = home.run(&[
             "start",
             "--window",

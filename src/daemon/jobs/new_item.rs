@@ -365,6 +365,9 @@ fn holds_in(
             if most.is_some_and(|most| most < len) {
                 continue;
             }
+            if !spells_enough(&pieces[first..=end], value) {
+                continue;
+            }
             take()?;
             if whole_match(&Hir::concat(pieces[first..=end].to_vec()), value, others) {
                 return Some(true);
@@ -423,8 +426,49 @@ fn one_char_each(hir: &regex_syntax::hir::Hir) -> Vec<regex_syntax::hir::Hir> {
                 .collect(),
             Err(_) => vec![hir.clone()],
         },
+        // An assertion shows nothing of a value: the pattern is read without it.
+        HirKind::Look(_) => Vec::new(),
         _ => vec![hir.clone()],
     }
+}
+
+/// How many pieces of a run spell one character of a value (a literal character, a
+/// class of at most three, or a repetition of one): `hunt.r2` spells 6, `h\w+` 1.
+fn spelled(pieces: &[regex_syntax::hir::Hir]) -> usize {
+    use regex_syntax::hir::{Class, HirKind};
+    fn one(piece: &regex_syntax::hir::Hir) -> bool {
+        match piece.kind() {
+            HirKind::Literal(literal) => std::str::from_utf8(&literal.0)
+                .is_ok_and(|text| text.chars().count() == 1),
+            HirKind::Class(Class::Unicode(class)) => {
+                let size: u32 = class
+                    .ranges()
+                    .iter()
+                    .map(|r| u32::from(r.end()) - u32::from(r.start()) + 1)
+                    .sum();
+                size <= 3
+            }
+            HirKind::Class(Class::Bytes(class)) => {
+                let size: u32 = class
+                    .ranges()
+                    .iter()
+                    .map(|r| u32::from(r.end()) - u32::from(r.start()) + 1)
+                    .sum();
+                size <= 3
+            }
+            HirKind::Repetition(repetition) => one(&repetition.sub),
+            HirKind::Capture(capture) => one(&capture.sub),
+            _ => false,
+        }
+    }
+    pieces.iter().filter(|piece| one(piece)).count()
+}
+
+/// Whether a run spells enough of `value` to show it: half its characters, at least 4
+/// (all of a shorter one).
+fn spells_enough(pieces: &[regex_syntax::hir::Hir], value: &str) -> bool {
+    let chars = value.chars().count();
+    spelled(pieces) >= chars.min(chars.div_ceil(2).max(4))
 }
 
 /// Whether `hir` matches all of `value` and not all of every other text of its shape.

@@ -160,7 +160,13 @@ pub fn ask(job_dir: &Path, request: KeepRequest) -> Result<Kept, String> {
 
 /// A keeper that could not be asked, in plain words ("connection refused", "timed out").
 fn silent(e: std::io::Error) -> String {
-    format!("it does not answer: {}", e.kind())
+    match e.kind() {
+        // A read that waited out its patience.
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            "it does not answer: no answer within 5 s".to_string()
+        }
+        kind => format!("it does not answer: {kind}"),
+    }
 }
 
 fn ask_within(job_dir: &Path, request: KeepRequest, patience: Duration) -> Result<Kept, String> {

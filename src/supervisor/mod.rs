@@ -453,7 +453,8 @@ impl Supervisor {
         let end = crate::end::classify(&status, self.pty.is_some());
         let restartable = matches!(end, crate::wire::End::Failed | crate::wire::End::Signaled)
             && status.past_limit_ms.is_none()
-            && !self.terminated;
+            && !self.terminated
+            && !self.folder_gone;
         if !restartable || self.run >= rule.max_restarts {
             return false;
         }
@@ -1215,6 +1216,12 @@ impl Supervisor {
         let mut status = self.run_status();
         if let Some(message) = &self.rerun_failed {
             status.detail = Some(format!("could not start it again: {message}"));
+        } else if self.folder_gone {
+            // The TERM was this supervisor's own: its report says why.
+            status.detail = Some(format!(
+                "its folder {} was removed or replaced, so bgwork ended it",
+                self.spec.job_dir
+            ));
         }
         let job_dir = PathBuf::from(&self.spec.job_dir);
         self.final_status = Some(status.clone());

@@ -304,3 +304,23 @@ fn issue26_v9_a_run_whose_daemon_is_killed_names_the_job_that_goes_on() {
     assert_eq!(home.item(&id)["state"], "running");
     home.run(&["stop", &id]);
 }
+
+#[test]
+fn issue26_v12_a_job_whose_folder_is_removed_ends_saying_why() {
+    let home = Home::new();
+    let plain = home.start_with(&["--notify"], "sleep 600");
+    let policy = home.start_with(&["--restart", "on-failure"], "sleep 600");
+    for id in [&plain, &policy] {
+        let folder = home.item(id)["folder"].as_str().unwrap().to_string();
+        std::fs::remove_dir_all(&folder).unwrap();
+    }
+    for id in [&plain, &policy] {
+        let ended = home.wait_end(id);
+        let report = ended["report"].as_str().unwrap_or_default();
+        assert!(
+            report.contains("was removed or replaced, so bgwork ended it"),
+            "{report}"
+        );
+        assert!(!report.contains("while it waited"), "{report}");
+    }
+}

@@ -438,8 +438,9 @@ fn spelled(pieces: &[regex_syntax::hir::Hir]) -> usize {
     use regex_syntax::hir::{Class, HirKind};
     fn one(piece: &regex_syntax::hir::Hir) -> bool {
         match piece.kind() {
-            HirKind::Literal(literal) => std::str::from_utf8(&literal.0)
-                .is_ok_and(|text| text.chars().count() == 1),
+            HirKind::Literal(literal) => {
+                std::str::from_utf8(&literal.0).is_ok_and(|text| text.chars().count() == 1)
+            }
             HirKind::Class(Class::Unicode(class)) => {
                 let size: u32 = class
                     .ranges()

@@ -209,14 +209,39 @@ impl Client {
                 _ => Err(error),
             };
         }
-        let Some(line) = self.next_line()? else {
-            self.dropped = true;
-            return Err(WireError::new(
-                ErrorCode::Unavailable,
-                "the daemon closed the connection",
-            ));
-        };
-        wire::decode_reply(&line)
+        // A run names its job first (when asked to): a daemon that goes away during its
+        // wait leaves a job that goes on, which the error names.
+        let mut started: Option<String> = None;
+        loop {
+            let line = match (self.next_line(), &started) {
+                (Ok(Some(line)), _) => line,
+                (Ok(None) | Err(_), Some(id)) => {
+                    return Err(WireError::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "the daemon went away during the run of {id}, which goes on: \
+                             `bgwork wait {id}` (the wait tool) for its end, `bgwork read \
+                             {id}` for its output"
+                        ),
+                    ))
+                }
+                (Ok(None), None) => {
+                    self.dropped = true;
+                    return Err(WireError::new(
+                        ErrorCode::Unavailable,
+                        "the daemon closed the connection",
+                    ));
+                }
+                (Err(e), None) => return Err(e),
+            };
+            if matches!(envelope.request, Request::Run(_)) {
+                if let Ok(first) = serde_json::from_slice::<wire::RunStarted>(&line) {
+                    started = Some(first.started).filter(|id| !id.is_empty());
+                    continue;
+                }
+            }
+            return wire::decode_reply(&line);
+        }
     }
 
     /// Sends a request; its answers are awaited with the deadline it deserves.

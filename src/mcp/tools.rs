@@ -539,7 +539,8 @@ pub fn request(name: &str, args: &Map<String, Value>) -> Result<Request, WireErr
                 }
             },
             stream: false,
-            announce: false,
+            // Its job named first: a daemon gone during the wait names the job that goes on.
+            announce: true,
             // The model has no stdin to give: the command reads end-of-input.
             stdin: wire::RunStdin::Closed,
         }),

@@ -324,3 +324,31 @@ fn issue26_v12_a_job_whose_folder_is_removed_ends_saying_why() {
         assert!(!report.contains("while it waited"), "{report}");
     }
 }
+
+#[test]
+fn issue26_v13_an_mcp_run_whose_daemon_is_killed_names_the_job_that_goes_on() {
+    let home = Home::new();
+    let mut mcp = crate::mcp::Mcp::start(&home);
+    let call = std::thread::spawn(move || {
+        let answer = mcp.call("run", serde_json::json!({"command": "echo hi; sleep 30"}));
+        (answer, mcp)
+    });
+    let mut id = String::new();
+    eventually(Duration::from_secs(20), || {
+        let listed = home.json(&["list", "--all-sessions"]);
+        id = listed["items"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        listed["items"][0]["state"] == "running"
+    });
+    home.kill_daemon();
+    let ((error, answer), _mcp) = call.join().unwrap();
+    assert!(error, "{answer}");
+    let text = answer.to_string();
+    assert!(
+        text.contains("during the run of") && text.contains("which goes on"),
+        "{text}"
+    );
+    assert!(text.contains(&id), "{text}");
+}

@@ -113,7 +113,8 @@ impl Daemon {
         };
         let threshold = self.config.auto_background;
         let usual_text = format!("usually {} here", human_ms(millis(usual)));
-        if usual > threshold {
+        // Compared as shown, so the words never say "1.0 s, longer than the 1.0 s".
+        if shown_ms(millis(usual)) > shown_ms(millis(threshold)) {
             return AutoDeadline::Background(format!(
                 "{usual_text} ({}), longer than the {} worth waiting for",
                 expectation.basis(),

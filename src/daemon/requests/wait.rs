@@ -122,13 +122,11 @@ impl Daemon {
                 break (WaitReason::Ended, None);
             }
             if timed_out {
-                // A deadline never wins over an end that already happened: ends found
-                // on disk now are recorded, and looked at once more.
-                let found = rows
-                    .iter()
-                    .filter(|&&row| !self.has_ended(row) && self.ended_now(row))
-                    .count();
-                if found == 0 {
+                // A deadline never wins over an end that already happened: one recorded
+                // since the last look (its change not seen yet), or found on disk now
+                // (recorded by `ended_now`), is looked at once more.
+                let fresh = rows.iter().filter(|&&row| self.ended_now(row)).count();
+                if fresh == ended {
                     break (WaitReason::Timeout, None);
                 }
                 look_at_ends = true;

@@ -220,8 +220,7 @@ impl Client {
                         ErrorCode::Unavailable,
                         format!(
                             "the daemon went away during the run of {id}, which goes on: \
-                             `bgwork wait {id}` (the wait tool) for its end, `bgwork read \
-                             {id}` for its output"
+                             `bgwork wait {id}` for its end, `bgwork read {id}` for its output"
                         ),
                     ))
                 }

@@ -137,7 +137,7 @@ impl Daemon {
         AutoDeadline::Foreground(
             deadline,
             format!(
-                "{usual_text} ({}), under the {} worth backgrounding",
+                "{usual_text} ({}), not over the {} worth backgrounding",
                 expectation.basis(),
                 human_ms(millis(threshold)),
             ),

@@ -146,6 +146,11 @@ fn issue26_v8_a_secret_spelled_in_any_script_or_in_classes_or_stars_is_refused()
         "h*u*n*t*e*r*2*x*y*z*",
         "\\w*unter2xyz",
         "hunter2\\b{start}xyz",
+        "(hunter2)xyz",
+        "(hunt)(er2x)(yz)",
+        "(hunter2|zz)xyz",
+        "(?:hunter2)+xyz",
+        "(?i)(HUNTER2)XYZ",
         "hunter2\\b{end-half}xyz",
         padded.as_str(),
     ] {

@@ -194,7 +194,7 @@ fn issue26_q12_durations_are_shown_one_way_and_agree_with_their_words() {
     let id = reply["id"].as_str().unwrap().to_string();
     let choice = reply["timeout_choice"].as_str().unwrap();
     let figures = seconds_in(choice);
-    // "usually U s here (…), under the 15 s worth backgrounding: … 3× that (D s)"
+    // "usually U s here (…), not over the 15 s worth backgrounding: … 3× that (D s)"
     assert_eq!(figures.len(), 3, "{choice}: {figures:?}");
     let (usual, deadline) = (figures[0], figures[2]);
     assert!(

@@ -432,37 +432,37 @@ fn one_char_each(hir: &regex_syntax::hir::Hir) -> Vec<regex_syntax::hir::Hir> {
     }
 }
 
-/// How many pieces of a run spell one character of a value (a literal character, a
-/// class of at most three, or a repetition of one): `hunt.r2` spells 6, `h\w+` 1.
+/// How many characters of a value the pieces of a run spell: a literal's characters, a
+/// class of at most three for one, a group or a repetition what it holds (an
+/// alternation its most): `hunt.r2` spells 6, `(hunter2)secret` 13, `h\w+` 1.
 fn spelled(pieces: &[regex_syntax::hir::Hir]) -> usize {
     use regex_syntax::hir::{Class, HirKind};
-    fn one(piece: &regex_syntax::hir::Hir) -> bool {
+    fn class_size<T: Into<u32> + Copy>(ranges: impl Iterator<Item = (T, T)>) -> u32 {
+        ranges.map(|(a, b)| b.into() - a.into() + 1).sum()
+    }
+    fn of(piece: &regex_syntax::hir::Hir) -> usize {
         match piece.kind() {
             HirKind::Literal(literal) => {
-                std::str::from_utf8(&literal.0).is_ok_and(|text| text.chars().count() == 1)
+                std::str::from_utf8(&literal.0).map_or(literal.0.len(), |text| text.chars().count())
             }
             HirKind::Class(Class::Unicode(class)) => {
-                let size: u32 = class
-                    .ranges()
-                    .iter()
-                    .map(|r| u32::from(r.end()) - u32::from(r.start()) + 1)
-                    .sum();
-                size <= 3
+                let size = class_size(class.ranges().iter().map(|r| (r.start(), r.end())));
+                usize::from(size <= 3)
             }
             HirKind::Class(Class::Bytes(class)) => {
-                let size: u32 = class
-                    .ranges()
-                    .iter()
-                    .map(|r| u32::from(r.end()) - u32::from(r.start()) + 1)
-                    .sum();
-                size <= 3
+                let size = class_size(class.ranges().iter().map(|r| (r.start(), r.end())));
+                usize::from(size <= 3)
             }
-            HirKind::Repetition(repetition) => one(&repetition.sub),
-            HirKind::Capture(capture) => one(&capture.sub),
-            _ => false,
+            HirKind::Repetition(repetition) => {
+                of(&repetition.sub).saturating_mul(repetition.min.max(1) as usize)
+            }
+            HirKind::Capture(capture) => of(&capture.sub),
+            HirKind::Concat(parts) => parts.iter().map(of).sum(),
+            HirKind::Alternation(branches) => branches.iter().map(of).max().unwrap_or(0),
+            _ => 0,
         }
     }
-    pieces.iter().filter(|piece| one(piece)).count()
+    pieces.iter().map(of).sum()
 }
 
 /// Whether a run spells enough of `value` to show it: half its characters, at least 4

@@ -110,10 +110,14 @@ impl Daemon {
             // start is held (counted) while the item stops.
             let root = self.lock().store.root_of(session)?;
             held = Some(self.hold_start(&root)?);
+            // A click in the strip is the person's; any other restart is the agent's.
             let stop = StopArgs {
                 id: id.clone(),
                 grace_s: None,
-                actor: Actor::Agent,
+                actor: match args.plain_env {
+                    true => Actor::Person,
+                    false => Actor::Agent,
+                },
             };
             let stopped = self.stop(session, &stop).await?;
             if stopped.state != State::Ended {

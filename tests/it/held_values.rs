@@ -151,6 +151,8 @@ fn issue26_v8_a_secret_spelled_in_any_script_or_in_classes_or_stars_is_refused()
         "(hunter2|zz)xyz",
         "(?:hunter2)+xyz",
         "(?i)(HUNTER2)XYZ",
+        "hz?z?uz?z?nz?z?tz?z?ez?z?rz?z?2z?z?xz?z?yz?z?z",
+        "h(?:q)?(?:q)?(?:q)?u(?:q)?(?:q)?(?:q)?n(?:q)?(?:q)?(?:q)?ter2xyz",
         "hunter2\\b{end-half}xyz",
         padded.as_str(),
     ] {
@@ -195,4 +197,29 @@ fn issue26_v8_a_secret_spelled_in_any_script_or_in_classes_or_stars_is_refused()
         !listed.contains("unter") && !listed.contains("ароль"),
         "{listed}"
     );
+}
+
+#[test]
+fn issue26_v20_many_intricate_patterns_are_answered_and_the_daemon_keeps_serving() {
+    let home = Home::new()
+        .with("S1", "hunter2secret")
+        .with("S2", "abcdefgh2secret")
+        .with("S3", "zyxwvuts9secret");
+    let awaited = home.start_with(
+        &["--secret", "S1", "--secret", "S2", "--secret", "S3"],
+        "sleep 30",
+    );
+    let pattern = "[a-z0-9]".repeat(500);
+    let mut args = vec!["start".to_string(), "--window".into(), "0".into()];
+    for _ in 0..16 {
+        args.push("--after".into());
+        args.push(format!("{awaited}:output {pattern}"));
+    }
+    args.extend(["--".into(), "true".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Answered (taken or refused), not left to the client's deadline.
+    let out = crate::util::output_within(home.command(&args), std::time::Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("did not answer"), "{stderr}");
+    assert_eq!(home.run(&["list"]).code, 0);
 }

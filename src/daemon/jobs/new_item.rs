@@ -208,6 +208,12 @@ pub(crate) fn check_held_values(
             _ => None,
         })
         .collect();
+    // Shared by every pattern and value of this start: one too intricate to check in
+    // time is refused, never passed.
+    let mut budget = Budget {
+        tries: MAX_TRIES,
+        until: std::time::Instant::now() + MAX_CHECK_TIME,
+    };
     for [name, whole] in pairs {
         // The value, and each line of a value of several lines (masked on its own, §8).
         let mut values = vec![whole.trim()];
@@ -220,7 +226,9 @@ pub(crate) fn check_held_values(
                 let named = args.name.as_deref().is_some_and(|n| n.contains(value));
                 let held = args.command.contains(value)
                     || (!folded.is_empty() && command.contains(&folded));
-                let pattern = patterns.iter().any(|p| pattern_holds(p, value));
+                let pattern = patterns
+                    .iter()
+                    .any(|p| pattern_holds(p, value, &mut budget));
                 (held || named || pattern).then_some((held, named, pattern))
             });
         // Else an encoded form the log masks too (base64, URL quoting, hex, JSON): a
@@ -272,7 +280,7 @@ pub(crate) fn check_held_values(
 /// away (`p@ss\.w0rd`), or in regex syntax, anywhere in it, that matches the value and
 /// not every other text of its shape (`token hunt.r2`, `hunter[0-9]`, `(?i)HUNTER2`,
 /// `h*u*n*t*e*r*2*`; `\w+` matches any word and holds nothing).
-fn pattern_holds(pattern: &str, value: &str) -> bool {
+fn pattern_holds(pattern: &str, value: &str, budget: &mut Budget) -> bool {
     if pattern.contains(value) || unescaped(pattern).contains(value) {
         return true;
     }
@@ -284,19 +292,23 @@ fn pattern_holds(pattern: &str, value: &str) -> bool {
         return false;
     };
     let others = others_of_its_shape(value);
-    let mut tries = MAX_TRIES;
     // A pattern too intricate to be looked at whole is taken as holding the value.
-    holds_in(&hir, value, &others, &mut tries).unwrap_or(true)
+    holds_in(&hir, value, &others, budget).unwrap_or(true)
 }
 
-/// How many regexes one pattern may take to be checked against one value.
+/// How many regexes the patterns of one start may take to be checked against its
+/// values, and for how long.
 const MAX_TRIES: usize = 20_000;
+const MAX_CHECK_TIME: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The most pieces of a pattern one value is matched against: a run of pieces longer
-/// than that matches it only by pieces that match nothing, which a shorter run holds.
-fn longest_run(value: &str) -> usize {
-    (2 * value.chars().count() + 8).min(MAX_RUN)
+/// What is left of the checking of one start's patterns.
+struct Budget {
+    tries: usize,
+    until: std::time::Instant,
 }
+
+/// The most pieces one run of a pattern may have (pieces that may match nothing, `z?`,
+/// count too: a value spelled between them is still spelled).
 const MAX_RUN: usize = 240;
 
 /// Whether a run of consecutive pieces of `hir` (a literal taken a character at a
@@ -308,7 +320,7 @@ fn holds_in(
     hir: &regex_syntax::hir::Hir,
     value: &str,
     others: &[String],
-    tries: &mut usize,
+    tries: &mut Budget,
 ) -> Option<bool> {
     use regex_syntax::hir::{Hir, HirKind};
     let pieces: Vec<Hir> = match hir.kind() {
@@ -325,16 +337,35 @@ fn holds_in(
         _ => one_char_each(hir),
     };
     let len = value.len();
-    let longest = longest_run(value);
     let mut take = || {
-        *tries = tries.checked_sub(1)?;
+        if std::time::Instant::now() > tries.until {
+            return None;
+        }
+        tries.tries = tries.tries.checked_sub(1)?;
         Some(())
     };
     for first in 0..pieces.len() {
         if !may_begin(&pieces[first..], value) {
             continue;
         }
-        let last = pieces.len().min(first + longest);
+        // As far as a run can go and still match no more than the value.
+        let mut last = first;
+        let mut least = 0usize;
+        while last < pieces.len() && last - first < MAX_RUN {
+            least = least.saturating_add(
+                pieces[last]
+                    .properties()
+                    .minimum_len()
+                    .unwrap_or(usize::MAX),
+            );
+            if least > len {
+                break;
+            }
+            last += 1;
+        }
+        if last == first {
+            continue;
+        }
         let mut nested = String::new();
         for piece in pieces[first..last].iter().rev() {
             nested = match nested.is_empty() {

@@ -497,21 +497,26 @@ fn issue11_connections_past_the_cap_get_a_clear_refusal() {
     let home = Home::new().with("BGWORK_MAX_CONNECTIONS", "8");
     home.start_daemon();
     // Busy connections (a request in flight: an idle one would give way, issue 22.16).
-    let mut held: Vec<Conn> = (0..8)
-        .map(|_| {
-            let mut conn = Conn::open(&home);
-            conn.call(json!({"session": "test", "op": "status"}));
-            conn.send(json!({"session": "test", "op": "notices", "wait_s": 60}));
-            conn
-        })
-        .collect();
+    let hold = |home: &Home| {
+        let mut conn = Conn::open(home);
+        conn.call(json!({"session": "test", "op": "status"}));
+        conn.send(json!({"session": "test", "op": "notices", "wait_s": 60}));
+        conn
+    };
+    let mut held: Vec<Conn> = (0..8).map(|_| hold(&home)).collect();
 
     // The held requests are in flight once the daemon has read them: until then a new
-    // client may still find a connection that gives way.
+    // client may still find a connection that gives way, and it is gone (another one
+    // takes its place).
     let mut refused = home.run(&["status"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while refused.code == 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
+        for conn in held.iter_mut() {
+            if closed_by_daemon(&conn.stream, Duration::ZERO) {
+                *conn = hold(&home);
+            }
+        }
         refused = home.run(&["status"]);
     }
     assert_eq!(refused.code, 1, "{}", refused.stdout);

@@ -212,14 +212,8 @@ fn issue26_v5_a_daemon_whose_home_is_removed_ends_with_its_work() {
     let daemon = home.daemon_pid();
     let before = processes_of(home.path());
     assert!(before.len() >= 2, "{before:?}");
-    std::fs::remove_dir_all(home.path()).unwrap();
     // A new home made at once at the same path, with a daemon of its own.
-    std::fs::create_dir(home.path()).unwrap();
-    std::fs::set_permissions(
-        home.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
+    remake_home(&home);
     let new = home.start("sleep 60");
     eventually(Duration::from_secs(30), || {
         !alive(daemon) && !alive(job) && before.iter().all(|&pid| !alive(pid))
@@ -243,13 +237,7 @@ fn issue26_v7_a_supervisor_whose_home_was_removed_never_writes_into_a_new_one() 
     let supervisors = crate::util::supervisors_of(home.daemon_pid());
     home.json(&["shutdown"]);
     // The home is removed while its work goes on, and a new one made in its place.
-    std::fs::remove_dir_all(home.path()).unwrap();
-    std::fs::create_dir(home.path()).unwrap();
-    std::fs::set_permissions(
-        home.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
+    remake_home(&home);
     let new = home.start_with(&["--notify"], "sleep 60; echo new-done");
     assert_eq!(new, old, "the new home gives the same id and folder");
     gate.open();
@@ -351,4 +339,15 @@ fn issue26_v13_an_mcp_run_whose_daemon_is_killed_names_the_job_that_goes_on() {
         "{text}"
     );
     assert!(text.contains(&id), "{text}");
+}
+
+/// Removes the home with everything in it and makes an empty one at the same path.
+fn remake_home(home: &Home) {
+    std::fs::remove_dir_all(home.path()).unwrap();
+    std::fs::create_dir(home.path()).unwrap();
+    std::fs::set_permissions(
+        home.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
 }

@@ -137,11 +137,13 @@ async fn send(State(web): State<Arc<Web>>, Json(keys): Json<Keys>) -> Response {
 async fn restart(State(web): State<Arc<Web>>, Json(target): Json<Target>) -> Response {
     // A person's click carries no environment: the new item gets a plain one, never the
     // daemon's own (that of whichever client started it), and its --env values are
-    // asked for as `restart` asks for them.
+    // asked for as `restart` asks for them. No window: what the new item prints is the
+    // agent's to read, and a reply to a click must not count it as read.
     let request = Request::Restart(RestartArgs {
         id: target.id,
         inherit_env: Some(crate::environ::plain()),
         plain_env: true,
+        window_ms: Some(0),
         ..RestartArgs::default()
     });
     json(web.ask(&target.session, request).await)

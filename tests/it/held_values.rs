@@ -223,3 +223,76 @@ fn issue26_v20_many_intricate_patterns_are_answered_and_the_daemon_keeps_serving
     assert!(!stderr.contains("did not answer"), "{stderr}");
     assert_eq!(home.run(&["list"]).code, 0);
 }
+
+#[test]
+fn issue26_v22_half_a_value_in_one_pattern_or_split_across_patterns_and_the_name_is_refused() {
+    let home = Home::new().with("PW3", "hunter2secret");
+    let awaited = home.start_with(&["--secret", "PW3"], "sleep 30");
+    let after = |pattern: &str| format!("{awaited}:output {pattern}");
+    let refusals: Vec<Vec<String>> = vec![
+        // Most of it in one pattern, as text or in regex syntax.
+        vec!["--after".into(), after("hunter2se")],
+        vec!["--after".into(), after("(?i)HUNTER2S")],
+        vec!["--after".into(), after("hunt.r2se")],
+        // Split across two patterns, across a pattern and the name, in runs of three.
+        vec![
+            "--after".into(),
+            after("hunt"),
+            "--after".into(),
+            after("er2sec"),
+        ],
+        vec![
+            "--name".into(),
+            "hunter2".into(),
+            "--after".into(),
+            after("secret"),
+        ],
+        vec![
+            "--after".into(),
+            after("hun"),
+            "--after".into(),
+            after("ter"),
+            "--after".into(),
+            after("2se"),
+            "--after".into(),
+            after("cret"),
+        ],
+        vec!["--after".into(), after("(hu|zz)(nt|yy)(er|ww)2secret")],
+    ];
+    for args in &refusals {
+        let mut all = vec!["start", "--window", "0"];
+        all.extend(args.iter().map(String::as_str));
+        all.extend(["--", "true"]);
+        let run = home.run(&all);
+        assert_eq!(run.code, 2, "{args:?} was taken: {}", run.stdout);
+        assert!(
+            run.stderr.contains("spell") && run.stderr.contains("PW3"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    // A part of it too short to show it, and ordinary patterns, wait.
+    for pattern in [
+        "hunt",
+        "secret",
+        "ready",
+        "error: .*",
+        "listening on port \\d+",
+        "h\\w+",
+    ] {
+        let started = std::time::Instant::now();
+        let run = home.run(&[
+            "start",
+            "--window",
+            "0",
+            "--after",
+            &after(pattern),
+            "--",
+            "true",
+        ]);
+        assert_eq!(run.code, 0, "{pattern}: {}", run.stderr);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    }
+    let listed = home.json(&["list", "--all"]).to_string();
+    assert!(!listed.contains("hunter2"), "{listed}");
+}

@@ -757,3 +757,33 @@ fn issue26_v6_a_restart_from_the_strip_gives_a_plain_environment_not_the_daemons
     );
     home.run(&["stop", &new, "--session", "other"]);
 }
+
+#[test]
+fn issue26_v21_a_restart_from_the_strip_leaves_the_new_items_output_unread() {
+    let home = Home::new();
+    let served = ui(&home);
+    let port = served["port"].as_u64().unwrap() as u16;
+    let token = token(served["url"].as_str().unwrap());
+    let id = home.start("echo first-line-of-the-run; sleep 60");
+    let (status, _, body) = post(
+        port,
+        "/api/restart",
+        &format!("127.0.0.1:{port}"),
+        &format!("X-Bgwork-Token: {token}\r\n"),
+        &format!(r#"{{"session":"test","id":"{id}"}}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let new: Value = serde_json::from_str(&body).unwrap();
+    let new = new["id"].as_str().unwrap().to_string();
+    // `--grep` does not move the read cursor.
+    eventually(Duration::from_secs(10), || {
+        home.run(&["read", &new, "--grep", "first-line"])
+            .stdout
+            .contains("first-line-of-the-run")
+    });
+    // The agent's first read of the new item has all it printed: the click read none.
+    let read = home.json(&["read", &new]);
+    let output = read["output"].as_str().unwrap_or_default();
+    assert!(output.contains("first-line-of-the-run"), "{read}");
+    home.run(&["stop", &new]);
+}

@@ -1,0 +1,504 @@
+//! The one place of the rule that no value masked in a job's output is in what bgwork
+//! records and shows of an item: its command line, its `--name` and its `--after`
+//! output patterns (contract §8, §14).
+//!
+//! The command line and the name may not hold a value, as given, with its blanks
+//! folded, or in a form the output masks. The patterns and the name, which are shown
+//! together wherever the item is listed (`waiting_for`, `after.json`), may not spell
+//! half of a value between them, as text or in regex syntax (`hunt.r2`, `(?i)HUNTER`,
+//! `h*u*n*`, a value split into several patterns): every run of three characters or
+//! more of a value that a piece of them spells, and not every other text of the value's
+//! shape, counts.
+
+use crate::redact;
+use crate::wire::{StartArgs, WireError};
+use regex_syntax::hir::{Class, Hir, HirKind};
+
+/// Refuses a start whose command line, `--name` or `--after` output patterns show a
+/// value that is masked in the output (`pairs`: `[name, value]`; `secret_names`: those
+/// given with `--secret`). `start` checks the new item's values; a start with `--after`
+/// also the caller's values of the awaited items' secrets.
+pub(crate) fn check_held_values(
+    args: &StartArgs,
+    pairs: &[[String; 2]],
+    secret_names: &[String],
+) -> Result<(), WireError> {
+    let command = crate::history::normalise(&args.command);
+    let patterns: Vec<&str> = args
+        .after
+        .iter()
+        .filter_map(|a| match &a.until {
+            crate::wire::after::Until::Output { regex } => Some(regex.as_str()),
+            _ => None,
+        })
+        .collect();
+    // Shared by every pattern and value of this start: patterns too intricate to check
+    // in time are refused, never passed.
+    let mut budget = Budget {
+        tries: MAX_TRIES,
+        until: std::time::Instant::now() + MAX_CHECK_TIME,
+    };
+    for [name, whole] in pairs {
+        // The value, and each line of a value of several lines (masked on its own, §8).
+        let mut values = vec![whole.trim()];
+        values.extend(redact::masked_lines(whole));
+        values.retain(|value| !value.is_empty());
+        // An encoded form the log masks too (base64, URL quoting, hex, JSON): a reader
+        // is shown it masked, so a listing may not show it in clear either.
+        let forms = redact::forms_of(whole);
+        let encoded = |text: &str| {
+            forms
+                .iter()
+                .any(|form| memchr::memmem::find(text.as_bytes(), form).is_some())
+        };
+        let held = encoded(&args.command)
+            || values.iter().any(|value| {
+                let folded = crate::history::normalise(value);
+                args.command.contains(value) || (!folded.is_empty() && command.contains(&folded))
+            });
+        let named = args
+            .name
+            .as_deref()
+            .is_some_and(|n| encoded(n) || values.iter().any(|value| n.contains(value)));
+        let what = match secret_names.contains(name) {
+            true => format!("secret {name}"),
+            false => format!(
+                "--env {name} (values of {} bytes or more are masked as secrets)",
+                redact::MIN_ENV_SECRET_LEN
+            ),
+        };
+        if held || named {
+            let place = if named { "--name" } else { "command line" };
+            return Err(WireError::bad_request(format!(
+                "the {place} holds the value of {what} (or a form of it the output masks: \
+                 base64, URL quoting, hex), and would show it wherever \
+                 the item is listed: nothing was started; refer to it by name instead \
+                 (e.g. '... \"${name}\" ...' in single quotes, so the shell does not expand it)"
+            )));
+        }
+        let spelled = match patterns.iter().any(|p| encoded(p)) {
+            true => Some(Spelled {
+                by_name: false,
+                by_patterns: true,
+            }),
+            false => values.iter().find_map(|value| {
+                spelled_between(value, &patterns, args.name.as_deref(), &mut budget)
+            }),
+        };
+        let Some(spelled) = spelled else {
+            continue;
+        };
+        let fields = match (spelled.by_patterns, spelled.by_name) {
+            (true, true) => "the --after output patterns and the --name together spell",
+            (true, false) => "the --after output pattern spells",
+            _ => "the --name spells",
+        };
+        return Err(WireError::bad_request(format!(
+            "{fields} half or more of the value of {what} (as text, in an encoded form, \
+             or in regex syntax; or a pattern is too intricate to be told from one), which \
+             every reader is shown masked as [secret {name}], so a pattern could never \
+             match it, and the item's listing would show it: nothing was started; match \
+             the text around it, or the mask itself (e.g. 'token is \\[secret {name}\\]')"
+        )));
+    }
+    Ok(())
+}
+
+/// Which of the shown fields spell half of a value.
+struct Spelled {
+    by_name: bool,
+    by_patterns: bool,
+}
+
+/// How many regexes the patterns of one start may take to be checked against its
+/// values, and for how long.
+const MAX_TRIES: usize = 20_000;
+const MAX_CHECK_TIME: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// What is left of the checking of one start's patterns.
+struct Budget {
+    tries: usize,
+    until: std::time::Instant,
+}
+
+impl Budget {
+    /// One more regex, or None once the budget is spent.
+    fn take(&mut self) -> Option<()> {
+        if std::time::Instant::now() > self.until {
+            return None;
+        }
+        self.tries = self.tries.checked_sub(1)?;
+        Some(())
+    }
+}
+
+/// The fewest characters of a value a piece of the shown fields must spell in a row to
+/// count: shorter runs are everyday text (`er`, `on`).
+const MIN_RUN: usize = 3;
+
+/// The most pieces one run of a pattern may have (pieces that may match nothing, `z?`,
+/// count too: a value spelled between them is still spelled).
+const MAX_RUN: usize = 240;
+
+/// Whether `patterns` and `name` between them spell half of `value`'s characters (at
+/// least 4, all of a shorter value), and which of them do.
+fn spelled_between(
+    value: &str,
+    patterns: &[&str],
+    name: Option<&str>,
+    budget: &mut Budget,
+) -> Option<Spelled> {
+    let mut value = Value::new(value);
+    let by_name = name.is_some_and(|name| value.cover_text(name));
+    let mut by_patterns = false;
+    for pattern in patterns {
+        let parsed = regex_syntax::ParserBuilder::new()
+            .nest_limit(64)
+            .build()
+            .parse(pattern);
+        let spelled = match parsed {
+            _ if pattern.contains(value.text) || unescaped(pattern).contains(value.text) => {
+                value.covered.fill(true);
+                true
+            }
+            Ok(hir) => match value.cover_regex(&hir, budget) {
+                Some(found) => found,
+                // Too intricate to be looked at whole: taken as spelling it.
+                None => {
+                    value.covered.fill(true);
+                    true
+                }
+            },
+            Err(_) => value.cover_text(&unescaped(pattern)),
+        };
+        by_patterns |= spelled;
+    }
+    value.enough().then_some(Spelled {
+        by_name,
+        by_patterns,
+    })
+}
+
+/// A value, the characters of it the fields spell so far, and texts of its shape.
+struct Value<'a> {
+    text: &'a str,
+    /// The byte offset of each character, and the text's length last.
+    offsets: Vec<usize>,
+    covered: Vec<bool>,
+    others: Vec<Vec<char>>,
+}
+
+impl<'a> Value<'a> {
+    fn new(text: &'a str) -> Value<'a> {
+        let mut offsets: Vec<usize> = text.char_indices().map(|(at, _)| at).collect();
+        offsets.push(text.len());
+        Value {
+            text,
+            covered: vec![false; offsets.len() - 1],
+            offsets,
+            others: others_of_its_shape(text)
+                .into_iter()
+                .map(|other| other.chars().collect())
+                .collect(),
+        }
+    }
+
+    fn chars(&self) -> usize {
+        self.covered.len()
+    }
+
+    /// The value's characters `from..to`.
+    fn slice(&self, from: usize, to: usize) -> &'a str {
+        &self.text[self.offsets[from]..self.offsets[to]]
+    }
+
+    /// Whether half of the value's characters (at least 4, all of a shorter one) are
+    /// spelled.
+    fn enough(&self) -> bool {
+        let chars = self.chars();
+        let spelled = self.covered.iter().filter(|&&c| c).count();
+        spelled >= chars.min(chars.div_ceil(2).max(4))
+    }
+
+    /// Marks each run of `MIN_RUN` characters or more of the value that `text` holds as
+    /// it is; whether there was one.
+    fn cover_text(&mut self, text: &str) -> bool {
+        let mut any = false;
+        for from in 0..self.chars() {
+            let mut to = from + MIN_RUN;
+            while to <= self.chars() && text.contains(self.slice(from, to)) {
+                to += 1;
+            }
+            if to > from + MIN_RUN {
+                self.covered[from..to - 1].fill(true);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Marks what runs of consecutive pieces of `hir` (a literal taken a character at a
+    /// time), or of a group in it, spell of the value and not of every other text of its
+    /// shape; whether they spelled any. One regex per first piece that spells, tried at
+    /// each character of the value where it may begin. None once the budget is spent.
+    fn cover_regex(&mut self, hir: &Hir, budget: &mut Budget) -> Option<bool> {
+        let pieces: Vec<Hir> = match hir.kind() {
+            HirKind::Capture(capture) => return self.cover_regex(&capture.sub, budget),
+            HirKind::Alternation(branches) => {
+                let mut any = false;
+                for branch in branches {
+                    any |= self.cover_regex(branch, budget)?;
+                }
+                return Some(any);
+            }
+            HirKind::Concat(parts) => parts.iter().flat_map(one_char_each).collect(),
+            _ => one_char_each(hir),
+        };
+        let len = self.text.len();
+        let mut any = false;
+        for first in 0..pieces.len() {
+            // A run that begins with a piece that spells nothing spells no more than the
+            // one that begins at its first piece that does.
+            if spelled(&pieces[first]) == 0 {
+                continue;
+            }
+            let starts: Vec<usize> = (0..self.chars())
+                .filter(|&at| may_begin(&pieces[first..], &self.text[self.offsets[at]..]))
+                .collect();
+            if starts.is_empty() {
+                continue;
+            }
+            // As far as a run can go and still match no more than the value.
+            let mut last = first;
+            let mut least = 0usize;
+            while last < pieces.len() && last - first < MAX_RUN {
+                least = least.saturating_add(
+                    pieces[last]
+                        .properties()
+                        .minimum_len()
+                        .unwrap_or(usize::MAX),
+                );
+                if least > len {
+                    break;
+                }
+                last += 1;
+            }
+            if last == first {
+                continue;
+            }
+            // `(?P<p0>a)(?:(?P<p1>b)(?:(?P<p2>c))?)?`: the pieces a match took, each where.
+            let mut nested = String::new();
+            for (at, piece) in pieces[first..last].iter().enumerate().rev() {
+                nested = match nested.is_empty() {
+                    true => format!("(?P<p{at}>{piece})"),
+                    false => format!("(?P<p{at}>{piece})(?:{nested})?"),
+                };
+            }
+            budget.take()?;
+            let built = regex::RegexBuilder::new(&format!("^(?:{nested})"))
+                .size_limit(1 << 22)
+                .nest_limit(4 * MAX_RUN as u32)
+                .build();
+            let Ok(runs) = built else {
+                continue;
+            };
+            for from in starts {
+                if std::time::Instant::now() > budget.until {
+                    return None;
+                }
+                let Some(found) = runs.captures(&self.text[self.offsets[from]..]) else {
+                    continue;
+                };
+                let taken = (0..last - first)
+                    .take_while(|at| found.name(&format!("p{at}")).is_some())
+                    .count();
+                let run = &pieces[first..first + taken];
+                if run.iter().map(spelled).sum::<usize>() < MIN_RUN {
+                    continue;
+                }
+                let to = self.char_at(self.offsets[from] + found.get(0).map_or(0, |m| m.end()));
+                budget.take()?;
+                if !self.specific(run, from, to) {
+                    continue;
+                }
+                for (at, piece) in run.iter().enumerate() {
+                    let Some(span) = found.name(&format!("p{at}")) else {
+                        continue;
+                    };
+                    let begin = self.char_at(self.offsets[from] + span.start());
+                    let end = self.char_at(self.offsets[from] + span.end());
+                    let marked = spelled(piece).min(end - begin);
+                    self.covered[begin..begin + marked].fill(true);
+                    any |= marked > 0;
+                }
+            }
+        }
+        // A group inside the pattern, on its own.
+        for piece in &pieces {
+            let inner = match piece.kind() {
+                HirKind::Capture(_) | HirKind::Alternation(_) => Some(piece),
+                HirKind::Repetition(repetition) => Some(&*repetition.sub),
+                _ => None,
+            };
+            if let Some(inner) = inner.filter(|inner| spelled(inner) >= MIN_RUN) {
+                any |= self.cover_regex(inner, budget)?;
+            }
+        }
+        Some(any)
+    }
+
+    /// The character index at byte `offset` of the value.
+    fn char_at(&self, offset: usize) -> usize {
+        self.offsets.partition_point(|&at| at < offset)
+    }
+
+    /// Whether `run` matches the value's characters `from..to` and not the same
+    /// characters of every other text of its shape.
+    fn specific(&self, run: &[Hir], from: usize, to: usize) -> bool {
+        let built = regex::RegexBuilder::new(&format!("^(?:{})$", Hir::concat(run.to_vec())))
+            .size_limit(1 << 22)
+            .build();
+        built.is_ok_and(|whole| {
+            !self.others.iter().all(|other| {
+                let window: String = other[from.min(other.len())..to.min(other.len())]
+                    .iter()
+                    .collect();
+                whole.is_match(&window)
+            })
+        })
+    }
+}
+
+/// Whether a run of `pieces` from the first may match the start of `text`, as far as
+/// the pieces of one character each (a literal's character, a class) tell, without
+/// building a regex: false once one of them cannot match its character.
+fn may_begin(pieces: &[Hir], text: &str) -> bool {
+    for (piece, c) in pieces.iter().zip(text.chars()) {
+        let fits = match piece.kind() {
+            HirKind::Literal(literal) => {
+                let mut buffer = [0u8; 4];
+                *literal.0 == *c.encode_utf8(&mut buffer).as_bytes()
+            }
+            HirKind::Class(Class::Unicode(class)) => class
+                .ranges()
+                .iter()
+                .any(|r| r.start() <= c && c <= r.end()),
+            HirKind::Class(Class::Bytes(class)) => u8::try_from(c).is_ok_and(|b| {
+                class
+                    .ranges()
+                    .iter()
+                    .any(|r| r.start() <= b && b <= r.end())
+            }),
+            // Any other piece may match more or fewer characters: no more is told.
+            _ => return true,
+        };
+        if !fits {
+            return false;
+        }
+    }
+    true
+}
+
+/// A literal as its characters, one piece each; any other piece as it is.
+fn one_char_each(hir: &Hir) -> Vec<Hir> {
+    match hir.kind() {
+        HirKind::Literal(literal) => match std::str::from_utf8(&literal.0) {
+            Ok(text) => text
+                .chars()
+                .map(|c| Hir::literal(c.to_string().into_bytes()))
+                .collect(),
+            Err(_) => vec![hir.clone()],
+        },
+        // An assertion shows nothing of a value: the pattern is read without it.
+        HirKind::Look(_) => Vec::new(),
+        _ => vec![hir.clone()],
+    }
+}
+
+/// How many characters of a value a piece spells: a literal's characters, a class of at
+/// most three for one, a group or a repetition what it holds (an alternation the least
+/// of its branches: each branch is looked at on its own too): `hunt.r2` spells 6,
+/// `(hunter2)secret` 13, `h\w+` 1.
+fn spelled(piece: &Hir) -> usize {
+    fn class_size<T: Into<u32> + Copy>(ranges: impl Iterator<Item = (T, T)>) -> u32 {
+        ranges.map(|(a, b)| b.into() - a.into() + 1).sum()
+    }
+    match piece.kind() {
+        HirKind::Literal(literal) => {
+            std::str::from_utf8(&literal.0).map_or(literal.0.len(), |text| text.chars().count())
+        }
+        HirKind::Class(Class::Unicode(class)) => {
+            let size = class_size(class.ranges().iter().map(|r| (r.start(), r.end())));
+            usize::from(size <= 3)
+        }
+        HirKind::Class(Class::Bytes(class)) => {
+            let size = class_size(class.ranges().iter().map(|r| (r.start(), r.end())));
+            usize::from(size <= 3)
+        }
+        HirKind::Repetition(repetition) => {
+            spelled(&repetition.sub).saturating_mul(repetition.min.max(1) as usize)
+        }
+        HirKind::Capture(capture) => spelled(&capture.sub),
+        HirKind::Concat(parts) => parts.iter().map(spelled).sum(),
+        HirKind::Alternation(branches) => branches.iter().map(spelled).min().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// A regex pattern with each escaped punctuation character as the character itself.
+fn unescaped(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, chars.peek()) {
+            ('\\', Some(&next)) if next.is_ascii_punctuation() => {
+                out.push(next);
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Texts of `value`'s shape: each letter and digit changed to others of its kind (case
+/// kept; any script's letters to Latin ones), spaces and separators kept (the
+/// punctuation of a value of punctuation alone changed too). A pattern of the shape
+/// alone (`\w+`, `[[:alpha:]]+`) matches them all; one that spells the value, even with a
+/// class of two or three characters for each, fails on one. Each has as many
+/// characters as the value.
+fn others_of_its_shape(value: &str) -> Vec<String> {
+    const LOWER: &[u8] = b"abcdefghijklmnopqrstuvwxyz";
+    const DIGITS: &[u8] = b"0123456789";
+    const PUNCT: &[u8] = b"!#%&*+,-./:;=?@^_~";
+    let shift = |set: &[u8], c: char, by: usize| -> char {
+        let at = set.iter().position(|&b| char::from(b) == c).unwrap_or(0);
+        char::from(set[(at + by) % set.len()])
+    };
+    let all_punctuation = !value.chars().any(char::is_alphanumeric);
+    [1, 7, 13, 19]
+        .iter()
+        .map(|&by| {
+            value
+                .chars()
+                .map(|c| match c {
+                    c if c.is_ascii_digit() => shift(DIGITS, c, by % 10 + 1),
+                    c if c.is_ascii_lowercase() => shift(LOWER, c, by),
+                    c if c.is_ascii_uppercase() => {
+                        shift(LOWER, c.to_ascii_lowercase(), by).to_ascii_uppercase()
+                    }
+                    c if c.is_uppercase() => shift(LOWER, 'a', by).to_ascii_uppercase(),
+                    c if c.is_alphabetic() => shift(LOWER, 'a', by),
+                    c if c.is_numeric() => shift(DIGITS, '0', by),
+                    // Separators are the shape of a value with letters or digits
+                    // (`\w+-\w+`); a value of punctuation alone has no other shape.
+                    c if c.is_whitespace() || !all_punctuation => c,
+                    c => match PUNCT.contains(&(c as u32 as u8)) && c.is_ascii() {
+                        true => shift(PUNCT, c, by),
+                        false => shift(PUNCT, '!', by),
+                    },
+                })
+                .collect()
+        })
+        .collect()
+}

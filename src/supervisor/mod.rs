@@ -478,6 +478,11 @@ impl Supervisor {
                     self.spec.job_dir
                 ));
             }
+            if self.rerun_failed.is_none() {
+                // Its next run could not start: no restart is counted for it, and its
+                // last end stands.
+                self.rerun_failed = self.cwd_gone();
+            }
             if self.stop_actor.is_some() || self.terminated || self.rerun_failed.is_some() {
                 self.between = None;
                 return false;
@@ -486,6 +491,17 @@ impl Supervisor {
             self.commands_when_due();
         }
         true
+    }
+
+    /// Why the next run could not start, when its working directory is gone.
+    fn cwd_gone(&self) -> Option<String> {
+        (!Path::new(&self.spec.cwd).is_dir()).then(|| {
+            format!(
+                "its working directory {} was removed while it waited to start again \
+                 (start it anew with an existing --cwd)",
+                self.spec.cwd
+            )
+        })
     }
 
     /// Starts the job again as run `run`, after `marker` as a line of its own in the
@@ -503,6 +519,11 @@ impl Supervisor {
                 "its folder {} was removed while it waited to start again",
                 self.spec.job_dir
             ));
+            self.progress_due = true;
+            return;
+        }
+        if let Some(gone) = self.cwd_gone() {
+            self.rerun_failed = Some(gone);
             self.progress_due = true;
             return;
         }

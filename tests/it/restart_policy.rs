@@ -427,19 +427,51 @@ fn issue26_5_the_marker_is_a_line_of_its_own_and_a_run_that_cannot_start_gives_u
     );
     let item = ended(&home, &id);
     assert_eq!(item["end"], "failed", "{item}");
+    // The start that could not run is no restart: none is counted, no marker written.
     let report = item["report"].as_str().unwrap();
     assert!(
-        report.contains("gave up after 1 of 5 restarts")
-            && report.contains("could not start it again"),
+        report.contains("gave up after 0 of 5 restarts")
+            && report.contains("could not start it again")
+            && report.contains("working directory"),
         "{report}"
     );
+    assert_eq!(restart_of(&item)["restarts"], 0, "{item}");
     let notices = home.json(&["notices"]);
     assert_eq!(notices["notices"].as_array().unwrap().len(), 1, "{notices}");
     let text = log(&home, &id);
-    assert!(
-        text.starts_with(&format!("no newline\n[bgwork: {id} {MARKER} 1 of 5")),
-        "{text}"
+    assert!(!text.contains(MARKER), "{text}");
+    assert!(text.starts_with("no newline"), "{text}");
+}
+
+#[test]
+fn issue26_v23_a_cwd_removed_during_the_back_off_counts_no_restart_and_writes_no_marker() {
+    let home = Home::new();
+    let folder = tempfile::tempdir().unwrap();
+    let cwd = folder.path().join("work");
+    std::fs::create_dir(&cwd).unwrap();
+    let id = home.start_with(
+        &[
+            "--restart",
+            "on-failure",
+            "--backoff",
+            "3s",
+            "--cwd",
+            cwd.to_str().unwrap(),
+        ],
+        "echo run; exit 1",
     );
+    // Once it waits out its back-off, its folder goes.
+    crate::util::eventually(std::time::Duration::from_secs(10), || {
+        home.item(&id)["state"] == "restarting"
+    });
+    std::fs::remove_dir(&cwd).unwrap();
+    let item = ended(&home, &id);
+    assert_eq!(item["end"], "failed", "{item}");
+    assert_eq!(restart_of(&item)["restarts"], 0, "{item}");
+    let report = item["report"].as_str().unwrap();
+    assert!(report.contains("working directory"), "{report}");
+    let text = log(&home, &id);
+    assert!(!text.contains(MARKER), "{text}");
 }
 
 #[test]

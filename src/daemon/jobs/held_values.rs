@@ -5,7 +5,7 @@
 //! The command line and the name may not hold a value, as given, with its blanks
 //! folded, or in a form the output masks. The patterns and the name, which are shown
 //! together wherever the item is listed (`waiting_for`, `after.json`), may not spell
-//! half of a value between them, as text or in regex syntax (`hunt.r2`, `(?i)HUNTER`,
+//! two thirds of a value between them, as text or in regex syntax (`hunt.r2`, `(?i)HUNTER`,
 //! `h*u*n*`, a value split into several patterns): every run of three characters or
 //! more of a value that a piece of them spells, and not every other text of the value's
 //! shape, counts.
@@ -94,7 +94,7 @@ pub(crate) fn check_held_values(
             _ => "the --name spells",
         };
         return Err(WireError::bad_request(format!(
-            "{fields} half or more of the value of {what} (as text, in an encoded form, \
+            "{fields} two thirds or more of the value of {what} (as text, in an encoded form, \
              or in regex syntax; or a pattern is too intricate to be told from one), which \
              every reader is shown masked as [secret {name}], so a pattern could never \
              match it, and the item's listing would show it: nothing was started; match \
@@ -104,7 +104,7 @@ pub(crate) fn check_held_values(
     Ok(())
 }
 
-/// Which of the shown fields spell half of a value.
+/// Which of the shown fields spell two thirds of a value.
 struct Spelled {
     by_name: bool,
     by_patterns: bool,
@@ -135,12 +135,15 @@ impl Budget {
 /// The fewest characters of a value a piece of the shown fields must spell in a row to
 /// count: shorter runs are everyday text (`er`, `on`).
 const MIN_RUN: usize = 3;
+/// The same for a text read loosely (letters and digits only): everyday words share
+/// more short runs once their blanks and punctuation are left out.
+const MIN_LOOSE_RUN: usize = 4;
 
 /// The most pieces one run of a pattern may have (pieces that may match nothing, `z?`,
 /// count too: a value spelled between them is still spelled).
 const MAX_RUN: usize = 240;
 
-/// Whether `patterns` and `name` between them spell half of `value`'s characters (at
+/// Whether `patterns` and `name` between them spell two thirds of `value`'s characters (at
 /// least 4, all of a shorter value), and which of them do.
 fn spelled_between(
     value: &str,
@@ -149,28 +152,48 @@ fn spelled_between(
     budget: &mut Budget,
 ) -> Option<Spelled> {
     let mut value = Value::new(value);
-    let by_name = name.is_some_and(|name| value.cover_text(name));
+    let mut by_name = false;
+    if let Some(name) = name {
+        for loose in [false, true] {
+            // Out of time: taken as spelling it.
+            by_name |= value.cover_runs(name, loose, budget).unwrap_or_else(|| {
+                value.covered.fill(true);
+                true
+            });
+        }
+    }
     let mut by_patterns = false;
     for pattern in patterns {
         let parsed = regex_syntax::ParserBuilder::new()
             .nest_limit(64)
             .build()
             .parse(pattern);
-        let spelled = match parsed {
-            _ if pattern.contains(value.text) || unescaped(pattern).contains(value.text) => {
-                value.covered.fill(true);
-                true
-            }
-            Ok(hir) => match value.cover_regex(&hir, budget) {
-                Some(found) => found,
-                // Too intricate to be looked at whole: taken as spelling it.
-                None => {
-                    value.covered.fill(true);
-                    true
-                }
-            },
-            Err(_) => value.cover_text(&unescaped(pattern)),
+        let whole = pattern.contains(value.text) || unescaped(pattern).contains(value.text);
+        // Its text as given and, read loosely (letters and digits only, any case), the
+        // characters it spells in order (`h.u.n.t.e.r` shows `hunter` to a reader);
+        // and what runs of its pieces match of the value.
+        let spelled = match whole {
+            true => Some(true),
+            false => value
+                .cover_runs(&unescaped(pattern), false, budget)
+                .zip(match &parsed {
+                    Ok(hir) => value.cover_runs(&shown(hir), true, budget),
+                    Err(_) => value.cover_runs(&unescaped(pattern), true, budget),
+                })
+                .map(|(a, b)| a | b)
+                .and_then(|text| match &parsed {
+                    Ok(hir) => value.cover_regex(hir, budget).map(|runs| runs | text),
+                    Err(_) => Some(text),
+                }),
         };
+        // Too intricate to be looked at whole: taken as spelling it.
+        let spelled = spelled.unwrap_or_else(|| {
+            value.covered.fill(true);
+            true
+        });
+        if whole {
+            value.covered.fill(true);
+        }
         by_patterns |= spelled;
     }
     value.enough().then_some(Spelled {
@@ -207,34 +230,57 @@ impl<'a> Value<'a> {
         self.covered.len()
     }
 
-    /// The value's characters `from..to`.
-    fn slice(&self, from: usize, to: usize) -> &'a str {
-        &self.text[self.offsets[from]..self.offsets[to]]
-    }
-
-    /// Whether half of the value's characters (at least 4, all of a shorter one) are
+    /// Whether two thirds of the value's characters (at least 4, all of a shorter one) are
     /// spelled.
     fn enough(&self) -> bool {
         let chars = self.chars();
         let spelled = self.covered.iter().filter(|&&c| c).count();
-        spelled >= chars.min(chars.div_ceil(2).max(4))
+        spelled >= chars.min((2 * chars).div_ceil(3).max(4))
     }
 
-    /// Marks each run of `MIN_RUN` characters or more of the value that `text` holds as
-    /// it is; whether there was one.
-    fn cover_text(&mut self, text: &str) -> bool {
+    /// Marks each run of `MIN_RUN` (`MIN_LOOSE_RUN`) characters or more of the value that `text` holds,
+    /// both as they are or both read loosely ([`loosely`]); whether
+    /// there was one. None once the budget's time is spent.
+    fn cover_runs(&mut self, text: &str, loose: bool, budget: &Budget) -> Option<bool> {
+        let (project, least): (fn(char) -> Option<char>, usize) = match loose {
+            false => (as_it_is, MIN_RUN),
+            true => (loosely, MIN_LOOSE_RUN),
+        };
+        let text: String = text.chars().filter_map(project).collect();
+        let value: Vec<(usize, char)> = self
+            .text
+            .chars()
+            .enumerate()
+            .filter_map(|(at, c)| project(c).map(|c| (at, c)))
+            .collect();
         let mut any = false;
-        for from in 0..self.chars() {
-            let mut to = from + MIN_RUN;
-            while to <= self.chars() && text.contains(self.slice(from, to)) {
+        // The run that begins one character later holds at least as far.
+        let mut to = 0;
+        let mut run = String::new();
+        for from in 0..value.len() {
+            if std::time::Instant::now() > budget.until {
+                return None;
+            }
+            to = to.max(from);
+            loop {
+                run.clear();
+                run.extend(value[from..to].iter().map(|&(_, c)| c));
+                if to < value.len() {
+                    run.push(value[to].1);
+                }
+                if to == value.len() || !text.contains(run.as_str()) {
+                    break;
+                }
                 to += 1;
             }
-            if to > from + MIN_RUN {
-                self.covered[from..to - 1].fill(true);
+            if to - from >= least {
+                for &(at, _) in &value[from..to] {
+                    self.covered[at] = true;
+                }
                 any = true;
             }
         }
-        any
+        Some(any)
     }
 
     /// Marks what runs of consecutive pieces of `hir` (a literal taken a character at a
@@ -367,6 +413,56 @@ impl<'a> Value<'a> {
             })
         })
     }
+}
+
+/// A character as it is.
+fn as_it_is(c: char) -> Option<char> {
+    Some(c)
+}
+
+/// A letter or digit in lower case; any other character left out.
+fn loosely(c: char) -> Option<char> {
+    c.is_alphanumeric()
+        .then(|| c.to_lowercase().next().unwrap_or(c))
+}
+
+/// The characters a pattern shows a reader, in order: its literals' characters and, for
+/// a class of at most three (`[Hh]`), its first.
+fn shown(hir: &Hir) -> String {
+    fn walk(hir: &Hir, out: &mut String) {
+        match hir.kind() {
+            HirKind::Literal(literal) => out.push_str(&String::from_utf8_lossy(&literal.0)),
+            HirKind::Class(Class::Unicode(class)) => {
+                let size: u32 = class
+                    .ranges()
+                    .iter()
+                    .map(|r| r.end() as u32 - r.start() as u32 + 1)
+                    .sum();
+                if let Some(first) = class.ranges().first().filter(|_| size <= 3) {
+                    out.push(first.start());
+                }
+            }
+            HirKind::Class(Class::Bytes(class)) => {
+                let size: u32 = class
+                    .ranges()
+                    .iter()
+                    .map(|r| u32::from(r.end()) - u32::from(r.start()) + 1)
+                    .sum();
+                if let Some(first) = class.ranges().first().filter(|_| size <= 3) {
+                    out.push(char::from(first.start()));
+                }
+            }
+            HirKind::Repetition(repetition) => walk(&repetition.sub, out),
+            HirKind::Capture(capture) => walk(&capture.sub, out),
+            HirKind::Concat(parts) | HirKind::Alternation(parts) => {
+                parts.iter().for_each(|part| walk(part, out))
+            }
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    walk(hir, &mut out);
+    out
 }
 
 /// Whether a run of `pieces` from the first may match the start of `text`, as far as

@@ -39,9 +39,23 @@ impl CallerEnv {
 }
 
 /// The variables of a plain login environment, taken from this process when a request
-/// comes from no caller with an environment of its own (the strip's Restart).
-const PLAIN_NAMES: [&str; 10] = [
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+/// comes from no caller with an environment of its own (the strip's Restart); with the
+/// ones that find this daemon's home and socket, so a `bgwork` call in the job reaches
+/// this daemon.
+const PLAIN_NAMES: [&str; 13] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "BGWORK_HOME",
+    "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
 ];
 
 /// A plain environment for work started by a person from no shell (the strip): this

@@ -510,3 +510,38 @@ fn issue26_5_a_supervisor_killed_during_the_back_off_ends_lost_and_nothing_start
     );
     assert!(!log(&home, &id).contains(MARKER));
 }
+
+#[test]
+fn issue26_v24_a_run_that_ended_while_no_daemon_ran_has_waited_out_that_much_of_its_back_off() {
+    let home = Home::new();
+    let gate = crate::util::Gate::new();
+    let ended_file = gate.path("ended");
+    let command = format!(
+        "echo run; {}; touch '{}'; exit 1",
+        gate.after_go("true"),
+        ended_file.display()
+    );
+    let id = home.start_restarting("1", "6s", &[], &command);
+    eventually(Duration::from_secs(10), || {
+        listed(&home, &id)["state"] == "running"
+    });
+    home.kill_daemon();
+    // The run ends with no daemon, and its back-off passes while none runs.
+    gate.open();
+    eventually(Duration::from_secs(10), || ended_file.exists());
+    let ended_at = Instant::now();
+    eventually(Duration::from_secs(15), || {
+        ended_at.elapsed() > Duration::from_millis(6500)
+    });
+    // A new daemon starts it again at once, not a whole back-off after it took it back.
+    let taken_back = Instant::now();
+    eventually(Duration::from_secs(20), || {
+        restart_of(&listed(&home, &id))["restarts"] == 1
+    });
+    assert!(
+        taken_back.elapsed() < Duration::from_secs(4),
+        "started again {:?} after the daemon took it back",
+        taken_back.elapsed()
+    );
+    home.run(&["stop", &id]);
+}

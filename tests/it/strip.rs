@@ -713,7 +713,7 @@ fn issue26_v6_a_restart_from_the_strip_gives_a_plain_environment_not_the_daemons
             "--session",
             "other",
             "--",
-            "echo \"first=[$FIRSTCLIENT] home=[$HOME]\"; sleep 60",
+            "echo \"first=[$FIRSTCLIENT] home=[$HOME] bgwork=[$BGWORK_HOME]\"; sleep 60",
         ])
         .env_remove("FIRSTCLIENT")
         .output()
@@ -740,6 +740,11 @@ fn issue26_v6_a_restart_from_the_strip_gives_a_plain_environment_not_the_daemons
     });
     assert!(text.contains("first=[]"), "{text}");
     assert!(!text.contains("home=[]"), "{text}");
+    // A `bgwork` call in it reaches this daemon, in its home.
+    assert!(
+        text.contains(&format!("bgwork=[{}]", home.path().display())),
+        "{text}"
+    );
     // An item started with --env values, a login variable among them, is refused there:
     // a click has none of them to give.
     let with_env = home.start_with(&["--env", "PATH=/usr/bin:/bin:/opt/own"], "sleep 60");

@@ -312,7 +312,13 @@ impl Daemon {
         // Its restart's number is the supervisor's (a record behind it, as after a lost
         // database, catches up).
         let restart = between.run + 1;
-        let next_at = now_ms().saturating_add(backoff_ms(&state, restart) as i64);
+        // From the run's own end: one that ended while no daemon ran (its supervisor
+        // waited) has waited out that much of its back-off already.
+        let ended_at = match status.ended_at_ms {
+            at if at > 0 => at.min(now_ms()),
+            _ => now_ms(),
+        };
+        let next_at = ended_at.saturating_add(backoff_ms(&state, restart) as i64);
         let settlement = EndRecord {
             end,
             exit_code: status.exit_code,

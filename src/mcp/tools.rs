@@ -83,14 +83,15 @@ pub fn definitions() -> Vec<(&'static str, &'static str, Value)> {
              still running after `timeout_s` (default 60) it moves to the background and you \
              get its id instead (outcome `promoted`) and a notice when it ends, so a slow command never blocks you for \
              longer than the timeout. With `timeout: \"auto\"` bgwork decides from how long \
-             this command took here before: one that usually takes over 15 s goes to the \
+             this command took here before: one that usually takes longer than the break-even (15 s unless \
+             BGWORK_AUTO_BACKGROUND_S says otherwise) goes to the \
              background at once with its notice armed (do other work meanwhile), a quicker \
              one is waited for up to 3× its usual time; `timeout_choice` says which and why.",
             schema(
                 json!({
                     "command": command,
                     "timeout_s": {"type": "number", "minimum": 0, "description": "Seconds to wait before it moves to the background (default 60)"},
-                    "timeout": {"type": "string", "enum": ["auto"], "description": "\"auto\": choose from this command's history in this folder instead of timeout_s (background at once if it usually takes over 15 s, else wait up to 3× its usual time, else 60 s without history)"},
+                    "timeout": {"type": "string", "enum": ["auto"], "description": "\"auto\": choose from this command's history in this folder instead of timeout_s (background at once if it usually takes longer than the break-even, 15 s unless BGWORK_AUTO_BACKGROUND_S says otherwise, else wait up to 3× its usual time, else 60 s without history)"},
                     "notify": {"type": "boolean", "description": "Fire one notice when it ends (a run promoted to the background always does)"},
                     "name": name,
                     "cwd": cwd,

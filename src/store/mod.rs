@@ -686,15 +686,8 @@ impl Store {
             }
         }
         if changed == 1 {
-            // A running-long warning (of any of its runs) not yet taken by anyone is
-            // withdrawn: its end is recorded now, and a "may be stuck" after the end
-            // would be false.
-            tx.prepare_cached(
-                "DELETE FROM notices
-                     WHERE (key = 'overrun:' || ?1 OR key LIKE 'overrun:' || ?1 || ':%')
-                     AND delivered_at IS NULL AND claim IS NULL",
-            )?
-            .execute([row])?;
+            // Its end is recorded now: a "may be stuck" after it would be false.
+            withdraw_running_long(&tx, row)?;
             if let Some(notice) = &settlement.notice {
                 tx.prepare_cached(
                     "INSERT OR IGNORE INTO notices(key, row, session, item, end_kind, exit_code,
@@ -1029,4 +1022,17 @@ fn parse_end(column: usize, text: &str) -> rusqlite::Result<End> {
         .find(|(_, s)| *s == text)
         .map(|(e, _)| *e)
         .ok_or_else(|| unknown(column, text))
+}
+
+/// Withdraws the running-long warnings (of any of its runs) of `row` not yet taken by
+/// anyone: once a run's end is recorded, whether the item's or one a restart policy
+/// starts again, a "may be stuck" about it would be false.
+pub(crate) fn withdraw_running_long(tx: &rusqlite::Transaction<'_>, row: i64) -> Result<()> {
+    tx.prepare_cached(
+        "DELETE FROM notices
+             WHERE (key = 'overrun:' || ?1 OR key LIKE 'overrun:' || ?1 || ':%')
+             AND delivered_at IS NULL AND claim IS NULL",
+    )?
+    .execute([row])?;
+    Ok(())
 }

@@ -154,6 +154,7 @@ impl Store {
         if changed == 1 {
             // Still timed from this run's start: `run_started_at` moves at the rerun.
             history::add_run(&tx, row, settlement)?;
+            super::withdraw_running_long(&tx, row)?;
             tx.prepare_cached("UPDATE items SET pid = NULL WHERE row = ?1")?
                 .execute([row])?;
         }

@@ -960,3 +960,43 @@ fn issue26_u1_the_running_long_warnings_of_every_run_are_withdrawn_at_the_end() 
     let notices = notices["notices"].as_array().unwrap();
     assert!(notices.iter().all(|n| !n["end"].is_null()), "{notices:?}");
 }
+
+#[test]
+fn issue26_v25_a_running_long_warning_is_withdrawn_when_its_run_ends_and_a_policy_starts_it_again()
+{
+    let home = Home::new().with("BGWORK_OVERRUN_MARGIN_S", "0");
+    let project = Project::new();
+    // Usually 0.3 s; then a run of 3 s that fails (warned of at about 0.9 s).
+    project
+        .step("if [ -e ran ]; then echo long run; sleep 3; exit 3; else touch ran; sleep 0.3; fi");
+    run_in(&home, &project, &[], STEP);
+    let dir = project.dir();
+    let id = home.start_with(
+        &["--cwd", &dir, "--restart", "on-failure", "--backoff", "20s"],
+        STEP,
+    );
+    let pending = |home: &Home| -> Vec<Value> {
+        home.json(&["notices", "--peek"])["notices"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| n["item"] == id.as_str())
+            .collect()
+    };
+    eventually(Duration::from_secs(20), || !pending(&home).is_empty());
+    assert!(
+        pending(&home)[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("may be stuck"),
+        "{:?}",
+        pending(&home)
+    );
+    eventually(Duration::from_secs(20), || {
+        listed(&home, &id)["state"] == "restarting"
+    });
+    // Its run ended: the warning of it is gone, not told as if it still ran.
+    assert!(pending(&home).is_empty(), "{:?}", pending(&home));
+    home.run(&["stop", &id]);
+}

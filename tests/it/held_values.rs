@@ -268,6 +268,25 @@ fn issue26_v22_two_thirds_of_a_value_in_one_pattern_or_split_across_patterns_and
             "--name".into(),
             "h_u_n_t_e_r_2_s_e".into(),
         ],
+        // Wide classes that each hold its character, alternations of two-character
+        // chunks with a shorter filler.
+        vec![
+            "--after".into(),
+            after("[hX-Z][uX-Z][nX-Z][tX-Z][eX-Z][rX-Z][2X-Z][sX-Z][eX-Z][cX-Z]"),
+        ],
+        vec![
+            "--after".into(),
+            after("(?:hu|x)(?:nt|x)(?:er|x)(?:2s|x)(?:ec|x)(?:re|x)t"),
+        ],
+        // An encoded form, changed a little or split.
+        vec!["--after".into(), after("[a]HVudGVyMnNlY3JldA==")],
+        vec![
+            "--after".into(),
+            after("aHVudGVy"),
+            "--after".into(),
+            after("MnNlY3JldA=="),
+        ],
+        vec!["--after".into(), after("68756e7465723273656372657[4]")],
     ];
     for args in &refusals {
         let mut all = vec!["start", "--window", "0"];
@@ -306,4 +325,64 @@ fn issue26_v22_two_thirds_of_a_value_in_one_pattern_or_split_across_patterns_and
     }
     let listed = home.json(&["list", "--all"]).to_string();
     assert!(!listed.contains("hunter2se"), "{listed}");
+}
+
+#[test]
+fn issue26_v26_a_refusal_for_the_new_items_own_value_says_why_and_long_fields_are_answered_at_once()
+{
+    let home = Home::new();
+    let awaited = home.start("echo Uvicorn running on http://0.0.0.0:8000; sleep 30");
+    let run = home.run(&[
+        "start",
+        "--window",
+        "0",
+        "--env",
+        "BIND=http://0.0.0.0:8000",
+        "--after",
+        &format!("{awaited}:output Uvicorn running on http://0\\.0\\.0\\.0:8000"),
+        "--",
+        "true",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    // Its own value is masked in its own output only: no advice to match the mask.
+    assert!(
+        run.stderr.contains("listing would show it") && !run.stderr.contains("could never"),
+        "{}",
+        run.stderr
+    );
+    // A value of 30,000 characters beside a pattern of 29,000 of them: refused for the
+    // pattern's length at once, the daemon free for the next call.
+    let long: String = (0..30_000)
+        .map(|i| char::from(b'a' + ((i * 7 + i / 26) % 26) as u8))
+        .collect();
+    let started = std::time::Instant::now();
+    let run = home.run(&[
+        "start",
+        "--window",
+        "0",
+        "--env",
+        &format!("SV={long}"),
+        "--after",
+        &format!("{awaited}:output {}", &long[..29_000]),
+        "--",
+        "true",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(run.stderr.contains("bytes long"), "{}", run.stderr);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // So is a name of that length.
+    let run = home.run(&[
+        "start",
+        "--window",
+        "0",
+        "--env",
+        &format!("SV={long}"),
+        "--name",
+        &long[..29_000],
+        "--",
+        "true",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(run.stderr.contains("--name is"), "{}", run.stderr);
+    home.run(&["stop", &awaited]);
 }

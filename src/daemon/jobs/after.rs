@@ -955,7 +955,7 @@ fn check_awaited_secrets(args: &StartArgs, records: &[Record]) -> Result<(), Wir
             }
         }
     }
-    crate::daemon::jobs::held_values::check_held_values(args, &pairs, &names)
+    crate::daemon::jobs::held_values::check_held_values(args, &pairs, &names, true)
 }
 
 /// Refuses a condition that names what it cannot be about, or that cannot hold any

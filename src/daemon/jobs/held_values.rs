@@ -22,6 +22,7 @@ pub(crate) fn check_held_values(
     args: &StartArgs,
     pairs: &[[String; 2]],
     secret_names: &[String],
+    awaited: bool,
 ) -> Result<(), WireError> {
     let command = crate::history::normalise(&args.command);
     let patterns: Vec<&str> = args
@@ -31,12 +32,16 @@ pub(crate) fn check_held_values(
             crate::wire::after::Until::Output { regex } => Some(regex.as_str()),
             _ => None,
         })
+        // A longer one is refused for its length (`after::compile`).
+        .filter(|p| p.len() <= crate::wire::after::MAX_PATTERN)
         .collect();
     // Shared by every pattern and value of this start: patterns too intricate to check
     // in time are refused, never passed.
     let mut budget = Budget {
         tries: MAX_TRIES,
+        searches: MAX_SEARCHES,
         until: std::time::Instant::now() + MAX_CHECK_TIME,
+        built: Default::default(),
     };
     for [name, whole] in pairs {
         // The value, and each line of a value of several lines (masked on its own, §8).
@@ -76,49 +81,88 @@ pub(crate) fn check_held_values(
                  (e.g. '... \"${name}\" ...' in single quotes, so the shell does not expand it)"
             )));
         }
+        // The value, its lines (one over 8 KiB is masked line by line) and its ASCII
+        // encoded forms, each as a text the fields may spell.
+        let forms_as_text: Vec<&str> = forms
+            .iter()
+            .filter_map(|form| std::str::from_utf8(form).ok())
+            .filter(|form| form.len() <= 3 * redact::MAX_SECRET_LEN)
+            .collect();
         let spelled = match patterns.iter().any(|p| encoded(p)) {
             true => Some(Spelled {
                 by_name: false,
                 by_patterns: true,
+                intricate: false,
             }),
-            false => values.iter().find_map(|value| {
-                spelled_between(value, &patterns, args.name.as_deref(), &mut budget)
-            }),
+            false => values
+                .iter()
+                .copied()
+                .filter(|value| value.len() <= redact::MAX_SECRET_LEN)
+                .chain(forms_as_text)
+                .find_map(|value| {
+                    spelled_between(value, &patterns, args.name.as_deref(), &mut budget)
+                }),
         };
         let Some(spelled) = spelled else {
             continue;
         };
+        if spelled.intricate {
+            return Err(WireError::bad_request(format!(
+                "the --after output patterns are too intricate to be told apart from the \
+                 value of {what} in the work this check may take (one start's patterns \
+                 against its values): nothing was started; give shorter or plainer patterns"
+            )));
+        }
         let fields = match (spelled.by_patterns, spelled.by_name) {
             (true, true) => "the --after output patterns and the --name together spell",
             (true, false) => "the --after output pattern spells",
             _ => "the --name spells",
         };
+        // The awaited item's output shows its secrets masked; the new item's own values
+        // are masked in its own output only.
+        let why = match awaited {
+            true => format!(
+                "which every reader of the awaited item's output is shown masked as \
+                 [secret {name}], so a pattern could never match it, and the item's listing \
+                 would show it: nothing was started; match the text around it, or the mask \
+                 itself (e.g. 'token is \\[secret {name}\\]')"
+            ),
+            false => format!(
+                "and the item's listing would show it (its own output shows it masked as \
+                 [secret {name}]): nothing was started; match less of it, or the text \
+                 around it"
+            ),
+        };
         return Err(WireError::bad_request(format!(
             "{fields} two thirds or more of the value of {what} (as text, in an encoded form, \
-             or in regex syntax; or a pattern is too intricate to be told from one), which \
-             every reader is shown masked as [secret {name}], so a pattern could never \
-             match it, and the item's listing would show it: nothing was started; match \
-             the text around it, or the mask itself (e.g. 'token is \\[secret {name}\\]')"
+             or in regex syntax), {why}"
         )));
     }
     Ok(())
 }
 
-/// Which of the shown fields spell two thirds of a value.
+/// Which of the shown fields spell two thirds of a value; or the patterns took more
+/// than the budget to be told from it.
 struct Spelled {
     by_name: bool,
     by_patterns: bool,
+    intricate: bool,
 }
 
-/// How many regexes the patterns of one start may take to be checked against its
-/// values, and for how long.
+/// How many regexes the patterns of one start may build to be checked against its
+/// values, and run: a count of work, the same on a busy machine as on an idle one.
 const MAX_TRIES: usize = 20_000;
-const MAX_CHECK_TIME: std::time::Duration = std::time::Duration::from_millis(500);
+const MAX_SEARCHES: usize = 200_000;
+/// A backstop only: the counts above end any check well before it on any machine.
+const MAX_CHECK_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What is left of the checking of one start's patterns.
 struct Budget {
     tries: usize,
+    searches: usize,
     until: std::time::Instant,
+    /// Each regex built once for the whole check (None: it would not build).
+    built: std::collections::HashMap<String, Option<regex::Regex>>,
 }
 
 impl Budget {
@@ -128,6 +172,30 @@ impl Budget {
             return None;
         }
         self.tries = self.tries.checked_sub(1)?;
+        Some(())
+    }
+
+    /// The regex of `pattern`, built once (a build counts as a try).
+    fn regex(&mut self, pattern: String) -> Option<Option<regex::Regex>> {
+        if let Some(built) = self.built.get(&pattern) {
+            return Some(built.clone());
+        }
+        self.take()?;
+        let built = regex::RegexBuilder::new(&pattern)
+            .size_limit(1 << 22)
+            .nest_limit(4 * MAX_RUN as u32)
+            .build()
+            .ok();
+        self.built.insert(pattern, built.clone());
+        Some(built)
+    }
+
+    /// One more search with a regex built, or None once the budget is spent.
+    fn search(&mut self) -> Option<()> {
+        if self.searches.is_multiple_of(256) && std::time::Instant::now() > self.until {
+            return None;
+        }
+        self.searches = self.searches.checked_sub(1)?;
         Some(())
     }
 }
@@ -153,13 +221,17 @@ fn spelled_between(
 ) -> Option<Spelled> {
     let mut value = Value::new(value);
     let mut by_name = false;
+    let intricate = Some(Spelled {
+        by_name: false,
+        by_patterns: true,
+        intricate: true,
+    });
     if let Some(name) = name {
         for loose in [false, true] {
-            // Out of time: taken as spelling it.
-            by_name |= value.cover_runs(name, loose, budget).unwrap_or_else(|| {
-                value.covered.fill(true);
-                true
-            });
+            match value.cover_runs(name, loose, budget) {
+                Some(spelled) => by_name |= spelled,
+                None => return intricate,
+            }
         }
     }
     let mut by_patterns = false;
@@ -186,17 +258,17 @@ fn spelled_between(
                     Err(_) => Some(text),
                 }),
         };
-        // Too intricate to be looked at whole: taken as spelling it.
-        let spelled = spelled.unwrap_or_else(|| {
-            value.covered.fill(true);
-            true
-        });
+        // Too intricate to be looked at whole: refused, never passed.
+        let Some(spelled) = spelled else {
+            return intricate;
+        };
         if whole {
             value.covered.fill(true);
         }
         by_patterns |= spelled;
     }
     value.enough().then_some(Spelled {
+        intricate: false,
         by_name,
         by_patterns,
     })
@@ -241,7 +313,7 @@ impl<'a> Value<'a> {
     /// Marks each run of `MIN_RUN` (`MIN_LOOSE_RUN`) characters or more of the value that `text` holds,
     /// both as they are or both read loosely ([`loosely`]); whether
     /// there was one. None once the budget's time is spent.
-    fn cover_runs(&mut self, text: &str, loose: bool, budget: &Budget) -> Option<bool> {
+    fn cover_runs(&mut self, text: &str, loose: bool, budget: &mut Budget) -> Option<bool> {
         let (project, least): (fn(char) -> Option<char>, usize) = match loose {
             false => (as_it_is, MIN_RUN),
             true => (loosely, MIN_LOOSE_RUN),
@@ -258,11 +330,9 @@ impl<'a> Value<'a> {
         let mut to = 0;
         let mut run = String::new();
         for from in 0..value.len() {
-            if std::time::Instant::now() > budget.until {
-                return None;
-            }
             to = to.max(from);
             loop {
+                budget.search()?;
                 run.clear();
                 run.extend(value[from..to].iter().map(|&(_, c)| c));
                 if to < value.len() {
@@ -303,9 +373,9 @@ impl<'a> Value<'a> {
         let len = self.text.len();
         let mut any = false;
         for first in 0..pieces.len() {
-            // A run that begins with a piece that spells nothing spells no more than the
-            // one that begins at its first piece that does.
-            if spelled(&pieces[first]) == 0 {
+            // A run that begins with a piece that tells nothing tells no more than the
+            // one that begins at its first piece that may.
+            if most_told(&pieces[first]) == 0 {
                 continue;
             }
             let starts: Vec<usize> = (0..self.chars())
@@ -340,43 +410,37 @@ impl<'a> Value<'a> {
                     false => format!("(?P<p{at}>{piece})(?:{nested})?"),
                 };
             }
-            budget.take()?;
-            let built = regex::RegexBuilder::new(&format!("^(?:{nested})"))
-                .size_limit(1 << 22)
-                .nest_limit(4 * MAX_RUN as u32)
-                .build();
-            let Ok(runs) = built else {
+            let Some(runs) = budget.regex(format!("^(?:{nested})"))? else {
                 continue;
             };
             for from in starts {
-                if std::time::Instant::now() > budget.until {
-                    return None;
-                }
+                budget.search()?;
                 let Some(found) = runs.captures(&self.text[self.offsets[from]..]) else {
                     continue;
                 };
                 let taken = (0..last - first)
                     .take_while(|at| found.name(&format!("p{at}")).is_some())
                     .count();
-                let run = &pieces[first..first + taken];
-                if run.iter().map(spelled).sum::<usize>() < MIN_RUN {
-                    continue;
-                }
-                let to = self.char_at(self.offsets[from] + found.get(0).map_or(0, |m| m.end()));
-                budget.take()?;
-                if !self.specific(run, from, to) {
-                    continue;
-                }
-                for (at, piece) in run.iter().enumerate() {
+                // What each piece of the run tells of the characters it took.
+                let mut marks = Vec::new();
+                for (at, piece) in pieces[first..first + taken].iter().enumerate() {
                     let Some(span) = found.name(&format!("p{at}")) else {
                         continue;
                     };
                     let begin = self.char_at(self.offsets[from] + span.start());
                     let end = self.char_at(self.offsets[from] + span.end());
-                    let marked = spelled(piece).min(end - begin);
-                    self.covered[begin..begin + marked].fill(true);
-                    any |= marked > 0;
+                    let told = self.tells(piece, begin, end, budget)?;
+                    if told > 0 {
+                        marks.push((begin, told));
+                    }
                 }
+                if marks.iter().map(|&(_, told)| told).sum::<usize>() < MIN_RUN {
+                    continue;
+                }
+                for (begin, told) in marks {
+                    self.covered[begin..begin + told].fill(true);
+                }
+                any = true;
             }
         }
         // A group inside the pattern, on its own.
@@ -386,11 +450,55 @@ impl<'a> Value<'a> {
                 HirKind::Repetition(repetition) => Some(&*repetition.sub),
                 _ => None,
             };
-            if let Some(inner) = inner.filter(|inner| spelled(inner) >= MIN_RUN) {
+            if let Some(inner) = inner.filter(|inner| most_told(inner) >= MIN_RUN) {
                 any |= self.cover_regex(inner, budget)?;
             }
         }
         Some(any)
+    }
+
+    /// How many of the value's characters `begin..end`, which `piece` matched, it tells:
+    /// a literal all; a class its one when it does not match that character of some
+    /// other text of the value's shape (`[hX-Z]` tells `h`, `[a-z]` nothing); any other
+    /// piece as many as it may tell at most, when it does not match those characters of
+    /// every other text of the value's shape (`(?:hu|x)` tells 2, `(\w+)` none).
+    fn tells(&self, piece: &Hir, begin: usize, end: usize, budget: &mut Budget) -> Option<usize> {
+        let chars = end - begin;
+        Some(match piece.kind() {
+            HirKind::Literal(_) => chars,
+            HirKind::Class(_) if chars == 1 => {
+                let differs = self.others.iter().any(|other| {
+                    other
+                        .get(begin)
+                        .is_some_and(|&c| class_has(piece, c) == Some(false))
+                });
+                usize::from(differs)
+            }
+            // A class repeated tells, at each character, what the class tells there.
+            HirKind::Repetition(repetition)
+                if matches!(repetition.sub.kind(), HirKind::Class(_)) =>
+            {
+                (begin..end)
+                    .filter(|&at| {
+                        self.others.iter().any(|other| {
+                            other
+                                .get(at)
+                                .is_some_and(|&c| class_has(&repetition.sub, c) == Some(false))
+                        })
+                    })
+                    .count()
+            }
+            _ => {
+                let most = most_told(piece).min(chars);
+                if most == 0 {
+                    return Some(0);
+                }
+                match self.specific(piece, begin, end, budget)? {
+                    true => most,
+                    false => 0,
+                }
+            }
+        })
     }
 
     /// The character index at byte `offset` of the value.
@@ -398,20 +506,18 @@ impl<'a> Value<'a> {
         self.offsets.partition_point(|&at| at < offset)
     }
 
-    /// Whether `run` matches the value's characters `from..to` and not the same
-    /// characters of every other text of its shape.
-    fn specific(&self, run: &[Hir], from: usize, to: usize) -> bool {
-        let built = regex::RegexBuilder::new(&format!("^(?:{})$", Hir::concat(run.to_vec())))
-            .size_limit(1 << 22)
-            .build();
-        built.is_ok_and(|whole| {
-            !self.others.iter().all(|other| {
-                let window: String = other[from.min(other.len())..to.min(other.len())]
-                    .iter()
-                    .collect();
-                whole.is_match(&window)
-            })
-        })
+    /// Whether `piece` (which matched the value's characters `from..to`) does not match
+    /// the same characters of every other text of its shape.
+    fn specific(&self, piece: &Hir, from: usize, to: usize, budget: &mut Budget) -> Option<bool> {
+        let Some(whole) = budget.regex(format!("^(?:{piece})$"))? else {
+            return Some(false);
+        };
+        Some(!self.others.iter().all(|other| {
+            let window: String = other[from.min(other.len())..to.min(other.len())]
+                .iter()
+                .collect();
+            whole.is_match(&window)
+        }))
     }
 }
 
@@ -470,29 +576,36 @@ fn shown(hir: &Hir) -> String {
 /// building a regex: false once one of them cannot match its character.
 fn may_begin(pieces: &[Hir], text: &str) -> bool {
     for (piece, c) in pieces.iter().zip(text.chars()) {
-        let fits = match piece.kind() {
-            HirKind::Literal(literal) => {
-                let mut buffer = [0u8; 4];
-                *literal.0 == *c.encode_utf8(&mut buffer).as_bytes()
-            }
-            HirKind::Class(Class::Unicode(class)) => class
-                .ranges()
-                .iter()
-                .any(|r| r.start() <= c && c <= r.end()),
-            HirKind::Class(Class::Bytes(class)) => u8::try_from(c).is_ok_and(|b| {
-                class
-                    .ranges()
-                    .iter()
-                    .any(|r| r.start() <= b && b <= r.end())
-            }),
+        match class_has(piece, c) {
+            Some(true) => {}
+            Some(false) => return false,
             // Any other piece may match more or fewer characters: no more is told.
-            _ => return true,
-        };
-        if !fits {
-            return false;
+            None => return true,
         }
     }
     true
+}
+
+/// Whether a piece of one character (a literal's, a class) matches `c`; None for any
+/// other piece.
+fn class_has(piece: &Hir, c: char) -> Option<bool> {
+    Some(match piece.kind() {
+        HirKind::Literal(literal) => {
+            let mut buffer = [0u8; 4];
+            *literal.0 == *c.encode_utf8(&mut buffer).as_bytes()
+        }
+        HirKind::Class(Class::Unicode(class)) => class
+            .ranges()
+            .iter()
+            .any(|r| r.start() <= c && c <= r.end()),
+        HirKind::Class(Class::Bytes(class)) => u8::try_from(c).is_ok_and(|b| {
+            class
+                .ranges()
+                .iter()
+                .any(|r| r.start() <= b && b <= r.end())
+        }),
+        _ => return None,
+    })
 }
 
 /// A literal as its characters, one piece each; any other piece as it is.
@@ -511,32 +624,21 @@ fn one_char_each(hir: &Hir) -> Vec<Hir> {
     }
 }
 
-/// How many characters of a value a piece spells: a literal's characters, a class of at
-/// most three for one, a group or a repetition what it holds (an alternation the least
-/// of its branches: each branch is looked at on its own too): `hunt.r2` spells 6,
-/// `(hunter2)secret` 13, `h\w+` 1.
-fn spelled(piece: &Hir) -> usize {
-    fn class_size<T: Into<u32> + Copy>(ranges: impl Iterator<Item = (T, T)>) -> u32 {
-        ranges.map(|(a, b)| b.into() - a.into() + 1).sum()
-    }
+/// How many characters of a value a piece may tell at most: a literal's characters,
+/// a class one, a group or a repetition what it holds, an alternation its most
+/// ([`Value::tells`] asks whether it tells them): `hunt.r2` 7, `(hunter2)secret` 13.
+fn most_told(piece: &Hir) -> usize {
     match piece.kind() {
         HirKind::Literal(literal) => {
             std::str::from_utf8(&literal.0).map_or(literal.0.len(), |text| text.chars().count())
         }
-        HirKind::Class(Class::Unicode(class)) => {
-            let size = class_size(class.ranges().iter().map(|r| (r.start(), r.end())));
-            usize::from(size <= 3)
-        }
-        HirKind::Class(Class::Bytes(class)) => {
-            let size = class_size(class.ranges().iter().map(|r| (r.start(), r.end())));
-            usize::from(size <= 3)
-        }
+        HirKind::Class(_) => 1,
         HirKind::Repetition(repetition) => {
-            spelled(&repetition.sub).saturating_mul(repetition.min.max(1) as usize)
+            most_told(&repetition.sub).saturating_mul(repetition.min.max(1) as usize)
         }
-        HirKind::Capture(capture) => spelled(&capture.sub),
-        HirKind::Concat(parts) => parts.iter().map(spelled).sum(),
-        HirKind::Alternation(branches) => branches.iter().map(spelled).min().unwrap_or(0),
+        HirKind::Capture(capture) => most_told(&capture.sub),
+        HirKind::Concat(parts) => parts.iter().map(most_told).sum(),
+        HirKind::Alternation(branches) => branches.iter().map(most_told).max().unwrap_or(0),
         _ => 0,
     }
 }
@@ -572,6 +674,10 @@ fn others_of_its_shape(value: &str) -> Vec<String> {
         char::from(set[(at + by) % set.len()])
     };
     let all_punctuation = !value.chars().any(char::is_alphanumeric);
+    // A value of hex digits alone (a digest, a hex form) keeps that shape: its letters
+    // become other hex letters (`[0-9a-f]{40}` is its shape, and tells nothing).
+    let hex = value.chars().all(|c| c.is_ascii_hexdigit());
+    const HEX: &[u8] = b"abcdef";
     [1, 7, 13, 19]
         .iter()
         .map(|&by| {
@@ -579,6 +685,8 @@ fn others_of_its_shape(value: &str) -> Vec<String> {
                 .chars()
                 .map(|c| match c {
                     c if c.is_ascii_digit() => shift(DIGITS, c, by % 10 + 1),
+                    c if hex && c.is_ascii_lowercase() => shift(HEX, c, by % 5 + 1),
+                    c if hex => shift(HEX, c.to_ascii_lowercase(), by % 5 + 1).to_ascii_uppercase(),
                     c if c.is_ascii_lowercase() => shift(LOWER, c, by),
                     c if c.is_ascii_uppercase() => {
                         shift(LOWER, c.to_ascii_lowercase(), by).to_ascii_uppercase()

@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+/// The longest `--name` (it is shown in every listing).
+const MAX_NAME_BYTES: usize = 4096;
+
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
 const DEFAULT_ROWS: u16 = 40;
@@ -119,6 +122,12 @@ pub(crate) fn check_start(args: &StartArgs) -> Result<(), WireError> {
         ));
     }
     environ::decode_pairs(&args.inherit_env_bytes).map_err(WireError::bad_request)?;
+    if let Some(name) = args.name.as_ref().filter(|n| n.len() > MAX_NAME_BYTES) {
+        return Err(WireError::bad_request(format!(
+            "the --name is {} bytes long: at most {MAX_NAME_BYTES}",
+            name.len()
+        )));
+    }
     check_secrets(args)?;
     crate::executor::ssh::check(args)?;
     Ok(())
@@ -182,7 +191,7 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
             )));
         }
     }
-    super::held_values::check_held_values(args, &secret_pairs(args), &args.secrets)
+    super::held_values::check_held_values(args, &secret_pairs(args), &args.secrets, false)
 }
 
 /// `[name, value]` of each value the job's log is masked for: the `--secret` ones and

@@ -578,3 +578,39 @@ fn issue26_4_a_waiting_item_that_cannot_start_when_its_turn_comes_says_so_once()
         .unwrap()
         .contains("could not start"));
 }
+
+#[test]
+fn issue26_v27_a_pattern_whose_line_was_dropped_unscanned_is_cancelled_saying_so() {
+    let home = Home::new()
+        .with("BGWORK_LOG_CAP", "65536")
+        .with("BGWORK_LOG_HEAD", "4096");
+    let gate = Gate::new();
+    let awaited = home.start(&format!(
+        "head -c 10000 /dev/zero | tr '\\0' a | fold -w 100; echo; echo MARK4-LINE; \
+         head -c 3000000 /dev/zero | tr '\\0' b | fold -w 100; touch '{}'; {}",
+        gate.path("written").display(),
+        gate.after_go("true")
+    ));
+    // Its line went into the dropped middle before any scan looked for it.
+    eventually(Duration::from_secs(30), || {
+        gate.exists("written")
+            && home
+                .run(&["read", &awaited, "--grep", "MARK4"])
+                .stdout
+                .contains("no line matches")
+    });
+    let waiting = home.start_with(&["--after", &format!("{awaited}:output MARK4")], "true");
+    gate.open();
+    let mut item = Value::Null;
+    eventually(Duration::from_secs(30), || {
+        item = state(&home, &waiting);
+        item["state"] == "ended"
+    });
+    assert_eq!(item["end"], "cancelled", "{item}");
+    let notices = notices_of(&home, &waiting);
+    let text = notices[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("dropped") && text.contains("not looked at"),
+        "{text}"
+    );
+}

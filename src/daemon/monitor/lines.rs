@@ -44,6 +44,9 @@ pub(crate) struct LineMonitor {
     /// A monitor's scan saves its progress; a waiting item's (`jobs/after.rs`) reads
     /// again from the start after a restart, and saves nothing.
     pub durable: bool,
+    /// Bytes of the source passed over unscanned (a log's middle dropped before the
+    /// scan reached it).
+    pub passed_over: u64,
 }
 
 /// What a waiting item's scan of an output found (`start --after ID:output RE`).
@@ -71,6 +74,7 @@ impl LineMonitor {
             saved: ScanProgress::default(),
             saved_at: Instant::now(),
             durable: false,
+            passed_over: 0,
         }
     }
 
@@ -102,8 +106,12 @@ impl LineMonitor {
                 Err(detail) => return Outcome::Done(End::Failed, detail),
             };
             match next {
-                Next::Data(at) if buf.is_empty() => self.lines.skip_to(at),
+                Next::Data(at) if buf.is_empty() => {
+                    self.passed_over += at.saturating_sub(self.lines.offset);
+                    self.lines.skip_to(at)
+                }
                 Next::Data(at) => {
+                    self.passed_over += at.saturating_sub(self.lines.offset);
                     budget = budget.saturating_sub(buf.len() as u64);
                     if self.lines.needs_key_check() {
                         let open = self.key_open_at(daemon, self.lines.offset);
@@ -192,6 +200,16 @@ impl LineMonitor {
 
     fn source_ended(&mut self, id: &str) -> Outcome {
         match &self.mode {
+            // A line in a middle dropped before the scan reached it was never looked at.
+            Mode::Wait { pattern } if self.passed_over > 0 => Outcome::Done(
+                End::Failed,
+                format!(
+                    "{id} ended without printing {pattern} in the output it kept (its log's \
+                     cap dropped {} of its middle before they were scanned: a line there was \
+                     not looked at)",
+                    crate::history::plural(self.passed_over as usize, "byte")
+                ),
+            ),
             Mode::Wait { pattern } => Outcome::Done(
                 End::Failed,
                 format!("{id} ended without printing {pattern}"),

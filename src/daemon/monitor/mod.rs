@@ -296,6 +296,7 @@ impl Daemon {
             saved: monitor.progress.clone(),
             saved_at: std::time::Instant::now(),
             durable: true,
+            passed_over: 0,
         }))))
     }
 

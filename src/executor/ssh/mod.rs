@@ -15,6 +15,7 @@
 
 pub mod call;
 pub mod deploy;
+pub mod ends;
 pub mod link;
 pub mod logout;
 pub mod relay;
@@ -28,7 +29,7 @@ use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::ssh::SshJob;
 use crate::wire::{
     Actor, End, Envelope, ErrorCode, Item, ListReply, ReadArgs, ReadReply, Request, SendArgs,
-    StartArgs, StartReply, StopArgs, WaitArgs, WireError,
+    StartArgs, StartReply, StopArgs, WireError,
 };
 use link::{LinkError, Links};
 use std::collections::HashMap;
@@ -46,8 +47,6 @@ pub const SSH_FILE: &str = "ssh.json";
 const MIRROR_EVERY: Duration = Duration::from_millis(100);
 const MIRROR_FASTEST: Duration = Duration::from_millis(50);
 const MIRROR_SLOWEST: Duration = Duration::from_secs(1);
-/// How long one `wait` for the job's end stays open on the host.
-const END_WAIT_S: f64 = 30.0;
 /// The most output one request brings over.
 const CHUNK: usize = 4 << 20;
 /// How many reads of a job's output are in flight at once while the mirror is behind
@@ -126,6 +125,8 @@ pub struct SshExecutor {
     events: mpsc::UnboundedSender<ExecEvent>,
     home_id: String,
     links: Arc<Links>,
+    /// The ends of every host's jobs, one `wait` per host and session.
+    ends: Arc<ends::Ends>,
     /// Rows known to run (or to have run) on a host, and which; `None`: known not to.
     views: Arc<Mutex<HashMap<i64, Option<String>>>>,
     /// Rows whose host said they die at logout there (`SshJob::logout`).
@@ -138,6 +139,7 @@ impl SshExecutor {
         SshExecutor {
             events,
             links: Arc::new(Links::new(home, &home_id)),
+            ends: Arc::default(),
             home_id,
             views: Arc::default(),
             logouts: Arc::default(),
@@ -275,6 +277,7 @@ impl SshExecutor {
         let tracker = Tracker {
             row,
             link: self.links.of(&job.host),
+            ends: self.ends.clone(),
             job_dir,
             job,
             owner,
@@ -402,6 +405,7 @@ fn key_of(signal: i32) -> Option<&'static str> {
 struct Tracker {
     row: i64,
     link: Arc<link::Link>,
+    ends: Arc<ends::Ends>,
     job_dir: PathBuf,
     job: SshJob,
     owner: String,
@@ -514,50 +518,6 @@ impl Order {
     }
 }
 
-/// A `wait` for the job's end kept open on the host, asked again when it times out;
-/// each answer asks the job's task for a look. Ends with its guard.
-struct EndWait(tokio::task::JoinHandle<()>);
-
-impl EndWait {
-    fn start(
-        link: Arc<link::Link>,
-        envelope: Envelope,
-        ended: mpsc::UnboundedSender<Option<Item>>,
-    ) -> EndWait {
-        EndWait(tokio::spawn(async move {
-            let takes = Duration::from_secs_f64(END_WAIT_S);
-            loop {
-                match link.request(&envelope, takes).await {
-                    Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
-                        Ok(reply) if reply["reason"] == "ended" => {
-                            // The item as the host recorded its end: no `list` to ask.
-                            let item = serde_json::from_value::<Item>(reply["items"][0].clone())
-                                .ok()
-                                .filter(|item| item.state == crate::wire::State::Ended);
-                            let _ = ended.send(item);
-                            return;
-                        }
-                        Ok(_) => {}
-                        // Refused there (the job's task learns why): not asked at once.
-                        Err(_) => tokio::time::sleep(MIRROR_SLOWEST).await,
-                    },
-                    // The job's task finds out what went wrong; this waits for the link.
-                    Err(_) => tokio::time::sleep(MIRROR_SLOWEST).await,
-                }
-                if ended.is_closed() {
-                    return;
-                }
-            }
-        }))
-    }
-}
-
-impl Drop for EndWait {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// What one look at the host found.
 enum Look {
     Going,
@@ -566,15 +526,15 @@ enum Look {
 
 impl Tracker {
     /// Mirrors at the pace the daemon asks, and at once when the host's daemon says
-    /// the job ended (a `wait` kept open there), so an end is known here within the
-    /// link's round trip, not a poll's period.
+    /// the job ended (the `wait` of its host and session kept open there, `ends.rs`),
+    /// so an end is known here within the link's round trip, not a poll's period.
     async fn run(mut self, mut incoming: mpsc::UnboundedReceiver<Command>) {
         let _busy = self.link.busy();
         let mut tick = tokio::time::interval(MIRROR_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut commands_open = true;
-        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<Option<Item>>();
-        let mut end_wait: Option<EndWait> = None;
+        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<Item>();
+        let mut end_watch: Option<ends::EndWatch> = None;
         loop {
             let look = tokio::select! {
                 biased;
@@ -596,7 +556,7 @@ impl Tracker {
                     false
                 }
                 Some(item) = ended_rx.recv() => {
-                    self.ended_item = item;
+                    self.ended_item = Some(item);
                     true
                 }
                 _ = tick.tick() => true,
@@ -614,16 +574,12 @@ impl Tracker {
             self.send_pending();
             // From the moment the host has its id (not once its pid is seen: a short job
             // would end before the next look at the slow pace, and its end wait for it).
-            if end_wait.is_none() {
-                if let Some(id) = self.job.remote_id.clone() {
-                    end_wait = Some(EndWait::start(
+            if end_watch.is_none() {
+                if let Some(id) = &self.job.remote_id {
+                    end_watch = Some(self.ends.watch(
                         self.link.clone(),
-                        self.envelope(Request::Wait(WaitArgs {
-                            ids: vec![id],
-                            all: false,
-                            until: None,
-                            timeout_s: Some(END_WAIT_S),
-                        })),
+                        &self.job.session,
+                        id,
                         ended_tx.clone(),
                     ));
                 }

@@ -58,7 +58,7 @@ impl std::fmt::Display for LinkError {
 }
 
 /// A reply line and the output frame after it (empty when none).
-type Reply = (Vec<u8>, Vec<u8>);
+pub type Reply = (Vec<u8>, Vec<u8>);
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
 /// An open channel to the host's relay.

@@ -29,7 +29,7 @@ use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::ssh::SshJob;
 use crate::wire::{
     Actor, End, Envelope, ErrorCode, Item, ListReply, ReadArgs, ReadReply, Request, SendArgs,
-    StartArgs, StartReply, StopArgs, WireError,
+    StartArgs, StartReply, StopArgs, WaitArgs, WaitReply, WireError,
 };
 use link::{LinkError, Links};
 use std::collections::HashMap;
@@ -605,6 +605,20 @@ impl Tracker {
     /// The job's item on the host, found by its id there (or, when the daemon stopped
     /// before it heard the id, by its name).
     async fn item(&mut self) -> Result<Option<Item>, LinkError> {
+        if let Some(id) = &self.job.remote_id {
+            // By its id: a `wait` that does not wait brings that one item (a `list`
+            // would bring every item of the session there, a hundred jobs' worth, for
+            // each of a hundred jobs). One the host no longer knows is refused so.
+            let reply: WaitReply = self
+                .ask(Request::Wait(WaitArgs {
+                    ids: vec![id.clone()],
+                    all: false,
+                    until: None,
+                    timeout_s: Some(0.0),
+                }))
+                .await?;
+            return Ok(reply.items.into_iter().find(|item| &item.id == id));
+        }
         let list: ListReply = self
             .ask(Request::List {
                 all: true,
@@ -685,120 +699,136 @@ impl Tracker {
         let Some(id) = self.job.remote_id.clone() else {
             return Ok(Look::Going);
         };
-        let mut wide = 1;
-        loop {
-            let (reply, full) = self.mirror_window(&id, wide).await?;
-            if full {
-                wide = WINDOW;
-                continue;
-            }
-            if reply.running {
-                return Ok(Look::Going);
-            }
-            // Ended there when that read was made, so its log was whole: the end the
-            // host's `wait` brought needs no more asking.
-            if let Some(item) = self.ended_item.take() {
-                return Ok(Look::Ended(Box::new(self.status_of(&item))));
-            }
-            // Ended there, its output caught up: its end, from its item.
-            return match self.item().await? {
-                Some(item) if item.state == crate::wire::State::Ended => {
-                    // Output written between the read and the end is read once more.
-                    let more: ReadReply = self
-                        .ask(Request::Read(ReadArgs {
-                            id: id.clone(),
-                            from: Some(self.mirrored),
-                            raw: true,
-                            max_bytes: Some(64),
-                            no_redact: true,
-                            ..ReadArgs::default()
-                        }))
-                        .await?;
-                    if more.to > self.mirrored {
-                        return Ok(Look::Going);
-                    }
-                    Ok(Look::Ended(Box::new(self.status_of(&item))))
+        let reply = self.catch_up(&id).await?;
+        if reply.running {
+            return Ok(Look::Going);
+        }
+        // Ended there when that read was made, so its log was whole: the end the
+        // host's `wait` brought needs no more asking.
+        if let Some(item) = self.ended_item.take() {
+            return Ok(Look::Ended(Box::new(self.status_of(&item))));
+        }
+        // Ended there, its output caught up: its end, from its item.
+        match self.item().await? {
+            Some(item) if item.state == crate::wire::State::Ended => {
+                // Output written between the read and the end is read once more.
+                let more: ReadReply = self
+                    .ask(Request::Read(ReadArgs {
+                        id: id.clone(),
+                        from: Some(self.mirrored),
+                        raw: true,
+                        max_bytes: Some(64),
+                        no_redact: true,
+                        ..ReadArgs::default()
+                    }))
+                    .await?;
+                if more.to > self.mirrored {
+                    return Ok(Look::Going);
                 }
-                Some(_) => Ok(Look::Going),
-                None => Err(LinkError::Refused(WireError::new(
-                    ErrorCode::UnknownId,
-                    "gone",
-                ))),
-            };
+                Ok(Look::Ended(Box::new(self.status_of(&item))))
+            }
+            Some(_) => Ok(Look::Going),
+            None => Err(LinkError::Refused(WireError::new(
+                ErrorCode::UnknownId,
+                "gone",
+            ))),
         }
     }
 
-    /// Reads up to `wide` chunks of the host's log from the mirror's offset at once,
-    /// each asked for its own offset, and writes them at the same offsets here, in
-    /// order; a chunk is taken only when every one before it was whole (else the rest,
-    /// asked past where the log then ended, are left). The last reply taken, and whether
-    /// it was a whole chunk (more may be there).
-    async fn mirror_window(
-        &mut self,
-        id: &str,
-        wide: usize,
-    ) -> Result<(ReadReply, bool), LinkError> {
-        let base = self.mirrored;
-        let mut asked = Vec::with_capacity(wide);
-        for k in 0..wide {
-            // The first read is the job's own; the others only within the link's bound.
-            let permit = match k {
-                0 => None,
-                _ => match self.link.extra_read() {
-                    Some(permit) => Some(permit),
-                    None => break,
-                },
-            };
-            let from = base + (k * CHUNK) as u64;
-            let (link, envelope) = (self.link.clone(), self.mirror_read(id, from));
-            asked.push((
-                from,
-                tokio::spawn(async move {
+    /// Reads the host's log from the mirror's offset until a read comes back short (the
+    /// mirror caught up), and writes each chunk at the same offset here, in order. One
+    /// read at a time while each comes back short; once one was a whole chunk (the
+    /// mirror is behind), up to `WINDOW` reads at consecutive offsets stay in flight,
+    /// the next asked as each one lands (so the host reads, the link carries and this
+    /// daemon writes at once, with no pause between batches), the extra ones within
+    /// the link's bound. A chunk is taken only at the mirror's offset: after a short one
+    /// (or a middle the host's cap dropped, `clipped`) the reads beyond it are left and
+    /// asked again from the new offset. The last reply taken.
+    async fn catch_up(&mut self, id: &str) -> Result<ReadReply, LinkError> {
+        type Asked = tokio::task::JoinHandle<Result<link::Reply, LinkError>>;
+        // Each read in flight: its offset, its task, whether it is the job's own read.
+        let mut asked: std::collections::VecDeque<(u64, Asked, bool)> = Default::default();
+        let mut wide = 1;
+        loop {
+            // Fill the window from where the reads in flight end.
+            let mut own_asked = asked.iter().any(|(_, _, own)| *own);
+            while asked.len() < wide {
+                let permit = match own_asked {
+                    false => None,
+                    true => match self.link.extra_read() {
+                        Some(permit) => Some(permit),
+                        None => break,
+                    },
+                };
+                let from = asked
+                    .back()
+                    .map_or(self.mirrored, |(from, _, _)| from + CHUNK as u64);
+                let own = !own_asked;
+                own_asked = true;
+                let (link, envelope) = (self.link.clone(), self.mirror_read(id, from));
+                let read = tokio::spawn(async move {
                     let _permit = permit;
                     link.request_frame(&envelope, Duration::ZERO).await
-                }),
-            ));
-        }
-        let mut last = None;
-        for (from, reply) in asked {
-            if from != self.mirrored || last.as_ref().is_some_and(|(_, full)| !full) {
-                break;
+                });
+                asked.push_back((from, read, own));
             }
-            let (line, bytes) = reply
+            let Some((from, read, _)) = asked.pop_front() else {
+                return Err(LinkError::Down("no read was made".into()));
+            };
+            let (line, bytes) = read
                 .await
                 .map_err(|e| LinkError::Down(format!("the read did not finish: {e}")))??;
             let reply: ReadReply = crate::wire::decode_reply(&line).map_err(LinkError::Refused)?;
-            // A raw read's bytes are the last of `[from, to)`: all of it, or none when
-            // it lay in the middle the host's cap dropped (a hole here too).
-            let at = reply
-                .to
-                .saturating_sub(bytes.len() as u64)
-                .max(self.mirrored);
-            let skipped = at > self.mirrored;
-            let grew = !bytes.is_empty();
-            if grew {
-                self.append(at, &bytes);
+            if from != self.mirrored {
+                // Asked past a chunk that came back short: asked again from here.
+                asked.clear();
+                continue;
             }
-            self.mirrored = reply.to.max(self.mirrored);
-            if grew || skipped {
-                let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
-                let _ = self.events.send(ExecEvent::Output {
-                    row: self.row,
-                    log_len,
-                    // A mirror's dropped middles are its holes, found in the file by
-                    // every reader (`output::Holes`): no figure at this daemon's head.
-                    dropped: 0,
-                    unwritten: 0,
-                    unwritten_at: 0,
-                });
-            }
+            self.take_chunk(&reply, &bytes);
             // More is there when the chunk was whole, or when the read stopped short of
             // the log's end (`clipped`: a middle the host's cap dropped, read past in
             // steps, with the newest bytes after it).
             let full = bytes.len() >= CHUNK || reply.clipped;
-            last = Some((reply, full));
+            if !full {
+                return Ok(reply);
+            }
+            wide = WINDOW;
+            if asked
+                .front()
+                .is_some_and(|(from, _, _)| *from != self.mirrored)
+            {
+                // The chunk ended elsewhere than a whole one would (a dropped middle).
+                asked.clear();
+            }
         }
-        last.ok_or_else(|| LinkError::Down("no read was made".into()))
+    }
+
+    /// Writes one read's bytes at its offset here and tells the daemon the log grew.
+    fn take_chunk(&mut self, reply: &ReadReply, bytes: &[u8]) {
+        // A raw read's bytes are the last of `[from, to)`: all of it, or none when it
+        // lay in the middle the host's cap dropped (a hole here too).
+        let at = reply
+            .to
+            .saturating_sub(bytes.len() as u64)
+            .max(self.mirrored);
+        let skipped = at > self.mirrored;
+        let grew = !bytes.is_empty();
+        if grew {
+            self.append(at, bytes);
+        }
+        self.mirrored = reply.to.max(self.mirrored);
+        if grew || skipped {
+            let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
+            let _ = self.events.send(ExecEvent::Output {
+                row: self.row,
+                log_len,
+                // A mirror's dropped middles are its holes, found in the file by
+                // every reader (`output::Holes`): no figure at this daemon's head.
+                dropped: 0,
+                unwritten: 0,
+                unwritten_at: 0,
+            });
+        }
     }
 
     /// A read of the host's log from `from`: the exact bytes, raw after the reply's

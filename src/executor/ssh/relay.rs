@@ -85,6 +85,8 @@ pub fn main() -> ExitCode {
         };
         match envelope.request {
             Request::Read(_) | Request::List { .. } | Request::Status => looks.ask(id, envelope),
+            // A `wait` that does not wait is a look at one item.
+            Request::Wait(ref args) if args.timeout_s == Some(0.0) => looks.ask(id, envelope),
             Request::Wait(_) => {
                 let (out, waits, cancels) = (out.clone(), waits.clone(), cancels.clone());
                 std::thread::spawn(move || {
@@ -134,25 +136,46 @@ fn write_answer(out: &Mutex<std::io::Stdout>, id: &str, (mut reply, frame): (Vec
 }
 
 /// The workers that serve the requests that only look, in the order they came.
-struct Looks(std::sync::mpsc::Sender<(String, Envelope)>);
+struct Looks(std::sync::mpsc::Sender<(Instant, String, Envelope)>);
+
+/// How long a look may wait for a worker before it is answered at once that the host's
+/// daemon is behind: the link has given up on it by then (its patience is 30 s), and
+/// asking it still would only put the looks behind it further back.
+const LOOK_STALE: Duration = Duration::from_secs(25);
 
 impl Looks {
     fn start(pool: Arc<Pool>, out: Arc<Mutex<std::io::Stdout>>) -> Looks {
-        let (tx, rx) = std::sync::mpsc::channel::<(String, Envelope)>();
+        let (tx, rx) = std::sync::mpsc::channel::<(Instant, String, Envelope)>();
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..LOOKS_AT_ONCE {
             let (rx, pool, out) = (rx.clone(), pool.clone(), out.clone());
             std::thread::spawn(move || loop {
                 let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                let Ok((id, envelope)) = next else { return };
-                write_answer(&out, &id, look(&envelope, &pool));
+                let Ok((came, id, envelope)) = next else {
+                    return;
+                };
+                let answer = match came.elapsed() < LOOK_STALE {
+                    true => look(&envelope, &pool),
+                    false => {
+                        let behind = WireError::new(
+                            wire::ErrorCode::Unavailable,
+                            format!(
+                                "the host's daemon is behind: this request waited {} s for its \
+                                 turn there",
+                                came.elapsed().as_secs()
+                            ),
+                        );
+                        (error_line(behind), Vec::new())
+                    }
+                };
+                write_answer(&out, &id, answer);
             });
         }
         Looks(tx)
     }
 
     fn ask(&self, id: String, envelope: Envelope) {
-        let _ = self.0.send((id, envelope));
+        let _ = self.0.send((Instant::now(), id, envelope));
     }
 }
 

@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 /// The version of the relay's channel: a line `N <request>` in, `N <reply>` out, and
-/// after a reply that says `"output_bytes":K` its K bytes of output.
-pub const RELAY_PROTOCOL: u32 = 2;
+/// after a reply that says `"output_bytes":K` its K bytes of output; a line `-N` in
+/// cancels request N.
+pub const RELAY_PROTOCOL: u32 = 3;
 
 /// What `ssh.json` holds: the job's host, and who it is there. Written before the job
 /// is handed over (then with its remote id), so a restarted daemon finds it by name

@@ -1714,3 +1714,115 @@ fn issue24_w1_a_mirror_hole_shorter_than_a_block_shows_no_zeros() {
     std::fs::write(gates.path().join("end"), "").unwrap();
     wait_end(&h.home, &id);
 }
+
+/// The connections a process holds: its distinct sockets (a client's reader and
+/// writer are two fds of one socket), from /proc.
+fn sockets_of(pid: i32) -> usize {
+    let sockets: std::collections::BTreeSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .map(|to| to.to_string_lossy().into_owned())
+                .filter(|to| to.starts_with("socket:"))
+                .collect()
+        })
+        .unwrap_or_default();
+    sockets.len()
+}
+
+#[test]
+fn issue24_x1_150_jobs_on_one_host_hold_a_bounded_number_of_connections_and_end_whole() {
+    let Some(host) =
+        host("issue24_x1_150_jobs_on_one_host_hold_a_bounded_number_of_connections_and_end_whole")
+    else {
+        return;
+    };
+    const JOBS: u32 = 150;
+    const LINES: u32 = 10;
+    let h = SshHome::with(
+        host,
+        Home::new()
+            .with("BGWORK_MAX_RUNNING", "1000")
+            .with("BGWORK_MAX_RUNNING_TOTAL", "0")
+            .with("BGWORK_MAX_STARTS_PER_MINUTE", "0"),
+    );
+    let warm = h.start("true")["id"].as_str().unwrap().to_string();
+    wait_end(&h.home, &warm);
+    restart_host_daemon(
+        &h,
+        "BGWORK_PORTS=0 BGWORK_MAX_RUNNING=1000 BGWORK_MAX_RUNNING_TOTAL=0 BGWORK_MAX_STARTS_PER_MINUTE=0",
+    );
+    let relay = relays(&h);
+    assert_eq!(relay.len(), 1, "one relay: {relay:?}");
+    // Every job waits for one file, so all of them run at once, then ends at once.
+    let go = format!("/tmp/bgwork-ssh-go-{}", std::process::id());
+    let _ = std::fs::remove_file(&go);
+    let ids: Vec<String> = (0..JOBS)
+        .map(|k| {
+            let job = format!(
+                "echo job-{k}-ready; while [ ! -e {go} ]; do sleep 0.2; done; \
+                 for i in $(seq {LINES}); do echo job-{k}-line-$i; done; exit {}",
+                k % 11
+            );
+            h.start(&job)["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let running = || {
+        let list = h.home.json(&["list"]);
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["state"] == "running" && i["pid"].as_i64().is_some())
+            .count()
+    };
+    eventually(Duration::from_secs(120), || running() == JOBS as usize);
+    // All 150 run: what the relay holds to the host's daemon, and what that daemon
+    // serves beyond its jobs' supervisors, looked at for a few seconds.
+    let daemon = remote_pid(&h, "daemon.lock");
+    let (mut relay_most, mut daemon_most) = (0, 0);
+    let until = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < until {
+        relay_most = relay_most.max(sockets_of(relay[0]));
+        daemon_most = daemon_most.max(sockets_of(daemon));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("{JOBS} jobs: relay sockets {relay_most}, host daemon sockets {daemon_most}");
+    // The relay's own: its workers' kept connections (8), the ends' `wait`, a probe
+    // of the host's daemon while that `wait` is quiet.
+    assert!(
+        relay_most <= 12,
+        "the relay held {relay_most} sockets with {JOBS} jobs"
+    );
+    // The host's daemon: its listener, one per job's supervisor and the warm one,
+    // and the relay's.
+    assert!(
+        daemon_most <= JOBS as usize + 2 + 12,
+        "the host's daemon held {daemon_most} sockets with {JOBS} jobs"
+    );
+    std::fs::write(&go, "").unwrap();
+    for (k, id) in ids.iter().enumerate() {
+        let ended = wait_end(&h.home, id);
+        assert_eq!(
+            ended["end"],
+            if k % 11 == 0 { "succeeded" } else { "failed" }
+        );
+        assert_eq!(ended["exit_code"], k as u64 % 11, "{ended}");
+        let out = read_all(&h.home, id);
+        let want: String = std::iter::once(format!("job-{k}-ready\n"))
+            .chain((1..=LINES).map(|i| format!("job-{k}-line-{i}\n")))
+            .collect();
+        assert_eq!(
+            out.split("[bg-").next().unwrap(),
+            want,
+            "{id}: all its output, once"
+        );
+    }
+    let _ = std::fs::remove_file(&go);
+    assert_eq!(relays(&h), relay, "the one connection carried all of it");
+    let log = std::fs::read_to_string(h.home.path().join("daemon.log")).unwrap_or_default();
+    assert!(
+        !log.contains("closed") && !log.contains("did not answer") && !log.contains("cap"),
+        "the link never closed and nothing was refused: {log}"
+    );
+}

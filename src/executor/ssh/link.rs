@@ -3,7 +3,8 @@
 //! over it one `ssh -T` channel to `bgwork ssh-relay` on the host, which carries
 //! bgwork's own JSON-lines requests to the host's daemon. Requests are numbered: the
 //! relay answers each as `N <reply line>` (a `read` with `output_frame` followed by its
-//! output, raw), in any order, so a slow request (a stop's grace) holds up no other.
+//! output, raw), in any order, so a slow request (a stop's grace) holds up no other; a
+//! line `-N` drops request N there (a `wait` whose set of jobs changed).
 //!
 //! A link that fails is marked down with ssh's own words and when it went down; it is
 //! tried again with back-off, and while it is down every request fails at once (no
@@ -57,7 +58,7 @@ impl std::fmt::Display for LinkError {
 }
 
 /// A reply line and the output frame after it (empty when none).
-type Reply = (Vec<u8>, Vec<u8>);
+pub type Reply = (Vec<u8>, Vec<u8>);
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
 
 /// An open channel to the host's relay.
@@ -195,6 +196,24 @@ impl Link {
         envelope: &Envelope,
         takes: Duration,
     ) -> Result<Reply, LinkError> {
+        match self
+            .request_or(envelope, takes, std::future::pending::<()>())
+            .await?
+        {
+            Some(reply) => Ok(reply),
+            None => Err(LinkError::Down("the request was cancelled".into())),
+        }
+    }
+
+    /// Sends one request and returns its reply, or `None` once `cancel` is ready first:
+    /// then the relay is told to drop it (`-N`: it closes the request's connection to
+    /// the host's daemon, so a cancelled `wait` holds nothing there).
+    pub async fn request_or(
+        &self,
+        envelope: &Envelope,
+        takes: Duration,
+        cancel: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<Reply>, LinkError> {
         let (id, answer, closed, alive, heard, pending) = {
             let mut channel = self.channel.lock().await;
             let open = channel
@@ -248,14 +267,20 @@ impl Link {
             )
         };
         tokio::select! {
+            biased;
             reply = answer => match reply {
-                Ok(reply) => Ok(reply),
+                Ok(reply) => Ok(Some(reply)),
                 Err(_) => {
                     let why = format!("the connection to {} closed", self.call.host);
                     self.mark_down(&why);
                     Err(LinkError::InDoubt(self.unreachable().unwrap_or(why)))
                 }
             },
+            _ = cancel => {
+                pending.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                self.cancel(id, &alive).await;
+                Ok(None)
+            }
             _ = closed.notified() => {
                 let why = format!("the connection to {} closed", self.call.host);
                 self.mark_down(&why);
@@ -281,6 +306,24 @@ impl Link {
                 Err(LinkError::InDoubt(why))
             }
         }
+    }
+
+    /// Tells the relay of the channel `alive` belongs to (if it is still the open one)
+    /// to drop request `id`; its reply, if one comes, is read and thrown away.
+    async fn cancel(&self, id: u64, alive: &Arc<std::sync::atomic::AtomicBool>) {
+        let mut channel = self.channel.lock().await;
+        let Some(open) = channel.as_mut() else {
+            return;
+        };
+        if !Arc::ptr_eq(&open.alive, alive) || !alive.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let line = format!("-{id}\n");
+        if open.stdin.write_all(line.as_bytes()).await.is_err() {
+            open.alive.store(false, std::sync::atomic::Ordering::SeqCst);
+            return;
+        }
+        let _ = open.stdin.flush().await;
     }
 
     /// Makes sure the host has this bgwork, then opens the relay's channel and checks

@@ -15,6 +15,7 @@
 
 pub mod call;
 pub mod deploy;
+pub mod ends;
 pub mod link;
 pub mod logout;
 pub mod relay;
@@ -28,7 +29,7 @@ use crate::wire::control::{self, ExitStatus, JobSpec, ToSupervisor, PROTOCOL};
 use crate::wire::ssh::SshJob;
 use crate::wire::{
     Actor, End, Envelope, ErrorCode, Item, ListReply, ReadArgs, ReadReply, Request, SendArgs,
-    StartArgs, StartReply, StopArgs, WaitArgs, WireError,
+    StartArgs, StartReply, StopArgs, WaitArgs, WaitReply, WireError,
 };
 use link::{LinkError, Links};
 use std::collections::HashMap;
@@ -46,8 +47,6 @@ pub const SSH_FILE: &str = "ssh.json";
 const MIRROR_EVERY: Duration = Duration::from_millis(100);
 const MIRROR_FASTEST: Duration = Duration::from_millis(50);
 const MIRROR_SLOWEST: Duration = Duration::from_secs(1);
-/// How long one `wait` for the job's end stays open on the host.
-const END_WAIT_S: f64 = 30.0;
 /// The most output one request brings over.
 const CHUNK: usize = 4 << 20;
 /// How many reads of a job's output are in flight at once while the mirror is behind
@@ -126,6 +125,8 @@ pub struct SshExecutor {
     events: mpsc::UnboundedSender<ExecEvent>,
     home_id: String,
     links: Arc<Links>,
+    /// The ends of every host's jobs, one `wait` per host and session.
+    ends: Arc<ends::Ends>,
     /// Rows known to run (or to have run) on a host, and which; `None`: known not to.
     views: Arc<Mutex<HashMap<i64, Option<String>>>>,
     /// Rows whose host said they die at logout there (`SshJob::logout`).
@@ -138,6 +139,7 @@ impl SshExecutor {
         SshExecutor {
             events,
             links: Arc::new(Links::new(home, &home_id)),
+            ends: Arc::default(),
             home_id,
             views: Arc::default(),
             logouts: Arc::default(),
@@ -275,6 +277,7 @@ impl SshExecutor {
         let tracker = Tracker {
             row,
             link: self.links.of(&job.host),
+            ends: self.ends.clone(),
             job_dir,
             job,
             owner,
@@ -402,6 +405,7 @@ fn key_of(signal: i32) -> Option<&'static str> {
 struct Tracker {
     row: i64,
     link: Arc<link::Link>,
+    ends: Arc<ends::Ends>,
     job_dir: PathBuf,
     job: SshJob,
     owner: String,
@@ -514,50 +518,6 @@ impl Order {
     }
 }
 
-/// A `wait` for the job's end kept open on the host, asked again when it times out;
-/// each answer asks the job's task for a look. Ends with its guard.
-struct EndWait(tokio::task::JoinHandle<()>);
-
-impl EndWait {
-    fn start(
-        link: Arc<link::Link>,
-        envelope: Envelope,
-        ended: mpsc::UnboundedSender<Option<Item>>,
-    ) -> EndWait {
-        EndWait(tokio::spawn(async move {
-            let takes = Duration::from_secs_f64(END_WAIT_S);
-            loop {
-                match link.request(&envelope, takes).await {
-                    Ok(line) => match crate::wire::decode_reply::<serde_json::Value>(&line) {
-                        Ok(reply) if reply["reason"] == "ended" => {
-                            // The item as the host recorded its end: no `list` to ask.
-                            let item = serde_json::from_value::<Item>(reply["items"][0].clone())
-                                .ok()
-                                .filter(|item| item.state == crate::wire::State::Ended);
-                            let _ = ended.send(item);
-                            return;
-                        }
-                        Ok(_) => {}
-                        // Refused there (the job's task learns why): not asked at once.
-                        Err(_) => tokio::time::sleep(MIRROR_SLOWEST).await,
-                    },
-                    // The job's task finds out what went wrong; this waits for the link.
-                    Err(_) => tokio::time::sleep(MIRROR_SLOWEST).await,
-                }
-                if ended.is_closed() {
-                    return;
-                }
-            }
-        }))
-    }
-}
-
-impl Drop for EndWait {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// What one look at the host found.
 enum Look {
     Going,
@@ -566,15 +526,15 @@ enum Look {
 
 impl Tracker {
     /// Mirrors at the pace the daemon asks, and at once when the host's daemon says
-    /// the job ended (a `wait` kept open there), so an end is known here within the
-    /// link's round trip, not a poll's period.
+    /// the job ended (the `wait` of its host and session kept open there, `ends.rs`),
+    /// so an end is known here within the link's round trip, not a poll's period.
     async fn run(mut self, mut incoming: mpsc::UnboundedReceiver<Command>) {
         let _busy = self.link.busy();
         let mut tick = tokio::time::interval(MIRROR_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut commands_open = true;
-        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<Option<Item>>();
-        let mut end_wait: Option<EndWait> = None;
+        let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<Item>();
+        let mut end_watch: Option<ends::EndWatch> = None;
         loop {
             let look = tokio::select! {
                 biased;
@@ -596,7 +556,7 @@ impl Tracker {
                     false
                 }
                 Some(item) = ended_rx.recv() => {
-                    self.ended_item = item;
+                    self.ended_item = Some(item);
                     true
                 }
                 _ = tick.tick() => true,
@@ -614,16 +574,12 @@ impl Tracker {
             self.send_pending();
             // From the moment the host has its id (not once its pid is seen: a short job
             // would end before the next look at the slow pace, and its end wait for it).
-            if end_wait.is_none() {
-                if let Some(id) = self.job.remote_id.clone() {
-                    end_wait = Some(EndWait::start(
+            if end_watch.is_none() {
+                if let Some(id) = &self.job.remote_id {
+                    end_watch = Some(self.ends.watch(
                         self.link.clone(),
-                        self.envelope(Request::Wait(WaitArgs {
-                            ids: vec![id],
-                            all: false,
-                            until: None,
-                            timeout_s: Some(END_WAIT_S),
-                        })),
+                        &self.job.session,
+                        id,
                         ended_tx.clone(),
                     ));
                 }
@@ -649,6 +605,20 @@ impl Tracker {
     /// The job's item on the host, found by its id there (or, when the daemon stopped
     /// before it heard the id, by its name).
     async fn item(&mut self) -> Result<Option<Item>, LinkError> {
+        if let Some(id) = &self.job.remote_id {
+            // By its id: a `wait` that does not wait brings that one item (a `list`
+            // would bring every item of the session there, a hundred jobs' worth, for
+            // each of a hundred jobs). One the host no longer knows is refused so.
+            let reply: WaitReply = self
+                .ask(Request::Wait(WaitArgs {
+                    ids: vec![id.clone()],
+                    all: false,
+                    until: None,
+                    timeout_s: Some(0.0),
+                }))
+                .await?;
+            return Ok(reply.items.into_iter().find(|item| &item.id == id));
+        }
         let list: ListReply = self
             .ask(Request::List {
                 all: true,
@@ -729,120 +699,136 @@ impl Tracker {
         let Some(id) = self.job.remote_id.clone() else {
             return Ok(Look::Going);
         };
-        let mut wide = 1;
-        loop {
-            let (reply, full) = self.mirror_window(&id, wide).await?;
-            if full {
-                wide = WINDOW;
-                continue;
-            }
-            if reply.running {
-                return Ok(Look::Going);
-            }
-            // Ended there when that read was made, so its log was whole: the end the
-            // host's `wait` brought needs no more asking.
-            if let Some(item) = self.ended_item.take() {
-                return Ok(Look::Ended(Box::new(self.status_of(&item))));
-            }
-            // Ended there, its output caught up: its end, from its item.
-            return match self.item().await? {
-                Some(item) if item.state == crate::wire::State::Ended => {
-                    // Output written between the read and the end is read once more.
-                    let more: ReadReply = self
-                        .ask(Request::Read(ReadArgs {
-                            id: id.clone(),
-                            from: Some(self.mirrored),
-                            raw: true,
-                            max_bytes: Some(64),
-                            no_redact: true,
-                            ..ReadArgs::default()
-                        }))
-                        .await?;
-                    if more.to > self.mirrored {
-                        return Ok(Look::Going);
-                    }
-                    Ok(Look::Ended(Box::new(self.status_of(&item))))
+        let reply = self.catch_up(&id).await?;
+        if reply.running {
+            return Ok(Look::Going);
+        }
+        // Ended there when that read was made, so its log was whole: the end the
+        // host's `wait` brought needs no more asking.
+        if let Some(item) = self.ended_item.take() {
+            return Ok(Look::Ended(Box::new(self.status_of(&item))));
+        }
+        // Ended there, its output caught up: its end, from its item.
+        match self.item().await? {
+            Some(item) if item.state == crate::wire::State::Ended => {
+                // Output written between the read and the end is read once more.
+                let more: ReadReply = self
+                    .ask(Request::Read(ReadArgs {
+                        id: id.clone(),
+                        from: Some(self.mirrored),
+                        raw: true,
+                        max_bytes: Some(64),
+                        no_redact: true,
+                        ..ReadArgs::default()
+                    }))
+                    .await?;
+                if more.to > self.mirrored {
+                    return Ok(Look::Going);
                 }
-                Some(_) => Ok(Look::Going),
-                None => Err(LinkError::Refused(WireError::new(
-                    ErrorCode::UnknownId,
-                    "gone",
-                ))),
-            };
+                Ok(Look::Ended(Box::new(self.status_of(&item))))
+            }
+            Some(_) => Ok(Look::Going),
+            None => Err(LinkError::Refused(WireError::new(
+                ErrorCode::UnknownId,
+                "gone",
+            ))),
         }
     }
 
-    /// Reads up to `wide` chunks of the host's log from the mirror's offset at once,
-    /// each asked for its own offset, and writes them at the same offsets here, in
-    /// order; a chunk is taken only when every one before it was whole (else the rest,
-    /// asked past where the log then ended, are left). The last reply taken, and whether
-    /// it was a whole chunk (more may be there).
-    async fn mirror_window(
-        &mut self,
-        id: &str,
-        wide: usize,
-    ) -> Result<(ReadReply, bool), LinkError> {
-        let base = self.mirrored;
-        let mut asked = Vec::with_capacity(wide);
-        for k in 0..wide {
-            // The first read is the job's own; the others only within the link's bound.
-            let permit = match k {
-                0 => None,
-                _ => match self.link.extra_read() {
-                    Some(permit) => Some(permit),
-                    None => break,
-                },
-            };
-            let from = base + (k * CHUNK) as u64;
-            let (link, envelope) = (self.link.clone(), self.mirror_read(id, from));
-            asked.push((
-                from,
-                tokio::spawn(async move {
+    /// Reads the host's log from the mirror's offset until a read comes back short (the
+    /// mirror caught up), and writes each chunk at the same offset here, in order. One
+    /// read at a time while each comes back short; once one was a whole chunk (the
+    /// mirror is behind), up to `WINDOW` reads at consecutive offsets stay in flight,
+    /// the next asked as each one lands (so the host reads, the link carries and this
+    /// daemon writes at once, with no pause between batches), the extra ones within
+    /// the link's bound. A chunk is taken only at the mirror's offset: after a short one
+    /// (or a middle the host's cap dropped, `clipped`) the reads beyond it are left and
+    /// asked again from the new offset. The last reply taken.
+    async fn catch_up(&mut self, id: &str) -> Result<ReadReply, LinkError> {
+        type Asked = tokio::task::JoinHandle<Result<link::Reply, LinkError>>;
+        // Each read in flight: its offset, its task, whether it is the job's own read.
+        let mut asked: std::collections::VecDeque<(u64, Asked, bool)> = Default::default();
+        let mut wide = 1;
+        loop {
+            // Fill the window from where the reads in flight end.
+            let mut own_asked = asked.iter().any(|(_, _, own)| *own);
+            while asked.len() < wide {
+                let permit = match own_asked {
+                    false => None,
+                    true => match self.link.extra_read() {
+                        Some(permit) => Some(permit),
+                        None => break,
+                    },
+                };
+                let from = asked
+                    .back()
+                    .map_or(self.mirrored, |(from, _, _)| from + CHUNK as u64);
+                let own = !own_asked;
+                own_asked = true;
+                let (link, envelope) = (self.link.clone(), self.mirror_read(id, from));
+                let read = tokio::spawn(async move {
                     let _permit = permit;
                     link.request_frame(&envelope, Duration::ZERO).await
-                }),
-            ));
-        }
-        let mut last = None;
-        for (from, reply) in asked {
-            if from != self.mirrored || last.as_ref().is_some_and(|(_, full)| !full) {
-                break;
+                });
+                asked.push_back((from, read, own));
             }
-            let (line, bytes) = reply
+            let Some((from, read, _)) = asked.pop_front() else {
+                return Err(LinkError::Down("no read was made".into()));
+            };
+            let (line, bytes) = read
                 .await
                 .map_err(|e| LinkError::Down(format!("the read did not finish: {e}")))??;
             let reply: ReadReply = crate::wire::decode_reply(&line).map_err(LinkError::Refused)?;
-            // A raw read's bytes are the last of `[from, to)`: all of it, or none when
-            // it lay in the middle the host's cap dropped (a hole here too).
-            let at = reply
-                .to
-                .saturating_sub(bytes.len() as u64)
-                .max(self.mirrored);
-            let skipped = at > self.mirrored;
-            let grew = !bytes.is_empty();
-            if grew {
-                self.append(at, &bytes);
+            if from != self.mirrored {
+                // Asked past a chunk that came back short: asked again from here.
+                asked.clear();
+                continue;
             }
-            self.mirrored = reply.to.max(self.mirrored);
-            if grew || skipped {
-                let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
-                let _ = self.events.send(ExecEvent::Output {
-                    row: self.row,
-                    log_len,
-                    // A mirror's dropped middles are its holes, found in the file by
-                    // every reader (`output::Holes`): no figure at this daemon's head.
-                    dropped: 0,
-                    unwritten: 0,
-                    unwritten_at: 0,
-                });
-            }
+            self.take_chunk(&reply, &bytes);
             // More is there when the chunk was whole, or when the read stopped short of
             // the log's end (`clipped`: a middle the host's cap dropped, read past in
             // steps, with the newest bytes after it).
             let full = bytes.len() >= CHUNK || reply.clipped;
-            last = Some((reply, full));
+            if !full {
+                return Ok(reply);
+            }
+            wide = WINDOW;
+            if asked
+                .front()
+                .is_some_and(|(from, _, _)| *from != self.mirrored)
+            {
+                // The chunk ended elsewhere than a whole one would (a dropped middle).
+                asked.clear();
+            }
         }
-        last.ok_or_else(|| LinkError::Down("no read was made".into()))
+    }
+
+    /// Writes one read's bytes at its offset here and tells the daemon the log grew.
+    fn take_chunk(&mut self, reply: &ReadReply, bytes: &[u8]) {
+        // A raw read's bytes are the last of `[from, to)`: all of it, or none when it
+        // lay in the middle the host's cap dropped (a hole here too).
+        let at = reply
+            .to
+            .saturating_sub(bytes.len() as u64)
+            .max(self.mirrored);
+        let skipped = at > self.mirrored;
+        let grew = !bytes.is_empty();
+        if grew {
+            self.append(at, bytes);
+        }
+        self.mirrored = reply.to.max(self.mirrored);
+        if grew || skipped {
+            let log_len = std::fs::metadata(JobDir(&self.job_dir).log()).map_or(0, |m| m.len());
+            let _ = self.events.send(ExecEvent::Output {
+                row: self.row,
+                log_len,
+                // A mirror's dropped middles are its holes, found in the file by
+                // every reader (`output::Holes`): no figure at this daemon's head.
+                dropped: 0,
+                unwritten: 0,
+                unwritten_at: 0,
+            });
+        }
     }
 
     /// A read of the host's log from `from`: the exact bytes, raw after the reply's

@@ -18,6 +18,7 @@
 //! still holds.
 
 mod admission;
+mod clients;
 mod config;
 mod connection;
 mod delivery;
@@ -137,7 +138,7 @@ pub struct Daemon {
     /// Client connections being served.
     pub(crate) connections: AtomicUsize,
     /// The connections waiting for a request, oldest first (one gives way at the cap).
-    pub(crate) idle: serve::IdleConnections,
+    pub(crate) idle: clients::IdleConnections,
     big_replies: Arc<Semaphore>,
     /// The work strip, once served (`ui`, `daemon --http`).
     pub(crate) http: tokio::sync::Mutex<Option<crate::http::Serving>>,

@@ -287,6 +287,31 @@ fn issue26_v22_two_thirds_of_a_value_in_one_pattern_or_split_across_patterns_and
             after("MnNlY3JldA=="),
         ],
         vec!["--after".into(), after("68756e7465723273656372657[4]")],
+        // Greedy fillers between classes, classes of the character and its others,
+        // escapes nested deeper than 64 groups.
+        vec![
+            "--after".into(),
+            after("[hZ][uZ].*[nZ][tZ].*[eZ][rZ].*[2Z][sZ].*[eZ][cZ].*[rZ][eZ].*[tZ]"),
+        ],
+        vec![
+            "--after".into(),
+            after("[ahiou][bhnuv][agnou][agmtu][eflrx][ekrsy][0246][flstz][eflrx][cdjpv]"),
+        ],
+        vec![
+            "--after".into(),
+            after(&format!(
+                "{}\\x68\\x75\\x6e\\x74\\x65\\x72\\x32\\x73\\x65\\x63{}",
+                "(?:".repeat(70),
+                ")".repeat(70)
+            )),
+        ],
+        // The command line and the name with every character escaped.
+        vec![
+            "--secret".into(),
+            "PW3".into(),
+            "--name".into(),
+            "\\u0068\\u0075\\u006e\\u0074\\u0065\\u0072\\u0032\\u0073\\u0065\\u0063\\u0072\\u0065\\u0074".into(),
+        ],
     ];
     for args in &refusals {
         let mut all = vec!["start", "--window", "0"];
@@ -295,7 +320,8 @@ fn issue26_v22_two_thirds_of_a_value_in_one_pattern_or_split_across_patterns_and
         let run = home.run(&all);
         assert_eq!(run.code, 2, "{args:?} was taken: {}", run.stdout);
         assert!(
-            run.stderr.contains("spell") && run.stderr.contains("PW3"),
+            (run.stderr.contains("spell") || run.stderr.contains("holds the value"))
+                && run.stderr.contains("PW3"),
             "{args:?}: {}",
             run.stderr
         );
@@ -384,5 +410,44 @@ fn issue26_v26_a_refusal_for_the_new_items_own_value_says_why_and_long_fields_ar
     ]);
     assert_eq!(run.code, 2, "{}", run.stdout);
     assert!(run.stderr.contains("--name is"), "{}", run.stderr);
+    home.run(&["stop", &awaited]);
+}
+
+#[test]
+fn issue26_v28_long_values_and_other_scripts_with_ordinary_patterns_wait() {
+    // A JSON credential of 2 KB, on one line and in lines, and a Cyrillic value.
+    let key: String = (0..2100)
+        .map(|i| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[(i * 7 + i / 36) % 36]))
+        .collect();
+    let json_one_line = format!("{{\"type\":\"service_account\",\"private_key\":\"{key}\"}}");
+    let home = Home::new()
+        .with("CREDS", &json_one_line)
+        .with("RU", "пароль-секрет");
+    let awaited = home.start("sleep 30");
+    for (env, patterns) in [
+        (
+            "CREDS",
+            vec!["Listening on port \\d+", "compiled successfully"],
+        ),
+        ("RU", vec!["\\p{Cyrillic}+-\\p{Cyrillic}+", "[а-я]+-[а-я]+"]),
+    ] {
+        let mut args = vec![
+            "start".to_string(),
+            "--window".into(),
+            "0".into(),
+            "--secret".into(),
+            env.into(),
+            "--name".into(),
+            "api server (staging)".into(),
+        ];
+        for pattern in patterns {
+            args.push("--after".into());
+            args.push(format!("{awaited}:output {pattern}"));
+        }
+        args.extend(["--".into(), "true".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = home.run(&args);
+        assert_eq!(run.code, 0, "{env}: {}", run.stderr);
+    }
     home.run(&["stop", &awaited]);
 }

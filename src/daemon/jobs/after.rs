@@ -112,7 +112,7 @@ impl Daemon {
         mut args: StartArgs,
         shown: &mut crate::daemon::Shown<'_>,
     ) -> Result<StartReply, WireError> {
-        crate::daemon::jobs::new_item::check_start(&args)?;
+        tokio::task::block_in_place(|| crate::daemon::jobs::new_item::check_start(&args))?;
         if args.restart.is_some() {
             return Err(WireError::bad_request(
                 "--restart and --after together are not supported yet: start it with --after \
@@ -142,7 +142,7 @@ impl Daemon {
             }
             // A pattern holding the value of a secret of the awaited item (as the caller
             // holds it: the daemon keeps no value) could never match its masked output.
-            check_awaited_secrets(&args, &records)?;
+            tokio::task::block_in_place(|| check_awaited_secrets(&args, &records))?;
             for (after, record) in args.after.iter().zip(records) {
                 check_target(&record, &after.id, &after.until)?;
                 let here = self.executors.which(record.row, &record.job_dir) == Which::Local;

@@ -56,15 +56,23 @@ pub(crate) fn check_held_values(
                 .iter()
                 .any(|form| memchr::memmem::find(text.as_bytes(), form).is_some())
         };
+        // Also once every escape a shell's `printf`, JSON or URL quoting reads is decoded
+        // (`\u0068`, `\x68`, `%68`, for each character).
+        let command_decoded = decoded(&args.command);
         let held = encoded(&args.command)
             || values.iter().any(|value| {
                 let folded = crate::history::normalise(value);
-                args.command.contains(value) || (!folded.is_empty() && command.contains(&folded))
+                args.command.contains(value)
+                    || command_decoded.contains(value)
+                    || (!folded.is_empty() && command.contains(&folded))
             });
-        let named = args
-            .name
-            .as_deref()
-            .is_some_and(|n| encoded(n) || values.iter().any(|value| n.contains(value)));
+        let named = args.name.as_deref().is_some_and(|n| {
+            let n_decoded = decoded(n);
+            encoded(n)
+                || values
+                    .iter()
+                    .any(|value| n.contains(value) || n_decoded.contains(value))
+        });
         let what = match secret_names.contains(name) {
             true => format!("secret {name}"),
             false => format!(
@@ -81,12 +89,14 @@ pub(crate) fn check_held_values(
                  (e.g. '... \"${name}\" ...' in single quotes, so the shell does not expand it)"
             )));
         }
-        // The value, its lines (one over 8 KiB is masked line by line) and its ASCII
-        // encoded forms, each as a text the fields may spell.
-        let forms_as_text: Vec<&str> = forms
+        // The value and its lines (one over 8 KiB is masked line by line), read for runs
+        // of text and, up to `MAX_REGEX_CHARS`, for runs of regex pieces too; its ASCII
+        // encoded forms for runs of regex pieces (a form as text is found whole above).
+        let forms_as_text: Vec<(&str, Reading)> = forms
             .iter()
             .filter_map(|form| std::str::from_utf8(form).ok())
-            .filter(|form| form.len() <= 3 * redact::MAX_SECRET_LEN)
+            .filter(|form| form.chars().count() <= 4 * MAX_REGEX_CHARS)
+            .map(|form| (form, Reading::Pieces))
             .collect();
         let spelled = match patterns.iter().any(|p| encoded(p)) {
             true => Some(Spelled {
@@ -98,9 +108,13 @@ pub(crate) fn check_held_values(
                 .iter()
                 .copied()
                 .filter(|value| value.len() <= redact::MAX_SECRET_LEN)
+                .map(|value| match value.chars().count() <= MAX_REGEX_CHARS {
+                    true => (value, Reading::Both),
+                    false => (value, Reading::Text),
+                })
                 .chain(forms_as_text)
-                .find_map(|value| {
-                    spelled_between(value, &patterns, args.name.as_deref(), &mut budget)
+                .find_map(|(value, reading)| {
+                    spelled_between(value, reading, &patterns, args.name.as_deref(), &mut budget)
                 }),
         };
         let Some(spelled) = spelled else {
@@ -141,6 +155,21 @@ pub(crate) fn check_held_values(
     Ok(())
 }
 
+/// How a text of a value is looked for in the shown fields.
+#[derive(Clone, Copy, PartialEq)]
+enum Reading {
+    /// Runs of its text (as it is and read loosely) and runs of regex pieces.
+    Both,
+    /// Runs of its text only: a long value (a key, a JSON credential) is no pattern's
+    /// spelling in regex syntax, and its lines are read on their own.
+    Text,
+    /// Runs of regex pieces only (an encoded form: as text it is found whole).
+    Pieces,
+}
+
+/// The longest text read for runs of regex pieces.
+const MAX_REGEX_CHARS: usize = 256;
+
 /// Which of the shown fields spell two thirds of a value; or the patterns took more
 /// than the budget to be told from it.
 struct Spelled {
@@ -154,7 +183,7 @@ struct Spelled {
 const MAX_TRIES: usize = 20_000;
 const MAX_SEARCHES: usize = 200_000;
 /// A backstop only: the counts above end any check well before it on any machine.
-const MAX_CHECK_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+const MAX_CHECK_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What is left of the checking of one start's patterns.
 struct Budget {
@@ -215,6 +244,7 @@ const MAX_RUN: usize = 240;
 /// least 4, all of a shorter value), and which of them do.
 fn spelled_between(
     value: &str,
+    reading: Reading,
     patterns: &[&str],
     name: Option<&str>,
     budget: &mut Budget,
@@ -226,37 +256,37 @@ fn spelled_between(
         by_patterns: true,
         intricate: true,
     });
-    if let Some(name) = name {
+    let text_runs = reading != Reading::Pieces;
+    if let Some(name) = name.filter(|_| text_runs) {
         for loose in [false, true] {
-            match value.cover_runs(name, loose, budget) {
-                Some(spelled) => by_name |= spelled,
-                None => return intricate,
-            }
+            by_name |= value.cover_runs(name, loose);
         }
     }
     let mut by_patterns = false;
     for pattern in patterns {
+        // As deep as the pattern's own compile allows (`after::compile`).
         let parsed = regex_syntax::ParserBuilder::new()
-            .nest_limit(64)
+            .nest_limit(250)
             .build()
             .parse(pattern);
         let whole = pattern.contains(value.text) || unescaped(pattern).contains(value.text);
         // Its text as given and, read loosely (letters and digits only, any case), the
         // characters it spells in order (`h.u.n.t.e.r` shows `hunter` to a reader);
         // and what runs of its pieces match of the value.
-        let spelled = match whole {
-            true => Some(true),
-            false => value
-                .cover_runs(&unescaped(pattern), false, budget)
-                .zip(match &parsed {
-                    Ok(hir) => value.cover_runs(&shown(hir), true, budget),
-                    Err(_) => value.cover_runs(&unescaped(pattern), true, budget),
-                })
-                .map(|(a, b)| a | b)
-                .and_then(|text| match &parsed {
-                    Ok(hir) => value.cover_regex(hir, budget).map(|runs| runs | text),
-                    Err(_) => Some(text),
-                }),
+        let text = text_runs && {
+            let exact = value.cover_runs(&unescaped(pattern), false);
+            let loose = match &parsed {
+                Ok(hir) => value.cover_runs(&shown(hir), true),
+                Err(_) => value.cover_runs(&unescaped(pattern), true),
+            };
+            exact | loose
+        };
+        let spelled = match (whole, &parsed) {
+            (true, _) => Some(true),
+            (false, Ok(hir)) if reading != Reading::Text => {
+                value.cover_regex(hir, budget).map(|runs| runs | text)
+            }
+            _ => Some(text),
         };
         // Too intricate to be looked at whole: refused, never passed.
         let Some(spelled) = spelled else {
@@ -281,6 +311,8 @@ struct Value<'a> {
     offsets: Vec<usize>,
     covered: Vec<bool>,
     others: Vec<Vec<char>>,
+    /// A value of hex digits alone: hex is its shape.
+    hex: bool,
 }
 
 impl<'a> Value<'a> {
@@ -291,6 +323,7 @@ impl<'a> Value<'a> {
             text,
             covered: vec![false; offsets.len() - 1],
             offsets,
+            hex: text.chars().all(|c| c.is_ascii_hexdigit()),
             others: others_of_its_shape(text)
                 .into_iter()
                 .map(|other| other.chars().collect())
@@ -312,8 +345,8 @@ impl<'a> Value<'a> {
 
     /// Marks each run of `MIN_RUN` (`MIN_LOOSE_RUN`) characters or more of the value that `text` holds,
     /// both as they are or both read loosely ([`loosely`]); whether
-    /// there was one. None once the budget's time is spent.
-    fn cover_runs(&mut self, text: &str, loose: bool, budget: &mut Budget) -> Option<bool> {
+    /// there was one.
+    fn cover_runs(&mut self, text: &str, loose: bool) -> bool {
         let (project, least): (fn(char) -> Option<char>, usize) = match loose {
             false => (as_it_is, MIN_RUN),
             true => (loosely, MIN_LOOSE_RUN),
@@ -332,7 +365,6 @@ impl<'a> Value<'a> {
         for from in 0..value.len() {
             to = to.max(from);
             loop {
-                budget.search()?;
                 run.clear();
                 run.extend(value[from..to].iter().map(|&(_, c)| c));
                 if to < value.len() {
@@ -350,7 +382,7 @@ impl<'a> Value<'a> {
                 any = true;
             }
         }
-        Some(any)
+        any
     }
 
     /// Marks what runs of consecutive pieces of `hir` (a literal taken a character at a
@@ -406,8 +438,8 @@ impl<'a> Value<'a> {
             let mut nested = String::new();
             for (at, piece) in pieces[first..last].iter().enumerate().rev() {
                 nested = match nested.is_empty() {
-                    true => format!("(?P<p{at}>{piece})"),
-                    false => format!("(?P<p{at}>{piece})(?:{nested})?"),
+                    true => format!("(?P<p{at}>{})", lazy(piece)),
+                    false => format!("(?P<p{at}>{})(?:{nested})?", lazy(piece)),
                 };
             }
             let Some(runs) = budget.regex(format!("^(?:{nested})"))? else {
@@ -466,26 +498,13 @@ impl<'a> Value<'a> {
         let chars = end - begin;
         Some(match piece.kind() {
             HirKind::Literal(_) => chars,
-            HirKind::Class(_) if chars == 1 => {
-                let differs = self.others.iter().any(|other| {
-                    other
-                        .get(begin)
-                        .is_some_and(|&c| class_has(piece, c) == Some(false))
-                });
-                usize::from(differs)
-            }
+            HirKind::Class(_) if chars == 1 => usize::from(self.class_tells(piece, begin)),
             // A class repeated tells, at each character, what the class tells there.
             HirKind::Repetition(repetition)
                 if matches!(repetition.sub.kind(), HirKind::Class(_)) =>
             {
                 (begin..end)
-                    .filter(|&at| {
-                        self.others.iter().any(|other| {
-                            other
-                                .get(at)
-                                .is_some_and(|&c| class_has(&repetition.sub, c) == Some(false))
-                        })
-                    })
+                    .filter(|&at| self.class_tells(&repetition.sub, at))
                     .count()
             }
             _ => {
@@ -499,6 +518,37 @@ impl<'a> Value<'a> {
                 }
             }
         })
+    }
+
+    /// Whether a class tells the value's character `at`: it leaves out another character
+    /// of that character's kind (a lower-case ASCII letter, an upper-case one, a digit; a
+    /// hex digit's kind in a value of hex digits), or, for any other character, one of
+    /// the same character of the other texts of its shape.
+    fn class_tells(&self, class: &Hir, at: usize) -> bool {
+        let Some(c) = self.text.chars().nth(at) else {
+            return false;
+        };
+        let kind: Option<Vec<char>> = match c {
+            c if self.hex && c.is_ascii_hexdigit() && c.is_ascii_lowercase() => {
+                Some(('a'..='f').chain('0'..='9').collect())
+            }
+            c if self.hex && c.is_ascii_hexdigit() && c.is_ascii_uppercase() => {
+                Some(('A'..='F').chain('0'..='9').collect())
+            }
+            c if self.hex && c.is_ascii_digit() => Some(('0'..='9').collect()),
+            c if c.is_ascii_lowercase() => Some(('a'..='z').collect()),
+            c if c.is_ascii_uppercase() => Some(('A'..='Z').collect()),
+            c if c.is_ascii_digit() => Some(('0'..='9').collect()),
+            _ => None,
+        };
+        match kind {
+            Some(kind) => kind.into_iter().any(|k| class_has(class, k) == Some(false)),
+            None => self.others.iter().any(|other| {
+                other
+                    .get(at)
+                    .is_some_and(|&o| class_has(class, o) == Some(false))
+            }),
+        }
     }
 
     /// The character index at byte `offset` of the value.
@@ -608,6 +658,25 @@ fn class_has(piece: &Hir, c: char) -> Option<bool> {
     })
 }
 
+/// A piece with its repetitions lazy: in a run, a filler (`.*`) then takes as little as
+/// it can, and the pieces after it what they match of the value.
+fn lazy(piece: &Hir) -> Hir {
+    match piece.kind() {
+        HirKind::Repetition(repetition) => Hir::repetition(regex_syntax::hir::Repetition {
+            greedy: false,
+            sub: Box::new(lazy(&repetition.sub)),
+            ..repetition.clone()
+        }),
+        HirKind::Capture(capture) => Hir::capture(regex_syntax::hir::Capture {
+            sub: Box::new(lazy(&capture.sub)),
+            ..capture.clone()
+        }),
+        HirKind::Concat(parts) => Hir::concat(parts.iter().map(lazy).collect()),
+        HirKind::Alternation(branches) => Hir::alternation(branches.iter().map(lazy).collect()),
+        _ => piece.clone(),
+    }
+}
+
 /// A literal as its characters, one piece each; any other piece as it is.
 fn one_char_each(hir: &Hir) -> Vec<Hir> {
     match hir.kind() {
@@ -691,6 +760,10 @@ fn others_of_its_shape(value: &str) -> Vec<String> {
                     c if c.is_ascii_uppercase() => {
                         shift(LOWER, c.to_ascii_lowercase(), by).to_ascii_uppercase()
                     }
+                    // Another letter of its script where one is near (its block of 32).
+                    c if c.is_alphabetic() && in_block(c, by).is_some() => {
+                        in_block(c, by).unwrap_or(c)
+                    }
                     c if c.is_uppercase() => shift(LOWER, 'a', by).to_ascii_uppercase(),
                     c if c.is_alphabetic() => shift(LOWER, 'a', by),
                     c if c.is_numeric() => shift(DIGITS, '0', by),
@@ -705,4 +778,55 @@ fn others_of_its_shape(value: &str) -> Vec<String> {
                 .collect()
         })
         .collect()
+}
+
+/// Another letter `by` places on in `c`'s block of 32 code points, of the same case, or
+/// None when that is not one.
+fn in_block(c: char, by: usize) -> Option<char> {
+    let code = c as u32;
+    let other = (code & !31) | ((code + by as u32) & 31);
+    char::from_u32(other).filter(|o| {
+        *o != c && o.is_alphabetic() && o.is_uppercase() == c.is_uppercase() && !o.is_ascii()
+    })
+}
+
+/// `text` with each `\uXXXX`, `\u{X…}`, `\xHH` and `%HH` escape as the character it
+/// stands for (bytes that are no UTF-8 left out).
+fn decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
+    let hex = |slice: &[u8]| {
+        std::str::from_utf8(slice)
+            .ok()
+            .and_then(|digits| u32::from_str_radix(digits, 16).ok())
+    };
+    let mut at = 0;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        let (code, used) = match rest {
+            [b'\\', b'u', b'{', ..] => match rest.iter().position(|&b| b == b'}') {
+                Some(end) if end <= 9 => (hex(&rest[3..end]), end + 1),
+                _ => (None, 1),
+            },
+            [b'\\', b'u', ..] if rest.len() >= 6 => (hex(&rest[2..6]), 6),
+            [b'\\', b'x', ..] if rest.len() >= 4 => (hex(&rest[2..4]).map(|b| b | 0x100), 4),
+            [b'%', ..] if rest.len() >= 3 => (hex(&rest[1..3]).map(|b| b | 0x100), 3),
+            _ => (None, 1),
+        };
+        match code {
+            // A byte (`\xHH`, `%HH`): as it is, so that bytes of UTF-8 join again.
+            Some(byte) if byte >= 0x100 => out.push((byte & 0xff) as u8),
+            Some(code) => {
+                let c = char::from_u32(code).unwrap_or('\u{fffd}');
+                out.extend_from_slice(c.encode_utf8(&mut [0u8; 4]).as_bytes());
+            }
+            None => {
+                out.push(bytes[at]);
+                at += 1;
+                continue;
+            }
+        }
+        at += used;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

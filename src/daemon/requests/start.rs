@@ -163,7 +163,8 @@ impl Daemon {
                  at once; start it with `bgwork start --after …`",
             ));
         }
-        check_start(args)?;
+        // The pattern and value checks may take a while: other tasks go on meanwhile.
+        tokio::task::block_in_place(|| check_start(args))?;
         let policy = crate::daemon::jobs::restart_policy::Policy::of(args, &launch)?;
         let limits = limits_of(args)?;
         let (cwd, pane) = place(args)?;

@@ -305,6 +305,38 @@ fn issue26_v22_two_thirds_of_a_value_in_one_pattern_or_split_across_patterns_and
                 ")".repeat(70)
             )),
         ],
+        // A group named as the check's own, empty groups between classes, comments,
+        // group names, and most of an encoded form or an escaped spelling in the name.
+        vec![
+            "--after".into(),
+            after("[hWXY][uWXY][nWXY][tWXY][eWXY][rWXY][2-9][sWXY][eWXY][cWXY][rWXY](?P<p0>)"),
+        ],
+        vec![
+            "--after".into(),
+            after(
+                &"hunter2se"
+                    .chars()
+                    .map(|c| format!("[{c}WXY]{}", "()".repeat(119)))
+                    .collect::<String>(),
+            ),
+        ],
+        vec![
+            "--after".into(),
+            after("(?x)ready # h-u-n-t-e-r-2-s-e-c-r-e-t"),
+        ],
+        vec!["--after".into(), after("(?P<h_u_n_t_e_r_2_s_e_c_r_e_t>ready)")],
+        vec![
+            "--secret".into(),
+            "PW3".into(),
+            "--name".into(),
+            "68756e746572327365637265".into(),
+        ],
+        vec![
+            "--secret".into(),
+            "PW3".into(),
+            "--name".into(),
+            "%68%75%6e%74%65%72%32%73%65%63".into(),
+        ],
         // The command line and the name with every character escaped.
         vec![
             "--secret".into(),
@@ -422,7 +454,11 @@ fn issue26_v28_long_values_and_other_scripts_with_ordinary_patterns_wait() {
     let json_one_line = format!("{{\"type\":\"service_account\",\"private_key\":\"{key}\"}}");
     let home = Home::new()
         .with("CREDS", &json_one_line)
-        .with("RU", "пароль-секрет");
+        .with("RU", "пароль-секрет")
+        .with(
+            "JWT",
+            &format!("eyJhbGciOiJSUzI1NiJ9.{}.SflKxwRJSMeKKF2QT4fw", &key[..240]),
+        );
     let awaited = home.start("sleep 30");
     for (env, patterns) in [
         (
@@ -430,6 +466,14 @@ fn issue26_v28_long_values_and_other_scripts_with_ordinary_patterns_wait() {
             vec!["Listening on port \\d+", "compiled successfully"],
         ),
         ("RU", vec!["\\p{Cyrillic}+-\\p{Cyrillic}+", "[а-я]+-[а-я]+"]),
+        (
+            "JWT",
+            vec![
+                "^\\[?\\d{4}-\\d{2}-\\d{2}[T ]\\d{2}:\\d{2}:\\d{2}(?:\\.\\d+)?\\s+INFO\\s+Started UserService in \\d+",
+                "^\\[?\\d{4}-\\d{2}-\\d{2}[T ]\\d{2}:\\d{2}:\\d{2}(?:\\.\\d+)?\\s+INFO\\s+Started OrderService in \\d+",
+                "^\\[?\\d{4}-\\d{2}-\\d{2}[T ]\\d{2}:\\d{2}:\\d{2}(?:\\.\\d+)?\\s+INFO\\s+Started BillingService in \\d+",
+            ],
+        ),
     ] {
         let mut args = vec![
             "start".to_string(),

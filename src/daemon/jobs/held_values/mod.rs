@@ -14,7 +14,7 @@ mod spelling;
 
 use crate::redact;
 use crate::wire::{StartArgs, WireError};
-use spelling::{spelled_between, Budget, Reading, Spelled, MAX_REGEX_CHARS};
+use spelling::{decoded, spelled_between, Budget, Reading, Spelled, MAX_REGEX_CHARS};
 
 /// Refuses a start whose command line, `--name` or `--after` output patterns show a
 /// value that is masked in the output (`pairs`: `[name, value]`; `secret_names`: those
@@ -89,10 +89,12 @@ pub(crate) fn check_held_values(
         // The value and its lines (one over 8 KiB is masked line by line), read for runs
         // of text and, up to `MAX_REGEX_CHARS`, for runs of regex pieces too; its ASCII
         // encoded forms for runs of regex pieces (a form as text is found whole above).
+        // (A long value's forms are long: found whole, or not at all.)
+        let short = whole.chars().count() <= MAX_REGEX_CHARS;
         let forms_as_text: Vec<(&str, Reading)> = forms
             .iter()
+            .filter(|_| short)
             .filter_map(|form| std::str::from_utf8(form).ok())
-            .filter(|form| form.chars().count() <= 4 * MAX_REGEX_CHARS)
             .map(|form| (form, Reading::Pieces))
             .collect();
         let spelled = match patterns.iter().any(|p| encoded(p)) {
@@ -150,45 +152,4 @@ pub(crate) fn check_held_values(
         )));
     }
     Ok(())
-}
-
-/// `text` with each `\uXXXX`, `\u{X…}`, `\xHH` and `%HH` escape as the character it
-/// stands for (bytes that are no UTF-8 left out).
-fn decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
-    let hex = |slice: &[u8]| {
-        std::str::from_utf8(slice)
-            .ok()
-            .and_then(|digits| u32::from_str_radix(digits, 16).ok())
-    };
-    let mut at = 0;
-    while at < bytes.len() {
-        let rest = &bytes[at..];
-        let (code, used) = match rest {
-            [b'\\', b'u', b'{', ..] => match rest.iter().position(|&b| b == b'}') {
-                Some(end) if end <= 9 => (hex(&rest[3..end]), end + 1),
-                _ => (None, 1),
-            },
-            [b'\\', b'u', ..] if rest.len() >= 6 => (hex(&rest[2..6]), 6),
-            [b'\\', b'x', ..] if rest.len() >= 4 => (hex(&rest[2..4]).map(|b| b | 0x100), 4),
-            [b'%', ..] if rest.len() >= 3 => (hex(&rest[1..3]).map(|b| b | 0x100), 3),
-            _ => (None, 1),
-        };
-        match code {
-            // A byte (`\xHH`, `%HH`): as it is, so that bytes of UTF-8 join again.
-            Some(byte) if byte >= 0x100 => out.push((byte & 0xff) as u8),
-            Some(code) => {
-                let c = char::from_u32(code).unwrap_or('\u{fffd}');
-                out.extend_from_slice(c.encode_utf8(&mut [0u8; 4]).as_bytes());
-            }
-            None => {
-                out.push(bytes[at]);
-                at += 1;
-                continue;
-            }
-        }
-        at += used;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

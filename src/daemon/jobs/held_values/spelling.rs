@@ -117,9 +117,15 @@ pub(super) fn spelled_between(
         intricate: true,
     });
     let text_runs = reading != Reading::Pieces;
-    if let Some(name) = name.filter(|_| text_runs) {
-        for loose in [false, true] {
-            by_name |= value.cover_runs(name, loose);
+    // The name as it is and with its escapes decoded, as text (of an encoded form too).
+    if let Some(name) = name {
+        for text in [name.to_string(), decoded(name)] {
+            for loose in [false, true] {
+                match value.cover_runs(&text, loose, budget) {
+                    Some(spelled) => by_name |= spelled,
+                    None => return intricate,
+                }
+            }
         }
     }
     let mut by_patterns = false;
@@ -133,14 +139,26 @@ pub(super) fn spelled_between(
         // Its text as given and, read loosely (letters and digits only, any case), the
         // characters it spells in order (`h.u.n.t.e.r` shows `hunter` to a reader);
         // and what runs of its pieces match of the value.
-        let text = text_runs && {
-            let exact = value.cover_runs(&unescaped(pattern), false);
-            let loose = match &parsed {
-                Ok(hir) => value.cover_runs(&shown(hir), true),
-                Err(_) => value.cover_runs(&unescaped(pattern), true),
-            };
-            exact | loose
-        };
+        // Also the pattern's raw text read loosely (its comments, group names and counts
+        // are shown too) and its escapes decoded.
+        let mut text = false;
+        if text_runs {
+            let mut readings = vec![
+                (unescaped(pattern), false),
+                (decoded(pattern), false),
+                (pattern.to_string(), true),
+                (decoded(pattern), true),
+            ];
+            if let Ok(hir) = &parsed {
+                readings.push((shown(hir), true));
+            }
+            for (reading, loose) in readings {
+                match value.cover_runs(&reading, loose, budget) {
+                    Some(spelled) => text |= spelled,
+                    None => return intricate,
+                }
+            }
+        }
         let spelled = match (whole, &parsed) {
             (true, _) => Some(true),
             (false, Ok(hir)) if reading != Reading::Text => {
@@ -206,7 +224,7 @@ impl<'a> Value<'a> {
     /// Marks each run of `MIN_RUN` (`MIN_LOOSE_RUN`) characters or more of the value that `text` holds,
     /// both as they are or both read loosely ([`loosely`]); whether
     /// there was one.
-    fn cover_runs(&mut self, text: &str, loose: bool) -> bool {
+    fn cover_runs(&mut self, text: &str, loose: bool, budget: &Budget) -> Option<bool> {
         let (project, least): (fn(char) -> Option<char>, usize) = match loose {
             false => (as_it_is, MIN_RUN),
             true => (loosely, MIN_LOOSE_RUN),
@@ -223,6 +241,9 @@ impl<'a> Value<'a> {
         let mut to = 0;
         let mut run = String::new();
         for from in 0..value.len() {
+            if from % 256 == 0 && std::time::Instant::now() > budget.until {
+                return None;
+            }
             to = to.max(from);
             loop {
                 run.clear();
@@ -242,7 +263,7 @@ impl<'a> Value<'a> {
                 any = true;
             }
         }
-        any
+        Some(any)
     }
 
     /// Marks what runs of consecutive pieces of `hir` (a literal taken a character at a
@@ -527,8 +548,10 @@ fn lazy(piece: &Hir) -> Hir {
             sub: Box::new(lazy(&repetition.sub)),
             ..repetition.clone()
         }),
+        // Without its name: a run's own groups are named, and may not meet another.
         HirKind::Capture(capture) => Hir::capture(regex_syntax::hir::Capture {
             sub: Box::new(lazy(&capture.sub)),
+            name: None,
             ..capture.clone()
         }),
         HirKind::Concat(parts) => Hir::concat(parts.iter().map(lazy).collect()),
@@ -547,8 +570,10 @@ fn one_char_each(hir: &Hir) -> Vec<Hir> {
                 .collect(),
             Err(_) => vec![hir.clone()],
         },
-        // An assertion shows nothing of a value: the pattern is read without it.
+        // An assertion, or a piece that matches nothing but the empty text (`()`,
+        // `x{0}`), shows nothing of a value: the pattern is read without it.
         HirKind::Look(_) => Vec::new(),
+        _ if hir.properties().maximum_len() == Some(0) => Vec::new(),
         _ => vec![hir.clone()],
     }
 }
@@ -648,4 +673,45 @@ fn in_block(c: char, by: usize) -> Option<char> {
     char::from_u32(other).filter(|o| {
         *o != c && o.is_alphabetic() && o.is_uppercase() == c.is_uppercase() && !o.is_ascii()
     })
+}
+
+/// `text` with each `\uXXXX`, `\u{X…}`, `\xHH` and `%HH` escape as the character it
+/// stands for (bytes that are no UTF-8 left out).
+pub(super) fn decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
+    let hex = |slice: &[u8]| {
+        std::str::from_utf8(slice)
+            .ok()
+            .and_then(|digits| u32::from_str_radix(digits, 16).ok())
+    };
+    let mut at = 0;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        let (code, used) = match rest {
+            [b'\\', b'u', b'{', ..] => match rest.iter().position(|&b| b == b'}') {
+                Some(end) if end <= 9 => (hex(&rest[3..end]), end + 1),
+                _ => (None, 1),
+            },
+            [b'\\', b'u', ..] if rest.len() >= 6 => (hex(&rest[2..6]), 6),
+            [b'\\', b'x', ..] if rest.len() >= 4 => (hex(&rest[2..4]).map(|b| b | 0x100), 4),
+            [b'%', ..] if rest.len() >= 3 => (hex(&rest[1..3]).map(|b| b | 0x100), 3),
+            _ => (None, 1),
+        };
+        match code {
+            // A byte (`\xHH`, `%HH`): as it is, so that bytes of UTF-8 join again.
+            Some(byte) if byte >= 0x100 => out.push((byte & 0xff) as u8),
+            Some(code) => {
+                let c = char::from_u32(code).unwrap_or('\u{fffd}');
+                out.extend_from_slice(c.encode_utf8(&mut [0u8; 4]).as_bytes());
+            }
+            None => {
+                out.push(bytes[at]);
+                at += 1;
+                continue;
+            }
+        }
+        at += used;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

@@ -215,6 +215,7 @@ pub(super) fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, Wir
                 timeout_s: timeout,
                 notify: !no_notify,
                 name,
+                inherit_env: Some(crate::environ::CallerEnv::of_this_process().text),
             })
         }
         MonitorCmd::Watch {
@@ -241,6 +242,7 @@ pub(super) fn monitor_args(monitor: MonitorCmd) -> Result<wire::MonitorArgs, Wir
                 timeout_s: None,
                 notify: true,
                 name,
+                inherit_env: Some(crate::environ::CallerEnv::of_this_process().text),
             })
         }
     }

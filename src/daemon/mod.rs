@@ -374,7 +374,10 @@ impl Daemon {
             Request::Run(_) => reply::<()>(&Err(WireError::internal(
                 "a run is served by its connection",
             ))),
-            Request::Monitor(args) => reply(&self.monitor(&session, args).await),
+            Request::Monitor(args) => reply(&match self.check_monitor_shows(&session, &args) {
+                Ok(()) => self.monitor(&session, args).await,
+                Err(e) => Err(e),
+            }),
             Request::AgentStart(args) => reply(&self.agent_start(&session, args).await),
             Request::Send(args) => reply(&self.send(&session, &args).await),
             Request::Stop(args) => {

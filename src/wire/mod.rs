@@ -323,6 +323,11 @@ pub struct MonitorArgs {
     pub notify: bool,
     #[serde(default)]
     pub name: Option<String>,
+    /// The caller's environment (never recorded): the values of the watched item's
+    /// `--secret` and `--env` names as the caller holds them, so that a pattern or name
+    /// that shows one is refused (contract §8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherit_env: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

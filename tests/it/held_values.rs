@@ -495,3 +495,125 @@ fn issue26_v28_long_values_and_other_scripts_with_ordinary_patterns_wait() {
     }
     home.run(&["stop", &awaited]);
 }
+
+/// What the home keeps on disk, as text: the database and its write-ahead log.
+fn kept(home: &Home) -> String {
+    ["work.db", "work.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::read(home.path().join(f)).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .collect()
+}
+
+#[test]
+fn issue26_v29_a_monitors_regex_or_name_that_shows_the_watched_items_secret_is_refused() {
+    let home = Home::new().with("PW", PW);
+    let watched = home.start_with(&["--secret", "PW"], "echo \"$PW\"; sleep 30");
+    for args in [
+        vec!["monitor", "watch", "--output", &watched, "--regex", PW],
+        vec![
+            "monitor",
+            "wait",
+            "--until-output",
+            &watched,
+            "token hunt.r2-Very-Secret",
+        ],
+        vec![
+            "monitor", "watch", "--output", &watched, "--regex", "y", "--name", PW,
+        ],
+        vec!["monitor", "wait", "--until-end", &watched, "--name", PW],
+    ] {
+        let run = home.run(&args);
+        assert_eq!(run.code, 2, "{args:?} made a monitor: {}", run.stdout);
+        assert!(
+            run.stderr.contains("nothing was started") && !run.stderr.contains(PW),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("monitor's --regex") || run.stderr.contains("--name"),
+            "{}",
+            run.stderr
+        );
+    }
+    // A name as long as no start's may be.
+    let long = "n".repeat(5000);
+    let (code, _, message) =
+        home.error(&["monitor", "watch", "--output", &watched, "--name", &long]);
+    assert_eq!(code, 2, "{message}");
+    assert!(message.contains("at most 4096"), "{message}");
+    // An ordinary monitor of the same item is made.
+    let made = home.json(&["monitor", "watch", "--output", &watched, "--regex", "ready"]);
+    assert_eq!(made["kind"], "monitor", "{made}");
+    let listed = home.json(&["list", "--all"]).to_string();
+    assert!(!listed.contains(PW), "{listed}");
+    assert!(!kept(&home).contains(PW), "a value is in work.db");
+}
+
+#[test]
+fn issue26_v30_a_folder_env_name_or_host_that_holds_a_secret_is_refused() {
+    let home = Home::new().with("PW", PW);
+    let folder = home.path().join(format!("w-{PW}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    let why = refused(
+        &home,
+        &[
+            "--secret",
+            "PW",
+            "--cwd",
+            folder.to_str().unwrap(),
+            "--",
+            "pwd",
+        ],
+    );
+    assert!(why.contains("folder (--cwd)"), "{why}");
+    let why = refused(
+        &home,
+        &["--secret", "PW", "--env", &format!("X{PW}=1"), "--", "true"],
+    );
+    assert!(why.contains("--env names"), "{why}");
+    let why = refused(
+        &home,
+        &["--secret", "PW", "--on", &format!("ssh:{PW}"), "--", "true"],
+    );
+    assert!(why.contains("ssh host"), "{why}");
+    assert!(
+        !home.path().join("jobs").exists()
+            || std::fs::read_dir(home.path().join("jobs")).unwrap().count() == 0
+    );
+    let listed = home.json(&["list", "--all"]).to_string();
+    assert!(!listed.contains(PW), "{listed}");
+    assert!(!kept(&home).contains(PW), "a value is in work.db");
+}
+
+#[test]
+fn issue26_v31_token_shapes_in_a_name_or_an_awaited_pattern_are_listed_masked() {
+    let home = Home::new();
+    let token = format!("ghp_{}", "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A");
+    let awaited = home.start_with(&[], "sleep 30");
+    let waiting = home.start_with(
+        &[
+            "--name",
+            &format!("deploy {token}"),
+            "--after",
+            &format!("{awaited}:output {token}"),
+        ],
+        "true",
+    );
+    let item = home.item(&waiting);
+    let shown = item.to_string();
+    assert!(!shown.contains(&token), "{shown}");
+    assert!(
+        item["name"].as_str().unwrap().starts_with("deploy "),
+        "{item}"
+    );
+    assert!(
+        item["waiting_for"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for"),
+        "{item}"
+    );
+    let text = home.run(&["list"]).stdout;
+    assert!(!text.contains(&token), "{text}");
+}

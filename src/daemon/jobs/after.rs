@@ -15,6 +15,7 @@
 //! longer hold, the item ends `cancelled` with the reason and a notice (armed or not:
 //! nobody saw it end). A stop ends it at once, nothing having run.
 
+use super::held_values::{self, Checked};
 use crate::daemon::admission::{Admission, Newcomer};
 use crate::daemon::monitor::{LineMonitor, LineOutcome};
 use crate::daemon::{Daemon, Pace};
@@ -926,36 +927,7 @@ fn check_awaited_secrets(args: &StartArgs, records: &[Record]) -> Result<(), Wir
     {
         return Ok(());
     }
-    let mut pairs = Vec::new();
-    let mut names = Vec::new();
-    for record in records {
-        let (secret_names, _) = crate::daemon::jobs::new_item::described_options(&record.job_dir);
-        // Its secrets, however short, and its --env values long enough to be masked.
-        let mut all: Vec<(String, bool)> =
-            secret_names.into_iter().map(|name| (name, true)).collect();
-        for name in &record.env_names {
-            if !all.iter().any(|(known, _)| known == name) {
-                all.push((name.clone(), false));
-            }
-        }
-        for (name, secret) in all {
-            let least = match secret {
-                true => crate::redact::MIN_SECRET_LEN,
-                false => crate::redact::MIN_ENV_SECRET_LEN,
-            };
-            let value = args
-                .env
-                .get(&name)
-                .or_else(|| args.inherit_env.as_ref().and_then(|e| e.get(&name)));
-            if let Some(value) = value.filter(|v| v.trim().len() >= least) {
-                pairs.push([name.clone(), value.clone()]);
-                if secret {
-                    names.push(name);
-                }
-            }
-        }
-    }
-    crate::daemon::jobs::held_values::check_held_values(args, &pairs, &names, true)
+    held_values::check_values_of(args, records, Checked::Awaited)
 }
 
 /// Refuses a condition that names what it cannot be about, or that cannot hold any

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The longest `--name` (it is shown in every listing).
-const MAX_NAME_BYTES: usize = 4096;
+pub(crate) const MAX_NAME_BYTES: usize = 4096;
 
 /// A pane's terminal size when the caller gives none.
 const DEFAULT_COLS: u16 = 120;
@@ -191,7 +191,12 @@ fn check_secrets(args: &StartArgs) -> Result<(), WireError> {
             )));
         }
     }
-    super::held_values::check_held_values(args, &secret_pairs(args), &args.secrets, false)
+    super::held_values::check_held_values(
+        args,
+        &secret_pairs(args),
+        &args.secrets,
+        super::held_values::Checked::Start,
+    )
 }
 
 /// `[name, value]` of each value the job's log is masked for: the `--secret` ones and

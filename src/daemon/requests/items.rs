@@ -85,8 +85,8 @@ impl Daemon {
             end: record.end,
             exit_code: record.exit_code,
             signal: record.signal,
-            name: record.name.clone(),
             // Token shapes masked, as in the run history (contract §8).
+            name: record.name.clone().map(crate::redact::mask_shapes),
             command: crate::redact::mask_shapes(record.command.clone()),
             cwd: record.cwd.clone(),
             // Waiting out its back-off, it has no process.
@@ -123,10 +123,10 @@ impl Daemon {
             restart: crate::daemon::jobs::restart_policy::view(record),
             waiting_for: (record.state == State::Waiting).then(|| {
                 let what = self.waiting.get(record.row);
-                format!(
+                crate::redact::mask_shapes(format!(
                     "waiting for {}",
                     what.as_deref().unwrap_or("its conditions")
-                )
+                ))
             }),
         }
     }

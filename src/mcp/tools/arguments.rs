@@ -175,6 +175,7 @@ pub(super) fn monitor_args(a: &Args) -> Result<MonitorArgs, WireError> {
         // A monitor exists to notify: a wait does unless asked not to, a watch always.
         notify: !a.flag("no_notify")? || mode == MonitorMode::Watch,
         name: a.text("name")?,
+        inherit_env: Some(CallerEnv::of_this_process().text),
     })
 }
 

@@ -16,16 +16,49 @@ use crate::redact;
 use crate::wire::{StartArgs, WireError};
 use spelling::{decoded, spelled_between, Budget, Reading, Spelled, MAX_REGEX_CHARS};
 
-/// Refuses a start whose command line, `--name` or `--after` output patterns show a
-/// value that is masked in the output (`pairs`: `[name, value]`; `secret_names`: those
-/// given with `--secret`). `start` checks the new item's values; a start with `--after`
-/// also the caller's values of the awaited items' secrets.
+/// Whose values a check is about, which decides its words.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// The new item's own values: its command line, folder, `--env` names, host, name.
+    Start,
+    /// An awaited item's values, against the new item's `--after` output patterns and
+    /// name.
+    Awaited,
+    /// A watched item's values, against a monitor's `--regex` and name (the `args` a
+    /// monitor's: its pattern as one output condition, no command).
+    Monitor,
+}
+
+/// Refuses a start whose command line, folder, `--env` names, host, `--name` or
+/// `--after` output patterns show a value that is masked in the output (`pairs`:
+/// `[name, value]`; `secret_names`: those given with `--secret`). `start` checks the new
+/// item's values; a start with `--after` also the caller's values of the awaited items'
+/// secrets; a monitor the caller's values of the watched item's.
 pub(crate) fn check_held_values(
     args: &StartArgs,
     pairs: &[[String; 2]],
     secret_names: &[String],
-    awaited: bool,
+    checked: Checked,
 ) -> Result<(), WireError> {
+    let awaited = checked != Checked::Start;
+    let patterns_are = match checked {
+        Checked::Monitor => ("monitor's --regex", "monitor's --regex"),
+        _ => ("--after output pattern", "--after output patterns"),
+    };
+    // What else a start records and shows as given: its folder, its `--env` names, its
+    // host (a monitor has none of them).
+    let env_names = args.env.keys().cloned().collect::<Vec<_>>().join(" ");
+    let kept: Vec<(&str, &str)> = match checked {
+        Checked::Start => [
+            ("folder (--cwd)", args.cwd.as_deref()),
+            ("--env names", Some(env_names.as_str())),
+            ("ssh host", args.ssh.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(place, text)| Some((place, text?)))
+        .collect(),
+        _ => Vec::new(),
+    };
     let command = crate::history::normalise(&args.command);
     let patterns: Vec<&str> = args
         .after
@@ -77,6 +110,16 @@ pub(crate) fn check_held_values(
                 redact::MIN_ENV_SECRET_LEN
             ),
         };
+        let kept_in = kept
+            .iter()
+            .find(|(_, text)| encoded(text) || values.iter().any(|value| text.contains(value)));
+        if let Some((place, _)) = kept_in.filter(|_| !held && !named) {
+            return Err(WireError::bad_request(format!(
+                "the {place} holds the value of {what} (or a form of it the output masks), \
+                 and would show it wherever the item is listed and in the run history: \
+                 nothing was started; use a {place} that does not hold it"
+            )));
+        }
         if held || named {
             let place = if named { "--name" } else { "command line" };
             return Err(WireError::bad_request(format!(
@@ -121,24 +164,29 @@ pub(crate) fn check_held_values(
         };
         if spelled.intricate {
             return Err(WireError::bad_request(format!(
-                "the --after output patterns are too intricate to be told apart from the \
+                "the {} are too intricate to be told apart from the \
                  value of {what} in the work this check may take (one start's patterns \
-                 against its values): nothing was started; give shorter or plainer patterns"
+                 against its values): nothing was started; give shorter or plainer patterns",
+                patterns_are.1
             )));
         }
         let fields = match (spelled.by_patterns, spelled.by_name) {
-            (true, true) => "the --after output patterns and the --name together spell",
-            (true, false) => "the --after output pattern spells",
-            _ => "the --name spells",
+            (true, true) => format!("the {} and the --name together spell", patterns_are.1),
+            (true, false) => format!("the {} spells", patterns_are.0),
+            _ => "the --name spells".to_string(),
         };
         // The awaited item's output shows its secrets masked; the new item's own values
         // are masked in its own output only.
         let why = match awaited {
             true => format!(
-                "which every reader of the awaited item's output is shown masked as \
+                "which every reader of the {} item's output is shown masked as \
                  [secret {name}], so a pattern could never match it, and the item's listing \
                  would show it: nothing was started; match the text around it, or the mask \
-                 itself (e.g. 'token is \\[secret {name}\\]')"
+                 itself (e.g. 'token is \\[secret {name}\\]')",
+                match checked {
+                    Checked::Monitor => "watched",
+                    _ => "awaited",
+                }
             ),
             false => format!(
                 "and the item's listing would show it (its own output shows it masked as \
@@ -152,4 +200,95 @@ pub(crate) fn check_held_values(
         )));
     }
     Ok(())
+}
+
+/// Refuses a monitor whose `--regex` or name shows a value the watched item's output
+/// masks, as the caller's environment holds it (the same rule as an `--after` pattern's).
+pub(crate) fn check_watched_secrets(
+    args: &crate::wire::MonitorArgs,
+    watched: &crate::store::Record,
+) -> Result<(), WireError> {
+    let start = StartArgs {
+        name: args.name.clone(),
+        after: args
+            .regex
+            .iter()
+            .map(|regex| crate::wire::after::After {
+                id: String::new(),
+                until: crate::wire::after::Until::Output {
+                    regex: regex.clone(),
+                },
+            })
+            .collect(),
+        inherit_env: args.inherit_env.clone(),
+        ..StartArgs::default()
+    };
+    check_values_of(&start, std::slice::from_ref(watched), Checked::Monitor)
+}
+
+/// The caller's values of `records`' secrets and masked `--env` values, checked against
+/// what `args` shows.
+pub(crate) fn check_values_of(
+    args: &StartArgs,
+    records: &[crate::store::Record],
+    checked: Checked,
+) -> Result<(), WireError> {
+    let mut pairs = Vec::new();
+    let mut names = Vec::new();
+    for record in records {
+        let (secret_names, _) = crate::daemon::jobs::new_item::described_options(&record.job_dir);
+        // Its secrets, however short, and its --env values long enough to be masked.
+        let mut all: Vec<(String, bool)> =
+            secret_names.into_iter().map(|name| (name, true)).collect();
+        for name in &record.env_names {
+            if !all.iter().any(|(known, _)| known == name) {
+                all.push((name.clone(), false));
+            }
+        }
+        for (name, secret) in all {
+            let least = match secret {
+                true => crate::redact::MIN_SECRET_LEN,
+                false => crate::redact::MIN_ENV_SECRET_LEN,
+            };
+            let value = args
+                .env
+                .get(&name)
+                .or_else(|| args.inherit_env.as_ref().and_then(|e| e.get(&name)));
+            if let Some(value) = value.filter(|v| v.trim().len() >= least) {
+                pairs.push([name.clone(), value.clone()]);
+                if secret {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    check_held_values(args, &pairs, &names, checked)
+}
+
+impl crate::daemon::Daemon {
+    /// Refuses a monitor whose `--regex` or name shows a value that the output of the
+    /// item it watches masks (contract §8), or whose name is longer than a start's may be.
+    pub(crate) fn check_monitor_shows(
+        &self,
+        session: &str,
+        args: &crate::wire::MonitorArgs,
+    ) -> Result<(), WireError> {
+        use crate::wire::Condition;
+        let max = crate::daemon::jobs::new_item::MAX_NAME_BYTES;
+        if let Some(name) = args.name.as_ref().filter(|n| n.len() > max) {
+            return Err(WireError::bad_request(format!(
+                "the --name is {} bytes long: at most {max}",
+                name.len()
+            )));
+        }
+        let id = match &args.condition {
+            Condition::Output { id } | Condition::End { id } | Condition::PortOf { id } => id,
+            Condition::Port { .. } | Condition::File { .. } => return Ok(()),
+        };
+        // An unknown id is the monitor's own refusal to make.
+        let Ok(watched) = Self::find(&self.lock(), session, id) else {
+            return Ok(());
+        };
+        tokio::task::block_in_place(|| check_watched_secrets(args, &watched))
+    }
 }

@@ -364,6 +364,16 @@ Example:
     /// The relay to this host's daemon (started over ssh by a daemon elsewhere)
     #[command(hide = true)]
     SshRelay,
+    /// The rest of a run's stdin passed on after the run is promoted (started by `run`)
+    #[command(hide = true)]
+    RunFeed {
+        /// The run's connection to the daemon
+        #[arg(long)]
+        fd: i32,
+        /// A pipe from `run`: a line asks for the background now (stdout failed)
+        #[arg(long)]
+        control: i32,
+    },
     /// The keeper of a waiting item's start arguments (started by the daemon)
     #[command(hide = true)]
     Keep {

@@ -155,6 +155,7 @@ fn run(cli: Cli) -> Result<ExitCode, WireError> {
             None => crate::supervisor::run(crate::supervisor::Launch::Socket { cgroup }),
         },
         Commands::Keep { dir } => return Ok(crate::keeper::main(&dir)),
+        Commands::RunFeed { fd, control } => return Ok(render::feed_main(fd, control)),
         Commands::Demo => return demo::run(),
         Commands::SshRelay => return Ok(crate::executor::ssh::relay::main()),
         Commands::Completions { shell } => {

@@ -24,6 +24,7 @@ use base64::Engine;
 use history::history_text;
 use list::{expected_line, list_text, listening_line, logout_line, restart_line, sessions_text};
 use read::{grep_text, print_read, read_status_line};
+pub use run::feed_main;
 use run::run;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

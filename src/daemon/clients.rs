@@ -273,11 +273,13 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
                 // The connection is the run's: its output, and the caller's stdin.
                 let forward = args.stdin == wire::RunStdin::Forward;
                 let mut shown = super::Shown::new(&daemon);
+                let mut rest = None;
                 let result = match daemon.check_session(&envelope.session) {
                     Ok(()) => {
                         let caller = super::requests::run::Caller {
                             reader: &mut reader,
                             writer: &mut writer,
+                            rest: &mut rest,
                         };
                         daemon
                             .run(&envelope.session, args, caller, &mut shown)
@@ -295,7 +297,11 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
                 }
                 daemon.deliver(token, &deliver);
                 if forward {
-                    // What the caller sends after the reply is the rest of its stdin.
+                    // What the caller sends after the reply is the rest of its stdin: a
+                    // promoted run's job takes it, a run that ended none.
+                    if let Some(rest) = rest {
+                        daemon.pass_rest(rest, &mut reader).await;
+                    }
                     return;
                 }
                 continue;

@@ -846,3 +846,74 @@ fn issue26_v11_work_that_starts_by_itself_is_not_told_to_stop_a_loop() {
     assert!(why.contains("start-rate guard"), "{why}");
     assert!(!why.contains("is a loop starting work"), "{why}");
 }
+
+/// A run's stdin from a pipe: what the job has not taken when the run goes to the
+/// background still reaches it, whole and in order, and its input ends when the pipe
+/// does (it was cut at the promotion, and the job then waited for ever).
+#[test]
+fn issue26_v32_a_promoted_run_gets_the_rest_of_its_piped_stdin() {
+    use std::io::Write;
+    let home = Home::new();
+    let gate = Gate::new();
+    // The job reads nothing until the gate opens, well after the run's 1 s deadline.
+    let command = gate.after_go(
+        "awk '{ if ($1 != p+1) gaps++; p=$1 } END { print \"lines\", NR, \"gaps\", gaps+0 }'",
+    );
+    let mut run = home
+        .command(&["--json", "run", "--timeout", "1", "--", &command])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = run.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        // Far more than the pipes and the job's input queue hold, written as the job
+        // takes it (after the run was promoted).
+        let mut text = String::new();
+        for n in 1..=400_000 {
+            text.push_str(&format!("{n}\n"));
+        }
+        stdin.write_all(text.as_bytes()).unwrap();
+        // Dropped: the pipe ends, and so must the job's input.
+    });
+    let output = run.wait_with_output().unwrap();
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["outcome"], "promoted", "{reply}");
+    let id = reply["id"].as_str().unwrap().to_string();
+    gate.open();
+    writer.join().unwrap();
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    let out = home.run(&["read", &id, "--all"]).stdout;
+    assert!(out.contains("lines 400000 gaps 0"), "{out}");
+}
+
+/// A run whose caller is killed before the deadline is stopped as before, though its
+/// piped stdin is passed on by a process of its own.
+#[test]
+fn issue26_v33_a_run_with_piped_stdin_whose_caller_is_killed_is_stopped() {
+    let home = Home::new();
+    let mut run = home
+        .command(&["run", "--timeout", "60", "--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Its pipe stays open: the end of it would be the job's end of input.
+    let _held = run.stdin.take();
+    let mut id = String::new();
+    eventually(Duration::from_secs(20), || {
+        let list = home.json(&["list", "--all"]);
+        match list["items"].as_array().unwrap().first() {
+            Some(item) if item["state"] == "running" => {
+                id = item["id"].as_str().unwrap().to_string();
+                true
+            }
+            _ => false,
+        }
+    });
+    run.kill().unwrap();
+    let _ = run.wait();
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "stopped_by_person", "{ended}");
+}

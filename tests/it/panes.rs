@@ -159,7 +159,6 @@ fn run_past_its_deadline_is_promoted_and_loses_no_output() {
         .unwrap();
     let held = child.stdin.take();
     let output = child.wait_with_output().unwrap();
-    drop(held);
     assert_eq!(output.status.code(), Some(0));
     let reply: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(reply["outcome"], "promoted");
@@ -174,6 +173,8 @@ fn run_past_its_deadline_is_promoted_and_loses_no_output() {
         text.stderr
     );
     home.json(&["send", &id, r"\n"]);
+    // The caller's pipe ends only now (its end would be the job's end of input).
+    drop(held);
     let notices = home.json(&["notices", "--wait", "20"]);
     assert_eq!(notices["notices"][0]["item"], id.as_str());
     assert_eq!(notices["notices"][0]["exit_code"], 4);

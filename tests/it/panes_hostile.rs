@@ -413,11 +413,12 @@ fn a_run_promoted_while_its_caller_keeps_stdin_open_takes_send() {
         .read_to_string(&mut out)
         .unwrap();
     assert!(child.wait().unwrap().success());
-    drop(held);
     let reply: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(reply["outcome"], "promoted", "{reply}");
     let id = reply["id"].as_str().unwrap();
     home.json(&["send", id, r"typed\n"]);
+    // The caller's pipe ends only now: its end would be the job's end of input.
+    drop(held);
     let item = home.wait_end(id);
     assert_eq!(item["exit_code"], 4);
     assert_eq!(home.json(&["read", id])["output"], "after:typed\n");

@@ -204,7 +204,6 @@ fn issue24_1_run_on_a_host_past_its_deadline_is_promoted_with_its_notice_armed()
     );
     let held = child.stdin.take();
     let output = child.wait_with_output().unwrap();
-    drop(held);
     assert_eq!(output.status.code(), Some(0));
     let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(reply["outcome"], "promoted", "{reply}");
@@ -230,6 +229,8 @@ fn issue24_1_run_on_a_host_past_its_deadline_is_promoted_with_its_notice_armed()
     assert!(stderr.contains("promoted to the background"), "{stderr}");
     // Its notice is armed without --notify.
     h.home.json(&["send", &id, r"yes\n"]);
+    // The caller's pipe ends only now (its end would be the job's end of input).
+    drop(held);
     let notices = h.home.json(&["notices", "--wait", "60"]);
     assert_eq!(notices["notices"][0]["item"], id.as_str(), "{notices}");
     assert_eq!(notices["notices"][0]["exit_code"], 4, "{notices}");

@@ -17,9 +17,9 @@ pub(super) fn run(
     client.send(envelope)?;
     // Stdin frames and a detach frame share one writer, a whole line at a time.
     let writer = std::sync::Arc::new(std::sync::Mutex::new(client.writer()?));
+    let mut feeder = None;
     if matches!(&envelope.request, Request::Run(args) if args.stdin == wire::RunStdin::Forward) {
-        let writer = writer.clone();
-        std::thread::spawn(move || forward_stdin(&writer));
+        feeder = Some(Feeder::start(&writer));
     }
     let mut out = std::io::stdout();
     // Why stdout could not take the output (a full disk): the run was asked to go on in
@@ -73,12 +73,21 @@ pub(super) fn run(
                 // goes on in the background, and the caller is told so on stderr.
                 Err(e) => {
                     let why = format!("the run's output could not be written to stdout ({e})");
-                    let frame = wire::StdinFrame {
-                        detach: Some(why.clone()),
-                        ..wire::StdinFrame::default()
-                    };
-                    let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
-                    let _ = writer.write_all(&wire::encode_line(&frame));
+                    match &mut feeder {
+                        // The feeder is the connection's one writer: it sends it.
+                        Some(Feeder::Process { control }) => {
+                            let line = format!("detach {}\n", why.replace('\n', " "));
+                            let _ = control.write_all(line.as_bytes());
+                        }
+                        _ => {
+                            let frame = wire::StdinFrame {
+                                detach: Some(why.clone()),
+                                ..wire::StdinFrame::default()
+                            };
+                            let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
+                            let _ = writer.write_all(&wire::encode_line(&frame));
+                        }
+                    }
                     detached = Some(why);
                 }
             }
@@ -95,6 +104,11 @@ pub(super) fn run(
         }
         break wire::decode_reply(&line)?;
     };
+    if let (Some(Feeder::Process { control }), RunOutcome::Promoted) = (&mut feeder, reply.outcome)
+    {
+        // The rest of stdin is the job's now: the feeder outlives this process.
+        let _ = control.write_all(b"keep\n");
+    }
     if detached.is_some() {
         // Stdout takes nothing: the end (or the promotion) is said on stderr.
         eprintln!("bgwork: {}", inert(&reply.message));
@@ -139,6 +153,160 @@ pub(super) fn run(
         RunOutcome::Killed => 1,
     };
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Who passes this process's stdin on to a run.
+enum Feeder {
+    /// A thread of this process: a terminal's input (or a stdin that is no pipe, file or
+    /// socket) goes to the run while it is in the foreground.
+    Thread,
+    /// `bgwork run-feed`, a process of its own holding this stdin and the connection: a
+    /// promoted run's job gets the rest of a pipe or a file after this process exits
+    /// (the daemon passes it on after the reply); `control` asks it for the background.
+    Process { control: std::fs::File },
+}
+
+impl Feeder {
+    fn start(writer: &std::sync::Arc<std::sync::Mutex<std::os::unix::net::UnixStream>>) -> Feeder {
+        let stdin = std::io::stdin();
+        let piped = nix::sys::stat::fstat(&stdin).is_ok_and(|st| {
+            let kind = nix::sys::stat::SFlag::from_bits_truncate(st.st_mode)
+                & nix::sys::stat::SFlag::S_IFMT;
+            [
+                nix::sys::stat::SFlag::S_IFIFO,
+                nix::sys::stat::SFlag::S_IFREG,
+                nix::sys::stat::SFlag::S_IFSOCK,
+            ]
+            .contains(&kind)
+        });
+        if piped {
+            match Self::spawn(writer) {
+                Ok(control) => return Feeder::Process { control },
+                Err(e) => eprintln!(
+                    "bgwork: could not start the process that passes stdin on ({e}): \
+                     a promoted run gets only the input passed before its promotion"
+                ),
+            }
+        }
+        let writer = writer.clone();
+        std::thread::spawn(move || forward_stdin(&writer));
+        Feeder::Thread
+    }
+
+    /// Starts `bgwork run-feed` with this stdin, a descriptor of the connection and the
+    /// read end of a control pipe; the write end is this process's.
+    fn spawn(
+        writer: &std::sync::Mutex<std::os::unix::net::UnixStream>,
+    ) -> std::io::Result<std::fs::File> {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        let socket: OwnedFd = {
+            let writer = writer.lock().unwrap_or_else(|p| p.into_inner());
+            // `dup` leaves the new descriptor open across exec.
+            nix::unistd::dup(&*writer).map_err(std::io::Error::from)?
+        };
+        let (read, write) = nix::unistd::pipe().map_err(std::io::Error::from)?;
+        nix::fcntl::fcntl(
+            &write,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .map_err(std::io::Error::from)?;
+        std::process::Command::new(std::env::current_exe()?)
+            .args(["run-feed", "--fd", &socket.as_raw_fd().to_string()])
+            .args(["--control", &read.as_raw_fd().to_string()])
+            .stdin(std::process::Stdio::inherit())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        Ok(std::fs::File::from(write))
+    }
+}
+
+/// `bgwork run-feed`: passes its stdin on to the run of the connection `fd` as stdin
+/// frames until it ends (then says end-of-input), or until the daemon closes the
+/// connection (the run ended, or its job did). On `control`, `run` says `detach WHY`
+/// (sent on as a detach) and `keep` once the run is promoted; `control` closed before
+/// `keep` is a `run` gone (killed, or ended): the feeder goes too, so the daemon sees the
+/// caller go as it would without a feeder.
+pub fn feed_main(fd: i32, control: i32) -> ExitCode {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::io::{BufRead, Read};
+    use std::os::fd::{AsFd, FromRawFd};
+    // Safety: both descriptors were opened for this process by `run`, which owns none
+    // of them any more.
+    let mut socket = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+    let mut control = Some(std::io::BufReader::new(unsafe {
+        std::fs::File::from_raw_fd(control)
+    }));
+    let stdin = std::io::stdin();
+    let mut buffer = vec![0u8; 64 << 10];
+    // The peer shut its side (Linux's POLLRDHUP, which this nix does not name).
+    let rdhup = PollFlags::from_bits_retain(0x2000);
+    let send = |socket: &mut std::os::unix::net::UnixStream, frame: &wire::StdinFrame| {
+        socket.write_all(&wire::encode_line(frame)).is_ok()
+    };
+    loop {
+        let (gone, asked, input) = {
+            let socket_fd = socket.as_fd();
+            let mut fds = vec![
+                PollFd::new(socket_fd, rdhup),
+                PollFd::new(stdin.as_fd(), PollFlags::POLLIN),
+            ];
+            if let Some(control) = &control {
+                fds.push(PollFd::new(control.get_ref().as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return ExitCode::FAILURE,
+            }
+            let any =
+                |fd: &PollFd, flags: PollFlags| fd.revents().is_some_and(|r| r.intersects(flags));
+            let ended = PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL;
+            (
+                any(&fds[0], ended | rdhup),
+                fds.get(2)
+                    .is_some_and(|fd| any(fd, PollFlags::POLLIN | ended)),
+                any(&fds[1], PollFlags::POLLIN | ended),
+            )
+        };
+        if gone {
+            return ExitCode::SUCCESS;
+        }
+        if asked {
+            let mut line = String::new();
+            match control.as_mut().map(|c| c.read_line(&mut line)) {
+                Some(Ok(n)) if n > 0 => match line.trim_end().strip_prefix("detach ") {
+                    Some(why) => {
+                        let frame = wire::StdinFrame {
+                            detach: Some(why.to_string()),
+                            ..wire::StdinFrame::default()
+                        };
+                        if !send(&mut socket, &frame) {
+                            return ExitCode::SUCCESS;
+                        }
+                    }
+                    None => control = None,
+                },
+                // `run` went away before its promotion.
+                _ => return ExitCode::SUCCESS,
+            }
+        }
+        if input {
+            let n = match stdin.lock().read(&mut buffer) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => 0,
+            };
+            let frame = wire::StdinFrame {
+                stdin: base64::engine::general_purpose::STANDARD.encode(&buffer[..n]),
+                eof: n == 0,
+                detach: None,
+            };
+            if !send(&mut socket, &frame) || n == 0 {
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
 }
 
 /// Passes this process's stdin on to a run, until it ends (or cannot be read: a closed

@@ -927,7 +927,98 @@ fn check_awaited_secrets(args: &StartArgs, records: &[Record]) -> Result<(), Wir
     {
         return Ok(());
     }
-    held_values::check_values_of(args, records, Checked::Awaited)
+    check_values_of(args, records, Checked::Awaited)
+}
+
+/// Refuses a monitor whose `--regex` or name shows a value the watched item's output
+/// masks, as the caller's environment holds it (the same rule as an `--after` pattern's).
+pub(crate) fn check_watched_secrets(
+    args: &crate::wire::MonitorArgs,
+    watched: &crate::store::Record,
+) -> Result<(), WireError> {
+    let start = StartArgs {
+        name: args.name.clone(),
+        after: args
+            .regex
+            .iter()
+            .map(|regex| crate::wire::after::After {
+                id: String::new(),
+                until: crate::wire::after::Until::Output {
+                    regex: regex.clone(),
+                },
+            })
+            .collect(),
+        inherit_env: args.inherit_env.clone(),
+        ..StartArgs::default()
+    };
+    check_values_of(&start, std::slice::from_ref(watched), Checked::Monitor)
+}
+
+/// The caller's values of `records`' secrets and masked `--env` values, checked against
+/// what `args` shows.
+pub(crate) fn check_values_of(
+    args: &StartArgs,
+    records: &[crate::store::Record],
+    checked: Checked,
+) -> Result<(), WireError> {
+    let mut pairs = Vec::new();
+    let mut names = Vec::new();
+    for record in records {
+        let (secret_names, _) = crate::daemon::jobs::new_item::described_options(&record.job_dir);
+        // Its secrets, however short, and its --env values long enough to be masked.
+        let mut all: Vec<(String, bool)> =
+            secret_names.into_iter().map(|name| (name, true)).collect();
+        for name in &record.env_names {
+            if !all.iter().any(|(known, _)| known == name) {
+                all.push((name.clone(), false));
+            }
+        }
+        for (name, secret) in all {
+            let least = match secret {
+                true => crate::redact::MIN_SECRET_LEN,
+                false => crate::redact::MIN_ENV_SECRET_LEN,
+            };
+            let value = args
+                .env
+                .get(&name)
+                .or_else(|| args.inherit_env.as_ref().and_then(|e| e.get(&name)));
+            if let Some(value) = value.filter(|v| v.trim().len() >= least) {
+                pairs.push([name.clone(), value.clone()]);
+                if secret {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    held_values::check_held_values(args, &pairs, &names, checked)
+}
+
+impl crate::daemon::Daemon {
+    /// Refuses a monitor whose `--regex` or name shows a value that the output of the
+    /// item it watches masks (contract §8), or whose name is longer than a start's may be.
+    pub(crate) fn check_monitor_shows(
+        &self,
+        session: &str,
+        args: &crate::wire::MonitorArgs,
+    ) -> Result<(), WireError> {
+        use crate::wire::Condition;
+        let max = crate::daemon::jobs::new_item::MAX_NAME_BYTES;
+        if let Some(name) = args.name.as_ref().filter(|n| n.len() > max) {
+            return Err(WireError::bad_request(format!(
+                "the --name is {} bytes long: at most {max}",
+                name.len()
+            )));
+        }
+        let id = match &args.condition {
+            Condition::Output { id } | Condition::End { id } | Condition::PortOf { id } => id,
+            Condition::Port { .. } | Condition::File { .. } => return Ok(()),
+        };
+        // An unknown id is the monitor's own refusal to make.
+        let Ok(watched) = Self::find(&self.lock(), session, id) else {
+            return Ok(());
+        };
+        tokio::task::block_in_place(|| check_watched_secrets(args, &watched))
+    }
 }
 
 /// Refuses a condition that names what it cannot be about, or that cannot hold any

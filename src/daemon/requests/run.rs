@@ -43,6 +43,18 @@ const CALLER_GONE_GRACE: Duration = Duration::from_secs(2);
 pub(crate) struct Caller<'a> {
     pub reader: &'a mut FrameReader,
     pub writer: &'a mut OwnedWriteHalf,
+    /// Set when the run was promoted while the caller's stdin had not ended: the rest of
+    /// it is passed on after the reply ([`Daemon::pass_rest`]), so no input is lost.
+    pub rest: &'a mut Option<StdinRest>,
+}
+
+/// What is left to pass of a promoted run's stdin: the job's row, and the input the
+/// job had not taken yet at the promotion.
+pub(crate) struct StdinRest {
+    row: i64,
+    unwritten: Vec<u8>,
+    /// The caller's stdin ended after `unwritten`.
+    eof: bool,
 }
 
 /// How a run's wait ended, besides the job ending or the deadline.
@@ -131,6 +143,8 @@ impl Daemon {
         }
         let forward = args.stdin == RunStdin::Forward;
         let mut stdin_open = forward;
+        // Input received that the job had not taken by the deadline: kept for it.
+        let (mut unwritten, mut unwritten_eof): (Vec<u8>, bool) = (Vec::new(), false);
         if !forward {
             self.to_job(row, ToSupervisor::CloseInput);
         }
@@ -156,11 +170,14 @@ impl Daemon {
                             // Stdin of a run that takes none goes nowhere.
                             continue;
                         }
-                        let taken = self.take_stdin(row, frame, &mut stdin_open, deadline).await;
-                        if let Err(e) = taken {
-                            break Some(Interrupt::Bad(e));
+                        let eof = frame.eof;
+                        match self.take_stdin(row, frame, &mut stdin_open, Some(deadline)).await {
+                            Ok(left) => (unwritten, unwritten_eof) = (left, eof),
+                            Err(e) => break Some(Interrupt::Bad(e)),
                         }
-                        continue;
+                        if unwritten.is_empty() {
+                            continue;
+                        }
                     }
                     Ok(None) => break Some(Interrupt::Gone),
                     Err(e) => break Some(Interrupt::Bad(e)),
@@ -190,6 +207,13 @@ impl Daemon {
                 if reply.outcome == RunOutcome::Ended {
                     ends_shown.push(row);
                 }
+                if reply.outcome == RunOutcome::Promoted && stdin_open {
+                    *caller.rest = Some(StdinRest {
+                        row,
+                        unwritten,
+                        eof: unwritten_eof,
+                    });
+                }
                 auto_choice(&mut reply, auto);
                 Ok(reply)
             }
@@ -201,6 +225,13 @@ impl Daemon {
                     .await?;
                 if reply.outcome == RunOutcome::Ended {
                     ends_shown.push(row);
+                }
+                if reply.outcome == RunOutcome::Promoted && stdin_open {
+                    *caller.rest = Some(StdinRest {
+                        row,
+                        unwritten,
+                        eof: unwritten_eof,
+                    });
                 }
                 auto_choice(&mut reply, auto);
                 Ok(reply)
@@ -221,49 +252,113 @@ impl Daemon {
 
     /// Passes one stdin frame of the caller on to the job. While the job has not read
     /// what waits, this waits too (and so the caller's connection is not read, and the
-    /// caller stops reading its stdin): input never piles up in the daemon.
+    /// caller stops reading its stdin): input never piles up in the daemon. Past the
+    /// `deadline` (none: until the job takes it or ends) the input the job has not
+    /// taken is given back, for the run's promotion to keep.
     async fn take_stdin(
         &self,
         row: i64,
         frame: StdinFrame,
         open: &mut bool,
-        deadline: tokio::time::Instant,
-    ) -> Result<(), WireError> {
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Vec<u8>, WireError> {
         let data = base64::engine::general_purpose::STANDARD
             .decode(frame.stdin.as_bytes())
             .map_err(|e| WireError::bad_request(format!("stdin of a run is not base64: {e}")))?;
         if !*open {
             // Input after end-of-input (or to a run whose stdin was closed) goes nowhere.
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let handle = self.lock().live.get(&row).map(|live| live.handle.clone());
-        if let (Some(handle), false) = (handle, data.is_empty()) {
-            let mut delay = std::time::Duration::from_millis(5);
-            loop {
-                match handle.write(data.clone()).await {
-                    Ok(_) => break,
-                    Err(WriteRefused::Full(_)) => {
-                        // Past its deadline the run is promoted (or killed): the rest of
-                        // its input is then dropped, as a shell's would be.
-                        if self.has_ended(row) || tokio::time::Instant::now() >= deadline {
-                            break;
-                        }
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(std::time::Duration::from_millis(200));
-                    }
-                    Err(WriteRefused::Closed) => {
-                        *open = false;
-                        break;
-                    }
-                    Err(WriteRefused::Unreachable(_)) => break,
-                }
-            }
-        }
-        if frame.eof {
+        let left = self.write_stdin(row, data, open, deadline).await;
+        if frame.eof && left.is_empty() {
             *open = false;
             self.to_job(row, ToSupervisor::CloseInput);
         }
-        Ok(())
+        Ok(left)
+    }
+
+    /// Writes `data` into the job's input, waiting while its queue is full, until the
+    /// `deadline`; what is left unwritten then (nothing once written, or when the job
+    /// ended or its input closed).
+    async fn write_stdin(
+        &self,
+        row: i64,
+        data: Vec<u8>,
+        open: &mut bool,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Vec<u8> {
+        let handle = self.lock().live.get(&row).map(|live| live.handle.clone());
+        let (Some(handle), false) = (handle, data.is_empty()) else {
+            return Vec::new();
+        };
+        let mut delay = std::time::Duration::from_millis(5);
+        loop {
+            match handle.write(data.clone()).await {
+                Ok(_) => return Vec::new(),
+                Err(WriteRefused::Full(_)) => {
+                    if self.has_ended(row) {
+                        return Vec::new();
+                    }
+                    if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                        return data;
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_millis(200));
+                }
+                Err(WriteRefused::Closed) => {
+                    *open = false;
+                    return Vec::new();
+                }
+                Err(WriteRefused::Unreachable(_)) => return Vec::new(),
+            }
+        }
+    }
+
+    /// After a promoted run's reply: passes the rest of the caller's stdin on to the
+    /// job as it comes (the input the job had not taken first), until end-of-input
+    /// (then the job's input is closed), the job's end, or the caller's going away
+    /// (then its input stays open, for `send`).
+    pub(crate) async fn pass_rest(&self, rest: StdinRest, reader: &mut FrameReader) {
+        let StdinRest {
+            row,
+            unwritten,
+            eof,
+        } = rest;
+        let mut open = true;
+        if !self
+            .write_stdin(row, unwritten, &mut open, None)
+            .await
+            .is_empty()
+            || !open
+        {
+            return;
+        }
+        if eof {
+            self.to_job(row, ToSupervisor::CloseInput);
+            return;
+        }
+        loop {
+            let frame = tokio::select! {
+                _ = self.wait_for_item(row, Duration::from_secs(3600), |d| d.has_ended(row)) => {
+                    if self.has_ended(row) {
+                        return;
+                    }
+                    continue;
+                }
+                frame = next_frame(reader) => frame,
+            };
+            let Ok(Some(line)) = frame else { return };
+            let Ok(frame) = stdin_frame(&line) else {
+                return;
+            };
+            if frame.detach.is_some() {
+                continue;
+            }
+            match self.take_stdin(row, frame, &mut open, None).await {
+                Ok(_) if open => {}
+                _ => return,
+            }
+        }
     }
 
     /// Sends a command to a job's supervisor, when it is connected (a run runs on

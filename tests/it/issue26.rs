@@ -917,3 +917,91 @@ fn issue26_v33_a_run_with_piped_stdin_whose_caller_is_killed_is_stopped() {
     let ended = home.wait_end(&id);
     assert_eq!(ended["end"], "stopped_by_person", "{ended}");
 }
+
+/// The `bgwork run-feed` processes of this home still alive (found by their home in
+/// their environment; only looked at).
+fn feeders_of(home: &Home) -> Vec<i32> {
+    let mark = format!("BGWORK_HOME={}", home.path().display());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            cmdline.windows(8).any(|w| w == b"run-feed")
+                && environ.split(|&b| b == 0).any(|v| v == mark.as_bytes())
+                && !state.contains(") Z ")
+        })
+        .collect()
+}
+
+/// A promoted run's feeder whose pipe stays open and quiet goes when the job ends (it
+/// spun on the connection's hang-up for as long as the pipe lived).
+#[test]
+fn issue26_v34_a_feeder_goes_when_its_job_ends_though_its_pipe_stays_open() {
+    let home = Home::new();
+    let mut run = home
+        .command(&["--json", "run", "--timeout", "1", "--", "sleep 2"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let held = run.stdin.take();
+    let output = run.wait_with_output().unwrap();
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["outcome"], "promoted", "{reply}");
+    assert_eq!(feeders_of(&home).len(), 1, "a feeder passes the pipe on");
+    home.wait_end(reply["id"].as_str().unwrap());
+    eventually(Duration::from_secs(10), || feeders_of(&home).is_empty());
+    drop(held);
+}
+
+/// A restart refused for what its new item would show leaves the running item running
+/// (it was stopped first, and nothing replaced it).
+#[test]
+fn issue26_v35_a_refused_restart_stops_nothing() {
+    let value = "hunter2-Very-Secret-99";
+    let home = Home::new();
+    let id = home.start_with(&["--env", "K=abc"], &format!("sleep 100 # {value}"));
+    let (code, _, message) = home.error(&["restart", &id, "--env", &format!("K={value}")]);
+    assert_eq!(code, 2, "{message}");
+    assert!(message.contains("nothing was started"), "{message}");
+    assert_eq!(
+        home.item(&id)["state"],
+        "running",
+        "the old item was stopped"
+    );
+}
+
+/// A monitor's and a waiting item's end quote their path or pattern with token shapes
+/// masked, in the notice and the report alike.
+#[test]
+fn issue26_v36_ends_that_quote_a_pattern_or_path_mask_token_shapes() {
+    let home = Home::new();
+    let token = format!("ghp_{}", "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A");
+    let monitor = home.json(&[
+        "monitor",
+        "wait",
+        "--until-file",
+        &format!("/tmp/none-{token}"),
+        "--timeout",
+        "1",
+    ]);
+    let awaited = home.start_with(&[], "sleep 30");
+    let waiting = home.start_with(&["--after", &format!("{awaited}:output {token}")], "true");
+    home.json(&["stop", &awaited]);
+    // A `wait` that shows an end delivers its notice: the ends as `wait` tells them.
+    let failed = home.wait_end(monitor["id"].as_str().unwrap()).to_string();
+    let ended = home.wait_end(&waiting);
+    assert_eq!(ended["end"], "cancelled", "{ended}");
+    let cancelled = ended.to_string();
+    let listed = home.json(&["list", "--all"]).to_string();
+    for shown in [&failed, &cancelled, &listed] {
+        assert!(!shown.contains(&token), "{shown}");
+    }
+    for shown in [&failed, &cancelled] {
+        assert!(shown.contains("[secret github token]"), "{shown}");
+    }
+}

@@ -239,8 +239,6 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     }));
     let stdin = std::io::stdin();
     let mut buffer = vec![0u8; 64 << 10];
-    // The peer shut its side (Linux's POLLRDHUP, which this nix does not name).
-    let rdhup = PollFlags::from_bits_retain(0x2000);
     let send = |socket: &mut std::os::unix::net::UnixStream, frame: &wire::StdinFrame| {
         socket.write_all(&wire::encode_line(frame)).is_ok()
     };
@@ -248,7 +246,8 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
         let (gone, asked, input) = {
             let socket_fd = socket.as_fd();
             let mut fds = vec![
-                PollFd::new(socket_fd, rdhup),
+                // No events asked: its hang-up (the daemon closed it) is always told.
+                PollFd::new(socket_fd, PollFlags::empty()),
                 PollFd::new(stdin.as_fd(), PollFlags::POLLIN),
             ];
             if let Some(control) = &control {
@@ -263,7 +262,7 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
                 |fd: &PollFd, flags: PollFlags| fd.revents().is_some_and(|r| r.intersects(flags));
             let ended = PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL;
             (
-                any(&fds[0], ended | rdhup),
+                any(&fds[0], ended),
                 fds.get(2)
                     .is_some_and(|fd| any(fd, PollFlags::POLLIN | ended)),
                 any(&fds[1], PollFlags::POLLIN | ended),

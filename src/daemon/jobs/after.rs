@@ -748,6 +748,8 @@ impl Daemon {
 
     /// Ends a record that never ran (still `waiting`), once, and lets its keeper go.
     fn end_never_ran(&self, record: &Record, end: End, reason: &str, notify: bool) -> bool {
+        // Its reason may quote what it waited for: token shapes masked, as listed.
+        let reason = &crate::redact::mask_shapes(reason.to_string());
         let text = match end {
             End::Cancelled => format!("{} was cancelled: {reason}", record.id),
             End::Lost => format!("{} was lost: {reason}", record.id),

@@ -380,6 +380,8 @@ impl Daemon {
 
     /// Ends a monitor, with its notice when armed (not for a stop by the agent).
     pub(crate) fn settle_monitor(&self, row: i64, end: End, detail: &str) {
+        // Its detail may quote its pattern or path: token shapes masked, as listed.
+        let detail = &crate::redact::mask_shapes(detail.to_string());
         let Ok(Some(record)) = self.lock().store.get(row) else {
             return;
         };

@@ -104,29 +104,6 @@ impl Daemon {
             env.insert(name.clone(), value.clone());
         }
         secrets.retain(|name| env.contains_key(name));
-        let mut held = None;
-        if record.state != State::Ended {
-            // A start the rate guard would refuse must not cost the running item: the
-            // start is held (counted) while the item stops.
-            let root = self.lock().store.root_of(session)?;
-            held = Some(self.hold_start(&root)?);
-            // A click in the strip is the person's; any other restart is the agent's.
-            let stop = StopArgs {
-                id: id.clone(),
-                grace_s: None,
-                actor: match args.plain_env {
-                    true => Actor::Person,
-                    false => Actor::Agent,
-                },
-            };
-            let stopped = self.stop(session, &stop).await?;
-            if stopped.state != State::Ended {
-                return Err(WireError::new(
-                    ErrorCode::NotRunning,
-                    format!("{id} was asked to stop and has not ended yet: restart it once it has (`bgwork wait {id}`)"),
-                ));
-            }
-        }
         let start = StartArgs {
             after: Vec::new(),
             command: record.command.clone(),
@@ -165,6 +142,40 @@ impl Daemon {
                     )),
                 }),
         };
+        // What the new item would be is checked before the old one is stopped: a start
+        // refused (its values shown, its folder gone) leaves the running item as it is.
+        crate::daemon::jobs::new_item::check_start(&start)?;
+        let on_here = start.ssh.is_none() && start.slurm.is_none();
+        if on_here && record.kind != Kind::SubAgent && !std::path::Path::new(&record.cwd).is_dir() {
+            return Err(WireError::bad_request(format!(
+                "{id}'s folder {} is not a folder any more: nothing was stopped or started \
+                 (start it afresh with `--cwd`)",
+                record.cwd
+            )));
+        }
+        let mut held = None;
+        if record.state != State::Ended {
+            // A start the rate guard would refuse must not cost the running item: the
+            // start is held (counted) while the item stops.
+            let root = self.lock().store.root_of(session)?;
+            held = Some(self.hold_start(&root)?);
+            // A click in the strip is the person's; any other restart is the agent's.
+            let stop = StopArgs {
+                id: id.clone(),
+                grace_s: None,
+                actor: match args.plain_env {
+                    true => Actor::Person,
+                    false => Actor::Agent,
+                },
+            };
+            let stopped = self.stop(session, &stop).await?;
+            if stopped.state != State::Ended {
+                return Err(WireError::new(
+                    ErrorCode::NotRunning,
+                    format!("{id} was asked to stop and has not ended yet: restart it once it has (`bgwork wait {id}`)"),
+                ));
+            }
+        }
         let holds = held.is_some();
         let reply = match record.kind {
             Kind::SubAgent => self.agent_start_held(session, start, holds).await?,

@@ -143,3 +143,17 @@ mod tests {
         assert!(key_bytes("F13").is_err());
     }
 }
+
+/// Input bytes as `send` text, which [`unescape`] turns back into the same bytes
+/// (`\\`, and `\xHH` for every byte that is not printable ASCII).
+pub fn escape(data: &[u8]) -> String {
+    let mut text = String::with_capacity(data.len());
+    for &byte in data {
+        match byte {
+            b'\\' => text.push_str("\\\\"),
+            0x20..=0x7e => text.push(byte as char),
+            _ => text.push_str(&format!("\\x{byte:02x}")),
+        }
+    }
+    text
+}

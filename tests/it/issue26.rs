@@ -1005,3 +1005,50 @@ fn issue26_v36_ends_that_quote_a_pattern_or_path_mask_token_shapes() {
         assert!(shown.contains("[secret github token]"), "{shown}");
     }
 }
+
+/// A daemon stopped while a promoted run's stdin is being passed on: the feeder passes
+/// the rest to the daemon that takes the job back, and the job's input ends with the
+/// pipe (the rest was lost and the job waited for ever).
+#[test]
+fn issue26_v37_a_daemon_restart_while_a_feeder_passes_stdin_loses_none_of_it() {
+    use std::io::Write;
+    let home = Home::new();
+    let mut run = home
+        .command(&[
+            "--json",
+            "run",
+            "--timeout",
+            "1",
+            "--",
+            "while read l; do echo got $l; done; echo EOF",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = run.stdin.take().unwrap();
+    stdin.write_all(b"line1\nline2\n").unwrap();
+    let output = run.wait_with_output().unwrap();
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["outcome"], "promoted", "{reply}");
+    let id = reply["id"].as_str().unwrap().to_string();
+    stdin.write_all(b"line3\n").unwrap();
+    eventually(Duration::from_secs(20), || {
+        home.run(&["read", &id, "--all"])
+            .stdout
+            .contains("got line3")
+    });
+    home.json(&["shutdown"]);
+    eventually(Duration::from_secs(10), || {
+        std::os::unix::net::UnixStream::connect(home.socket()).is_err()
+    });
+    stdin.write_all(b"line4\nline5\n").unwrap();
+    drop(stdin);
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    let out = home.run(&["read", &id, "--all"]).stdout;
+    assert!(
+        out.contains("got line1\ngot line2\ngot line3\ngot line4\ngot line5\nEOF"),
+        "{out}"
+    );
+}

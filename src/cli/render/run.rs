@@ -107,7 +107,8 @@ pub(super) fn run(
     if let (Some(Feeder::Process { control }), RunOutcome::Promoted) = (&mut feeder, reply.outcome)
     {
         // The rest of stdin is the job's now: the feeder outlives this process.
-        let _ = control.write_all(b"keep\n");
+        let keep = format!("keep {}\t{}\n", envelope.session, reply.item.id);
+        let _ = control.write_all(keep.as_bytes());
     }
     if detached.is_some() {
         // Stdout takes nothing: the end (or the promotion) is said on stderr.
@@ -224,9 +225,11 @@ impl Feeder {
 /// `bgwork run-feed`: passes its stdin on to the run of the connection `fd` as stdin
 /// frames until it ends (then says end-of-input), or until the daemon closes the
 /// connection (the run ended, or its job did). On `control`, `run` says `detach WHY`
-/// (sent on as a detach) and `keep` once the run is promoted; `control` closed before
-/// `keep` is a `run` gone (killed, or ended): the feeder goes too, so the daemon sees the
-/// caller go as it would without a feeder.
+/// (sent on as a detach) and `keep SESSION<tab>ID` once the run is promoted; `control`
+/// closed before `keep` is a `run` gone (killed, or ended): the feeder goes too, so the
+/// daemon sees the caller go as it would without a feeder. A promoted run's connection
+/// that closes while its job still runs (the daemon stopped or restarted) is not the end:
+/// the rest goes with `send` ([`send_rest`]).
 pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::io::{BufRead, Read};
@@ -239,6 +242,8 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     }));
     let stdin = std::io::stdin();
     let mut buffer = vec![0u8; 64 << 10];
+    // The promoted job, once `run` says which.
+    let mut job: Option<(String, String)> = None;
     let send = |socket: &mut std::os::unix::net::UnixStream, frame: &wire::StdinFrame| {
         socket.write_all(&wire::encode_line(frame)).is_ok()
     };
@@ -269,6 +274,9 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
             )
         };
         if gone {
+            if let Some((session, id)) = &job {
+                send_rest(session, id, &mut buffer);
+            }
             return ExitCode::SUCCESS;
         }
         if asked {
@@ -284,7 +292,14 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
                             return ExitCode::SUCCESS;
                         }
                     }
-                    None => control = None,
+                    None => {
+                        job = line
+                            .trim_end()
+                            .strip_prefix("keep ")
+                            .and_then(|rest| rest.split_once('\t'))
+                            .map(|(session, id)| (session.to_string(), id.to_string()));
+                        control = None;
+                    }
                 },
                 // `run` went away before its promotion.
                 _ => return ExitCode::SUCCESS,
@@ -304,6 +319,92 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
             if !send(&mut socket, &frame) || n == 0 {
                 return ExitCode::SUCCESS;
             }
+        }
+    }
+}
+
+/// The rest of a promoted run's stdin after its connection closed: each piece with
+/// `send` (a daemon that restarted takes the job back and its input with it), then
+/// `--key C-d` at its end; until the job takes no input (it ended, or its input closed).
+/// Pieces in flight on the old connection when its daemon went are not known here.
+fn send_rest(session: &str, id: &str, buffer: &mut [u8]) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let paths = crate::paths::Paths::from_env();
+    let stdin = std::io::stdin();
+    // One request, asked again while no daemon answers (one is starting); false once
+    // the job takes no more.
+    let ask = |request: Request| -> bool {
+        let envelope = Envelope {
+            session: session.to_string(),
+            request,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let answer =
+                Client::connect(&paths).and_then(|mut c| c.call::<serde_json::Value>(&envelope));
+            match answer {
+                Ok(_) => return true,
+                Err(e)
+                    if e.code == wire::ErrorCode::Unavailable
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                Err(_) => return false,
+            }
+        }
+    };
+    let send = |text: String, keys: Vec<String>| {
+        ask(Request::Send(wire::SendArgs {
+            id: id.to_string(),
+            text,
+            keys,
+        }))
+    };
+    loop {
+        let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+        let ready = match poll(&mut fds, PollTimeout::from(1000u16)) {
+            Ok(n) => n > 0,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        };
+        if !ready {
+            // A quiet pipe: the job may have ended meanwhile.
+            let look = Request::Wait(wire::WaitArgs {
+                ids: vec![id.to_string()],
+                timeout_s: Some(0.0),
+                ..wire::WaitArgs::default()
+            });
+            let envelope = Envelope {
+                session: session.to_string(),
+                request: look,
+            };
+            let running = Client::connect(&paths)
+                .and_then(|mut c| c.call::<wire::WaitReply>(&envelope))
+                .map(|reply| {
+                    reply
+                        .items
+                        .iter()
+                        .all(|item| item.state != wire::State::Ended)
+                });
+            if !running.unwrap_or(true) {
+                return;
+            }
+            continue;
+        }
+        let n = match stdin.lock().read(buffer) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => 0,
+        };
+        let taken = match n {
+            0 => send(String::new(), vec!["C-d".to_string()]),
+            n => send(crate::keys::escape(&buffer[..n]), Vec::new()),
+        };
+        if !taken || n == 0 {
+            return;
         }
     }
 }

@@ -429,7 +429,7 @@ impl Tracker {
                 | ToSupervisor::Rerun { .. },
             ) => {}
             Command::Write { data, answer } => {
-                let text = escaped(&data);
+                let text = crate::keys::escape(&data);
                 let envelope = self.envelope(Request::Send(SendArgs {
                     id,
                     text,
@@ -474,26 +474,12 @@ impl Tracker {
     }
 }
 
-/// Input bytes as `send` text, which the host's daemon turns back into the same bytes
-/// (`\\`, and `\xHH` for every byte that is not printable ASCII).
-pub(super) fn escaped(data: &[u8]) -> String {
-    let mut text = String::with_capacity(data.len());
-    for &byte in data {
-        match byte {
-            b'\\' => text.push_str("\\\\"),
-            0x20..=0x7e => text.push(byte as char),
-            _ => text.push_str(&format!("\\x{byte:02x}")),
-        }
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn input_crosses_as_send_text_byte_for_byte() {
         let data: Vec<u8> = (0..=255u8).chain(*b"a\\nb\\x41").collect();
-        let text = super::escaped(&data);
+        let text = crate::keys::escape(&data);
         assert_eq!(crate::keys::unescape(&text).unwrap(), data);
     }
 }

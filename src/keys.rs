@@ -120,6 +120,20 @@ pub fn key_bytes(key: &str) -> Result<Vec<u8>, WireError> {
     Ok(bytes.to_vec())
 }
 
+/// Input bytes as `send` text, which [`unescape`] turns back into the same bytes
+/// (`\\`, and `\xHH` for every byte that is not printable ASCII).
+pub fn escape(data: &[u8]) -> String {
+    let mut text = String::with_capacity(data.len());
+    for &byte in data {
+        match byte {
+            b'\\' => text.push_str("\\\\"),
+            0x20..=0x7e => text.push(byte as char),
+            _ => text.push_str(&format!("\\x{byte:02x}")),
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,18 +156,4 @@ mod tests {
         assert_eq!(key_bytes("C-\\").unwrap(), vec![0x1c]);
         assert!(key_bytes("F13").is_err());
     }
-}
-
-/// Input bytes as `send` text, which [`unescape`] turns back into the same bytes
-/// (`\\`, and `\xHH` for every byte that is not printable ASCII).
-pub fn escape(data: &[u8]) -> String {
-    let mut text = String::with_capacity(data.len());
-    for &byte in data {
-        match byte {
-            b'\\' => text.push_str("\\\\"),
-            0x20..=0x7e => text.push(byte as char),
-            _ => text.push_str(&format!("\\x{byte:02x}")),
-        }
-    }
-    text
 }

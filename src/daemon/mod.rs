@@ -324,6 +324,11 @@ impl Daemon {
         self.shutdown.send_replace(true);
     }
 
+    /// Whether a `shutdown --stop-work` stops its work (said in the log as it ends).
+    pub fn stopping_work(&self) -> bool {
+        self.stopping_all.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
     }

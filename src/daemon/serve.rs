@@ -275,7 +275,12 @@ pub async fn run(
             }
         }
     }
-    crate::note!("bgwork daemon: shut down; running work goes on under its supervisors");
+    match daemon.stopping_work() {
+        true => crate::note!("bgwork daemon: shut down; its running work was stopped"),
+        false => {
+            crate::note!("bgwork daemon: shut down; running work goes on under its supervisors")
+        }
+    }
 }
 
 /// How often the daemon looks whether its home is still there.

@@ -617,3 +617,42 @@ fn issue26_v31_token_shapes_in_a_name_or_an_awaited_pattern_are_listed_masked() 
     let text = home.run(&["list"]).stdout;
     assert!(!text.contains(&token), "{text}");
 }
+
+#[test]
+fn issue26_v38_a_folder_given_through_a_link_to_a_secrets_folder_is_refused() {
+    let home = Home::new().with("PW", PW);
+    let folder = home.path().join(format!("e-{PW}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    let link = home.path().join("lnk");
+    std::os::unix::fs::symlink(&folder, &link).unwrap();
+    let why = refused(
+        &home,
+        &[
+            "--secret",
+            "PW",
+            "--cwd",
+            link.to_str().unwrap(),
+            "--",
+            "true",
+        ],
+    );
+    assert!(why.contains("folder (--cwd)"), "{why}");
+    let listed = home.json(&["list", "--all"]).to_string();
+    assert!(!listed.contains(PW), "{listed}");
+    assert!(!kept(&home).contains(PW), "a value is in work.db");
+}
+
+#[test]
+fn issue26_v39_a_failed_starts_report_masks_the_token_its_folder_quotes() {
+    let home = Home::new();
+    let token = format!("ghp_{}", "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A");
+    // Refused as it could not start (the caller's own folder in the words), and kept.
+    let cwd = format!("/nonexist/{token}");
+    let run = home.run(&["start", "--window", "0", "--cwd", &cwd, "--", "true"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    let item = home.item("bg-1");
+    assert_eq!(item["end"], "spawn_failed", "{item}");
+    let listed = home.json(&["list", "--all"]).to_string();
+    assert!(!listed.contains(&token), "{listed}");
+    assert!(listed.contains("[secret github token]"), "{listed}");
+}

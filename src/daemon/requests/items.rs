@@ -88,7 +88,7 @@ impl Daemon {
             // Token shapes masked, as in the run history (contract §8).
             name: record.name.clone().map(crate::redact::mask_shapes),
             command: crate::redact::mask_shapes(record.command.clone()),
-            cwd: record.cwd.clone(),
+            cwd: crate::redact::mask_shapes(record.cwd.clone()),
             // Waiting out its back-off, it has no process.
             pid: record.pid.filter(|_| state != State::Restarting),
             // A waiting item has not started: its record's time is when it was made.
@@ -97,7 +97,8 @@ impl Daemon {
             ended_at: record.ended_at.map(rfc3339),
             notify: record.notify,
             session: record.session.clone(),
-            report,
+            // An end's words may quote a folder, a host or a pattern given.
+            report: report.map(crate::redact::mask_shapes),
             env_names: record.env_names.clone(),
             log_path: (!record.job_dir.is_empty()).then(|| {
                 crate::output::log_path(&record.job_dir)
@@ -108,7 +109,7 @@ impl Daemon {
             stop_requested: (running && record.stop_actor.is_some()).then_some(true),
             already_ended: None,
             queued: None,
-            end_detail: detail,
+            end_detail: detail.map(crate::redact::mask_shapes),
             cost: crate::wire::Cost::recorded(record.cpu_ms, record.peak_rss),
             executor: view.executor_name().map(str::to_string),
             queue_reason: view.queue_reason.filter(|_| state == State::Queued),

@@ -48,9 +48,17 @@ pub(crate) fn check_held_values(
     // What else a start records and shows as given: its folder, its `--env` names, its
     // host (a monitor has none of them).
     let env_names = args.env.keys().cloned().collect::<Vec<_>>().join(" ");
+    // The folder as the record and the run history keep it: a symbolic link resolved.
+    let canonical = args
+        .cwd
+        .as_deref()
+        .filter(|_| args.ssh.is_none())
+        .and_then(|cwd| std::fs::canonicalize(cwd).ok())
+        .map(|path| path.display().to_string());
     let kept: Vec<(&str, &str)> = match checked {
         Checked::Start => [
             ("folder (--cwd)", args.cwd.as_deref()),
+            ("folder (--cwd)", canonical.as_deref()),
             ("--env names", Some(env_names.as_str())),
             ("ssh host", args.ssh.as_deref()),
         ]

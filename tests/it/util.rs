@@ -189,12 +189,21 @@ impl Home {
     }
 
     /// Kills the daemon with SIGKILL and waits until it is gone: its listening socket
-    /// refuses connections (its last thread may exit after its leader is a zombie).
+    /// refuses connections (its last thread may exit after its leader is a zombie), or
+    /// another daemon serves it already (a client, an MCP server's follower, started one).
     pub fn kill_daemon(&self) {
         let pid = self.daemon_pid();
         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         eventually(Duration::from_secs(10), || {
-            std::os::unix::net::UnixStream::connect(self.socket()).is_err()
+            if std::os::unix::net::UnixStream::connect(self.socket()).is_err() {
+                return true;
+            }
+            let status = self.run(&["--json", "status"]);
+            status.code == 0
+                && serde_json::from_str::<Value>(&status.stdout)
+                    .ok()
+                    .and_then(|s| s["pid"].as_i64())
+                    .is_some_and(|now| now != pid as i64)
         });
     }
 

@@ -918,23 +918,9 @@ fn issue26_v33_a_run_with_piped_stdin_whose_caller_is_killed_is_stopped() {
     assert_eq!(ended["end"], "stopped_by_person", "{ended}");
 }
 
-/// The `bgwork run-feed` processes of this home still alive (found by their home in
-/// their environment; only looked at).
+/// The `bgwork run-feed` processes of this home still alive.
 fn feeders_of(home: &Home) -> Vec<i32> {
-    let mark = format!("BGWORK_HOME={}", home.path().display());
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            cmdline.windows(8).any(|w| w == b"run-feed")
-                && environ.split(|&b| b == 0).any(|v| v == mark.as_bytes())
-                && !state.contains(") Z ")
-        })
-        .collect()
+    crate::util::bgwork_processes("run-feed", home.path())
 }
 
 /// A promoted run's feeder whose pipe stays open and quiet goes when the job ends (it

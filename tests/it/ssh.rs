@@ -1061,18 +1061,7 @@ fn relays(h: &SshHome) -> Vec<i32> {
         .parent()
         .unwrap()
         .to_path_buf();
-    let want = format!("BGWORK_HOME={}", remote_home.display());
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            cmdline.ends_with(b"ssh-relay\0")
-                && environ.split(|&b| b == 0).any(|v| v == want.as_bytes())
-        })
-        .collect()
+    crate::util::bgwork_processes("ssh-relay", &remote_home)
 }
 
 /// Restarts the host's daemon of this home (after a first job opened the link) with

@@ -475,3 +475,24 @@ impl Drop for SmallDisk {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
     }
 }
+
+/// The live (not zombie) `bgwork SUBCOMMAND` processes whose `BGWORK_HOME` is `home`,
+/// found in `/proc` (only looked at: a test ends nothing it finds this way).
+pub fn bgwork_processes(subcommand: &str, home: &Path) -> Vec<i32> {
+    let want = format!("BGWORK_HOME={}", home.display());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            cmdline
+                .split(|&b| b == 0)
+                .any(|arg| arg == subcommand.as_bytes())
+                && environ.split(|&b| b == 0).any(|v| v == want.as_bytes())
+                && !state.contains(") Z ")
+        })
+        .collect()
+}

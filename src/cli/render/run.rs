@@ -232,7 +232,7 @@ impl Feeder {
 /// the rest goes with `send` ([`send_rest`]).
 pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::io::{BufRead, Read};
+    use std::io::BufRead;
     use std::os::fd::{AsFd, FromRawFd};
     // Safety: both descriptors were opened for this process by `run`, which owns none
     // of them any more.
@@ -306,17 +306,8 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
             }
         }
         if input {
-            let n = match stdin.lock().read(&mut buffer) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => 0,
-            };
-            let frame = wire::StdinFrame {
-                stdin: base64::engine::general_purpose::STANDARD.encode(&buffer[..n]),
-                eof: n == 0,
-                detach: None,
-            };
-            if !send(&mut socket, &frame) || n == 0 {
+            let n = read_piece(&mut stdin.lock(), &mut buffer);
+            if !send(&mut socket, &input_frame(&buffer[..n])) || n == 0 {
                 return ExitCode::SUCCESS;
             }
         }
@@ -329,39 +320,19 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
 /// Pieces in flight on the old connection when its daemon went are not known here.
 fn send_rest(session: &str, id: &str, buffer: &mut [u8]) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::io::Read;
     use std::os::fd::AsFd;
+    use std::time::Duration;
     let paths = crate::paths::Paths::from_env();
     let stdin = std::io::stdin();
-    // One request, asked again while no daemon answers (one is starting); false once
-    // the job takes no more.
-    let ask = |request: Request| -> bool {
-        let envelope = Envelope {
-            session: session.to_string(),
-            request,
-        };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let answer =
-                Client::connect(&paths).and_then(|mut c| c.call::<serde_json::Value>(&envelope));
-            match answer {
-                Ok(_) => return true,
-                Err(e)
-                    if e.code == wire::ErrorCode::Unavailable
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(200));
-                }
-                Err(_) => return false,
-            }
-        }
-    };
+    // A send is asked again while no daemon answers (one is starting), for a minute;
+    // refused, the job takes no more.
     let send = |text: String, keys: Vec<String>| {
-        ask(Request::Send(wire::SendArgs {
+        let send = Request::Send(wire::SendArgs {
             id: id.to_string(),
             text,
             keys,
-        }))
+        });
+        ask::<serde_json::Value>(&paths, session, send, Duration::from_secs(60)).is_ok()
     };
     loop {
         let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
@@ -377,28 +348,14 @@ fn send_rest(session: &str, id: &str, buffer: &mut [u8]) {
                 timeout_s: Some(0.0),
                 ..wire::WaitArgs::default()
             });
-            let envelope = Envelope {
-                session: session.to_string(),
-                request: look,
-            };
-            let running = Client::connect(&paths)
-                .and_then(|mut c| c.call::<wire::WaitReply>(&envelope))
-                .map(|reply| {
-                    reply
-                        .items
-                        .iter()
-                        .all(|item| item.state != wire::State::Ended)
-                });
-            if !running.unwrap_or(true) {
+            let ended = ask::<wire::WaitReply>(&paths, session, look, Duration::ZERO)
+                .is_ok_and(|reply| reply.items.iter().any(|i| i.state == wire::State::Ended));
+            if ended {
                 return;
             }
             continue;
         }
-        let n = match stdin.lock().read(buffer) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => 0,
-        };
+        let n = read_piece(&mut stdin.lock(), buffer);
         let taken = match n {
             0 => send(String::new(), vec!["C-d".to_string()]),
             n => send(crate::keys::escape(&buffer[..n]), Vec::new()),
@@ -409,23 +366,61 @@ fn send_rest(session: &str, id: &str, buffer: &mut [u8]) {
     }
 }
 
+/// One request of `session`, asked again every 200 ms for `patience` while no daemon
+/// answers.
+fn ask<T: serde::de::DeserializeOwned>(
+    paths: &crate::paths::Paths,
+    session: &str,
+    request: Request,
+    patience: std::time::Duration,
+) -> Result<T, WireError> {
+    let envelope = Envelope {
+        session: session.to_string(),
+        request,
+    };
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        match Client::connect(paths).and_then(|mut c| c.call::<T>(&envelope)) {
+            Err(e)
+                if e.code == wire::ErrorCode::Unavailable
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// The next piece of `stdin` into `buffer`: its length, 0 at its end (a stdin that
+/// cannot be read is an ended one).
+fn read_piece(stdin: &mut impl std::io::Read, buffer: &mut [u8]) -> usize {
+    loop {
+        match stdin.read(buffer) {
+            Ok(n) => return n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return 0,
+        }
+    }
+}
+
+/// A piece of the caller's stdin as a frame of its run (none: its end).
+fn input_frame(piece: &[u8]) -> wire::StdinFrame {
+    wire::StdinFrame {
+        stdin: base64::engine::general_purpose::STANDARD.encode(piece),
+        eof: piece.is_empty(),
+        detach: None,
+    }
+}
+
 /// Passes this process's stdin on to a run, until it ends (or cannot be read: a closed
 /// or unreadable stdin is an ended one), then says end-of-input.
 fn forward_stdin(writer: &std::sync::Mutex<std::os::unix::net::UnixStream>) {
-    use std::io::Read;
     let mut stdin = std::io::stdin().lock();
     let mut buffer = vec![0u8; 64 << 10];
     loop {
-        let n = match stdin.read(&mut buffer) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => 0,
-        };
-        let frame = wire::StdinFrame {
-            stdin: base64::engine::general_purpose::STANDARD.encode(&buffer[..n]),
-            eof: n == 0,
-            detach: None,
-        };
+        let n = read_piece(&mut stdin, &mut buffer);
+        let frame = input_frame(&buffer[..n]);
         let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
         if writer.write_all(&wire::encode_line(&frame)).is_err() || n == 0 {
             return;

@@ -40,6 +40,10 @@ pub(crate) fn check_held_values(
     secret_names: &[String],
     checked: Checked,
 ) -> Result<(), WireError> {
+    // No value to show: nothing to read (and no folder to resolve on every start).
+    if pairs.is_empty() {
+        return Ok(());
+    }
     let awaited = checked != Checked::Start;
     let patterns_are = match checked {
         Checked::Monitor => ("monitor's --regex", "monitor's --regex"),

@@ -33,6 +33,18 @@ impl FrameReader {
         }
     }
 
+    /// Shuts both ways of the connection: the client's next write fails (and its
+    /// poll says hung up), while what it wrote before stays to be read here, up to
+    /// the end of the stream.
+    pub(crate) fn shut(&self) {
+        use std::os::fd::AsFd;
+        let stream: &tokio::net::UnixStream = self.0.get_ref().as_ref();
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&stream.as_fd()),
+            nix::sys::socket::Shutdown::Both,
+        );
+    }
+
     /// Resolves when the client closes its side of the connection (bytes it sends
     /// meanwhile stay buffered for [`FrameReader::next`]).
     pub(crate) async fn closed(&mut self) {

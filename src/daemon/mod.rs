@@ -144,6 +144,9 @@ pub struct Daemon {
     pub(crate) http: tokio::sync::Mutex<Option<crate::http::Serving>>,
     /// What each waiting item waits for (`start --after`).
     pub(crate) waiting: jobs::after::Board,
+    /// Promoted runs' connections whose rest of stdin is being passed on: a daemon
+    /// that shuts down passes on what they sent before it goes.
+    pub(crate) passing: watch::Sender<usize>,
 }
 
 impl Daemon {
@@ -196,6 +199,7 @@ impl Daemon {
             big_replies: Arc::new(Semaphore::new(BIG_REPLIES)),
             http: tokio::sync::Mutex::new(None),
             waiting: Default::default(),
+            passing: watch::channel(0).0,
         }
     }
 

@@ -275,6 +275,10 @@ pub async fn run(
             }
         }
     }
+    // What promoted runs' callers had sent reaches their jobs before the daemon goes
+    // (each connection is shut, so its caller sends the rest to the next daemon).
+    let mut passing = daemon.passing.subscribe();
+    let _ = tokio::time::timeout(PASS_ON_AT_SHUTDOWN, passing.wait_for(|n| *n == 0)).await;
     match daemon.stopping_work() {
         true => crate::note!("bgwork daemon: shut down; its running work was stopped"),
         false => {
@@ -282,6 +286,10 @@ pub async fn run(
         }
     }
 }
+
+/// How long a daemon that shuts down waits for promoted runs' stdin, sent before it
+/// shut their connections, to reach their jobs (a job that reads none of it holds it).
+const PASS_ON_AT_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How often the daemon looks whether its home is still there.
 const HOME_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);

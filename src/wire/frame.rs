@@ -145,6 +145,10 @@ impl<R: AsyncRead + Unpin> Lines<R> {
         }
     }
 
+    pub fn get_ref(&self) -> &R {
+        &self.reader
+    }
+
     /// The next line without its newline; `Ok(None)` at the end of the stream (a last
     /// line without a newline is returned first). Cancel-safe.
     pub async fn next(&mut self) -> Result<Option<Vec<u8>>, LineError> {

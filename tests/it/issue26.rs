@@ -992,9 +992,10 @@ fn issue26_v36_ends_that_quote_a_pattern_or_path_mask_token_shapes() {
     }
 }
 
-/// A daemon stopped while a promoted run's stdin is being passed on: the feeder passes
-/// the rest to the daemon that takes the job back, and the job's input ends with the
-/// pipe (the rest was lost and the job waited for ever).
+/// A daemon stopped while a promoted run's stdin is being passed on: what it took
+/// reaches the job before it goes, the feeder passes the rest to the daemon that takes
+/// the job back, and the job's input ends with the pipe (the rest was lost, and input
+/// sent as the daemon went too, and the job waited for ever).
 #[test]
 fn issue26_v37_a_daemon_restart_while_a_feeder_passes_stdin_loses_none_of_it() {
     use std::io::Write;
@@ -1025,10 +1026,12 @@ fn issue26_v37_a_daemon_restart_while_a_feeder_passes_stdin_loses_none_of_it() {
             .contains("got line3")
     });
     home.json(&["shutdown"]);
+    // Sent as the daemon goes (its connection still open), then once it is gone.
+    stdin.write_all(b"line4\n").unwrap();
     eventually(Duration::from_secs(10), || {
         std::os::unix::net::UnixStream::connect(home.socket()).is_err()
     });
-    stdin.write_all(b"line4\nline5\n").unwrap();
+    stdin.write_all(b"line5\n").unwrap();
     drop(stdin);
     let ended = home.wait_end(&id);
     assert_eq!(ended["end"], "succeeded", "{ended}");

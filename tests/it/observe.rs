@@ -504,9 +504,12 @@ fn issue15_4_a_job_of_200_processes_is_counted_whole_while_they_come_and_go() {
 fn issue15_4_a_job_that_rewrites_its_processes_record_is_not_shown_the_machine() {
     let home = Home::new();
     // The job names pid 1 (with its true start time) as its supervisor: reading the
-    // tree under it would show every process of the machine as the job's.
+    // tree under it would show every process of the machine as the job's. It does so
+    // once its supervisor's own record is there (written as the job starts, it would
+    // replace the job's).
     let id = home.start(
-        "start=$(sed 's/.*) //' /proc/1/stat | cut -d' ' -f20); \
+        "until grep -q '^job ' \"$BGWORK_JOB/processes\" 2>/dev/null; do sleep 0.05; done; \
+         start=$(sed 's/.*) //' /proc/1/stat | cut -d' ' -f20); \
          echo \"supervisor 1 $start\" > \"$BGWORK_JOB/processes\"; echo rewritten; exec sleep 300",
     );
     eventually(PATIENCE, || {

@@ -275,7 +275,7 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
         };
         if gone {
             if let Some((session, id)) = &job {
-                send_rest(session, id, &mut buffer);
+                send_rest(session, id, &mut buffer, None);
             }
             return ExitCode::SUCCESS;
         }
@@ -307,9 +307,17 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
         }
         if input {
             let n = read_piece(&mut stdin.lock(), &mut buffer);
-            if !send(&mut socket, &input_frame(&buffer[..n])) || n == 0 {
-                return ExitCode::SUCCESS;
+            if send(&mut socket, &input_frame(&buffer[..n])) {
+                if n == 0 {
+                    return ExitCode::SUCCESS;
+                }
+                continue;
             }
+            // The daemon shut the connection as it went: none of this piece was taken.
+            if let Some((session, id)) = &job {
+                send_rest(session, id, &mut buffer, Some(n));
+            }
+            return ExitCode::SUCCESS;
         }
     }
 }
@@ -317,8 +325,10 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
 /// The rest of a promoted run's stdin after its connection closed: each piece with
 /// `send` (a daemon that restarted takes the job back and its input with it), then
 /// `--key C-d` at its end; until the job takes no input (it ended, or its input closed).
-/// Pieces in flight on the old connection when its daemon went are not known here.
-fn send_rest(session: &str, id: &str, buffer: &mut [u8]) {
+/// `held`: the length of a piece in `buffer` that the old connection refused, sent
+/// first. A daemon that shuts down passes on what its connection took; one killed
+/// loses what it had not read of it.
+fn send_rest(session: &str, id: &str, buffer: &mut [u8], mut held: Option<usize>) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     use std::time::Duration;
@@ -334,7 +344,21 @@ fn send_rest(session: &str, id: &str, buffer: &mut [u8]) {
         });
         ask::<serde_json::Value>(&paths, session, send, Duration::from_secs(60)).is_ok()
     };
+    // The piece `buffer[..n]` sent (none: the end of input); whether more may follow.
+    let pass = |n: usize, buffer: &[u8]| {
+        let taken = match n {
+            0 => send(String::new(), vec!["C-d".to_string()]),
+            n => send(crate::keys::escape(&buffer[..n]), Vec::new()),
+        };
+        taken && n > 0
+    };
     loop {
+        if let Some(n) = held.take() {
+            if !pass(n, buffer) {
+                return;
+            }
+            continue;
+        }
         let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
         let ready = match poll(&mut fds, PollTimeout::from(1000u16)) {
             Ok(n) => n > 0,
@@ -356,18 +380,15 @@ fn send_rest(session: &str, id: &str, buffer: &mut [u8]) {
             continue;
         }
         let n = read_piece(&mut stdin.lock(), buffer);
-        let taken = match n {
-            0 => send(String::new(), vec!["C-d".to_string()]),
-            n => send(crate::keys::escape(&buffer[..n]), Vec::new()),
-        };
-        if !taken || n == 0 {
+        if !pass(n, buffer) {
             return;
         }
     }
 }
 
-/// One request of `session`, asked again every 200 ms for `patience` while no daemon
-/// answers.
+/// One request of `session`, its connection tried again every 200 ms for `patience`
+/// while no daemon can be reached (one asked that fails is not asked again: a `send`
+/// it may have carried out would be sent twice).
 fn ask<T: serde::de::DeserializeOwned>(
     paths: &crate::paths::Paths,
     session: &str,
@@ -380,14 +401,15 @@ fn ask<T: serde::de::DeserializeOwned>(
     };
     let deadline = std::time::Instant::now() + patience;
     loop {
-        match Client::connect(paths).and_then(|mut c| c.call::<T>(&envelope)) {
+        match Client::connect(paths) {
+            Ok(mut client) => return client.call::<T>(&envelope),
             Err(e)
                 if e.code == wire::ErrorCode::Unavailable
                     && std::time::Instant::now() < deadline =>
             {
                 std::thread::sleep(std::time::Duration::from_millis(200));
             }
-            answer => return answer,
+            Err(e) => return Err(e),
         }
     }
 }

@@ -317,8 +317,14 @@ impl Daemon {
     /// After a promoted run's reply: passes the rest of the caller's stdin on to the
     /// job as it comes (the input the job had not taken first), until end-of-input
     /// (then the job's input is closed), the job's end, or the caller's going away
-    /// (then its input stays open, for `send`).
+    /// (then its input stays open, for `send`). A daemon that shuts down shuts the
+    /// connection and passes on what the caller sent before (it sends the rest to the
+    /// next daemon with `send`).
     pub(crate) async fn pass_rest(&self, rest: StdinRest, reader: &mut FrameReader) {
+        self.passing.send_modify(|n| *n += 1);
+        let _passing = Passing(&self.passing);
+        let mut shutdown = self.shutdown_signal();
+        let mut shut = false;
         let StdinRest {
             row,
             unwritten,
@@ -343,6 +349,11 @@ impl Daemon {
                     if self.has_ended(row) {
                         return;
                     }
+                    continue;
+                }
+                _ = shutdown.wait_for(|going| *going), if !shut => {
+                    reader.shut();
+                    shut = true;
                     continue;
                 }
                 frame = next_frame(reader) => frame,
@@ -581,6 +592,16 @@ impl Daemon {
         let max = output::DEFAULT_MAX_BYTES;
         let excerpt = output::excerpt(&path, from, to, self.config.log_head, dropped, max);
         excerpt.render(max, &path).0
+    }
+}
+
+/// One promoted run's connection counted in [`Daemon::passing`] while its rest is
+/// passed on.
+struct Passing<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl Drop for Passing<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
     }
 }
 

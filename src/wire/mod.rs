@@ -399,6 +399,11 @@ pub enum RunStdin {
     Forward,
 }
 
+/// The line a daemon writes on a promoted run's connection, after its reply, when the
+/// job takes no more of the caller's stdin (it ended, or its input closed): the caller
+/// has no rest to pass on, to this daemon or the next.
+pub const STDIN_TAKEN_NO_MORE: &[u8] = b"{\"stdin\":\"taken no more\"}\n";
+
 /// A piece of a `run` caller's stdin (after a `run` request with `"stdin":"forward"`).
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 pub struct StdinFrame {

@@ -1041,3 +1041,49 @@ fn issue26_v37_a_daemon_restart_while_a_feeder_passes_stdin_loses_none_of_it() {
         "{out}"
     );
 }
+
+/// `shutdown --stop-work` while a promoted run's pipe stays open: the feeder goes with
+/// the job it stopped, and no daemon is started again to pass the rest on (one was,
+/// and stayed up with no work).
+#[test]
+fn issue26_x27_a_feeder_whose_job_shutdown_stopped_starts_no_daemon() {
+    use std::io::Write;
+    let home = Home::new();
+    let mut run = home
+        .command(&["--json", "run", "--timeout", "1", "--", "cat; sleep 300"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = run.stdin.take().unwrap();
+    stdin.write_all(b"one\n").unwrap();
+    let output = run.wait_with_output().unwrap();
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["outcome"], "promoted", "{reply}");
+    let id = reply["id"].as_str().unwrap().to_string();
+    assert_eq!(feeders_of(&home).len(), 1);
+    let daemon = crate::util::bgwork_processes("daemon", home.path());
+    assert_eq!(daemon.len(), 1, "{daemon:?}");
+    let said = home.json(&["shutdown", "--stop-work"]);
+    assert!(
+        said["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 running item stopped"),
+        "{said}"
+    );
+    eventually(Duration::from_secs(10), || feeders_of(&home).is_empty());
+    // The pipe is still open (its reader gone: the write may fail), and no daemon
+    // came back.
+    let _ = stdin.write_all(b"two\n");
+    eventually(Duration::from_secs(10), || {
+        crate::util::bgwork_processes("daemon", home.path()).is_empty()
+    });
+    assert!(
+        std::os::unix::net::UnixStream::connect(home.socket()).is_err(),
+        "a daemon answers after shutdown --stop-work"
+    );
+    drop(stdin);
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "stopped_by_agent", "{ended}");
+}

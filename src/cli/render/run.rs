@@ -228,8 +228,10 @@ impl Feeder {
 /// (sent on as a detach) and `keep SESSION<tab>ID` once the run is promoted; `control`
 /// closed before `keep` is a `run` gone (killed, or ended): the feeder goes too, so the
 /// daemon sees the caller go as it would without a feeder. A promoted run's connection
-/// that closes while its job still runs (the daemon stopped or restarted) is not the end:
-/// the rest goes with `send` ([`send_rest`]).
+/// that closes without the daemon's word that the job takes no more
+/// ([`wire::STDIN_TAKEN_NO_MORE`]: it ended, or its input closed) is a daemon stopped or
+/// restarted while the job runs on, not the end: the rest goes with `send`
+/// ([`send_rest`]).
 pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::io::BufRead;
@@ -250,9 +252,15 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     loop {
         let (gone, asked, input) = {
             let socket_fd = socket.as_fd();
+            // Before the promotion the connection's replies are `run`'s to read: no
+            // events asked (its hang-up, the daemon closed it, is always told). After
+            // it, the daemon's one line says the job takes no more input.
+            let told = match job {
+                Some(_) => PollFlags::POLLIN,
+                None => PollFlags::empty(),
+            };
             let mut fds = vec![
-                // No events asked: its hang-up (the daemon closed it) is always told.
-                PollFd::new(socket_fd, PollFlags::empty()),
+                PollFd::new(socket_fd, told),
                 PollFd::new(stdin.as_fd(), PollFlags::POLLIN),
             ];
             if let Some(control) = &control {
@@ -267,7 +275,7 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
                 |fd: &PollFd, flags: PollFlags| fd.revents().is_some_and(|r| r.intersects(flags));
             let ended = PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL;
             (
-                any(&fds[0], ended),
+                any(&fds[0], ended | told),
                 fds.get(2)
                     .is_some_and(|fd| any(fd, PollFlags::POLLIN | ended)),
                 any(&fds[1], PollFlags::POLLIN | ended),
@@ -275,7 +283,9 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
         };
         if gone {
             if let Some((session, id)) = &job {
-                send_rest(session, id, &mut buffer, None);
+                if !taken_no_more(&mut socket) {
+                    send_rest(session, id, &mut buffer, None);
+                }
             }
             return ExitCode::SUCCESS;
         }
@@ -320,6 +330,24 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
+}
+
+/// Whether the daemon said on a promoted run's connection that its job takes no more
+/// input (it ended, or its input closed): then nothing is passed to the next daemon
+/// (one stopped with its work is not started again). A connection closed without it
+/// is a daemon gone while the job may still run.
+fn taken_no_more(socket: &mut std::os::unix::net::UnixStream) -> bool {
+    use std::io::Read;
+    let said = wire::STDIN_TAKEN_NO_MORE;
+    let mut line = vec![0u8; said.len()];
+    let mut got = 0;
+    while got < line.len() {
+        match socket.read(&mut line[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    got == said.len() && line == said
 }
 
 /// The rest of a promoted run's stdin after its connection closed: each piece with

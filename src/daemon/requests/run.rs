@@ -319,8 +319,9 @@ impl Daemon {
     /// (then the job's input is closed), the job's end, or the caller's going away
     /// (then its input stays open, for `send`). A daemon that shuts down shuts the
     /// connection and passes on what the caller sent before (it sends the rest to the
-    /// next daemon with `send`).
-    pub(crate) async fn pass_rest(&self, rest: StdinRest, reader: &mut FrameReader) {
+    /// next daemon with `send`). Whether the job takes no more of it (it ended, or its
+    /// input closed): then the caller is told so ([`wire::STDIN_TAKEN_NO_MORE`]).
+    pub(crate) async fn pass_rest(&self, rest: StdinRest, reader: &mut FrameReader) -> bool {
         self.passing.send_modify(|n| *n += 1);
         let _passing = Passing(&self.passing);
         let mut shutdown = self.shutdown_signal();
@@ -337,17 +338,17 @@ impl Daemon {
             .is_empty()
             || !open
         {
-            return;
+            return true;
         }
         if eof {
             self.to_job(row, ToSupervisor::CloseInput);
-            return;
+            return true;
         }
         loop {
             let frame = tokio::select! {
                 _ = self.wait_for_item(row, Duration::from_secs(3600), |d| d.has_ended(row)) => {
                     if self.has_ended(row) {
-                        return;
+                        return true;
                     }
                     continue;
                 }
@@ -358,16 +359,17 @@ impl Daemon {
                 }
                 frame = next_frame(reader) => frame,
             };
-            let Ok(Some(line)) = frame else { return };
+            let Ok(Some(line)) = frame else { return false };
             let Ok(frame) = stdin_frame(&line) else {
-                return;
+                return false;
             };
             if frame.detach.is_some() {
                 continue;
             }
             match self.take_stdin(row, frame, &mut open, None).await {
                 Ok(_) if open => {}
-                _ => return,
+                Ok(_) => return true,
+                Err(_) => return false,
             }
         }
     }

@@ -180,13 +180,19 @@ impl Expectation {
                 plural(self.runs, "run")
             );
         };
+        format!("usually {} ({})", human_ms(usual), self.counted())
+    }
+
+    /// What the usual time comes from and how the last runs ended, the words in the
+    /// brackets of [`Expectation::line`]: "5 runs; 2 of the last 5 failed".
+    pub fn counted(&self) -> String {
         let failed = match (self.recent_failed, self.recent) {
             (0, _) => String::new(),
             (_, 1) => "; it failed".to_string(),
             (failed, recent) if failed == recent => format!("; the last {recent} failed"),
             (failed, recent) => format!("; {failed} of the last {recent} failed"),
         };
-        format!("usually {} ({}{failed})", human_ms(usual), self.basis())
+        format!("{}{failed}", self.basis())
     }
 
     /// A running item's progress against its usual time: "running 1m20s, usually 41 s".

@@ -39,8 +39,8 @@ impl Daemon {
             ));
         }
         let inner = self.lock();
-        let keys = match &asked {
-            Some(key) => vec![key.clone()],
+        let (keys, more_commands) = match &asked {
+            Some(key) => (vec![key.clone()], 0),
             None => inner.store.run_commands(cwd)?,
         };
         let mut commands = Vec::new();
@@ -62,6 +62,7 @@ impl Daemon {
             cwd: crate::history::normalise_folder(cwd),
             command: asked,
             commands,
+            more_commands,
         })
     }
 
@@ -117,7 +118,7 @@ impl Daemon {
         if shown_ms(millis(usual)) > shown_ms(millis(threshold)) {
             return AutoDeadline::Background(format!(
                 "{usual_text} ({}), longer than the {} worth waiting for",
-                expectation.basis(),
+                expectation.counted(),
                 human_ms(millis(threshold))
             ));
         }
@@ -138,7 +139,7 @@ impl Daemon {
             deadline,
             format!(
                 "{usual_text} ({}), not over the {} worth backgrounding",
-                expectation.basis(),
+                expectation.counted(),
                 human_ms(millis(threshold)),
             ),
             waited,
@@ -173,7 +174,7 @@ impl Daemon {
             human_ms(running),
             times_of(running, usual),
             human_ms(usual),
-            expectation.basis(),
+            expectation.counted(),
             record.id,
             record.id
         );

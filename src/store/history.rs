@@ -80,8 +80,8 @@ pub(super) fn add_run(tx: &Connection, row: i64, settlement: &EndRecord) -> Resu
 
 impl Store {
     /// The kept runs of `command` in `cwd` (both made keys here), newest first. A row
-    /// this build cannot read (an end it does not know) is skipped, said once in the
-    /// daemon's log: it never costs the command its history.
+    /// this build cannot read (an end it does not know, a column of another type) is
+    /// skipped, said once in the daemon's log: it never costs the command its history.
     pub fn runs(&self, cwd: &str, command: &str) -> Result<Vec<Run>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT session, item, started_at, ended_at, duration_ms, end_kind, exit_code,
@@ -90,33 +90,18 @@ impl Store {
         )?;
         let rows = stmt.query_map(
             params![normalise_folder(cwd), key(command), RUNS_KEPT as i64],
-            |r| {
-                let end: String = r.get(5)?;
-                let Ok(end) = parse_end(5, &end) else {
-                    return Ok(Err(end));
-                };
-                Ok(Ok(Run {
-                    session: r.get(0)?,
-                    item: r.get(1)?,
-                    started_at: r.get(2)?,
-                    ended_at: r.get(3)?,
-                    duration_ms: r.get::<_, Option<i64>>(4)?.map(|n| n.max(0) as u64),
-                    end,
-                    exit_code: r.get(6)?,
-                    signal: r.get(7)?,
-                }))
-            },
+            |r| Ok(read_run(r)),
         )?;
         let mut runs = Vec::new();
         for row in rows {
             match row? {
                 Ok(run) => runs.push(run),
-                Err(end) => {
+                Err(why) => {
                     static SAID: AtomicBool = AtomicBool::new(false);
                     if !SAID.swap(true, Ordering::Relaxed) {
                         crate::note!(
-                            "bgwork daemon: a kept run has an end this bgwork does not know \
-                             ({end:?}): such runs are left out of the history"
+                            "bgwork daemon: a kept run cannot be read ({why}): such runs \
+                             are left out of the history"
                         );
                     }
                 }
@@ -126,18 +111,43 @@ impl Store {
     }
 
     /// The commands (keys) with runs in `cwd`, the most recently ended first, at
-    /// most [`COMMANDS_LISTED`].
-    pub fn run_commands(&self, cwd: &str) -> Result<Vec<String>> {
+    /// most [`COMMANDS_LISTED`]; and how many more there are.
+    pub fn run_commands(&self, cwd: &str) -> Result<(Vec<String>, u64)> {
+        let cwd = normalise_folder(cwd);
         let mut stmt = self.conn.prepare_cached(
             "SELECT command FROM runs WHERE cwd = ?1 GROUP BY command
              ORDER BY max(hrow) DESC LIMIT ?2",
         )?;
-        let rows = stmt.query_map(
-            params![normalise_folder(cwd), COMMANDS_LISTED as i64],
-            |r| r.get(0),
-        )?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let rows = stmt.query_map(params![cwd, COMMANDS_LISTED as i64], |r| r.get(0))?;
+        let listed: Vec<String> = rows.collect::<rusqlite::Result<_>>()?;
+        let all: i64 = self
+            .conn
+            .prepare_cached("SELECT count(DISTINCT command) FROM runs WHERE cwd = ?1")?
+            .query_row([&cwd], |r| r.get(0))?;
+        let more = (all.max(0) as u64).saturating_sub(listed.len() as u64);
+        Ok((listed, more))
     }
+}
+
+/// One kept run, or why this build cannot read it.
+fn read_run(r: &rusqlite::Row<'_>) -> std::result::Result<Run, String> {
+    let why = |e: rusqlite::Error| e.to_string();
+    let end: String = r.get(5).map_err(why)?;
+    let end =
+        parse_end(5, &end).map_err(|_| format!("an end this bgwork does not know: {end:?}"))?;
+    Ok(Run {
+        session: r.get(0).map_err(why)?,
+        item: r.get(1).map_err(why)?,
+        started_at: r.get(2).map_err(why)?,
+        ended_at: r.get(3).map_err(why)?,
+        duration_ms: r
+            .get::<_, Option<i64>>(4)
+            .map_err(why)?
+            .map(|n| n.max(0) as u64),
+        end,
+        exit_code: r.get(6).map_err(why)?,
+        signal: r.get(7).map_err(why)?,
+    })
 }
 
 /// Makes every kept command a key as this build makes them, so that runs kept before

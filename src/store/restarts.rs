@@ -176,6 +176,15 @@ impl Store {
         Ok(changed == 1)
     }
 
+    /// Times the next attempt of `row` at `next_at`, with no refusal (one told by an
+    /// earlier daemon, whose counts are gone).
+    pub fn rerun_retimed(&mut self, row: i64, next_at: i64) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE restarts SET refused = NULL, next_at = ?2 WHERE row = ?1")?
+            .execute(params![row, next_at])?;
+        Ok(())
+    }
+
     /// Records why an attempt was not admitted, and when the next one is.
     pub fn rerun_refused(&mut self, row: i64, reason: &str, next_at: i64) -> Result<()> {
         self.conn

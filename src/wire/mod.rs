@@ -808,6 +808,10 @@ pub struct HistoryReply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     pub commands: Vec<CommandHistory>,
+    /// Commands with runs in the folder past the most recent 200 listed here (ask for
+    /// one by its command).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_commands: u64,
 }
 
 /// The kept runs of one command in a folder.

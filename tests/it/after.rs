@@ -282,8 +282,9 @@ fn issue26_4_bad_input_gets_clear_errors_and_nothing_starts() {
         )),
         "{message}"
     );
+    // Seventeen conditions (one given twice would be one).
     let many: Vec<String> = (0..17)
-        .flat_map(|_| ["--after".to_string(), a.clone()])
+        .flat_map(|n| ["--after".to_string(), format!("{a}:output step {n}")])
         .collect();
     let mut args: Vec<&str> = vec!["start"];
     args.extend(many.iter().map(String::as_str));
@@ -613,4 +614,61 @@ fn issue26_v27_a_pattern_whose_line_was_dropped_unscanned_is_cancelled_saying_so
         text.contains("dropped") && text.contains("not looked at"),
         "{text}"
     );
+}
+
+/// One condition given several times is one condition: it neither repeats in what the
+/// item waits for nor spends the limit of 16.
+#[test]
+fn issue26_y7_a_condition_given_twice_is_one() {
+    let home = Home::new();
+    let first = home.start("sleep 300");
+    let cond = format!("{first}:ended");
+    let mut args = vec!["--json", "start"];
+    for _ in 0..20 {
+        args.extend_from_slice(&["--after", &cond]);
+    }
+    args.extend_from_slice(&["--", "true"]);
+    let run = home.run(&args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let waiting = run.json();
+    let id = waiting["id"].as_str().unwrap();
+    let item = home.item(id);
+    let text = item["waiting_for"].to_string();
+    assert_eq!(text.matches(&first).count(), 1, "{text}");
+    home.json(&["stop", &first]);
+}
+
+/// A keeper killed while its daemon runs is started again from the arguments that
+/// daemon holds: the waiting item runs later with its `--env` value (contract §14).
+#[test]
+fn issue26_y5_a_keeper_killed_under_a_running_daemon_is_started_again() {
+    let home = Home::new();
+    let gate = Gate::new();
+    let first = home.start_reply(&[], &gate.after_go("true"));
+    let first = first["id"].as_str().unwrap().to_string();
+    let second = home.start_reply(
+        &["--env", "EV=envvalue-long-23", "--after", &first],
+        "echo \"len=${#EV}\"",
+    );
+    let second = second["id"].as_str().unwrap().to_string();
+    let mut keepers = Vec::new();
+    eventually(Duration::from_secs(20), || {
+        keepers = keepers_of(&home);
+        keepers.len() == 1
+    });
+    let killed = keepers[0];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(killed),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually(Duration::from_secs(20), || {
+        let now = keepers_of(&home);
+        now.len() == 1 && now[0] != killed
+    });
+    gate.open();
+    let ended = home.wait_end(&second);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    let out = home.json(&["read", &second, "--all"]);
+    assert!(out["output"].as_str().unwrap().contains("len=16"), "{out}");
 }

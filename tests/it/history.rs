@@ -894,7 +894,7 @@ fn issue26_t1_each_run_of_a_restart_policy_is_watched_against_the_history_it_gai
     // The times its usual time, rounded down: never "over 3×" at exactly 3×.
     // (Its usual time is the first run's: 0.3 s, more on a loaded machine.)
     assert!(
-        text.contains("× its usual 0.") && text.contains("(1 run)"),
+        text.contains("× its usual 0.") && text.contains("(1 run; it failed)"),
         "{text}"
     );
     assert!(!text.contains("over"), "{text}");
@@ -999,4 +999,88 @@ fn issue26_v25_a_running_long_warning_is_withdrawn_when_its_run_ends_and_a_polic
     // Its run ended: the warning of it is gone, not told as if it still ran.
     assert!(pending(&home).is_empty(), "{:?}", pending(&home));
     home.run(&["stop", &id]);
+}
+
+/// A kept run whose duration is not a number (a damaged home): it is left out, said
+/// once in `daemon.log`, and the folder's other runs are still shown (the whole
+/// `history` failed, "Invalid column type").
+#[test]
+fn issue26_y2_one_unreadable_run_costs_no_other_run_its_history() {
+    let (home, project, real) = one_run_of_true();
+    db(&home)
+        .execute(
+            "INSERT INTO runs(cwd, command, session, item, started_at, ended_at, duration_ms,
+                              end_kind, exit_code, signal)
+             VALUES (?1, 'true', 'test', 'bg-98', 5, 1, 'abc', 'succeeded', 0, NULL)",
+            [&real],
+        )
+        .unwrap();
+    let shown = history(&home, &project, None);
+    assert_eq!(shown["commands"][0]["command"], "true", "{shown}");
+    assert_eq!(shown["commands"][0]["runs"], 1, "{shown}");
+    let one = history(&home, &project, Some("true"));
+    assert_eq!(one["commands"][0]["runs"], 1, "{one}");
+    let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap();
+    assert_eq!(log.matches("a kept run cannot be read").count(), 1, "{log}");
+}
+
+/// A folder with more commands than a listing names: the count of the rest is the
+/// true one, in the text, `--json` and MCP (they stopped at the 200 listed).
+#[test]
+fn issue26_y3_history_counts_every_command_past_those_it_lists() {
+    let (home, project, real) = one_run_of_true();
+    {
+        let mut conn = db(&home);
+        let tx = conn.transaction().unwrap();
+        for n in 0..450 {
+            tx.execute(
+                "INSERT INTO runs(cwd, command, session, item, started_at, ended_at,
+                                  duration_ms, end_kind, exit_code, signal)
+                 VALUES (?1, ?2, 'test', 'bg-99', 0, 10, 10, 'succeeded', 0, NULL)",
+                rusqlite::params![real, format!("make step{n}")],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let shown = history(&home, &project, None);
+    let listed = shown["commands"].as_array().unwrap().len();
+    assert_eq!(listed, 200, "the most recent 200 are listed");
+    assert_eq!(
+        shown["more_commands"],
+        451 - 200,
+        "{}",
+        shown["more_commands"]
+    );
+    let dir = project.dir();
+    let text = home.run(&["history", "--cwd", &dir]).stdout;
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with(&format!("{} more commands", 451 - 50))
+            && last.contains("200 most recent"),
+        "{last}"
+    );
+    let mut mcp = Mcp::start(&home);
+    let (_, result) = mcp.call("history", json!({"cwd": dir}));
+    let kept = result["commands"].as_array().unwrap().len();
+    assert_eq!(
+        result["left_out"].as_u64().unwrap() as usize,
+        451 - kept,
+        "{}",
+        result["more"]
+    );
+}
+
+/// `run --timeout auto`'s reason counts the failures as the expected line does (it
+/// said "usually 2.0 s here (2 runs)" of two failed runs).
+#[test]
+fn issue26_y4_run_timeout_auto_says_how_the_last_runs_ended() {
+    let home = Home::new();
+    let project = Project::new();
+    project.step("sleep 0.2; exit 3");
+    run_in(&home, &project, &[], STEP);
+    run_in(&home, &project, &[], STEP);
+    let run = run_in(&home, &project, &["--timeout", "auto"], STEP);
+    let choice = run["timeout_choice"].as_str().unwrap();
+    assert!(choice.contains("(2 runs; the last 2 failed)"), "{choice}");
 }

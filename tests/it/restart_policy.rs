@@ -545,3 +545,52 @@ fn issue26_v24_a_run_that_ended_while_no_daemon_ran_has_waited_out_that_much_of_
     );
     home.run(&["stop", &id]);
 }
+
+/// A restart the start rate held back, then a daemon restart: the rate counts afresh,
+/// so the job is started again at its back-off's end (it kept the old daemon's
+/// minute-long wait and its reason, "session … has made 2 starts").
+#[test]
+fn issue26_y1_a_restart_the_rate_held_back_is_tried_again_by_the_next_daemon() {
+    let home = Home::new().with("BGWORK_MAX_STARTS_PER_MINUTE", "2");
+    let id = home.start_with(
+        &[
+            "--restart",
+            "on-failure",
+            "--max-restarts",
+            "5",
+            "--backoff",
+            "100ms",
+        ],
+        "echo try; exit 1",
+    );
+    let mut item = Value::Null;
+    eventually(Duration::from_secs(20), || {
+        item = listed(&home, &id);
+        restart_of(&item)["refused"].is_string()
+    });
+    assert_eq!(restart_of(&item)["restarts"], 1, "{item}");
+    home.json(&["shutdown"]);
+    eventually(Duration::from_secs(10), || {
+        std::os::unix::net::UnixStream::connect(home.socket()).is_err()
+    });
+    // The next daemon (started by this list) starts it again within its back-off.
+    eventually(Duration::from_secs(15), || {
+        item = listed(&home, &id);
+        restart_of(&item)["restarts"].as_u64() >= Some(2)
+    });
+    home.json(&["stop", &id]);
+}
+
+/// Back-offs are shown as a caller would give them (`24h` was `86400s..86400s`).
+#[test]
+fn issue26_y7_a_backoff_is_shown_in_the_units_it_was_given() {
+    let home = Home::new();
+    let id = home.start_with(
+        &["--restart", "on-failure", "--backoff", "2m..24h"],
+        "sleep 300",
+    );
+    let item = listed(&home, &id);
+    let text = item.to_string();
+    assert!(text.contains("2m..24h"), "{text}");
+    home.json(&["stop", &id]);
+}

@@ -414,9 +414,11 @@ fn issue26_q16_mcp_list_stays_short_and_says_what_it_left_out() {
     let home = Home::new();
     let awaited = home.start("sleep 60");
     let condition = format!("{awaited}:output {}", "x".repeat(4000));
+    // Sixteen conditions (one given twice would be one).
+    let conditions: Vec<String> = (0..16).map(|n| format!("{condition}{n}")).collect();
     let mut args = vec!["start", "--window", "0"];
-    for _ in 0..16 {
-        args.extend_from_slice(&["--after", &condition]);
+    for condition in &conditions {
+        args.extend_from_slice(&["--after", condition]);
     }
     args.extend_from_slice(&["--", "true"]);
     let waiting = home.json(&args);

@@ -60,15 +60,16 @@ pub(super) fn history_text(reply: &wire::HistoryReply, session: &str) -> String 
             .collect();
         lines.push(format!("  last: {}", ends.join(", ")));
     }
-    if let Some(more) = reply
-        .commands
-        .len()
-        .checked_sub(HISTORY_SHOWN)
-        .filter(|n| *n > 0)
-    {
+    let past_shown = reply.commands.len().saturating_sub(HISTORY_SHOWN);
+    let more = past_shown as u64 + reply.more_commands;
+    if more > 0 {
+        // `--json` lists the most recent 200; older ones are asked for one by one.
+        let json = match reply.more_commands {
+            0 => "`--json` all".to_string(),
+            _ => format!("`--json` the {} most recent", reply.commands.len()),
+        };
         lines.push(format!(
-            "{more} more commands, run less recently: `bgwork history -- CMD` shows one, \
-             `--json` all"
+            "{more} more commands, run less recently: `bgwork history -- CMD` shows one, {json}"
         ));
     }
     lines.join("\n")

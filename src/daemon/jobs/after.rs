@@ -122,6 +122,15 @@ impl Daemon {
         }
         let limits = crate::daemon::jobs::new_item::limits_of(&args)?;
         let (cwd, pane) = crate::daemon::jobs::new_item::place(&args)?;
+        // A condition given twice is one condition.
+        let mut seen = Vec::new();
+        args.after.retain(|after| match seen.contains(after) {
+            true => false,
+            false => {
+                seen.push(after.clone());
+                true
+            }
+        });
         if args.after.len() > MAX_AFTER {
             return Err(WireError::bad_request(format!(
                 "{} --after conditions: at most {MAX_AFTER} for one start",

@@ -151,9 +151,11 @@ fn backoff_ms(state: &RestartState, restart: u32) -> u64 {
 
 /// `1s..60s`, as a caller gives it.
 fn backoff_text(state: &RestartState) -> String {
-    let text = |ms: u64| match ms % 1000 {
-        0 => format!("{}s", ms / 1000),
-        _ => format!("{ms}ms"),
+    let text = |ms: u64| match ms {
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
     };
     format!(
         "{}..{}",
@@ -383,6 +385,7 @@ impl Daemon {
     /// (a shutdown in progress: left to the next daemon).
     async fn rerun_when_due(self: Arc<Self>, row: i64) {
         let mut told: Option<String> = None;
+        let mut first = true;
         loop {
             let record = {
                 let mut inner = self.lock();
@@ -400,6 +403,19 @@ impl Daemon {
                 self.lock().rerun_timers.remove(&row);
                 return;
             };
+            if std::mem::take(&mut first) && state.refused.is_some() {
+                // Refused by an earlier daemon, whose counts went with it (the start
+                // rate begins afresh): due when its back-off from the run's end is.
+                let due = state
+                    .last_ended_at
+                    .unwrap_or(0)
+                    .saturating_add(backoff_ms(&state, state.restarts + 1) as i64);
+                if let Err(e) = self.lock().store.rerun_retimed(row, due) {
+                    crate::note!("bgwork daemon: {e}");
+                }
+                self.records_changed();
+                continue;
+            }
             // Never longer than its longest back-off (a wall clock set back meanwhile).
             let due_in = state
                 .next_at

@@ -110,7 +110,14 @@ pub fn bound_history(reply: &mut Value) {
     let Some(Value::Array(commands)) = reply.get_mut("commands") else {
         return;
     };
-    let left_out = keep_within(commands, MCP_HISTORY_BYTES);
+    let left_out = keep_within(commands, MCP_HISTORY_BYTES)
+        + reply
+            .get("more_commands")
+            .and_then(Value::as_u64)
+            .unwrap_or(0) as usize;
+    if let Some(fields) = reply.as_object_mut() {
+        fields.remove("more_commands");
+    }
     if left_out == 0 {
         return;
     }

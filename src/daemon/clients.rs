@@ -300,10 +300,9 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
                     // What the caller sends after the reply is the rest of its stdin: a
                     // promoted run's job takes it, a run that ended none.
                     if let Some(rest) = rest {
-                        if daemon.pass_rest(rest, &mut reader).await {
-                            let line = wire::STDIN_TAKEN_NO_MORE;
-                            let _ = write_reply(&mut writer, line, stall).await;
-                        }
+                        daemon
+                            .pass_rest(rest, &mut reader, &mut writer, stall)
+                            .await;
                     }
                     return;
                 }

@@ -33,15 +33,15 @@ impl FrameReader {
         }
     }
 
-    /// Shuts both ways of the connection: the client's next write fails (and its
-    /// poll says hung up), while what it wrote before stays to be read here, up to
-    /// the end of the stream.
+    /// Shuts the client's way of the connection: its next write fails, while what it
+    /// wrote before stays to be read here, up to the end of the stream (and replies
+    /// may still be written to it).
     pub(crate) fn shut(&self) {
         use std::os::fd::AsFd;
         let stream: &tokio::net::UnixStream = self.0.get_ref().as_ref();
         let _ = nix::sys::socket::shutdown(
             std::os::fd::AsRawFd::as_raw_fd(&stream.as_fd()),
-            nix::sys::socket::Shutdown::Both,
+            nix::sys::socket::Shutdown::Read,
         );
     }
 

@@ -147,6 +147,8 @@ pub struct Daemon {
     /// Promoted runs' connections whose rest of stdin is being passed on: a daemon
     /// that shuts down passes on what they sent before it goes.
     pub(crate) passing: watch::Sender<usize>,
+    /// When a shutdown began (see [`Daemon::hand_over_by`]).
+    shutdown_at: std::sync::OnceLock<tokio::time::Instant>,
 }
 
 impl Daemon {
@@ -200,6 +202,7 @@ impl Daemon {
             http: tokio::sync::Mutex::new(None),
             waiting: Default::default(),
             passing: watch::channel(0).0,
+            shutdown_at: std::sync::OnceLock::new(),
         }
     }
 
@@ -325,7 +328,15 @@ impl Daemon {
     pub fn request_shutdown(&self) {
         // No new client may reach a daemon that is going: the next one starts another.
         self.remove_socket();
+        let _ = self.shutdown_at.set(tokio::time::Instant::now());
         self.shutdown.send_replace(true);
+    }
+
+    /// Once a shutdown began: until when input waiting for a job that does not read is
+    /// held here before it is given back to its caller (a promoted run's feeder, which
+    /// sends it to the next daemon).
+    pub(crate) fn hand_over_by(&self) -> Option<tokio::time::Instant> {
+        self.shutdown_at.get().map(|at| *at + HAND_OVER)
     }
 
     /// Whether a `shutdown --stop-work` stops its work (said in the log as it ends).
@@ -617,3 +628,7 @@ pub(crate) fn display_id(viewer: &str, record: &crate::store::Record) -> String 
         _ => record.id.clone(),
     }
 }
+
+/// How long a daemon that shuts down tries to give a job input it does not read
+/// before it gives the input back to its caller (within `serve.rs`'s wait for them).
+const HAND_OVER: std::time::Duration = std::time::Duration::from_secs(3);

@@ -404,6 +404,15 @@ pub enum RunStdin {
 /// has no rest to pass on, to this daemon or the next.
 pub const STDIN_TAKEN_NO_MORE: &[u8] = b"{\"stdin\":\"taken no more\"}\n";
 
+/// Input a daemon that shuts down gives back on a promoted run's connection, written
+/// after its reply: what the caller sent that the job had not taken (the caller sends
+/// it to the next daemon, first). One or more such lines, then the connection closes.
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+pub struct ReturnedStdin {
+    /// The bytes, in base64.
+    pub returned: String,
+}
+
 /// A piece of a `run` caller's stdin (after a `run` request with `"stdin":"forward"`).
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
 pub struct StdinFrame {

@@ -1087,3 +1087,93 @@ fn issue26_x27_a_feeder_whose_job_shutdown_stopped_starts_no_daemon() {
     let ended = home.wait_end(&id);
     assert_eq!(ended["end"], "stopped_by_agent", "{ended}");
 }
+
+/// A graceful shutdown while a promoted run's job reads none of its input and more of
+/// it waits than the job's queue holds: the daemon gives back what the job did not
+/// take, the feeder sends it and the rest to the next daemon (waiting while the job's
+/// queue is full), and the job gets every line once, in order, then its end of input
+/// (the rest was lost and the job waited for input for ever).
+#[test]
+fn issue26_z1_a_shutdown_while_a_job_is_behind_on_its_input_loses_none_of_it() {
+    use std::io::Write;
+    let home = Home::new();
+    let gate = Gate::new();
+    let out = gate.path("out");
+    let job = gate.after_go(&format!("cat > '{}'; echo EOF", out.display()));
+    let mut run = home
+        .command(&["--json", "run", "--timeout", "1", "--", &job])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = run.stdin.take().unwrap();
+    let lines = 1_500_000; // 10.9 MB: more than the job's 8 MiB queue
+    let all: String = (1..=lines).map(|n| format!("{n}\n")).collect();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(all.as_bytes());
+    });
+    let output = run.wait_with_output().unwrap();
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["outcome"], "promoted", "{reply}");
+    let id = reply["id"].as_str().unwrap().to_string();
+    // The job's queue fills; the rest waits in the feeder's connection.
+    eventually(Duration::from_secs(20), || {
+        home.item(&id)["state"] == "running" && feeders_of(&home).len() == 1
+    });
+    let daemon = home.daemon_pid();
+    home.json(&["shutdown"]);
+    // The feeder starts the next daemon at once: the old one is waited for by its pid.
+    eventually(Duration::from_secs(15), || !crate::util::alive(daemon));
+    gate.open();
+    let ended = home.wait_end(&id);
+    writer.join().unwrap();
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    let got = std::fs::read_to_string(&out).unwrap();
+    let expected: String = (1..=lines).map(|n| format!("{n}\n")).collect();
+    if got != expected {
+        let have = got.lines().count();
+        let first_wrong = got.lines().zip(expected.lines()).position(|(a, b)| a != b);
+        panic!("{have} lines of {lines}; first wrong at {first_wrong:?}");
+    }
+}
+
+/// `shutdown --stop-work` while a fast producer fills a promoted run's connection:
+/// the feeder whose write is refused goes with the stopped job, and no daemon is
+/// started again (one was, 6 times in 8).
+#[test]
+fn issue26_z2_a_fast_producer_s_feeder_starts_no_daemon_after_stop_work() {
+    let home = Home::new();
+    let mut run = home
+        .command(&["--json", "run", "--timeout", "1", "--", "cat > /dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = run.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let block = vec![b'z'; 64 << 10];
+        while stdin.write_all(&block).is_ok() {}
+    });
+    let output = run.wait_with_output().unwrap();
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["outcome"], "promoted", "{reply}");
+    let id = reply["id"].as_str().unwrap().to_string();
+    home.json(&["shutdown", "--stop-work"]);
+    eventually(Duration::from_secs(15), || feeders_of(&home).is_empty());
+    writer.join().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !crate::util::bgwork_processes("daemon", home.path()).is_empty() {
+        if std::time::Instant::now() > deadline {
+            let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap();
+            panic!("a daemon is up: {log}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        std::os::unix::net::UnixStream::connect(home.socket()).is_err(),
+        "a daemon answers after shutdown --stop-work"
+    );
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "stopped_by_agent", "{ended}");
+}

@@ -227,11 +227,11 @@ impl Feeder {
 /// connection (the run ended, or its job did). On `control`, `run` says `detach WHY`
 /// (sent on as a detach) and `keep SESSION<tab>ID` once the run is promoted; `control`
 /// closed before `keep` is a `run` gone (killed, or ended): the feeder goes too, so the
-/// daemon sees the caller go as it would without a feeder. A promoted run's connection
-/// that closes without the daemon's word that the job takes no more
-/// ([`wire::STDIN_TAKEN_NO_MORE`]: it ended, or its input closed) is a daemon stopped or
-/// restarted while the job runs on, not the end: the rest goes with `send`
-/// ([`send_rest`]).
+/// daemon sees the caller go as it would without a feeder. Once promoted, the daemon's
+/// last words on the connection say what is left ([`leftover`]): the job takes no more
+/// ([`wire::STDIN_TAKEN_NO_MORE`]), or the connection closed while the job runs on (a
+/// daemon stopped or restarted, which gives back what the job had not taken): then the
+/// rest goes with `send` ([`send_rest`]).
 pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::io::BufRead;
@@ -282,9 +282,12 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
             )
         };
         if gone {
+            if job.is_none() {
+                job = promotion(&mut control);
+            }
             if let Some((session, id)) = &job {
-                if !taken_no_more(&mut socket) {
-                    send_rest(session, id, &mut buffer, None);
+                if let Leftover::Returned(back) = leftover(&mut socket) {
+                    send_rest(session, id, &mut buffer, back, false);
                 }
             }
             return ExitCode::SUCCESS;
@@ -317,76 +320,142 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
         }
         if input {
             let n = read_piece(&mut stdin.lock(), &mut buffer);
-            if send(&mut socket, &input_frame(&buffer[..n])) {
-                if n == 0 {
-                    return ExitCode::SUCCESS;
-                }
+            let sent = send(&mut socket, &input_frame(&buffer[..n]));
+            if sent && n > 0 {
                 continue;
             }
-            // The daemon shut the connection as it went: none of this piece was taken.
-            if let Some((session, id)) = &job {
-                send_rest(session, id, &mut buffer, Some(n));
+            // A write that blocked while the job took nothing may have outlasted the
+            // promotion: `run` said it meanwhile.
+            if job.is_none() {
+                job = promotion(&mut control);
+            }
+            let Some((session, id)) = &job else {
+                return ExitCode::SUCCESS;
+            };
+            // Promoted: the end of input sent, or a piece the connection refused (its
+            // daemon shut it as it went: none of the piece was taken). The daemon says
+            // whether the job took everything.
+            if let Leftover::Returned(mut back) = leftover(&mut socket) {
+                if !sent {
+                    back.extend_from_slice(&buffer[..n]);
+                }
+                send_rest(session, id, &mut buffer, back, n == 0);
             }
             return ExitCode::SUCCESS;
         }
     }
 }
 
-/// Whether the daemon said on a promoted run's connection that its job takes no more
-/// input (it ended, or its input closed): then nothing is passed to the next daemon
-/// (one stopped with its work is not started again). A connection closed without it
-/// is a daemon gone while the job may still run.
-fn taken_no_more(socket: &mut std::os::unix::net::UnixStream) -> bool {
-    use std::io::Read;
-    let said = wire::STDIN_TAKEN_NO_MORE;
-    let mut line = vec![0u8; said.len()];
-    let mut got = 0;
-    while got < line.len() {
-        match socket.read(&mut line[got..]) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got += n,
-        }
-    }
-    got == said.len() && line == said
+/// The promoted job, once `run` says it on `control` (read to its end: `run` closes it
+/// as it goes, promoted or not); none when the run was not promoted.
+fn promotion(control: &mut Option<std::io::BufReader<std::fs::File>>) -> Option<(String, String)> {
+    use std::io::BufRead;
+    let control = control.take()?;
+    control.lines().map_while(Result::ok).find_map(|line| {
+        line.strip_prefix("keep ")
+            .and_then(|rest| rest.split_once('\t'))
+            .map(|(session, id)| (session.to_string(), id.to_string()))
+    })
 }
 
-/// The rest of a promoted run's stdin after its connection closed: each piece with
+/// What a promoted run's daemon left to its feeder when it closed the connection.
+enum Leftover {
+    /// The job takes no more input (it ended, or its input closed): nothing is passed
+    /// to the next daemon (one stopped with its work is not started again).
+    NoMore,
+    /// The connection closed while the job may run on (a daemon gone), with the input
+    /// it gave back (none from a daemon killed): sent to the next daemon first.
+    Returned(Vec<u8>),
+}
+
+/// Reads the daemon's last lines on a promoted run's connection, to its end.
+fn leftover(socket: &mut std::os::unix::net::UnixStream) -> Leftover {
+    use base64::Engine;
+    use std::io::BufRead;
+    // A daemon closes the connection once it has said it; one stuck is not waited on.
+    let _ = socket.set_read_timeout(Some(std::time::Duration::from_secs(30)));
+    let no_more = wire::STDIN_TAKEN_NO_MORE.trim_ascii_end();
+    let mut back = Vec::new();
+    for line in std::io::BufReader::new(socket).split(b'\n') {
+        let Ok(line) = line else { break };
+        if line == no_more {
+            return Leftover::NoMore;
+        }
+        if let Ok(returned) = serde_json::from_slice::<wire::ReturnedStdin>(&line) {
+            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(returned.returned) {
+                back.extend_from_slice(&bytes);
+            }
+        }
+    }
+    Leftover::Returned(back)
+}
+
+/// The rest of a promoted run's stdin after its connection closed: `back` first (what
+/// the old daemon gave back, and a piece it refused), then each piece of stdin with
 /// `send` (a daemon that restarted takes the job back and its input with it), then
-/// `--key C-d` at its end; until the job takes no input (it ended, or its input closed).
-/// `held`: the length of a piece in `buffer` that the old connection refused, sent
-/// first. A daemon that shuts down passes on what its connection took; one killed
-/// loses what it had not read of it.
-fn send_rest(session: &str, id: &str, buffer: &mut [u8], mut held: Option<usize>) {
+/// `--key C-d` at its end (at once when `ended`: stdin had ended already); until the
+/// job takes no more input (it ended, or its input closed). A daemon killed loses what
+/// it had not read of the connection.
+fn send_rest(session: &str, id: &str, buffer: &mut [u8], back: Vec<u8>, ended: bool) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     use std::time::Duration;
     let paths = crate::paths::Paths::from_env();
     let stdin = std::io::stdin();
-    // A send is asked again while no daemon answers (one is starting), for a minute;
-    // refused, the job takes no more.
-    let send = |text: String, keys: Vec<String>| {
-        let send = Request::Send(wire::SendArgs {
-            id: id.to_string(),
-            text,
-            keys,
+    // Whether the job has ended (as far as a daemon says now).
+    let job_ended = || {
+        let look = Request::Wait(wire::WaitArgs {
+            ids: vec![id.to_string()],
+            timeout_s: Some(0.0),
+            ..wire::WaitArgs::default()
         });
-        ask::<serde_json::Value>(&paths, session, send, Duration::from_secs(60)).is_ok()
+        ask::<wire::WaitReply>(&paths, session, look, Duration::ZERO)
+            .is_ok_and(|reply| reply.items.iter().any(|i| i.state == wire::State::Ended))
     };
-    // The piece `buffer[..n]` sent (none: the end of input); whether more may follow.
-    let pass = |n: usize, buffer: &[u8]| {
-        let taken = match n {
-            0 => send(String::new(), vec!["C-d".to_string()]),
-            n => send(crate::keys::escape(&buffer[..n]), Vec::new()),
-        };
-        taken && n > 0
-    };
-    loop {
-        if let Some(n) = held.take() {
-            if !pass(n, buffer) {
-                return;
+    // A send is asked again while no daemon answers (one is starting), for a minute;
+    // while the job's input queue is full (`limit`: it reads later); and, for a
+    // minute, while the job that runs on is not attached yet (the next daemon takes
+    // it back). Refused otherwise, the job takes no more.
+    let send = |text: String, keys: Vec<String>| {
+        let mut pause = Duration::from_millis(100);
+        let unattached_until = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let send = Request::Send(wire::SendArgs {
+                id: id.to_string(),
+                text: text.clone(),
+                keys: keys.clone(),
+            });
+            match ask::<serde_json::Value>(&paths, session, send, Duration::from_secs(60)) {
+                Ok(_) => return true,
+                Err(e) if e.code == wire::ErrorCode::Limit => {}
+                Err(e)
+                    if e.code == wire::ErrorCode::NotRunning
+                        && std::time::Instant::now() < unattached_until
+                        && !job_ended() => {}
+                Err(_) => return false,
             }
-            continue;
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(1));
         }
+    };
+    // `piece` sent (empty: the end of input); whether more may follow.
+    let pass = |piece: &[u8]| {
+        let taken = match piece.is_empty() {
+            true => send(String::new(), vec!["C-d".to_string()]),
+            false => send(crate::keys::escape(piece), Vec::new()),
+        };
+        taken && !piece.is_empty()
+    };
+    for piece in back.chunks(64 << 10) {
+        if !pass(piece) {
+            return;
+        }
+    }
+    if ended {
+        pass(&[]);
+        return;
+    }
+    loop {
         let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
         let ready = match poll(&mut fds, PollTimeout::from(1000u16)) {
             Ok(n) => n > 0,
@@ -395,20 +464,13 @@ fn send_rest(session: &str, id: &str, buffer: &mut [u8], mut held: Option<usize>
         };
         if !ready {
             // A quiet pipe: the job may have ended meanwhile.
-            let look = Request::Wait(wire::WaitArgs {
-                ids: vec![id.to_string()],
-                timeout_s: Some(0.0),
-                ..wire::WaitArgs::default()
-            });
-            let ended = ask::<wire::WaitReply>(&paths, session, look, Duration::ZERO)
-                .is_ok_and(|reply| reply.items.iter().any(|i| i.state == wire::State::Ended));
-            if ended {
+            if job_ended() {
                 return;
             }
             continue;
         }
         let n = read_piece(&mut stdin.lock(), buffer);
-        if !pass(n, buffer) {
+        if !pass(&buffer[..n]) {
             return;
         }
     }

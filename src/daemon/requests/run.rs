@@ -15,7 +15,7 @@
 //! session's limit for work on hosts.
 
 use crate::daemon::admission::Launch;
-use crate::daemon::connection::FrameReader;
+use crate::daemon::connection::{write_reply, FrameReader};
 use crate::daemon::history::AutoDeadline;
 use crate::daemon::Daemon;
 use crate::executor::{HereOnly, On, WriteRefused};
@@ -299,6 +299,8 @@ impl Daemon {
                     if self.has_ended(row) {
                         return Vec::new();
                     }
+                    // A daemon that shuts down holds it for a while only.
+                    let deadline = deadline.or_else(|| self.hand_over_by());
                     if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                         return data;
                     }
@@ -317,13 +319,39 @@ impl Daemon {
     /// After a promoted run's reply: passes the rest of the caller's stdin on to the
     /// job as it comes (the input the job had not taken first), until end-of-input
     /// (then the job's input is closed), the job's end, or the caller's going away
-    /// (then its input stays open, for `send`). A daemon that shuts down shuts the
-    /// connection and passes on what the caller sent before (it sends the rest to the
-    /// next daemon with `send`). Whether the job takes no more of it (it ended, or its
-    /// input closed): then the caller is told so ([`wire::STDIN_TAKEN_NO_MORE`]).
-    pub(crate) async fn pass_rest(&self, rest: StdinRest, reader: &mut FrameReader) -> bool {
+    /// (then its input stays open, for `send`); then tells the caller what it needs
+    /// to know ([`Passed`]). A daemon that shuts down shuts the caller's way of the
+    /// connection, passes on what the caller had sent while the job takes it (for
+    /// a few seconds), and gives back the rest.
+    pub(crate) async fn pass_rest(
+        &self,
+        rest: StdinRest,
+        reader: &mut FrameReader,
+        writer: &mut OwnedWriteHalf,
+        stall: Duration,
+    ) {
         self.passing.send_modify(|n| *n += 1);
         let _passing = Passing(&self.passing);
+        let lines = match self.pass_frames(rest, reader).await {
+            Passed::NoMore => vec![wire::STDIN_TAKEN_NO_MORE.to_vec()],
+            Passed::Returned(bytes) => bytes
+                .chunks(RETURNED_CHUNK)
+                .map(|piece| {
+                    wire::encode_line(&wire::ReturnedStdin {
+                        returned: base64::engine::general_purpose::STANDARD.encode(piece),
+                    })
+                })
+                .collect(),
+            Passed::Gone => Vec::new(),
+        };
+        for line in lines {
+            if write_reply(writer, &line, stall).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn pass_frames(&self, rest: StdinRest, reader: &mut FrameReader) -> Passed {
         let mut shutdown = self.shutdown_signal();
         let mut shut = false;
         let StdinRest {
@@ -332,23 +360,41 @@ impl Daemon {
             eof,
         } = rest;
         let mut open = true;
-        if !self
-            .write_stdin(row, unwritten, &mut open, None)
-            .await
-            .is_empty()
-            || !open
-        {
-            return true;
+        let mut returned = self.write_stdin(row, unwritten, &mut open, None).await;
+        if !open {
+            return Passed::NoMore;
         }
         if eof {
-            self.to_job(row, ToSupervisor::CloseInput);
-            return true;
+            // Its caller has sent everything and gone: what the job did not take by a
+            // shutdown's hand-over cannot be given back.
+            if returned.is_empty() {
+                self.to_job(row, ToSupervisor::CloseInput);
+            }
+            return Passed::NoMore;
         }
         loop {
+            if !returned.is_empty() {
+                // Giving back: everything the caller sent after it too, to the end of
+                // the stream (its way is shut: nothing more comes). A last line cut by
+                // that shut is not whole: its caller sends that piece again.
+                if !shut {
+                    reader.shut();
+                    shut = true;
+                }
+                match next_frame(reader).await {
+                    Ok(Some(line)) => {
+                        if let Ok(frame) = stdin_frame(&line) {
+                            returned.extend(decoded(&frame));
+                        }
+                        continue;
+                    }
+                    _ => return Passed::Returned(returned),
+                }
+            }
             let frame = tokio::select! {
                 _ = self.wait_for_item(row, Duration::from_secs(3600), |d| d.has_ended(row)) => {
                     if self.has_ended(row) {
-                        return true;
+                        return Passed::NoMore;
                     }
                     continue;
                 }
@@ -359,17 +405,23 @@ impl Daemon {
                 }
                 frame = next_frame(reader) => frame,
             };
-            let Ok(Some(line)) = frame else { return false };
+            let Ok(Some(line)) = frame else {
+                return Passed::Gone;
+            };
             let Ok(frame) = stdin_frame(&line) else {
-                return false;
+                // After the shut, a last line cut short; before it, a caller astray.
+                match shut {
+                    true => continue,
+                    false => return Passed::Gone,
+                }
             };
             if frame.detach.is_some() {
                 continue;
             }
             match self.take_stdin(row, frame, &mut open, None).await {
-                Ok(_) if open => {}
-                Ok(_) => return true,
-                Err(_) => return false,
+                Ok(left) if open => returned = left,
+                Ok(_) => return Passed::NoMore,
+                Err(_) => return Passed::Gone,
             }
         }
     }
@@ -595,6 +647,26 @@ impl Daemon {
         let excerpt = output::excerpt(&path, from, to, self.config.log_head, dropped, max);
         excerpt.render(max, &path).0
     }
+}
+
+/// What a promoted run's caller is told once its rest of stdin is passed on.
+enum Passed {
+    /// The job takes no more input (it ended, or its input closed).
+    NoMore,
+    /// A daemon that shuts down gives back what the job did not take.
+    Returned(Vec<u8>),
+    /// Nothing (the caller went, or the connection ended with nothing to give back).
+    Gone,
+}
+
+/// Returned input is written in lines of this many bytes (before base64).
+const RETURNED_CHUNK: usize = 48 << 10;
+
+/// A stdin frame's bytes (none when they are not base64).
+fn decoded(frame: &StdinFrame) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(frame.stdin.as_bytes())
+        .unwrap_or_default()
 }
 
 /// One promoted run's connection counted in [`Daemon::passing`] while its rest is

@@ -85,6 +85,14 @@ impl Daemon {
                     match taken {
                         Ok(Ok(_)) => sent += len,
                         Ok(Err(WriteRefused::Closed)) => return Err(no_input(id)),
+                        // A bound, not a refusal for good: the same bytes may be taken
+                        // once the job reads.
+                        Ok(Err(WriteRefused::Full(reason))) => {
+                            return Err(WireError::new(
+                                ErrorCode::Limit,
+                                format!("{id} did not take the input ({sent} bytes sent before): {reason}; send it again once it reads (`bgwork read {id}`)"),
+                            ))
+                        }
                         Ok(Err(reason)) => {
                             return Err(WireError::new(
                                 ErrorCode::NoInput,

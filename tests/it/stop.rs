@@ -120,7 +120,12 @@ fn count_processes(marker: &str) -> usize {
 fn shutdown_with_stop_work_refuses_new_starts_and_stops_those_that_got_in() {
     // Found by a hostile tester: a job started while `shutdown --stop-work` waited for
     // a stubborn job kept running, and the shutdown said every item was stopped.
-    let home = Home::new();
+    // The session's limits are wide: on a slow machine many starts get in before the
+    // shutdown begins, and a limit's refusal is not the one looked for.
+    let home = Home::new()
+        .with("BGWORK_MAX_RUNNING", "1000")
+        .with("BGWORK_MAX_RUNNING_TOTAL", "1000")
+        .with("BGWORK_MAX_STARTS_PER_MINUTE", "0");
     home.start(r#"trap "" TERM; sleep 600"#);
     let shutdown = home
         .command(&["shutdown", "--stop-work"])

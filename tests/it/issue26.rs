@@ -859,12 +859,7 @@ fn issue26_v32_a_promoted_run_gets_the_rest_of_its_piped_stdin() {
     let command = gate.after_go(
         "awk '{ if ($1 != p+1) gaps++; p=$1 } END { print \"lines\", NR, \"gaps\", gaps+0 }'",
     );
-    let mut run = home
-        .command(&["--json", "run", "--timeout", "1", "--", &command])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = piped_run(&home, &command);
     let mut stdin = run.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {
         // Far more than the pipes and the job's input queue hold, written as the job
@@ -876,10 +871,7 @@ fn issue26_v32_a_promoted_run_gets_the_rest_of_its_piped_stdin() {
         stdin.write_all(text.as_bytes()).unwrap();
         // Dropped: the pipe ends, and so must the job's input.
     });
-    let output = run.wait_with_output().unwrap();
-    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(reply["outcome"], "promoted", "{reply}");
-    let id = reply["id"].as_str().unwrap().to_string();
+    let id = promoted(run);
     gate.open();
     writer.join().unwrap();
     let ended = home.wait_end(&id);
@@ -923,23 +915,33 @@ fn feeders_of(home: &Home) -> Vec<i32> {
     crate::util::bgwork_processes("run-feed", home.path())
 }
 
+/// `bgwork --json run --timeout 1 -- COMMAND`, spawned with a pipe for its stdin.
+fn piped_run(home: &Home, command: &str) -> std::process::Child {
+    home.command(&["--json", "run", "--timeout", "1", "--", command])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The id of the job a piped run was promoted to, once the run returned.
+fn promoted(run: std::process::Child) -> String {
+    let output = run.wait_with_output().unwrap();
+    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(reply["outcome"], "promoted", "{reply}");
+    reply["id"].as_str().unwrap().to_string()
+}
+
 /// A promoted run's feeder whose pipe stays open and quiet goes when the job ends (it
 /// spun on the connection's hang-up for as long as the pipe lived).
 #[test]
 fn issue26_v34_a_feeder_goes_when_its_job_ends_though_its_pipe_stays_open() {
     let home = Home::new();
-    let mut run = home
-        .command(&["--json", "run", "--timeout", "1", "--", "sleep 2"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = piped_run(&home, "sleep 2");
     let held = run.stdin.take();
-    let output = run.wait_with_output().unwrap();
-    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(reply["outcome"], "promoted", "{reply}");
+    let id = promoted(run);
     assert_eq!(feeders_of(&home).len(), 1, "a feeder passes the pipe on");
-    home.wait_end(reply["id"].as_str().unwrap());
+    home.wait_end(&id);
     eventually(Duration::from_secs(10), || feeders_of(&home).is_empty());
     drop(held);
 }
@@ -1000,25 +1002,10 @@ fn issue26_v36_ends_that_quote_a_pattern_or_path_mask_token_shapes() {
 fn issue26_v37_a_daemon_restart_while_a_feeder_passes_stdin_loses_none_of_it() {
     use std::io::Write;
     let home = Home::new();
-    let mut run = home
-        .command(&[
-            "--json",
-            "run",
-            "--timeout",
-            "1",
-            "--",
-            "while read l; do echo got $l; done; echo EOF",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = piped_run(&home, "while read l; do echo got $l; done; echo EOF");
     let mut stdin = run.stdin.take().unwrap();
     stdin.write_all(b"line1\nline2\n").unwrap();
-    let output = run.wait_with_output().unwrap();
-    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(reply["outcome"], "promoted", "{reply}");
-    let id = reply["id"].as_str().unwrap().to_string();
+    let id = promoted(run);
     stdin.write_all(b"line3\n").unwrap();
     eventually(Duration::from_secs(20), || {
         home.run(&["read", &id, "--all"])
@@ -1049,18 +1036,10 @@ fn issue26_v37_a_daemon_restart_while_a_feeder_passes_stdin_loses_none_of_it() {
 fn issue26_x27_a_feeder_whose_job_shutdown_stopped_starts_no_daemon() {
     use std::io::Write;
     let home = Home::new();
-    let mut run = home
-        .command(&["--json", "run", "--timeout", "1", "--", "cat; sleep 300"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = piped_run(&home, "cat; sleep 300");
     let mut stdin = run.stdin.take().unwrap();
     stdin.write_all(b"one\n").unwrap();
-    let output = run.wait_with_output().unwrap();
-    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(reply["outcome"], "promoted", "{reply}");
-    let id = reply["id"].as_str().unwrap().to_string();
+    let id = promoted(run);
     assert_eq!(feeders_of(&home).len(), 1);
     let daemon = crate::util::bgwork_processes("daemon", home.path());
     assert_eq!(daemon.len(), 1, "{daemon:?}");
@@ -1100,22 +1079,14 @@ fn issue26_z1_a_shutdown_while_a_job_is_behind_on_its_input_loses_none_of_it() {
     let gate = Gate::new();
     let out = gate.path("out");
     let job = gate.after_go(&format!("cat > '{}'; echo EOF", out.display()));
-    let mut run = home
-        .command(&["--json", "run", "--timeout", "1", "--", &job])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = piped_run(&home, &job);
     let mut stdin = run.stdin.take().unwrap();
     let lines = 1_500_000; // 10.9 MB: more than the job's 8 MiB queue
     let all: String = (1..=lines).map(|n| format!("{n}\n")).collect();
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(all.as_bytes());
     });
-    let output = run.wait_with_output().unwrap();
-    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(reply["outcome"], "promoted", "{reply}");
-    let id = reply["id"].as_str().unwrap().to_string();
+    let id = promoted(run);
     // The job's queue fills; the rest waits in the feeder's connection.
     eventually(Duration::from_secs(20), || {
         home.item(&id)["state"] == "running" && feeders_of(&home).len() == 1
@@ -1143,22 +1114,14 @@ fn issue26_z1_a_shutdown_while_a_job_is_behind_on_its_input_loses_none_of_it() {
 #[test]
 fn issue26_z2_a_fast_producer_s_feeder_starts_no_daemon_after_stop_work() {
     let home = Home::new();
-    let mut run = home
-        .command(&["--json", "run", "--timeout", "1", "--", "cat > /dev/null"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = piped_run(&home, "cat > /dev/null");
     let mut stdin = run.stdin.take().unwrap();
     let writer = std::thread::spawn(move || {
         use std::io::Write;
         let block = vec![b'z'; 64 << 10];
         while stdin.write_all(&block).is_ok() {}
     });
-    let output = run.wait_with_output().unwrap();
-    let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(reply["outcome"], "promoted", "{reply}");
-    let id = reply["id"].as_str().unwrap().to_string();
+    let id = promoted(run);
     home.json(&["shutdown", "--stop-work"]);
     eventually(Duration::from_secs(15), || feeders_of(&home).is_empty());
     writer.join().unwrap();

@@ -123,14 +123,13 @@ impl Daemon {
         let limits = crate::daemon::jobs::new_item::limits_of(&args)?;
         let (cwd, pane) = crate::daemon::jobs::new_item::place(&args)?;
         // A condition given twice is one condition.
-        let mut seen = Vec::new();
-        args.after.retain(|after| match seen.contains(after) {
-            true => false,
-            false => {
-                seen.push(after.clone());
-                true
+        let mut once = Vec::with_capacity(args.after.len());
+        for after in std::mem::take(&mut args.after) {
+            if !once.contains(&after) {
+                once.push(after);
             }
-        });
+        }
+        args.after = once;
         if args.after.len() > MAX_AFTER {
             return Err(WireError::bad_request(format!(
                 "{} --after conditions: at most {MAX_AFTER} for one start",

@@ -262,9 +262,7 @@ impl Daemon {
         open: &mut bool,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Vec<u8>, WireError> {
-        let data = base64::engine::general_purpose::STANDARD
-            .decode(frame.stdin.as_bytes())
-            .map_err(|e| WireError::bad_request(format!("stdin of a run is not base64: {e}")))?;
+        let data = decoded(&frame)?;
         if !*open {
             // Input after end-of-input (or to a run whose stdin was closed) goes nowhere.
             return Ok(Vec::new());
@@ -383,8 +381,8 @@ impl Daemon {
                 }
                 match next_frame(reader).await {
                     Ok(Some(line)) => {
-                        if let Ok(frame) = stdin_frame(&line) {
-                            returned.extend(decoded(&frame));
+                        if let Ok(bytes) = stdin_frame(&line).and_then(|frame| decoded(&frame)) {
+                            returned.extend(bytes);
                         }
                         continue;
                     }
@@ -662,11 +660,11 @@ enum Passed {
 /// Returned input is written in lines of this many bytes (before base64).
 const RETURNED_CHUNK: usize = 48 << 10;
 
-/// A stdin frame's bytes (none when they are not base64).
-fn decoded(frame: &StdinFrame) -> Vec<u8> {
+/// A stdin frame's bytes.
+fn decoded(frame: &StdinFrame) -> Result<Vec<u8>, WireError> {
     base64::engine::general_purpose::STANDARD
         .decode(frame.stdin.as_bytes())
-        .unwrap_or_default()
+        .map_err(|e| WireError::bad_request(format!("stdin of a run is not base64: {e}")))
 }
 
 /// One promoted run's connection counted in [`Daemon::passing`] while its rest is

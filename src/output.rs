@@ -232,6 +232,7 @@ impl<'a> Holes<'a> {
             bytes.resize(was + (data.end - data.start) as usize, 0);
             let read = read_full_at(self.file, &mut bytes[was..], data.start).unwrap_or(0);
             bytes.truncate(was + read);
+            skipped += self.take_out_new_holes(data.start, &mut bytes, was);
             if (read as u64) < data.end - data.start {
                 // The file is shorter than it was: nothing more in this range.
                 break;
@@ -239,6 +240,21 @@ impl<'a> Holes<'a> {
             at = data.end;
         }
         (bytes, skipped)
+    }
+}
+
+impl Holes<'_> {
+    /// Takes out of `bytes[was..]` (read from `start`) what lies in a hole now, and
+    /// returns how many bytes that was: the cap may punch part of a range while it is
+    /// read (those bytes read as zeros), and no reader is given a hole's zeros.
+    fn take_out_new_holes(&self, start: u64, bytes: &mut Vec<u8>, was: usize) -> u64 {
+        let end = start + (bytes.len() - was) as u64;
+        let gaps = self.gaps(start, end);
+        for gap in gaps.iter().rev() {
+            let (from, to) = (gap.start - start, gap.end.min(end) - start);
+            bytes.drain(was + from as usize..was + to as usize);
+        }
+        gaps.iter().map(|gap| gap.end.min(end) - gap.start).sum()
     }
 }
 
@@ -669,6 +685,29 @@ mod holes_tests {
             let gaps = holes.gaps(0, 6 << 20 | 7);
             assert_eq!(gaps, vec![100_037..3 << 20, 5_000_011..6 << 20]);
             assert_eq!(holes.data_at(200_000, 7 << 20), Some(3 << 20..5_000_011));
+        }
+    }
+
+    #[test]
+    fn bytes_the_cap_punches_while_they_are_read_are_passed_over() {
+        // A read found data, then the cap punched part of it before the bytes were
+        // read: they read as zeros, and a hole now holds them.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("output.log");
+        std::fs::write(&path, vec![b'a'; 3 << 20]).unwrap();
+        let file = open_log(&path).unwrap();
+        let holes = Holes::new(&file, 4096, 0);
+        let mut bytes = b"kept".to_vec();
+        bytes.extend(read_span(&path, 0, 3 << 20));
+        let writer = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        release_middle(&writer, 3 << 20, 1 << 20, 4096, 4096).unwrap();
+        let mut zeroed = bytes.clone();
+        zeroed[4 + 4096..4 + (2 << 20)].fill(0);
+        for mut read in [bytes, zeroed] {
+            let skipped = holes.take_out_new_holes(0, &mut read, 4);
+            assert_eq!(skipped, (2 << 20) - 4096);
+            assert_eq!(read.len(), 4 + (3 << 20) - (skipped as usize));
+            assert!(read.starts_with(b"kept") && !read.contains(&0));
         }
     }
 }

@@ -170,7 +170,7 @@ impl Client {
         if result.is_ok() || !fresh || !self.dropped || closed_here {
             return result;
         }
-        if matches!(envelope.request, Request::Status) {
+        if matches!(envelope.request, Request::Status | Request::Ping) {
             // `status` looks and never starts a daemon: a daemon still there answers.
             return match Client::connect_existing(&self.paths) {
                 Ok(client) => {
@@ -266,6 +266,7 @@ impl Client {
                 | Request::Wait(_)
                 | Request::Notices { .. }
                 | Request::Status
+                | Request::Ping
         );
         self.patience = if self.following {
             FOLLOW_QUIET.min(patience())
@@ -355,11 +356,14 @@ impl Client {
         self.patience
     }
 
-    /// Whether the daemon answers `status` on a connection of its own, in time.
+    /// Whether the daemon answers on a connection of its own, in time. The probe is a
+    /// `ping`, which looks at nothing: fifty quiet waits checking every few seconds
+    /// must not cost the daemon a look at every job's processes each (as `status`
+    /// takes).
     pub fn check_alive(&self) -> Result<(), WireError> {
         let probe = Envelope {
             session: self.session.clone(),
-            request: Request::Status,
+            request: Request::Ping,
         };
         let mut client = Client::connect_existing(&self.paths).map_err(|e| {
             WireError::new(
@@ -367,7 +371,7 @@ impl Client {
                 format!("the daemon of {} is gone: {e}", self.paths.home.display()),
             )
         })?;
-        client.call::<wire::StatusReply>(&probe).map(|_| ())
+        client.call::<wire::Ack>(&probe).map(|_| ())
     }
 
     /// The error for a daemon that let a deadline pass.

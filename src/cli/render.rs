@@ -121,7 +121,8 @@ pub fn call_and_print(
         | Request::Shutdown { .. }
         | Request::Ack { .. }
         | Request::BindHarness { .. }
-        | Request::Resize { .. } => print(client, &envelope, json, |ack: &Ack| {
+        | Request::Resize { .. }
+        | Request::Ping => print(client, &envelope, json, |ack: &Ack| {
             inert(&ack.message).into_owned()
         }),
         Request::Stop(_) => print(client, &envelope, json, stop_text),

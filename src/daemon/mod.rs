@@ -460,6 +460,10 @@ impl Daemon {
             } => reply(&self.new_session(&base, harness.as_ref(), server.as_ref())),
             Request::BindHarness { harness } => reply(&self.bind_harness(&session, &harness)),
             Request::Status => reply(&self.status().await),
+            Request::Ping => reply(&Ok::<_, WireError>(crate::wire::Ack {
+                ok: true,
+                message: format!("the daemon (pid {}) answers", std::process::id()),
+            })),
             Request::Close { id } => reply(&self.close(&session, &id)),
             Request::Ui { port } => reply(&crate::http::ensure(&self.backend(), port).await),
             Request::Shutdown { stop_work } => reply(&self.shutdown(stop_work).await),

@@ -306,8 +306,11 @@ pub fn supervisor_of(job_dir: &Path) -> Option<i32> {
     let stderr = stderr.to_string_lossy();
     let stderr = Path::new(stderr.strip_suffix(" (deleted)").unwrap_or(&stderr));
     let log = |dir: &Path| crate::job_dir::JobDir(dir).supervisor_log();
-    let canonical = std::fs::canonicalize(job_dir).ok();
-    (stderr == log(job_dir) || canonical.is_some_and(|dir| stderr == log(&dir))).then_some(pid)
+    // The folder's real path is asked only when it is not named as the supervisor
+    // names it (a home reached through a link).
+    let named = stderr == log(job_dir)
+        || std::fs::canonicalize(job_dir).is_ok_and(|dir| stderr == log(&dir));
+    named.then_some(pid)
 }
 
 #[cfg(test)]

@@ -117,6 +117,9 @@ pub enum Request {
         harness: ProcessKey,
     },
     Status,
+    /// Answers at once and looks at nothing: a quiet client's check that the daemon
+    /// still serves (a `notices --follow` or `wait` stream between two lines).
+    Ping,
     /// Closes a pane as a person closes its terminal window: the pane's processes are
     /// hung up (SIGHUP), and a pane that ends so ends `cancelled`.
     Close {

@@ -227,3 +227,90 @@ fn issue27_3_a_megabyte_read_shows_the_same_text_in_every_reader() {
         raw_shown.len()
     );
 }
+
+/// A daemon that never answers a `wait` (it keeps the connection) and answers every
+/// other request at once; returns the ops of the other connections, once `n` came.
+fn quiet_daemon(home: &Home, n: usize) -> std::thread::JoinHandle<Vec<String>> {
+    let listener = UnixListener::bind(home.socket()).unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        let mut probes = Vec::new();
+        while probes.len() < n {
+            let (stream, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&stream).read_line(&mut line).unwrap();
+            let request: Value = serde_json::from_str(&line).unwrap();
+            let op = request["op"].as_str().unwrap_or_default().to_string();
+            if op == "wait" {
+                held.push(stream);
+                continue;
+            }
+            let reply = json!({"ok": true, "message": "ok"});
+            let _ = (&stream).write_all(format!("{reply}\n").as_bytes());
+            probes.push(op);
+        }
+        probes
+    })
+}
+
+#[test]
+fn issue27_5_a_quiet_wait_checks_the_daemon_without_a_look_at_every_job() {
+    // A quiet `wait` asks on a second connection whether the daemon still serves. Fifty
+    // of them checking every ten seconds must not cost the daemon a walk of every job's
+    // processes each (what `status` does): the check is a `ping`, which looks at nothing.
+    let home = Home::new().with("BGWORK_ANSWER_TIMEOUT_MS", "200");
+    let daemon = quiet_daemon(&home, 3);
+    let mut wait = home
+        .command(&["wait", "bg-1", "--until", "never", "--timeout", "60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let probes = daemon.join().unwrap();
+    let _ = wait.kill();
+    let _ = wait.wait();
+    assert_eq!(
+        probes,
+        ["ping", "ping", "ping"],
+        "the checks asked for more"
+    );
+}
+
+#[test]
+fn issue27_5_a_wait_that_checks_often_still_ends_on_its_line_and_ping_answers() {
+    // The real daemon answers the check: a wait that checks every 200 ms stays until
+    // its line comes, and `ping` on the socket answers without starting anything.
+    let home = Home::new().with("BGWORK_ANSWER_TIMEOUT_MS", "200");
+    let gate = crate::util::Gate::new();
+    let id = home.start(&gate.after_go("echo READY-LINE; sleep 30"));
+    let mut wait = home
+        .command(&["wait", &id, "--until", "READY-LINE", "--timeout", "60"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Quiet for longer than seven checks, through which it keeps waiting; then the
+    // line comes.
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_millis(1500) {
+        assert!(
+            wait.try_wait().unwrap().is_none(),
+            "the wait gave up while quiet"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    gate.open();
+    let output = crate::util::finish_within(wait, Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the wait failed: {stdout}");
+    assert!(stdout.contains("READY-LINE"), "{stdout}");
+    let mut stream = std::os::unix::net::UnixStream::connect(home.socket()).unwrap();
+    stream
+        .write_all(b"{\"session\":\"default\",\"op\":\"ping\"}\n")
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).unwrap();
+    let reply: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(reply["ok"], true, "{line}");
+    assert_eq!(home.json(&["list"])["items"].as_array().unwrap().len(), 1);
+    home.run(&["stop", &id]);
+}

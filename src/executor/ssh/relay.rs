@@ -84,7 +84,9 @@ pub fn main() -> ExitCode {
             }
         };
         match envelope.request {
-            Request::Read(_) | Request::List { .. } | Request::Status => looks.ask(id, envelope),
+            Request::Read(_) | Request::List { .. } | Request::Status | Request::Ping => {
+                looks.ask(id, envelope)
+            }
             // A `wait` that does not wait is a look at one item.
             Request::Wait(ref args) if args.timeout_s == Some(0.0) => looks.ask(id, envelope),
             Request::Wait(_) => {

@@ -32,6 +32,9 @@ pub(super) const SCAN_MAX: u64 = 64 << 10;
 /// end wakes it: this is only a safety net).
 pub(super) const ALIVE_CHECK: Duration = Duration::from_secs(60);
 
+/// How long a watcher takes its record as it last read it while only output came.
+const RECORD_FRESH: Duration = Duration::from_secs(5);
+
 /// A quiet spell's CPU use is measured over at least this long.
 pub(super) const MIN_SPELL_SAMPLE: Duration = Duration::from_secs(1);
 
@@ -41,6 +44,9 @@ pub(super) const BUSY_PERCENT: f64 = 10.0;
 /// What a watcher knows of its job between wakes.
 pub(super) struct JobWatch {
     log: PathBuf,
+    /// The log, held open once it exists: a look asks it its length and reads it with
+    /// no walk of its path.
+    file: Option<Arc<std::fs::File>>,
     head: u64,
     quiet: Option<Duration>,
     /// The log length last seen, and when it last grew.
@@ -75,6 +81,7 @@ impl JobWatch {
         };
         JobWatch {
             log,
+            file: None,
             head,
             quiet: record.quiet_after_ms.map(Duration::from_millis),
             len,
@@ -93,21 +100,37 @@ impl JobWatch {
         Some(self.last_output + quiet)
     }
 
+    /// The log, opened at the first look that finds it.
+    fn log_file(&mut self) -> Option<Arc<std::fs::File>> {
+        if self.file.is_none() {
+            self.file = output::open_log(&self.log).ok().map(Arc::new);
+        }
+        self.file.clone()
+    }
+
+    /// The log's length and modification time now.
+    fn log_now(&mut self) -> Option<std::fs::Metadata> {
+        self.log_file()?.metadata().ok()
+    }
+
     /// Whether the log is longer than last seen.
-    fn log_grew(&self) -> bool {
-        output::log_len(&self.log) > self.len
+    fn log_grew(&mut self) -> bool {
+        self.log_now().is_some_and(|m| m.len() > self.len)
     }
 
     /// Output came: a new quiet spell begins, and the new bytes are scanned.
     async fn output_came(&mut self, daemon: &Daemon, record: &Record) {
-        let len = output::log_len(&self.log);
+        let Some(now) = self.log_now() else {
+            return;
+        };
+        let len = now.len();
         if len <= self.len {
             return;
         }
         self.len = len;
         // The spell began when the output was written, not when its report came (a
         // job nobody waits on reports once a second).
-        self.last_output = last_change(&self.log);
+        self.last_output = changed_at(&now);
         self.spell_len = len;
         self.fired = false;
         if self.quiet.is_some() {
@@ -125,10 +148,13 @@ impl JobWatch {
             self.partial.clear();
         }
         let dropped = daemon.lock().dropped(record);
-        let (log, head) = (self.log.clone(), self.head);
+        let Some(log) = self.log_file() else {
+            return;
+        };
+        let head = self.head;
         let mut partial = std::mem::take(&mut self.partial);
         let found = crate::daemon::output::scan::read_off_lock(len - from, move || {
-            let (bytes, _) = output::read_range(&log, from, len, head, dropped);
+            let (bytes, _) = output::Holes::new(&log, head, dropped).read(from, len);
             partial.extend_from_slice(&bytes);
             let found = in_use_line(&partial);
             // Only the unfinished last line is kept for the next look (bounded).
@@ -154,9 +180,18 @@ impl JobWatch {
 /// When the log last changed (its modification time), on the monotonic clock; now when
 /// that cannot be told.
 pub(super) fn last_change(log: &Path) -> Instant {
+    match std::fs::metadata(log) {
+        Ok(meta) => changed_at(&meta),
+        Err(_) => Instant::now(),
+    }
+}
+
+/// When a file of `meta` last changed, on the monotonic clock; now when that cannot be
+/// told.
+fn changed_at(meta: &std::fs::Metadata) -> Instant {
     let now = Instant::now();
-    let age = std::fs::metadata(log)
-        .and_then(|m| m.modified())
+    let age = meta
+        .modified()
         .ok()
         .and_then(|at| at.elapsed().ok())
         .unwrap_or_default();
@@ -223,6 +258,13 @@ impl Daemon {
         // Its own watch needs no haste: its supervisor reports at the relaxed pace
         // unless someone else waits on the output.
         let mut output = self.watch_output(&[row], crate::daemon::Pace::Relaxed);
+        // The record is asked of the store again only after a change of records (an
+        // end, a restart, a stop), at a wake by the clock, or when it is a few seconds
+        // old: a look at new output a second, for a hundred chatty jobs, is otherwise a
+        // hundred queries a second.
+        let mut changes = self.changes();
+        changes.borrow_and_update();
+        let mut known = (record, Instant::now());
         let mut first = true;
         // A job a restarted daemon takes back, before its first look.
         let mut taken_back = !fresh;
@@ -243,10 +285,16 @@ impl Daemon {
                     changed = output.changed() => changed.is_ok(),
                     _ = tokio::time::sleep(wake) => false,
                 };
-            let record = match self.lock().store.get(row) {
-                Ok(Some(record)) => record,
-                _ => return,
-            };
+            let fresh =
+                grew && !changes.has_changed().unwrap_or(true) && known.1.elapsed() < RECORD_FRESH;
+            if !fresh {
+                changes.borrow_and_update();
+                known = match self.lock().store.get(row) {
+                    Ok(Some(record)) => (record, Instant::now()),
+                    _ => return,
+                };
+            }
+            let record = known.0.clone();
             let ended = record.state == State::Ended;
             if !record.restarting() && record.run_started_at() != armed_for {
                 armed_for = record.run_started_at();

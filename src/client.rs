@@ -24,6 +24,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// What the error of a request that acts says when its daemon read it and went away
+/// before answering (it may have been carried out).
+pub const WENT_AWAY_WITH_REQUEST: &str = "the daemon went away with the request";
 /// How long a client waits for a daemon it started to answer.
 const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many daemons a client starts at most while waiting for one to answer.
@@ -58,6 +61,11 @@ pub struct Client {
     answered: bool,
     /// Whether the last call found the connection reset or closed by the daemon.
     dropped: bool,
+    /// Whether the last request never reached the daemon whole: its connection was
+    /// reset before any reply, which a daemon's close does only to a connection it
+    /// left bytes unread on (one request a connection: the request's own). It was not
+    /// carried out, so asking it again cannot do it twice.
+    unread: bool,
     /// Set by a [`Closer`] that ended the connection from here (not the daemon's doing).
     closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -144,6 +152,7 @@ impl Client {
             session: String::new(),
             answered: false,
             dropped: false,
+            unread: false,
             closed: Default::default(),
         })
     }
@@ -165,6 +174,7 @@ impl Client {
     pub fn call<T: DeserializeOwned>(&mut self, envelope: &Envelope) -> Result<T, WireError> {
         let fresh = !self.answered;
         self.dropped = false;
+        self.unread = false;
         let result = self.call_once(envelope);
         let closed_here = self.closed.load(std::sync::atomic::Ordering::SeqCst);
         if result.is_ok() || !fresh || !self.dropped || closed_here {
@@ -189,10 +199,10 @@ impl Client {
         }
         if self.acts {
             return result.map_err(|mut e| {
-                e.message.push_str(
-                    " (the daemon went away with the request: see `bgwork list` whether it \
-                     was carried out)",
-                );
+                e.message.push_str(" (");
+                e.message.push_str(WENT_AWAY_WITH_REQUEST);
+                e.message
+                    .push_str(": see `bgwork list` whether it was carried out)");
                 e
             });
         }
@@ -281,6 +291,7 @@ impl Client {
                 self.not_answering()
             } else {
                 self.dropped |= is_dropped(&e);
+                self.unread |= is_reset(&e);
                 WireError::new(ErrorCode::Unavailable, format!("daemon unreachable: {e}"))
             }
         })
@@ -321,6 +332,7 @@ impl Client {
                 Err(e) if is_timeout(&e) => return Err(self.not_answering()),
                 Err(e) => {
                     self.dropped |= is_dropped(&e);
+                    self.unread |= !self.answered && is_reset(&e);
                     return Err(WireError::new(
                         ErrorCode::Unavailable,
                         format!("daemon connection failed: {e}"),
@@ -354,6 +366,12 @@ impl Client {
     /// checked with [`Client::check_alive`].
     pub fn quiet_period(&self) -> Duration {
         self.patience
+    }
+
+    /// Whether the last request never reached the daemon whole (see `unread`): not
+    /// carried out, it may be asked again.
+    pub fn unread(&self) -> bool {
+        self.unread
     }
 
     /// Whether the daemon answers on a connection of its own, in time. The probe is a
@@ -519,6 +537,14 @@ fn connect_within(path: &std::path::Path, patience: Duration) -> std::io::Result
 
 /// Whether an error is the daemon's end of the connection: reset, or closed under a
 /// write.
+/// A connection the daemon closed with bytes of it unread (or before taking it).
+fn is_reset(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+    )
+}
+
 fn is_dropped(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),

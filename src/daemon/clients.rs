@@ -317,6 +317,20 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
                     _ = reader.closed() => return,
                 }
             }
+            // Input passed on is answered before a daemon that shuts down goes: its
+            // sender (a promoted run's feeder) knows whether the job took it.
+            Request::Send(_) => {
+                let _passing = daemon.passing_input();
+                let answer = daemon.dispatch(envelope, token).await;
+                let written = write_reply(&mut writer, &answer.line, stall).await;
+                drop(answer.permit);
+                if written.is_err() {
+                    daemon.release(token, &answer.deliver);
+                    return;
+                }
+                daemon.deliver(token, &answer.deliver);
+                continue;
+            }
             _ => daemon.dispatch(envelope, token).await,
         };
         let written = write_reply(&mut writer, &answer.line, stall).await;

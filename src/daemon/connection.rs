@@ -45,6 +45,20 @@ impl FrameReader {
         );
     }
 
+    /// Whether the client has gone (closed the connection whole), told without reading
+    /// what it sent before: a run that waits for its job to read the caller's input
+    /// sees a Ctrl-C of its caller so.
+    pub(crate) fn peer_gone(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let stream: &tokio::net::UnixStream = self.0.get_ref().as_ref();
+        let mut fds = [PollFd::new(stream.as_fd(), PollFlags::empty())];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+            && fds[0]
+                .revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+    }
+
     /// Resolves when the client closes its side of the connection (bytes it sends
     /// meanwhile stay buffered for [`FrameReader::next`]).
     pub(crate) async fn closed(&mut self) {

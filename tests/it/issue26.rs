@@ -1140,3 +1140,149 @@ fn issue26_z2_a_fast_producer_s_feeder_starts_no_daemon_after_stop_work() {
     let ended = home.wait_end(&id);
     assert_eq!(ended["end"], "stopped_by_agent", "{ended}");
 }
+
+/// 24 MiB of bytes of every value, in a file of `dir`: a promoted run's stdin, three
+/// times what a job's input queue holds.
+fn binary_input(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>) {
+    let bytes: Vec<u8> = (0..24u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let path = dir.join("input");
+    std::fs::write(&path, &bytes).unwrap();
+    (path, bytes)
+}
+
+/// A job that copies its stdin into `out`, 64 KiB every 10 ms (about 6 MB/s).
+fn slow_copy(out: &std::path::Path) -> String {
+    format!(
+        "perl -e 'binmode STDIN; binmode STDOUT; $|=1; \
+         while (read(STDIN, $b, 65536)) {{ print $b; select(undef, undef, undef, 0.01) }}' > '{}'",
+        out.display()
+    )
+}
+
+/// A promoted run of `command` with `input` as its stdin: the job's id.
+fn promoted_with_file(home: &Home, command: &str, input: &std::path::Path) -> String {
+    let run = home
+        .command(&["--json", "run", "--timeout", "1", "--", command])
+        .stdin(std::fs::File::open(input).unwrap())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    promoted(run)
+}
+
+/// Calls `restart` each time the job has copied another MiB, `times` times or until it
+/// ends.
+fn restarts_while_it_copies(
+    home: &Home,
+    id: &str,
+    out: &std::path::Path,
+    times: usize,
+    restart: impl Fn(),
+) {
+    let size = || std::fs::metadata(out).map_or(0, |m| m.len());
+    for _ in 0..times {
+        let before = size();
+        let mut ended = false;
+        eventually(Duration::from_secs(30), || {
+            ended = home.item(id)["state"] == "ended";
+            ended || size() > before + (1 << 20)
+        });
+        if ended {
+            break;
+        }
+        restart();
+    }
+}
+
+/// A feeder that passes the rest with `send` after one restart went silently at the
+/// next when that daemon closed with its `send` unread: the rest of the input was lost
+/// and the job's input never ended (11 of 12 runs). Each graceful restart now answers
+/// a `send` it read, and one it left unread is asked of the next daemon.
+#[test]
+fn issue26_z4_stdin_passes_whole_through_one_graceful_restart_after_another() {
+    let home = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, bytes) = binary_input(dir.path());
+    let out = dir.path().join("out");
+    let id = promoted_with_file(&home, &slow_copy(&out), &input);
+    restarts_while_it_copies(&home, &id, &out, 6, || {
+        home.json(&["shutdown"]);
+        home.start_daemon();
+    });
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    let copied = std::fs::read(&out).unwrap();
+    assert_eq!(copied.len(), bytes.len(), "bytes lost or doubled");
+    assert!(copied == bytes, "the job's input differs from the caller's");
+    eventually(Duration::from_secs(10), || feeders_of(&home).is_empty());
+}
+
+/// The same with the daemon killed (`kill -9`): what a killed daemon held may be lost,
+/// as the contract says, but the feeder goes on with the next daemon and the job's
+/// input still ends (the feeder went at the first failed `send`, and the job waited for
+/// ever).
+#[test]
+fn issue26_z5_a_feeder_goes_on_after_each_killed_daemon_and_the_input_ends() {
+    let home = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, bytes) = binary_input(dir.path());
+    let out = dir.path().join("out");
+    let id = promoted_with_file(&home, &slow_copy(&out), &input);
+    restarts_while_it_copies(&home, &id, &out, 3, || {
+        home.kill_daemon();
+        home.start_daemon();
+    });
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "succeeded", "{ended}");
+    let copied = std::fs::metadata(&out).unwrap().len();
+    assert!(
+        copied as usize <= bytes.len() && copied as usize >= bytes.len() - (3 << 20),
+        "{copied} of {} bytes reached the job",
+        bytes.len()
+    );
+}
+
+/// SIGINT to a `run` (its pid alone) whose job reads none of its stdin: its feeder,
+/// blocked writing input the daemon did not read, held the connection open, so the
+/// daemon never saw the caller go and promoted the job at its deadline as if the caller
+/// were there. The feeder now goes with its `run`, and the job is stopped as the person.
+#[test]
+fn issue26_z6_a_run_killed_while_its_job_reads_no_input_stops_it() {
+    let home = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, _) = binary_input(dir.path());
+    let mut run = home
+        .command(&["run", "--timeout", "60", "--", "sleep 60"])
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    eventually(Duration::from_secs(20), || {
+        let list = home.json(&["list", "--all"]);
+        match list["items"].as_array().unwrap().first() {
+            Some(item) if item["state"] == "running" => {
+                id = item["id"].as_str().unwrap().to_string();
+                true
+            }
+            _ => false,
+        }
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let _ = run.wait();
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "stopped_by_person", "{ended}");
+    eventually(Duration::from_secs(10), || feeders_of(&home).is_empty());
+    let notices = home.json(&["notices"]);
+    assert!(
+        notices["notices"].as_array().unwrap().is_empty(),
+        "a run its caller stopped has no notice: {notices}"
+    );
+}

@@ -246,10 +246,24 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     let mut buffer = vec![0u8; 64 << 10];
     // The promoted job, once `run` says which.
     let mut job: Option<(String, String)> = None;
-    let send = |socket: &mut std::os::unix::net::UnixStream, frame: &wire::StdinFrame| {
-        socket.write_all(&wire::encode_line(frame)).is_ok()
-    };
+    // What `run` said on `control` while a frame was being written.
+    let mut heard: Vec<String> = Vec::new();
     loop {
+        // `run` said it was promoted, or asked a detach, while a write blocked.
+        for line in std::mem::take(&mut heard) {
+            match line.trim_end().strip_prefix("detach ") {
+                Some(why) => {
+                    let frame = wire::StdinFrame {
+                        detach: Some(why.to_string()),
+                        ..wire::StdinFrame::default()
+                    };
+                    if write_frame(&socket, &frame, &mut control, &mut heard) != Written::Whole {
+                        return ExitCode::SUCCESS;
+                    }
+                }
+                None => job = job.or_else(|| kept(&line)),
+            }
+        }
         let (gone, asked, input) = {
             let socket_fd = socket.as_fd();
             // Before the promotion the connection's replies are `run`'s to read: no
@@ -282,9 +296,9 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
             )
         };
         if gone {
-            if job.is_none() {
-                job = promotion(&mut control);
-            }
+            job = job
+                .or_else(|| heard.iter().find_map(|line| kept(line)))
+                .or_else(|| promotion(&mut control));
             if let Some((session, id)) = &job {
                 if let Leftover::Returned(back) = leftover(&mut socket) {
                     send_rest(session, id, &mut buffer, back, false);
@@ -295,40 +309,41 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
         if asked {
             let mut line = String::new();
             match control.as_mut().map(|c| c.read_line(&mut line)) {
-                Some(Ok(n)) if n > 0 => match line.trim_end().strip_prefix("detach ") {
-                    Some(why) => {
-                        let frame = wire::StdinFrame {
-                            detach: Some(why.to_string()),
-                            ..wire::StdinFrame::default()
-                        };
-                        if !send(&mut socket, &frame) {
-                            return ExitCode::SUCCESS;
-                        }
-                    }
-                    None => {
-                        job = line
-                            .trim_end()
-                            .strip_prefix("keep ")
-                            .and_then(|rest| rest.split_once('\t'))
-                            .map(|(session, id)| (session.to_string(), id.to_string()));
+                Some(Ok(n)) if n > 0 => {
+                    if line.starts_with("detach ") {
+                        heard.push(line);
+                    } else {
+                        job = kept(&line);
                         control = None;
                     }
-                },
+                    continue;
+                }
                 // `run` went away before its promotion.
                 _ => return ExitCode::SUCCESS,
             }
         }
         if input {
             let n = read_piece(&mut stdin.lock(), &mut buffer);
-            let sent = send(&mut socket, &input_frame(&buffer[..n]));
+            let sent = match write_frame(
+                &socket,
+                &input_frame(&buffer[..n]),
+                &mut control,
+                &mut heard,
+            ) {
+                Written::Whole => true,
+                Written::Failed => false,
+                // `run` went away before its promotion (a Ctrl-C): so does its feeder,
+                // and the daemon sees the caller go, though it read nothing meanwhile.
+                Written::RunGone => return ExitCode::SUCCESS,
+            };
             if sent && n > 0 {
                 continue;
             }
             // A write that blocked while the job took nothing may have outlasted the
             // promotion: `run` said it meanwhile.
-            if job.is_none() {
-                job = promotion(&mut control);
-            }
+            job = job
+                .or_else(|| heard.iter().find_map(|line| kept(line)))
+                .or_else(|| promotion(&mut control));
             let Some((session, id)) = &job else {
                 return ExitCode::SUCCESS;
             };
@@ -346,16 +361,89 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     }
 }
 
+/// How a frame's write ended.
+#[derive(PartialEq, Eq)]
+enum Written {
+    Whole,
+    /// The connection refused it (its daemon shut it, or went).
+    Failed,
+    /// `run` closed `control` before it said the run was promoted.
+    RunGone,
+}
+
+/// Writes `frame` whole on the run's connection, watching `control` meanwhile: a write
+/// that blocks (the daemon reads no more while the job takes none of its input) must
+/// not keep the feeder, and with it the connection, alive after its `run` went. What
+/// `run` says meanwhile is put in `heard`.
+fn write_frame(
+    socket: &std::os::unix::net::UnixStream,
+    frame: &wire::StdinFrame,
+    control: &mut Option<std::io::BufReader<std::fs::File>>,
+    heard: &mut Vec<String>,
+) -> Written {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::socket::{send, MsgFlags};
+    use std::io::BufRead;
+    use std::os::fd::{AsFd, AsRawFd};
+    let line = wire::encode_line(frame);
+    let mut done = 0;
+    while done < line.len() {
+        let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+        match send(socket.as_raw_fd(), &line[done..], flags) {
+            Ok(n) => {
+                done += n;
+                continue;
+            }
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
+            Err(_) => return Written::Failed,
+        }
+        let mut fds = vec![PollFd::new(socket.as_fd(), PollFlags::POLLOUT)];
+        if let Some(control) = control.as_ref() {
+            fds.push(PollFd::new(control.get_ref().as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return Written::Failed,
+        }
+        let told = fds
+            .get(1)
+            .and_then(PollFd::revents)
+            .is_some_and(|r| !r.is_empty());
+        if !told {
+            continue;
+        }
+        let mut said = String::new();
+        match control.as_mut().map(|c| c.read_line(&mut said)) {
+            Some(Ok(n)) if n > 0 => {
+                let keep = said.starts_with("keep ");
+                heard.push(said);
+                if keep {
+                    *control = None;
+                }
+            }
+            _ => return Written::RunGone,
+        }
+    }
+    Written::Whole
+}
+
+/// The job of a `keep SESSION<tab>ID` line of `control`.
+fn kept(line: &str) -> Option<(String, String)> {
+    line.trim_end()
+        .strip_prefix("keep ")
+        .and_then(|rest| rest.split_once('\t'))
+        .map(|(session, id)| (session.to_string(), id.to_string()))
+}
+
 /// The promoted job, once `run` says it on `control` (read to its end: `run` closes it
 /// as it goes, promoted or not); none when the run was not promoted.
 fn promotion(control: &mut Option<std::io::BufReader<std::fs::File>>) -> Option<(String, String)> {
     use std::io::BufRead;
     let control = control.take()?;
-    control.lines().map_while(Result::ok).find_map(|line| {
-        line.strip_prefix("keep ")
-            .and_then(|rest| rest.split_once('\t'))
-            .map(|(session, id)| (session.to_string(), id.to_string()))
-    })
+    control
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| kept(&line))
 }
 
 /// What a promoted run's daemon left to its feeder when it closed the connection.
@@ -427,6 +515,10 @@ fn send_rest(session: &str, id: &str, buffer: &mut [u8], back: Vec<u8>, ended: b
             });
             match ask::<serde_json::Value>(&paths, session, send, Duration::from_secs(60)) {
                 Ok(_) => return true,
+                // A daemon that read the piece and went away (killed) may have passed
+                // it on or lost it, as a killed daemon loses what it held: the passing
+                // goes on with the next piece, to the daemon that takes the job back.
+                Err(e) if e.code == wire::ErrorCode::Unavailable && daemon_took(&e) => return true,
                 Err(e) if e.code == wire::ErrorCode::Limit => {}
                 Err(e)
                     if e.code == wire::ErrorCode::NotRunning
@@ -477,8 +569,10 @@ fn send_rest(session: &str, id: &str, buffer: &mut [u8], back: Vec<u8>, ended: b
 }
 
 /// One request of `session`, its connection tried again every 200 ms for `patience`
-/// while no daemon can be reached (one asked that fails is not asked again: a `send`
-/// it may have carried out would be sent twice).
+/// while no daemon can be reached, and asked again while a daemon that goes away
+/// leaves it unread (a daemon shut down with it in its queue: it was not carried out).
+/// One that a daemon read and went away with is not asked again (a `send` it may have
+/// carried out would be sent twice): its error is `Unavailable`.
 fn ask<T: serde::de::DeserializeOwned>(
     paths: &crate::paths::Paths,
     session: &str,
@@ -492,7 +586,12 @@ fn ask<T: serde::de::DeserializeOwned>(
     let deadline = std::time::Instant::now() + patience;
     loop {
         match Client::connect(paths) {
-            Ok(mut client) => return client.call::<T>(&envelope),
+            Ok(mut client) => match client.call::<T>(&envelope) {
+                Err(_) if client.unread() && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                answer => return answer,
+            },
             Err(e)
                 if e.code == wire::ErrorCode::Unavailable
                     && std::time::Instant::now() < deadline =>
@@ -502,6 +601,13 @@ fn ask<T: serde::de::DeserializeOwned>(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Whether a failed request's error says a daemon read it and went away with it.
+fn daemon_took(error: &WireError) -> bool {
+    error
+        .message
+        .contains(crate::client::WENT_AWAY_WITH_REQUEST)
 }
 
 /// The next piece of `stdin` into `buffer`: its length, 0 at its end (a stdin that

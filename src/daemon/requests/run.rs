@@ -171,8 +171,12 @@ impl Daemon {
                             continue;
                         }
                         let eof = frame.eof;
-                        match self.take_stdin(row, frame, &mut stdin_open, Some(deadline)).await {
-                            Ok(left) => (unwritten, unwritten_eof) = (left, eof),
+                        let took = self
+                            .take_stdin(row, frame, &mut stdin_open, Some(deadline), Some(&*caller.reader))
+                            .await;
+                        match took {
+                            Ok(Some(left)) => (unwritten, unwritten_eof) = (left, eof),
+                            Ok(None) => break Some(Interrupt::Gone),
                             Err(e) => break Some(Interrupt::Bad(e)),
                         }
                         if unwritten.is_empty() {
@@ -254,62 +258,71 @@ impl Daemon {
     /// what waits, this waits too (and so the caller's connection is not read, and the
     /// caller stops reading its stdin): input never piles up in the daemon. Past the
     /// `deadline` (none: until the job takes it or ends) the input the job has not
-    /// taken is given back, for the run's promotion to keep.
+    /// taken is given back, for the run's promotion to keep. `None` when the `caller`
+    /// went away meanwhile (a Ctrl-C).
     async fn take_stdin(
         &self,
         row: i64,
         frame: StdinFrame,
         open: &mut bool,
         deadline: Option<tokio::time::Instant>,
-    ) -> Result<Vec<u8>, WireError> {
+        caller: Option<&FrameReader>,
+    ) -> Result<Option<Vec<u8>>, WireError> {
         let data = decoded(&frame)?;
         if !*open {
             // Input after end-of-input (or to a run whose stdin was closed) goes nowhere.
-            return Ok(Vec::new());
+            return Ok(Some(Vec::new()));
         }
-        let left = self.write_stdin(row, data, open, deadline).await;
+        let Some(left) = self.write_stdin(row, data, open, deadline, caller).await else {
+            return Ok(None);
+        };
         if frame.eof && left.is_empty() {
             *open = false;
             self.to_job(row, ToSupervisor::CloseInput);
         }
-        Ok(left)
+        Ok(Some(left))
     }
 
     /// Writes `data` into the job's input, waiting while its queue is full, until the
     /// `deadline`; what is left unwritten then (nothing once written, or when the job
-    /// ended or its input closed).
+    /// ended or its input closed). `None` when the `caller` whose input it is went away
+    /// meanwhile.
     async fn write_stdin(
         &self,
         row: i64,
         data: Vec<u8>,
         open: &mut bool,
         deadline: Option<tokio::time::Instant>,
-    ) -> Vec<u8> {
+        caller: Option<&FrameReader>,
+    ) -> Option<Vec<u8>> {
         let handle = self.lock().live.get(&row).map(|live| live.handle.clone());
         let (Some(handle), false) = (handle, data.is_empty()) else {
-            return Vec::new();
+            return Some(Vec::new());
         };
         let mut delay = std::time::Duration::from_millis(5);
         loop {
             match handle.write(data.clone()).await {
-                Ok(_) => return Vec::new(),
+                Ok(_) => return Some(Vec::new()),
                 Err(WriteRefused::Full(_)) => {
                     if self.has_ended(row) {
-                        return Vec::new();
+                        return Some(Vec::new());
+                    }
+                    if caller.is_some_and(FrameReader::peer_gone) {
+                        return None;
                     }
                     // A daemon that shuts down holds it for a while only.
                     let deadline = deadline.or_else(|| self.hand_over_by());
                     if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
-                        return data;
+                        return Some(data);
                     }
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(std::time::Duration::from_millis(200));
                 }
                 Err(WriteRefused::Closed) => {
                     *open = false;
-                    return Vec::new();
+                    return Some(Vec::new());
                 }
-                Err(WriteRefused::Unreachable(_)) => return Vec::new(),
+                Err(WriteRefused::Unreachable(_)) => return Some(Vec::new()),
             }
         }
     }
@@ -328,8 +341,7 @@ impl Daemon {
         writer: &mut OwnedWriteHalf,
         stall: Duration,
     ) {
-        self.passing.send_modify(|n| *n += 1);
-        let _passing = Passing(&self.passing);
+        let _passing = self.passing_input();
         let lines = match self.pass_frames(rest, reader).await {
             Passed::NoMore => vec![wire::STDIN_TAKEN_NO_MORE.to_vec()],
             Passed::Returned(bytes) => bytes
@@ -358,7 +370,10 @@ impl Daemon {
             eof,
         } = rest;
         let mut open = true;
-        let mut returned = self.write_stdin(row, unwritten, &mut open, None).await;
+        let mut returned = self
+            .write_stdin(row, unwritten, &mut open, None, None)
+            .await
+            .unwrap_or_default();
         if !open {
             return Passed::NoMore;
         }
@@ -416,8 +431,8 @@ impl Daemon {
             if frame.detach.is_some() {
                 continue;
             }
-            match self.take_stdin(row, frame, &mut open, None).await {
-                Ok(left) if open => returned = left,
+            match self.take_stdin(row, frame, &mut open, None, None).await {
+                Ok(left) if open => returned = left.unwrap_or_default(),
                 Ok(_) => return Passed::NoMore,
                 Err(_) => return Passed::Gone,
             }
@@ -669,7 +684,16 @@ fn decoded(frame: &StdinFrame) -> Result<Vec<u8>, WireError> {
 
 /// One promoted run's connection counted in [`Daemon::passing`] while its rest is
 /// passed on.
-struct Passing<'a>(&'a tokio::sync::watch::Sender<usize>);
+pub(crate) struct Passing<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl Daemon {
+    /// Counts input being passed on to a job until dropped: a daemon that shuts down
+    /// waits for it (a few seconds at most).
+    pub(crate) fn passing_input(&self) -> Passing<'_> {
+        self.passing.send_modify(|n| *n += 1);
+        Passing(&self.passing)
+    }
+}
 
 impl Drop for Passing<'_> {
     fn drop(&mut self) {

@@ -50,9 +50,11 @@ impl Daemon {
             ));
         }
         let until = match &args.until {
-            Some(pattern) => Some(Regex::new(pattern).map_err(|e| {
+            // Shared, not cloned, by each step: a clone of a `Regex` starts with empty
+            // caches, which each search then builds again.
+            Some(pattern) => Some(std::sync::Arc::new(Regex::new(pattern).map_err(|e| {
                 WireError::bad_request(format!("--until is not a valid regular expression: {e}"))
-            })?),
+            })?)),
             None => None,
         };
         let timeout = match args.timeout_s {
@@ -188,7 +190,7 @@ impl Daemon {
 
     /// Reads a bounded step of one item's new output on a blocking thread and returns
     /// the first line (or frame, or unterminated last line) matching `regex`.
-    async fn scan_step(&self, scan: &mut Scan, regex: &Regex) -> Step {
+    async fn scan_step(&self, scan: &mut Scan, regex: &std::sync::Arc<Regex>) -> Step {
         let idle = Step {
             matched: None,
             behind: false,

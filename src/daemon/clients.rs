@@ -254,6 +254,10 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
                 continue;
             }
         };
+        // Input passed on is answered before a daemon that shuts down goes (the guard
+        // lives until the reply is out): its sender, a promoted run's feeder, knows
+        // whether the job took it.
+        let _passing = matches!(envelope.request, Request::Send(_)).then(|| daemon.passing_input());
         let answer = match envelope.request {
             Request::Notices {
                 peek, follow: true, ..
@@ -316,20 +320,6 @@ async fn serve_client(daemon: Arc<Daemon>, stream: UnixStream, me: u32, slot: Sl
                     answer = daemon.dispatch(envelope, token) => answer,
                     _ = reader.closed() => return,
                 }
-            }
-            // Input passed on is answered before a daemon that shuts down goes: its
-            // sender (a promoted run's feeder) knows whether the job took it.
-            Request::Send(_) => {
-                let _passing = daemon.passing_input();
-                let answer = daemon.dispatch(envelope, token).await;
-                let written = write_reply(&mut writer, &answer.line, stall).await;
-                drop(answer.permit);
-                if written.is_err() {
-                    daemon.release(token, &answer.deliver);
-                    return;
-                }
-                daemon.deliver(token, &answer.deliver);
-                continue;
             }
             _ => daemon.dispatch(envelope, token).await,
         };

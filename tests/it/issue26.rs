@@ -893,6 +893,15 @@ fn issue26_v33_a_run_with_piped_stdin_whose_caller_is_killed_is_stopped() {
         .unwrap();
     // Its pipe stays open: the end of it would be the job's end of input.
     let _held = run.stdin.take();
+    let id = first_running(&home);
+    run.kill().unwrap();
+    let _ = run.wait();
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "stopped_by_person", "{ended}");
+}
+
+/// The id of the session's first item, once it runs.
+fn first_running(home: &Home) -> String {
     let mut id = String::new();
     eventually(Duration::from_secs(20), || {
         let list = home.json(&["list", "--all"]);
@@ -904,10 +913,7 @@ fn issue26_v33_a_run_with_piped_stdin_whose_caller_is_killed_is_stopped() {
             _ => false,
         }
     });
-    run.kill().unwrap();
-    let _ = run.wait();
-    let ended = home.wait_end(&id);
-    assert_eq!(ended["end"], "stopped_by_person", "{ended}");
+    id
 }
 
 /// The `bgwork run-feed` processes of this home still alive.
@@ -1260,17 +1266,7 @@ fn issue26_z6_a_run_killed_while_its_job_reads_no_input_stops_it() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut id = String::new();
-    eventually(Duration::from_secs(20), || {
-        let list = home.json(&["list", "--all"]);
-        match list["items"].as_array().unwrap().first() {
-            Some(item) if item["state"] == "running" => {
-                id = item["id"].as_str().unwrap().to_string();
-                true
-            }
-            _ => false,
-        }
-    });
+    let id = first_running(&home);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(run.id() as i32),
         nix::sys::signal::Signal::SIGINT,

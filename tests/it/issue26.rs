@@ -1282,3 +1282,47 @@ fn issue26_z6_a_run_killed_while_its_job_reads_no_input_stops_it() {
         "a run its caller stopped has no notice: {notices}"
     );
 }
+
+/// `shutdown --stop-work` while a feeder passes the rest with `send` (after an earlier
+/// restart): the feeder asked its unread `send` again, starting a daemon, before it
+/// heard that the job had ended, and that daemon stayed up with no work (6 of 6). The
+/// feeder now looks at the job's folder first: a job that ended there starts no daemon.
+#[test]
+fn issue26_z7_stop_work_while_a_feeder_sends_leaves_no_daemon() {
+    let home = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, _) = binary_input(dir.path());
+    let out = dir.path().join("out");
+    let id = promoted_with_file(&home, &slow_copy(&out), &input);
+    let size = || std::fs::metadata(&out).map_or(0, |m| m.len());
+    eventually(Duration::from_secs(30), || size() > 1 << 20);
+    home.json(&["shutdown"]);
+    home.start_daemon();
+    // The next MiB reached the job through the feeder's `send`s.
+    let before = size();
+    eventually(Duration::from_secs(30), || size() > before + (1 << 20));
+    assert_eq!(home.item(&id)["state"], "running");
+    let said = home.json(&["shutdown", "--stop-work"]);
+    assert!(
+        said["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 running item stopped"),
+        "{said}"
+    );
+    eventually(Duration::from_secs(15), || feeders_of(&home).is_empty());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !crate::util::bgwork_processes("daemon", home.path()).is_empty() {
+        if std::time::Instant::now() > deadline {
+            let log = std::fs::read_to_string(home.path().join("daemon.log")).unwrap();
+            panic!("a daemon is up after shutdown --stop-work: {log}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        std::os::unix::net::UnixStream::connect(home.socket()).is_err(),
+        "a daemon answers after shutdown --stop-work"
+    );
+    let ended = home.wait_end(&id);
+    assert_eq!(ended["end"], "stopped_by_agent", "{ended}");
+}

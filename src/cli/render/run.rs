@@ -107,7 +107,8 @@ pub(super) fn run(
     if let (Some(Feeder::Process { control }), RunOutcome::Promoted) = (&mut feeder, reply.outcome)
     {
         // The rest of stdin is the job's now: the feeder outlives this process.
-        let keep = format!("keep {}\t{}\n", envelope.session, reply.item.id);
+        let folder = reply.item.folder.as_deref().unwrap_or("");
+        let keep = format!("keep {}\t{}\t{folder}\n", envelope.session, reply.item.id);
         let _ = control.write_all(keep.as_bytes());
     }
     if detached.is_some() {
@@ -225,7 +226,7 @@ impl Feeder {
 /// `bgwork run-feed`: passes its stdin on to the run of the connection `fd` as stdin
 /// frames until it ends (then says end-of-input), or until the daemon closes the
 /// connection (the run ended, or its job did). On `control`, `run` says `detach WHY`
-/// (sent on as a detach) and `keep SESSION<tab>ID` once the run is promoted; `control`
+/// (sent on as a detach) and `keep SESSION<tab>ID<tab>FOLDER` once the run is promoted; `control`
 /// closed before `keep` is a `run` gone (killed, or ended): the feeder goes too, so the
 /// daemon sees the caller go as it would without a feeder. Once promoted, the daemon's
 /// last words on the connection say what is left ([`leftover`]): the job takes no more
@@ -245,7 +246,7 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
     let stdin = std::io::stdin();
     let mut buffer = vec![0u8; 64 << 10];
     // The promoted job, once `run` says which.
-    let mut job: Option<(String, String)> = None;
+    let mut job: Option<Promoted> = None;
     // What `run` said on `control` while a frame was being written.
     let mut heard: Vec<String> = Vec::new();
     loop {
@@ -299,9 +300,9 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
             job = job
                 .or_else(|| heard.iter().find_map(|line| kept(line)))
                 .or_else(|| promotion(&mut control));
-            if let Some((session, id)) = &job {
+            if let Some(job) = &job {
                 if let Leftover::Returned(back) = leftover(&mut socket) {
-                    send_rest(session, id, &mut buffer, back, false);
+                    send_rest(job, &mut buffer, back, false);
                 }
             }
             return ExitCode::SUCCESS;
@@ -344,7 +345,7 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
             job = job
                 .or_else(|| heard.iter().find_map(|line| kept(line)))
                 .or_else(|| promotion(&mut control));
-            let Some((session, id)) = &job else {
+            let Some(job) = &job else {
                 return ExitCode::SUCCESS;
             };
             // Promoted: the end of input sent, or a piece the connection refused (its
@@ -354,7 +355,7 @@ pub fn feed_main(fd: i32, control: i32) -> ExitCode {
                 if !sent {
                     back.extend_from_slice(&buffer[..n]);
                 }
-                send_rest(session, id, &mut buffer, back, n == 0);
+                send_rest(job, &mut buffer, back, n == 0);
             }
             return ExitCode::SUCCESS;
         }
@@ -427,17 +428,49 @@ fn write_frame(
     Written::Whole
 }
 
-/// The job of a `keep SESSION<tab>ID` line of `control`.
-fn kept(line: &str) -> Option<(String, String)> {
-    line.trim_end()
-        .strip_prefix("keep ")
-        .and_then(|rest| rest.split_once('\t'))
-        .map(|(session, id)| (session.to_string(), id.to_string()))
+/// The job of a `keep SESSION<tab>ID<tab>FOLDER` line of `control` (FOLDER may be empty).
+fn kept(line: &str) -> Option<Promoted> {
+    let rest = line
+        .strip_suffix('\n')
+        .unwrap_or(line)
+        .strip_prefix("keep ")?;
+    let (session, rest) = rest.split_once('\t')?;
+    let (id, folder) = rest.split_once('\t').unwrap_or((rest, ""));
+    Some(Promoted {
+        session: session.to_string(),
+        id: id.to_string(),
+        folder: (!folder.is_empty()).then(|| std::path::PathBuf::from(folder)),
+    })
+}
+
+/// The promoted job a feeder passes the rest of stdin to.
+struct Promoted {
+    session: String,
+    id: String,
+    /// Its folder, where its end is written whether or not a daemon runs.
+    folder: Option<std::path::PathBuf>,
+}
+
+impl Promoted {
+    /// Whether the job's folder says it ended: its status is written, or the
+    /// supervisor it recorded is gone. No daemon is started for such a job: one
+    /// stopped with its work (`shutdown --stop-work`) is not started again by a
+    /// feeder with nothing left to pass.
+    fn ended_here(&self) -> bool {
+        let Some(folder) = &self.folder else {
+            return false;
+        };
+        let recorded = crate::supervisor::tree::TreeRecord::read(folder)
+            .supervisor
+            .is_some();
+        crate::job_dir::JobDir(folder).status().exists()
+            || (recorded && crate::supervisor::tree::supervisor_of(folder).is_none())
+    }
 }
 
 /// The promoted job, once `run` says it on `control` (read to its end: `run` closes it
 /// as it goes, promoted or not); none when the run was not promoted.
-fn promotion(control: &mut Option<std::io::BufReader<std::fs::File>>) -> Option<(String, String)> {
+fn promotion(control: &mut Option<std::io::BufReader<std::fs::File>>) -> Option<Promoted> {
     use std::io::BufRead;
     let control = control.take()?;
     control
@@ -484,21 +517,28 @@ fn leftover(socket: &mut std::os::unix::net::UnixStream) -> Leftover {
 /// `--key C-d` at its end (at once when `ended`: stdin had ended already); until the
 /// job takes no more input (it ended, or its input closed). A daemon killed loses what
 /// it had not read of the connection.
-fn send_rest(session: &str, id: &str, buffer: &mut [u8], back: Vec<u8>, ended: bool) {
+fn send_rest(job: &Promoted, buffer: &mut [u8], back: Vec<u8>, ended: bool) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     use std::time::Duration;
     let paths = crate::paths::Paths::from_env();
     let stdin = std::io::stdin();
-    // Whether the job has ended (as far as a daemon says now).
+    let (session, id) = (job.session.as_str(), job.id.as_str());
+    let ask = |request: Request, patience: Duration| -> Result<serde_json::Value, WireError> {
+        ask(&paths, session, request, patience, &|| !job.ended_here())
+    };
+    // Whether the job has ended (as its folder says, or a daemon now).
     let job_ended = || {
         let look = Request::Wait(wire::WaitArgs {
             ids: vec![id.to_string()],
             timeout_s: Some(0.0),
             ..wire::WaitArgs::default()
         });
-        ask::<wire::WaitReply>(&paths, session, look, Duration::ZERO)
-            .is_ok_and(|reply| reply.items.iter().any(|i| i.state == wire::State::Ended))
+        job.ended_here()
+            || ask(look, Duration::ZERO)
+                .ok()
+                .and_then(|reply| serde_json::from_value::<wire::WaitReply>(reply).ok())
+                .is_some_and(|reply| reply.items.iter().any(|i| i.state == wire::State::Ended))
     };
     // A send is asked again while no daemon answers (one is starting), for a minute;
     // while the job's input queue is full (`limit`: it reads later); and, for a
@@ -513,7 +553,7 @@ fn send_rest(session: &str, id: &str, buffer: &mut [u8], back: Vec<u8>, ended: b
                 text: text.clone(),
                 keys: keys.clone(),
             });
-            match ask::<serde_json::Value>(&paths, session, send, Duration::from_secs(60)) {
+            match ask(send, Duration::from_secs(60)) {
                 Ok(_) => return true,
                 // A daemon that read the piece and went away (killed) may have passed
                 // it on or lost it, as a killed daemon loses what it held: the passing
@@ -572,12 +612,15 @@ fn send_rest(session: &str, id: &str, buffer: &mut [u8], back: Vec<u8>, ended: b
 /// while no daemon can be reached, and asked again while a daemon that goes away
 /// leaves it unread (a daemon shut down with it in its queue: it was not carried out).
 /// One that a daemon read and went away with is not asked again (a `send` it may have
-/// carried out would be sent twice): its error is `Unavailable`.
+/// carried out would be sent twice): its error is `Unavailable`. A daemon is started
+/// only while `may_start` says so (looked at before each try); otherwise no daemon
+/// running is an `Unavailable` at once, not waited on.
 fn ask<T: serde::de::DeserializeOwned>(
     paths: &crate::paths::Paths,
     session: &str,
     request: Request,
     patience: std::time::Duration,
+    may_start: &dyn Fn() -> bool,
 ) -> Result<T, WireError> {
     let envelope = Envelope {
         session: session.to_string(),
@@ -585,7 +628,19 @@ fn ask<T: serde::de::DeserializeOwned>(
     };
     let deadline = std::time::Instant::now() + patience;
     loop {
-        match Client::connect(paths) {
+        let connected = match may_start() {
+            true => Client::connect(paths),
+            false => match Client::connect_existing(paths) {
+                Ok(client) => Ok(client),
+                Err(e) => {
+                    return Err(WireError::new(
+                        wire::ErrorCode::Unavailable,
+                        format!("no daemon runs, and the job ended: {e}"),
+                    ))
+                }
+            },
+        };
+        match connected {
             Ok(mut client) => match client.call::<T>(&envelope) {
                 Err(_) if client.unread() && std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(200));

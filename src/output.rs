@@ -92,6 +92,7 @@ pub fn last_gap_end(path: &Path, from: u64, to: u64, head: u64, dropped: u64) ->
 /// them, is where its hole begins exactly (zeros the job wrote itself before it stay
 /// output). On a file system that reports no holes, a local log's reported figure
 /// `[head, head + dropped)` is its dropped middle.
+#[derive(Clone, Copy)]
 pub struct Holes<'a> {
     file: &'a std::fs::File,
     len: u64,
@@ -99,6 +100,10 @@ pub struct Holes<'a> {
     dropped: u64,
     /// The file reports no hole though the cap dropped bytes: the figure is used.
     by_figure: bool,
+    /// Nothing was dropped and the file's blocks cover its length: it has no hole, and
+    /// no `SEEK_DATA`/`SEEK_HOLE` is asked (a chatty job's output is read many times a
+    /// second, each look a few bytes at its end).
+    whole: bool,
     block: u64,
 }
 
@@ -106,9 +111,9 @@ impl<'a> Holes<'a> {
     pub fn new(file: &'a std::fs::File, head: u64, dropped: u64) -> Holes<'a> {
         use nix::unistd::{lseek, Whence};
         use std::os::unix::fs::MetadataExt;
-        let (len, block) = file
+        let (len, block, allocated) = file
             .metadata()
-            .map_or((0, 4096), |m| (m.len(), m.blksize()));
+            .map_or((0, 4096, 0), |m| (m.len(), m.blksize(), m.blocks() * 512));
         let by_figure = dropped > 0
             && match lseek(file, 0, Whence::SeekHole) {
                 Ok(hole) => hole as u64 >= len,
@@ -120,6 +125,7 @@ impl<'a> Holes<'a> {
             head,
             dropped,
             by_figure,
+            whole: dropped == 0 && allocated >= len,
             block: block.clamp(512, 1 << 20),
         }
     }
@@ -133,6 +139,9 @@ impl<'a> Holes<'a> {
         loop {
             if at >= to {
                 return None;
+            }
+            if self.whole {
+                return Some(at..to);
             }
             if self.by_figure {
                 return self.data_by_figure(at, to);
@@ -195,6 +204,9 @@ impl<'a> Holes<'a> {
 
     /// The holes of `[from, to)`, up to the file's end, in order.
     pub fn gaps(&self, from: u64, to: u64) -> Vec<std::ops::Range<u64>> {
+        if self.whole {
+            return Vec::new();
+        }
         let to = to.min(self.len.max(file_len(self.file)));
         let mut gaps = Vec::new();
         let mut at = from;
@@ -248,8 +260,21 @@ impl Holes<'_> {
     /// returns how many bytes that was: the cap may punch part of a range while it is
     /// read (those bytes read as zeros), and no reader is given a hole's zeros.
     fn take_out_new_holes(&self, start: u64, bytes: &mut Vec<u8>, was: usize) -> u64 {
+        use std::os::unix::fs::MetadataExt;
         let end = start + (bytes.len() - was) as u64;
-        let gaps = self.gaps(start, end);
+        let holes = match self.whole {
+            // A file with no hole before the read has none after it unless its blocks
+            // no longer cover it (the cap's first punch came meanwhile).
+            true => match self.file.metadata() {
+                Ok(m) if m.blocks() * 512 >= m.len() => return 0,
+                _ => Holes {
+                    whole: false,
+                    ..*self
+                },
+            },
+            false => *self,
+        };
+        let gaps = holes.gaps(start, end);
         for gap in gaps.iter().rev() {
             let (from, to) = (gap.start - start, gap.end.min(end) - start);
             bytes.drain(was + from as usize..was + to as usize);

@@ -412,7 +412,7 @@ async fn connect(socket: &Path) -> Option<UnixStream> {
 async fn next_message(reader: &mut Lines<OwnedReadHalf>) -> Option<FromSupervisor> {
     loop {
         match reader.next().await {
-            Ok(Some(line)) => match control::decode(&line) {
+            Ok(Some(line)) => match FromSupervisor::decode(&line) {
                 Ok(message) => return Some(message),
                 Err(e) => crate::note!("bgwork daemon: {e}"),
             },

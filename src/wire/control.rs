@@ -321,3 +321,57 @@ pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
 pub fn decode<T: for<'de> Deserialize<'de>>(line: &[u8]) -> Result<T, String> {
     serde_json::from_slice(line).map_err(|e| format!("malformed control message: {e}"))
 }
+
+impl FromSupervisor {
+    /// A supervisor's message from its line. An output report, most of what a chatty
+    /// job's supervisor sends, is read straight into its four numbers: the tagged
+    /// enum's own decoding first copies every field aside to find its tag.
+    pub fn decode(line: &[u8]) -> Result<FromSupervisor, String> {
+        #[derive(Deserialize)]
+        struct Output {
+            log_len: u64,
+            dropped: u64,
+            #[serde(default)]
+            unwritten: u64,
+            #[serde(default)]
+            unwritten_at: u64,
+        }
+        if line.starts_with(br#"{"ev":"output","#) {
+            if let Ok(report) = serde_json::from_slice::<Output>(line) {
+                return Ok(FromSupervisor::Output {
+                    log_len: report.log_len,
+                    dropped: report.dropped,
+                    unwritten: report.unwritten,
+                    unwritten_at: report.unwritten_at,
+                });
+            }
+        }
+        decode(line)
+    }
+}
+
+#[cfg(test)]
+mod from_supervisor_tests {
+    use super::*;
+
+    #[test]
+    fn an_output_report_decodes_by_its_short_path_as_by_the_enum() {
+        let report = FromSupervisor::Output {
+            log_len: 12_345,
+            dropped: 7,
+            unwritten: 3,
+            unwritten_at: 99,
+        };
+        let line = encode(&report);
+        assert!(line.starts_with(br#"{"ev":"output","#), "{line:?}");
+        let short = FromSupervisor::decode(&line).unwrap();
+        let long: FromSupervisor = decode(&line).unwrap();
+        assert_eq!(format!("{short:?}"), format!("{long:?}"));
+        // Any other message takes the enum's path.
+        let spawned = encode(&FromSupervisor::Spawned { pid: 42 });
+        let decoded = FromSupervisor::decode(&spawned).unwrap();
+        assert!(matches!(decoded, FromSupervisor::Spawned { pid: 42 }));
+        // A malformed report is refused as before.
+        assert!(FromSupervisor::decode(br#"{"ev":"output","log_len":"x"}"#).is_err());
+    }
+}

@@ -1326,3 +1326,56 @@ fn issue26_z7_stop_work_while_a_feeder_sends_leaves_no_daemon() {
     let ended = home.wait_end(&id);
     assert_eq!(ended["end"], "stopped_by_agent", "{ended}");
 }
+
+/// A pattern that lies more than 64 KiB into one line: `--after ID:output`, `monitor
+/// wait --until-output` and `wait --until` looked at a line's first 64 KiB only, so the
+/// waiting item was cancelled ("ended without printing MARK"), the monitor failed and
+/// the wait timed out (5 of 5 lines past 64 KiB), though `read --grep` found it.
+#[test]
+fn issue26_aa1_a_pattern_far_into_one_long_line_is_seen_by_every_line_matcher() {
+    let home = Home::new();
+    let gate = Gate::new();
+    let job = gate.after_go("head -c 200000 /dev/zero | tr '\\0' y; echo MARK; exit 0");
+    let id = home.start(&job);
+    let waiter = home.start_reply(&["--after", &format!("{id}:output MARK")], "echo ran");
+    let waiter = waiter["id"].as_str().unwrap().to_string();
+    let monitor = home.json(&["monitor", "wait", "--until-output", &id, "MARK"]);
+    let monitor = monitor["id"].as_str().unwrap().to_string();
+    let wait = home
+        .command(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            "yMARK$",
+            "--timeout",
+            "30",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // (A wait looks at the output this session has not read: it may start at any time.)
+    gate.open();
+    let waited = crate::util::finish_within(wait, Duration::from_secs(40));
+    let reply: serde_json::Value = serde_json::from_slice(&waited.stdout).unwrap();
+    assert_eq!(reply["reason"], "matched", "{reply}");
+    assert!(waited.status.success(), "{reply}");
+    assert_eq!(home.wait_end(&id)["end"], "succeeded");
+    let ran = home.wait_end(&waiter);
+    assert_eq!(ran["end"], "succeeded", "{ran}");
+    let watched = home.wait_end(&monitor);
+    assert_eq!(watched["end"], "succeeded", "{watched}");
+    // Once it ended, a new waiter on the same line starts at once, not refused.
+    let again = home.start_reply(&["--after", &format!("{id}:output MARK")], "true");
+    assert!(again["id"].is_string(), "{again}");
+    // A line's start is its own: a piece of it is not matched as one.
+    let (code, _, err) = home.error(&[
+        "start",
+        "--after",
+        &format!("{id}:output ^yMARK"),
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("can never hold"), "{err}");
+}

@@ -170,7 +170,7 @@ impl LineMonitor {
         let mut batch = String::new();
         let mut count = 0u64;
         let mut each = |seen: Seen, line: &str| {
-            if !regex.is_none_or(|r| r.is_match(line)) {
+            if !regex.is_none_or(|r| crate::daemon::output::scan::hit(r, seen, line)) {
                 return false;
             }
             // The line is what a reader is shown (see `scan::reader_text`).

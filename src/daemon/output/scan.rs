@@ -18,8 +18,15 @@ use std::ops::Range;
 pub(crate) const CHUNK: u64 = 256 << 10;
 /// The most one step of a scan reads before its task yields.
 pub(crate) const STEP: u64 = 4 << 20;
-/// Lines are matched on their first this many bytes; the rest of a longer line is passed.
+/// Lines are handed out whole up to this many bytes; a longer line is handed out cut
+/// there, and all of it in pieces of this size ([`Seen::Piece`]).
 pub(crate) const MAX_LINE: usize = 64 << 10;
+/// How much of a long line each piece repeats of the piece before it: a match up to
+/// this long is found wherever it lies in the line.
+pub(crate) const OVERLAP: usize = 4 << 10;
+/// How much of what comes before a piece is looked at for a token the piece's start
+/// cuts (that token is shown masked, as a reader sees it, not its unmasked tail).
+const PIECE_CONTEXT: usize = 1 << 10;
 
 /// New output up to this size is read on the daemon's own thread (see [`read_off_lock`]).
 pub(crate) const INLINE_READ: u64 = 64 << 10;
@@ -50,6 +57,10 @@ pub(crate) enum Seen {
     Frame,
     /// The unterminated text at the end of what was written so far.
     Partial,
+    /// A piece of a line longer than [`MAX_LINE`] (matched with [`hit`]): a match is
+    /// found wherever it lies in the line, and one up to [`OVERLAP`] long across the
+    /// pieces' edges too. The line itself is handed out cut, after its pieces.
+    Piece,
 }
 
 /// Where a scan of one log or file stands.
@@ -66,8 +77,15 @@ pub(crate) struct LineScan {
     carriage_return: bool,
     /// The line in progress was handed out as [`Seen::Partial`] as it is now.
     partial_offered: bool,
-    /// The line in progress is longer than [`MAX_LINE`]: its rest was left out.
+    /// The line in progress is longer than [`MAX_LINE`]: its rest was left out of
+    /// `partial`, and goes to `long`.
     cut: bool,
+    /// A line longer than [`MAX_LINE`]: its bytes from where its next piece begins
+    /// (`long_from`), after up to [`PIECE_CONTEXT`] bytes before them.
+    long: Vec<u8>,
+    long_from: usize,
+    /// `long` holds bytes no piece has been handed out with.
+    long_fresh: bool,
     /// A private key began on an earlier line and has not ended: its lines are not
     /// handed out (a reader is shown the whole key as one marker).
     in_key: bool,
@@ -154,11 +172,19 @@ impl LineScan {
                 None => {
                     self.keep(rest);
                     i = bytes.len();
+                    if self.hand_out_pieces(each) {
+                        self.offset = at + i as u64;
+                        return true;
+                    }
                 }
                 Some(k) if rest[k] == b'\r' => {
                     self.keep(&rest[..k]);
                     self.carriage_return = true;
                     i += k + 1;
+                    if self.hand_out_pieces(each) {
+                        self.offset = at + i as u64;
+                        return true;
+                    }
                 }
                 Some(k) => {
                     i += k + 1;
@@ -169,7 +195,7 @@ impl LineScan {
                         self.hand_out_line(&rest[..k], each)
                     } else {
                         self.keep(&rest[..k]);
-                        self.hand_out(Seen::Line, each)
+                        self.hand_out_pieces(each) || self.hand_out(Seen::Line, each)
                     };
                     if stop {
                         self.offset = at + i as u64;
@@ -218,18 +244,71 @@ impl LineScan {
         let before = self.partial.len();
         self.partial_dirty |= !self.clean_chunk;
         let room = MAX_LINE.saturating_sub(before);
-        let all_kept = if bytes.contains(&0) {
-            let mut data = bytes.iter().filter(|&&b| b != 0);
-            self.partial.extend(data.by_ref().take(room));
-            data.next().is_none()
-        } else {
-            self.partial
-                .extend_from_slice(&bytes[..bytes.len().min(room)]);
-            bytes.len() <= room
+        let data: Cow<'_, [u8]> = match bytes.contains(&0) {
+            true => Cow::Owned(bytes.iter().copied().filter(|&b| b != 0).collect()),
+            false => Cow::Borrowed(bytes),
         };
-        self.cut |= !all_kept;
+        let (kept, rest) = data.split_at(data.len().min(room));
+        self.partial.extend_from_slice(kept);
+        if !rest.is_empty() {
+            if !self.cut {
+                // The first piece begins `OVERLAP` before the cut, after its context.
+                let from = self.partial.len().saturating_sub(OVERLAP + PIECE_CONTEXT);
+                self.long = self.partial[from..].to_vec();
+                self.long_from = self.long.len().saturating_sub(OVERLAP);
+            }
+            self.cut = true;
+            self.long.extend_from_slice(rest);
+            self.long_fresh = true;
+        }
         if self.partial.len() != before {
             self.partial_offered = false;
+        }
+    }
+
+    /// Hands out each piece of a long line that is full ([`MAX_LINE`] bytes).
+    fn hand_out_pieces(&mut self, each: &mut impl FnMut(Seen, &str) -> bool) -> bool {
+        while self.long.len() - self.long_from >= MAX_LINE {
+            let end = self.long_from + MAX_LINE;
+            let stop = self.hand_out_piece(end, Edge::Cut, each);
+            // The next piece repeats this one's last `OVERLAP` bytes.
+            let keep_from = end - OVERLAP - PIECE_CONTEXT.min(end - OVERLAP);
+            self.long.drain(..keep_from);
+            self.long_from = end - OVERLAP - keep_from;
+            self.long_fresh = self.long.len() > self.long_from + OVERLAP;
+            if stop {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Hands out `long[long_from..end]` as a [`Seen::Piece`]: its text as a reader is
+    /// shown it (a token that its start cuts masked whole, from the context before),
+    /// after one character of what precedes it.
+    fn hand_out_piece(
+        &self,
+        end: usize,
+        edge: Edge,
+        each: &mut impl FnMut(Seen, &str) -> bool,
+    ) -> bool {
+        if self.in_key {
+            return false;
+        }
+        let from = self.long_from;
+        let start = crate::redact::unfinished_token(&self.long[..from]).unwrap_or(from);
+        let before = match start.checked_sub(1).map(|i| self.long[i]) {
+            Some(b) if b.is_ascii_graphic() => b as char,
+            _ => ' ',
+        };
+        match reader_text(&self.long[start..end], edge, false) {
+            Some(text) => {
+                let mut shown = String::with_capacity(text.len() + 1);
+                shown.push(before);
+                shown.push_str(&text);
+                each(Seen::Piece, &shown)
+            }
+            None => false,
         }
     }
 
@@ -247,6 +326,12 @@ impl LineScan {
     }
 
     fn hand_out(&mut self, seen: Seen, each: &mut impl FnMut(Seen, &str) -> bool) -> bool {
+        // A long line's last piece first: the rest of it that no piece held yet.
+        let last_piece = self.cut && self.long_fresh;
+        if last_piece && self.hand_out_piece(self.long.len(), Edge::Whole, each) {
+            self.clear_line();
+            return true;
+        }
         let in_key = self.in_key;
         let edge = match self.cut {
             true => Edge::Cut,
@@ -268,11 +353,32 @@ impl LineScan {
             }
             None => false,
         };
+        self.clear_line();
+        stop
+    }
+
+    /// Forgets the line in progress (it was handed out).
+    fn clear_line(&mut self) {
         self.partial.clear();
         self.partial_dirty = false;
         self.partial_offered = false;
         self.cut = false;
-        stop
+        self.long.clear();
+        self.long_from = 0;
+        self.long_fresh = false;
+    }
+}
+
+/// Whether `regex` matches what a scan handed out. A [`Seen::Piece`] begins with one
+/// character of what precedes it, which is context only: no `^` matches at the
+/// piece's start, and `\b` sees the real neighbour there.
+pub(crate) fn hit(regex: &regex::Regex, seen: Seen, text: &str) -> bool {
+    match seen {
+        Seen::Piece => {
+            let from = text.chars().next().map_or(0, char::len_utf8);
+            regex.is_match_at(text, from)
+        }
+        _ => regex.is_match(text),
     }
 }
 
@@ -404,13 +510,115 @@ mod tests {
     }
 
     #[test]
-    fn a_long_line_is_matched_on_its_start_and_says_it_was_cut() {
+    fn a_long_line_is_handed_out_in_pieces_then_cut() {
         let long = vec![b'a'; MAX_LINE * 3];
         let seen = scan(&[&long, b"\nshort\n"]);
-        assert_eq!(seen.len(), 3, "a partial, the cut line, the short one");
-        assert_eq!(seen[1].1.len(), MAX_LINE + CUT_MARK.len());
-        assert!(seen[1].1.ends_with(CUT_MARK));
-        assert_eq!(seen[2], (Seen::Line, "short".to_string()));
+        let pieces: Vec<&(Seen, String)> = seen.iter().filter(|s| s.0 == Seen::Piece).collect();
+        // Pieces from `OVERLAP` before the cut, each repeating `OVERLAP` of the last.
+        let step = MAX_LINE - OVERLAP;
+        assert_eq!(
+            pieces.len(),
+            (2 * MAX_LINE + OVERLAP).div_ceil(step),
+            "{}",
+            pieces.len()
+        );
+        assert!(pieces.iter().all(|p| p.1.len() <= MAX_LINE + 1));
+        let line = seen.iter().find(|s| s.0 == Seen::Line).unwrap();
+        assert_eq!(line.1.len(), MAX_LINE + CUT_MARK.len());
+        assert!(line.1.ends_with(CUT_MARK));
+        assert_eq!(seen.last().unwrap(), &(Seen::Line, "short".to_string()));
+    }
+
+    /// What `regex` finds in the lines and pieces of `chunks`, as a wait does.
+    fn finds(chunks: &[&[u8]], regex: &str) -> Option<String> {
+        let regex = regex::Regex::new(regex).unwrap();
+        let mut scan = LineScan::default();
+        let mut found = None;
+        let mut each = |seen: Seen, text: &str| {
+            let matched = hit(&regex, seen, text);
+            if matched {
+                found = Some(text.to_string());
+            }
+            matched
+        };
+        for chunk in chunks {
+            let at = scan.offset;
+            if scan.feed(at, chunk, &mut each) {
+                return found;
+            }
+        }
+        scan.finish(&mut each);
+        found
+    }
+
+    #[test]
+    fn a_match_anywhere_in_a_long_line_is_found() {
+        for before in [70_000, 131_070, 2_000_000] {
+            let mut line = vec![b'y'; before];
+            line.extend_from_slice(b"MARK\n");
+            assert!(
+                finds(&[&line], "MARK").is_some(),
+                "MARK after {before} bytes"
+            );
+            // In chunks of every size a log is read in.
+            let chunks: Vec<&[u8]> = line.chunks(4093).collect();
+            assert!(
+                finds(&chunks, "MARK").is_some(),
+                "in chunks, after {before}"
+            );
+            assert!(finds(&[&line], "yMARK$").is_some());
+        }
+        // A match across a piece's edge (within `OVERLAP`), and one not there.
+        let mut line = vec![b'y'; MAX_LINE - 10];
+        line.extend_from_slice(b"ACROSS-THE-EDGE");
+        line.extend(vec![b'z'; MAX_LINE]);
+        line.push(b'\n');
+        assert!(finds(&[&line], "ACROSS-THE-EDGE").is_some());
+        assert!(finds(&[&line], "NEVER").is_none());
+    }
+
+    #[test]
+    fn a_piece_s_start_is_not_a_line_s_start() {
+        let mut line = vec![b'y'; 200_000];
+        line.push(b'\n');
+        assert!(finds(&[&line], "^y").is_some(), "the line's own start");
+        let mut line = b"start".to_vec();
+        line.extend(vec![b'y'; 200_000]);
+        line.push(b'\n');
+        assert!(
+            finds(&[&line], "^y").is_none(),
+            "a piece began with y: not the line's start"
+        );
+        assert!(
+            finds(&[&line], r"\byyy").is_none(),
+            "no word begins inside the run"
+        );
+        assert!(
+            finds(&[&line], r"y\b").is_some(),
+            "the word ends at the line's end"
+        );
+    }
+
+    #[test]
+    fn a_token_a_piece_s_start_cuts_is_shown_masked() {
+        // A token placed so that the second piece begins inside it.
+        let token = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
+        let at = 2 * MAX_LINE - 2 * OVERLAP - 10;
+        let mut line = vec![b'y'; at];
+        line.push(b' ');
+        line.extend_from_slice(token.as_bytes());
+        line.extend_from_slice(b" tail");
+        line.extend(vec![b'z'; MAX_LINE]);
+        line.push(b'\n');
+        let seen = scan(&[&line]);
+        for (_, text) in &seen {
+            assert!(
+                !text.contains("abcdefghijklmnop"),
+                "a token's tail shown: {}",
+                &text[..80]
+            );
+        }
+        assert!(finds(&[&line], "tail").is_some());
     }
 
     #[test]

@@ -243,8 +243,8 @@ impl Daemon {
 fn advance(scan: &mut Scan, path: &Path, len: u64, gap: Range<u64>, regex: &Regex) -> Step {
     let mut matched = None;
     // The lines come as a reader is shown them (see `scan::reader_text`).
-    let mut each = |_: Seen, line: &str| {
-        let hit = regex.is_match(line);
+    let mut each = |seen: Seen, line: &str| {
+        let hit = crate::daemon::output::scan::hit(regex, seen, line);
         if hit {
             matched = Some(line.to_string());
         }

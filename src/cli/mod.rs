@@ -41,6 +41,10 @@ fn usage_error(error: clap::Error) -> ExitCode {
         error.kind(),
         ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument
     );
+    // To every harness a hook's exit 2 means "block" (or, from a rewake hook, "wake the
+    // model with stderr"): a hook's bad command line is an error for the person (1).
+    let is_hook = args.iter().take_while(|a| *a != "--").any(|a| a == "hook");
+    let usage_code = ExitCode::from(if is_hook { 1 } else { 2 });
     if let Some((line, sub)) = missing_dashes.then(|| with_dashes(&args)).flatten() {
         eprintln!(
             "error: the command to run goes after `--` (bgwork's options come before it):\n\n  \
@@ -48,16 +52,42 @@ fn usage_error(error: clap::Error) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if let Some((flag, value)) = negative_value(&error, &args) {
+        // clap's tip for it (`-- -1`) would make the number the command to run.
+        let usage = match error.get(clap::error::ContextKind::Usage) {
+            Some(clap::error::ContextValue::StyledStr(usage)) => format!("\n\n{usage}"),
+            _ => String::new(),
+        };
+        eprintln!(
+            "error: {flag} {value}: a negative number is no value of {flag}: give 0 or more{usage}"
+        );
+        return usage_code;
+    }
     let _ = error.print();
-    // To every harness a hook's exit 2 means "block" (or, from a rewake hook, "wake the
-    // model with stderr"): a hook's bad command line is an error for the person (1).
-    let is_hook = args.iter().take_while(|a| *a != "--").any(|a| a == "hook");
     let code = match () {
         _ if !error.use_stderr() => 0,
         _ if is_hook => 1,
         _ => 2,
     };
     ExitCode::from(code)
+}
+
+/// The option and the negative number clap took for an unknown argument (`--timeout
+/// -1`), when that is what it refused.
+fn negative_value(error: &clap::Error, args: &[String]) -> Option<(String, String)> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(value)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    // clap names the first short flag it saw in `-1.5`: `-1`.
+    let negative =
+        |a: &String| a.starts_with(value.as_str()) && a.parse::<f64>().is_ok_and(|n| n < 0.0);
+    let at = args.iter().take_while(|a| *a != "--").position(negative)?;
+    let flag = args[..at].last().filter(|f| f.starts_with("--"))?;
+    Some((flag.clone(), args[at].clone()))
 }
 
 /// `bgwork start echo hi` as `bgwork start -- echo hi`: `--` goes before the first

@@ -105,9 +105,9 @@ impl Settings {
         let text = std::env::var(name).ok()?;
         match text.trim().parse::<u64>() {
             Ok(n) if n >= min => Some(n),
-            Ok(n) => {
+            Ok(_) => {
                 self.refused.push(format!(
-                    "{name}={n} is below its least value {min}: {min} is used"
+                    "{name}={text:?} is below its least value {min}: {min} is used"
                 ));
                 Some(min)
             }
@@ -142,7 +142,7 @@ impl Settings {
             Ok(s) if (0.0..=MAX_POLICY_S).contains(&s) => Duration::try_from_secs_f64(s).ok(),
             Ok(s) if s > MAX_POLICY_S => {
                 self.refused.push(format!(
-                    "{name}={s} is over a day: {MAX_POLICY_S} s is used"
+                    "{name}={text:?} is over a day: {MAX_POLICY_S} s is used"
                 ));
                 Some(Duration::from_secs_f64(MAX_POLICY_S))
             }

@@ -611,7 +611,7 @@ pub(crate) fn sent(
 ) -> Result<(), WireError> {
     match result {
         Err(crate::executor::Refused::Cannot(reason)) => {
-            Err(WireError::bad_request(format!("{id}: {reason}")))
+            Err(WireError::refused(format!("{id}: {reason}")))
         }
         Ok(()) | Err(crate::executor::Refused::Gone) => Ok(()),
     }

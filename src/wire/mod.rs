@@ -1069,7 +1069,11 @@ pub struct Ack {
 pub enum ErrorCode {
     UnknownId,
     Limit,
+    /// The command line is wrong whatever the items are (exit 2).
     BadRequest,
+    /// The request does not apply to this item, of its kind or in its state (a running
+    /// item dismissed, a monitor restarted, a job with no terminal resized): exit 1.
+    Refused,
     SpawnFailed,
     NoInput,
     TooLarge,
@@ -1094,6 +1098,10 @@ impl WireError {
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::BadRequest, message)
+    }
+    /// The request does not apply to the item it names (see [`ErrorCode::Refused`]).
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Refused, message)
     }
     pub fn unknown_id(id: &str) -> Self {
         Self::new(

@@ -40,8 +40,14 @@ fn refused(home: &Home, options: &[&str], command: &str, why: &str) -> String {
     let mut args = vec!["start", "--window", "0"];
     args.extend_from_slice(options);
     args.extend_from_slice(&["--", command]);
-    let (_, code, message) = home.error(&args);
-    assert_eq!(code, "bad_request", "{options:?}: {message}");
+    let (exit, code, message) = home.error(&args);
+    // A condition that can never hold for the item it names is refused (exit 1); a
+    // pattern that spells a masked value is a wrong command line (exit 2).
+    let wanted = match why {
+        "can never hold" => (1, "refused"),
+        _ => (2, "bad_request"),
+    };
+    assert_eq!((exit, code.as_str()), wanted, "{options:?}: {message}");
     assert!(
         message.contains(why) && message.contains("nothing was started"),
         "{options:?}: {message}"
@@ -635,7 +641,8 @@ fn issue26_t4_restart_names_a_secret_as_a_secret() {
         .output()
         .unwrap();
     let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(reply["error"]["code"], "bad_request", "{reply}");
+    assert_eq!(reply["error"]["code"], "refused", "{reply}");
+    assert_eq!(output.status.code(), Some(1), "{reply}");
     let message = reply["error"]["message"].as_str().unwrap();
     assert!(message.contains("started with --secret SX"), "{message}");
     assert!(message.contains("--env SX=VALUE"), "{message}");
@@ -1376,6 +1383,196 @@ fn issue26_aa1_a_pattern_far_into_one_long_line_is_seen_by_every_line_matcher() 
         "--",
         "true",
     ]);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, 1, "{err}");
     assert!(err.contains("can never hold"), "{err}");
+}
+
+/// y6: a request that does not apply to the item it names (of its kind, or in its
+/// state) is refused with exit 1 and the code `refused`, in every command; a command
+/// line that is wrong whatever the items are is a usage error (exit 2).
+#[test]
+fn issue26_y6_refusals_of_an_item_exit_1_in_every_command() {
+    let home = Home::new();
+    let running = start(&home, &[], "exec sleep 1000");
+    let done = start(&home, &[], "exit 3");
+    home.wait_end(&done);
+    let monitor = home.json(&["monitor", "wait", "--until-output", &running, "NEVER"]);
+    let monitor = monitor["id"].as_str().unwrap().to_string();
+    let restarting = restarting(&home, "exit 1");
+    let refusals: Vec<Vec<String>> = [
+        vec!["dismiss", &running],
+        vec!["restart", &monitor],
+        vec!["close", &running],
+        vec!["read", &running, "--screen"],
+        vec!["monitor", "wait", "--until-port", "--of", &monitor],
+        vec![
+            "start",
+            "--after",
+            &format!("{done}:succeeded"),
+            "--",
+            "true",
+        ],
+        vec!["start", "--after", &format!("{monitor}:port"), "--", "true"],
+        vec!["send", &restarting, "hello"],
+        vec!["stop", "bg-999"],
+    ]
+    .iter()
+    .map(|args| args.iter().map(|a| a.to_string()).collect())
+    .collect();
+    for args in &refusals {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (exit, code, message) = home.error(&args);
+        assert_eq!(exit, 1, "{args:?}: {code} {message}");
+        assert!(
+            ["refused", "not_running", "unknown_id"].contains(&code.as_str()),
+            "{args:?}: {code} {message}"
+        );
+        assert!(!message.is_empty(), "{args:?}");
+    }
+    // Wrong whatever the items are: a usage error.
+    assert_eq!(home.run(&["dismiss"]).code, 2);
+    for args in [
+        vec!["start", "--after", "bg-1:sometime", "--", "true"],
+        vec!["wait", &running, "--until", "("],
+    ] {
+        let (exit, code, message) = home.error(&args);
+        assert_eq!(
+            (exit, code.as_str()),
+            (2, "bad_request"),
+            "{args:?}: {message}"
+        );
+    }
+    home.run(&["stop", &running]);
+}
+
+/// y6: a refused setting is said as it was written, not as it was read (`1e400` is
+/// not echoed as `inf`, `0x10` not as something else).
+#[test]
+fn issue26_y6_a_refused_setting_is_echoed_as_written() {
+    let home = Home::new()
+        .with("BGWORK_OVERRUN_MARGIN_S", "1e400")
+        .with("BGWORK_MAX_CONNECTIONS", "0");
+    home.start_daemon();
+    let status = home.json(&["status"]);
+    let refused: Vec<String> = status["settings_refused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(refused.len(), 2, "{status}");
+    assert!(
+        refused
+            .iter()
+            .any(|s| s.starts_with("BGWORK_OVERRUN_MARGIN_S=\"1e400\" is over a day")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|s| s.starts_with("BGWORK_MAX_CONNECTIONS=\"0\" is below its least value 1")),
+        "{refused:?}"
+    );
+    assert!(!refused.iter().any(|s| s.contains("inf")), "{refused:?}");
+}
+
+/// z3: a negative number given to an option is said as such, with the command's usage;
+/// clap's own tip (`-- -1`) would make the number the command to run.
+#[test]
+fn issue26_z3_a_negative_number_for_an_option_names_the_option() {
+    let home = Home::new();
+    for (args, flag) in [
+        (vec!["run", "--timeout", "-1", "--", "true"], "--timeout -1"),
+        (vec!["wait", "bg-1", "--timeout", "-1.5"], "--timeout -1.5"),
+        (vec!["stop", "bg-1", "--grace", "-3"], "--grace -3"),
+        (vec!["read", "bg-1", "--tail", "-5"], "--tail -5"),
+    ] {
+        let run = home.run(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains(&format!("{flag}: a negative number is no value of")),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("-- -"), "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("Usage: bgwork"),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
+
+/// ab1: a token that a long line's piece starts inside is masked for every line
+/// matcher (neither shown in what matched nor matched by its characters), no piece's
+/// end is taken for the line's end, and an ended item's output is looked at whole
+/// before its end is reported.
+#[test]
+fn issue26_ab1_long_line_pieces_hide_cut_tokens_and_end_nowhere_but_the_line_s_end() {
+    let home = Home::new();
+    let dir = tempfile::tempdir().unwrap();
+    // The second piece of a long line starts at 122,880: two bytes into the token.
+    let token = "ghp_Abcdefghij0123456789KLMNOPQRSTuvwxyz4242";
+    let mut line = vec![b'y'; 300_000];
+    line[122_877] = b' ';
+    line[122_878..122_878 + token.len()].copy_from_slice(token.as_bytes());
+    line[122_878 + token.len()] = b' ';
+    line[140_000..140_004].copy_from_slice(b"MARK");
+    *line.last_mut().unwrap() = b'Z';
+    line.push(b'\n');
+    let file = dir.path().join("line");
+    std::fs::write(&file, &line).unwrap();
+    let id = home.start(&format!("cat {}; exec sleep 600", file.display()));
+    let wait = |pattern: &str, timeout: &str| -> Value {
+        home.run(&[
+            "--json",
+            "wait",
+            &id,
+            "--until",
+            pattern,
+            "--timeout",
+            timeout,
+        ])
+        .json()
+    };
+    let matched = wait("MARK", "30");
+    assert_eq!(matched["reason"], "matched");
+    let text = matched["match"].as_str().unwrap();
+    assert!(!text.contains("hp_Abcdefghij"), "the token's tail shown");
+    assert!(text.contains("[secret token]"), "{}", &text[..200]);
+    for pattern in [
+        "Abcdefghij0123456789",
+        "hp_Abcdefghij0123",
+        "y$",
+        r"\byyyyZ",
+    ] {
+        let reply = wait(pattern, "1");
+        assert_eq!(reply["reason"], "timeout", "{pattern}");
+    }
+    assert_eq!(wait("yZ$", "30")["reason"], "matched");
+    let monitor = home.json(&["monitor", "wait", "--until-output", &id, "hp_Abcdefghij"]);
+    let monitor = monitor["id"].as_str().unwrap().to_string();
+    home.run(&["stop", &id]);
+    let watched = home.wait_end(&monitor);
+    assert_ne!(watched["end"], "succeeded", "{watched}");
+    // An ended item with 10 MB of output and the line last: matched, not ended.
+    let lines = dir.path().join("lines");
+    let mut text = "a line of output\n".repeat(600_000);
+    text.push_str("THE-LAST-LINE\n");
+    std::fs::write(&lines, text).unwrap();
+    let ended = home.start(&format!("cat {}", lines.display()));
+    home.wait_end(&ended);
+    let reply = home
+        .run(&[
+            "--json",
+            "wait",
+            &ended,
+            "--until",
+            "THE-LAST-LINE",
+            "--timeout",
+            "30",
+        ])
+        .json();
+    assert_eq!(reply["reason"], "matched", "{reply}");
 }

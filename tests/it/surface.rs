@@ -598,8 +598,8 @@ fn issue12_dismiss_several_and_gc_by_age_or_all_ended() {
     }
     let running = home.start("sleep 100");
     // All or none: one running id refuses the lot.
-    let (code, _, message) = home.error(&["dismiss", &ids[0], &running]);
-    assert_eq!(code, 2, "{message}");
+    let (code, error, message) = home.error(&["dismiss", &ids[0], &running]);
+    assert_eq!((code, error.as_str()), (1, "refused"), "{message}");
     assert_eq!(
         home.json(&["list", "--all"])["items"]
             .as_array()
@@ -659,8 +659,8 @@ fn issue12_restart_starts_the_same_command_again() {
     let first = started["id"].as_str().unwrap().to_string();
     assert_eq!(started["output"], format!("hello world from {dir}\n"));
     // The value of --env was never recorded: it must be given again.
-    let (code, _, message) = home.error(&["restart", &first]);
-    assert_eq!(code, 2);
+    let (code, error, message) = home.error(&["restart", &first]);
+    assert_eq!((code, error.as_str()), (1, "refused"));
     assert!(message.contains("--env WHO=VALUE"), "{message}");
     let again = home.json(&["restart", &first, "--env", "WHO=again", "--window", "5000"]);
     assert_eq!(again["restarted"], first.as_str());

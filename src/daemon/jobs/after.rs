@@ -156,7 +156,7 @@ impl Daemon {
                 check_target(&record, &after.id, &after.until)?;
                 let here = self.executors.which(record.row, &record.job_dir) == Which::Local;
                 if after.until == Until::Port && !here {
-                    return Err(WireError::bad_request(format!(
+                    return Err(WireError::refused(format!(
                         "{} runs on another machine, whose ports this daemon does not see: wait \
                          for the line it prints instead (--after '{}:output listening on')",
                         after.id, after.id
@@ -174,7 +174,7 @@ impl Daemon {
         // look at now; no such line means it can never hold (refused, nothing recorded).
         for a in &awaited {
             if let Some(reason) = self.ended_without_line(a).await {
-                return Err(WireError::bad_request(format!(
+                return Err(WireError::refused(format!(
                     "{reason}, so --after '{}:output ...' can never hold: nothing was \
                      started. Start it without --after, or after another item",
                     a.id
@@ -1040,7 +1040,7 @@ fn check_target(record: &Record, id: &str, until: &Until) -> Result<(), WireErro
         Until::Port => matches!(record.kind, Kind::Job | Kind::Pane),
     };
     if !kind_ok {
-        return Err(WireError::bad_request(format!(
+        return Err(WireError::refused(format!(
             "{id} is a {}, which has no {}: wait for it with --after {id}:ended",
             crate::wire::name_of(&record.kind).replace('_', "-"),
             match until {
@@ -1060,7 +1060,7 @@ fn check_target(record: &Record, id: &str, until: &Until) -> Result<(), WireErro
         Until::Ended | Until::Output { .. } => false,
     };
     if never {
-        return Err(WireError::bad_request(format!(
+        return Err(WireError::refused(format!(
             "{report}, so --after {id}{} can never hold: nothing was started. Start it \
              without --after, or after another item",
             match until {

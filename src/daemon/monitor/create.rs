@@ -148,7 +148,7 @@ impl Daemon {
             (Condition::PortOf { id }, MonitorMode::Wait) => {
                 let record = Self::find(&self.lock(), session, id)?;
                 if record.kind == crate::wire::Kind::Monitor {
-                    return Err(WireError::bad_request(format!(
+                    return Err(WireError::refused(format!(
                         "{id} is a monitor, which has no processes: --of takes a job or a pane"
                     )));
                 }

@@ -175,11 +175,17 @@ impl LineMonitor {
             }
             // The line is what a reader is shown (see `scan::reader_text`).
             if waits {
-                found = Some(matched(line));
+                found = Some(matched(crate::daemon::output::scan::shown(seen, line)));
                 return true;
             }
             if seen == Seen::Line {
                 batch.push_str(line);
+                batch.push('\n');
+                count += 1;
+            }
+            if seen == Seen::Head {
+                batch.push_str(crate::daemon::output::scan::shown(seen, line));
+                batch.push_str(crate::daemon::output::scan::CUT_MARK);
                 batch.push('\n');
                 count += 1;
             }

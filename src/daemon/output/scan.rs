@@ -24,9 +24,10 @@ pub(crate) const MAX_LINE: usize = 64 << 10;
 /// How much of a long line each piece repeats of the piece before it: a match up to
 /// this long is found wherever it lies in the line.
 pub(crate) const OVERLAP: usize = 4 << 10;
-/// How much of what comes before a piece is looked at for a token the piece's start
-/// cuts (that token is shown masked, as a reader sees it, not its unmasked tail).
-const PIECE_CONTEXT: usize = 1 << 10;
+/// How much of what comes before and after a piece's start is looked at for a token
+/// that the start cuts: as for a read that starts there, the piece then begins after
+/// that token with one marker (see `Holes::token_edges`).
+const PIECE_CONTEXT: usize = 2 << 10;
 
 /// New output up to this size is read on the daemon's own thread (see [`read_off_lock`]).
 pub(crate) const INLINE_READ: u64 = 64 << 10;
@@ -46,7 +47,7 @@ pub(crate) async fn read_off_lock<T: Send + 'static>(
 }
 
 /// Ends a line that was longer than [`MAX_LINE`].
-const CUT_MARK: &str = " [... line cut at 64 KiB]";
+pub(crate) const CUT_MARK: &str = " [... line cut at 64 KiB]";
 
 /// What a piece of text handed to a scan's caller is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,10 +58,17 @@ pub(crate) enum Seen {
     Frame,
     /// The unterminated text at the end of what was written so far.
     Partial,
-    /// A piece of a line longer than [`MAX_LINE`] (matched with [`hit`]): a match is
-    /// found wherever it lies in the line, and one up to [`OVERLAP`] long across the
-    /// pieces' edges too. The line itself is handed out cut, after its pieces.
-    Piece,
+    /// A piece of a line longer than [`MAX_LINE`] (matched with [`hit`], shown with
+    /// [`shown`]): a match is found wherever it lies in the line, and one up to
+    /// [`OVERLAP`] long across the pieces' edges too. The line itself is handed out
+    /// cut, after its pieces. Its text begins with one character of what precedes it
+    /// and, when more of the line follows (`more`), ends with one character of that:
+    /// context for `\b` and `$`, never part of a match.
+    Piece { more: bool },
+    /// A line longer than [`MAX_LINE`], its first [`MAX_LINE`] bytes (handed out after
+    /// its pieces): its text ends with one character of what follows, context only as
+    /// in a piece. Shown (and recorded) followed by [`CUT_MARK`].
+    Head,
 }
 
 /// Where a scan of one log or file stands.
@@ -80,6 +88,8 @@ pub(crate) struct LineScan {
     /// The line in progress is longer than [`MAX_LINE`]: its rest was left out of
     /// `partial`, and goes to `long`.
     cut: bool,
+    /// The character just after the cut of a line longer than [`MAX_LINE`].
+    after_cut: char,
     /// A line longer than [`MAX_LINE`]: its bytes from where its next piece begins
     /// (`long_from`), after up to [`PIECE_CONTEXT`] bytes before them.
     long: Vec<u8>,
@@ -243,15 +253,20 @@ impl LineScan {
     fn keep(&mut self, bytes: &[u8]) {
         let before = self.partial.len();
         self.partial_dirty |= !self.clean_chunk;
-        let room = MAX_LINE.saturating_sub(before);
+        let room = match self.cut {
+            true => 0,
+            false => MAX_LINE.saturating_sub(before),
+        };
         let data: Cow<'_, [u8]> = match bytes.contains(&0) {
             true => Cow::Owned(bytes.iter().copied().filter(|&b| b != 0).collect()),
             false => Cow::Borrowed(bytes),
         };
-        let (kept, rest) = data.split_at(data.len().min(room));
+        // The cut comes before a character, never inside one.
+        let (kept, rest) = data.split_at(char_start(&data, data.len().min(room)));
         self.partial.extend_from_slice(kept);
         if !rest.is_empty() {
             if !self.cut {
+                self.after_cut = char_at(rest, 0);
                 // The first piece begins `OVERLAP` before the cut, after its context.
                 let from = self.partial.len().saturating_sub(OVERLAP + PIECE_CONTEXT);
                 self.long = self.partial[from..].to_vec();
@@ -268,7 +283,8 @@ impl LineScan {
 
     /// Hands out each piece of a long line that is full ([`MAX_LINE`] bytes).
     fn hand_out_pieces(&mut self, each: &mut impl FnMut(Seen, &str) -> bool) -> bool {
-        while self.long.len() - self.long_from >= MAX_LINE {
+        // A piece is handed out once a byte after it is there: its context.
+        while self.long.len() - self.long_from > MAX_LINE {
             let end = self.long_from + MAX_LINE;
             let stop = self.hand_out_piece(end, Edge::Cut, each);
             // The next piece repeats this one's last `OVERLAP` bytes.
@@ -283,9 +299,11 @@ impl LineScan {
         false
     }
 
-    /// Hands out `long[long_from..end]` as a [`Seen::Piece`]: its text as a reader is
-    /// shown it (a token that its start cuts masked whole, from the context before),
-    /// after one character of what precedes it.
+    /// Hands out `long[long_from..end]` as a [`Seen::Piece`]: its text as a reader
+    /// that read just that range is shown it (a token its start cuts is one marker and
+    /// the piece begins after it; a token its end cuts, one marker; neither edge
+    /// inside a character or an escape), between one character of context on each
+    /// side (none after the line's last piece, `Edge::Whole`).
     fn hand_out_piece(
         &self,
         end: usize,
@@ -295,21 +313,36 @@ impl LineScan {
         if self.in_key {
             return false;
         }
-        let from = self.long_from;
-        let start = crate::redact::unfinished_token(&self.long[..from]).unwrap_or(from);
-        let before = match start.checked_sub(1).map(|i| self.long[i]) {
-            Some(b) if b.is_ascii_graphic() => b as char,
-            _ => ' ',
-        };
-        match reader_text(&self.long[start..end], edge, false) {
-            Some(text) => {
-                let mut shown = String::with_capacity(text.len() + 1);
-                shown.push(before);
-                shown.push_str(&text);
-                each(Seen::Piece, &shown)
-            }
-            None => false,
+        let long = &self.long;
+        let mut start = piece_start(long, self.long_from);
+        let around = start.saturating_sub(PIECE_CONTEXT);
+        let window = &long[around..(start + PIECE_CONTEXT).min(long.len())];
+        let cut_token = crate::redact::token_across(window, start - around);
+        if let Some((_, token_end)) = cut_token {
+            start = (around + token_end).min(end);
         }
+        let more = edge != Edge::Whole;
+        let end = match more {
+            true => char_start(long, end).max(start),
+            false => end,
+        };
+        let before = match cut_token {
+            Some(_) => ' ',
+            None => char_before(long, start),
+        };
+        let Some(text) = reader_text(&long[start..end], edge, false) else {
+            return false;
+        };
+        let mut shown = String::with_capacity(text.len() + 24);
+        shown.push(before);
+        if cut_token.is_some() {
+            shown.push_str(crate::redact::CUT_TOKEN);
+        }
+        shown.push_str(&text);
+        if more {
+            shown.push(char_at(long, end));
+        }
+        each(Seen::Piece { more }, &shown)
     }
 
     /// Hands out a whole line that lies in the chunk being fed.
@@ -345,6 +378,10 @@ impl LineScan {
             false => Some(clean_text(&self.partial)),
         };
         let stop = match text {
+            Some(mut line) if self.cut && seen == Seen::Line => {
+                line.to_mut().push(self.after_cut);
+                each(Seen::Head, &line)
+            }
             Some(mut line) => {
                 if self.cut {
                     line.to_mut().push_str(CUT_MARK);
@@ -369,16 +406,121 @@ impl LineScan {
     }
 }
 
-/// Whether `regex` matches what a scan handed out. A [`Seen::Piece`] begins with one
-/// character of what precedes it, which is context only: no `^` matches at the
-/// piece's start, and `\b` sees the real neighbour there.
+/// Whether `regex` matches what a scan handed out. A [`Seen::Piece`]'s context
+/// characters are never part of a match: no `^` matches at the piece's start, no `$`
+/// at its end when more of the line follows, and `\b` sees the real neighbours.
 pub(crate) fn hit(regex: &regex::Regex, seen: Seen, text: &str) -> bool {
     match seen {
-        Seen::Piece => {
-            let from = text.chars().next().map_or(0, char::len_utf8);
-            regex.is_match_at(text, from)
+        Seen::Piece { more } => {
+            let (from, to) = piece_body(text, more);
+            // The earliest end of any match: one that ends within the piece exists
+            // exactly when it is there.
+            regex
+                .shortest_match_at(text, from)
+                .is_some_and(|end| end <= to)
         }
+        Seen::Head => regex
+            .shortest_match_at(text, 0)
+            .is_some_and(|end| end <= piece_body(text, true).1),
         _ => regex.is_match(text),
+    }
+}
+
+/// What a scan handed out, as it is shown: a [`Seen::Piece`] or [`Seen::Head`]
+/// without its context.
+pub(crate) fn shown(seen: Seen, text: &str) -> &str {
+    match seen {
+        Seen::Piece { more } => {
+            let (from, to) = piece_body(text, more);
+            &text[from..to.max(from)]
+        }
+        Seen::Head => &text[..piece_body(text, true).1],
+        _ => text,
+    }
+}
+
+/// A piece's text without its context characters, as a range of it.
+fn piece_body(text: &str, more: bool) -> (usize, usize) {
+    let from = text.chars().next().map_or(0, char::len_utf8);
+    let to = match more {
+        true => text.len() - text.chars().next_back().map_or(0, char::len_utf8),
+        false => text.len(),
+    };
+    (from, to.max(from))
+}
+
+/// Where a piece that would begin at `at` of a line begins: not inside a UTF-8
+/// character or an escape sequence that began before it.
+fn piece_start(line: &[u8], at: usize) -> usize {
+    let mut start = at;
+    // Past the rest of an escape sequence begun in the 32 bytes before (a CSI: ESC [,
+    // parameters, one final byte from @ to ~).
+    let back = at.saturating_sub(32);
+    if let Some(esc) = line[back..at]
+        .iter()
+        .rposition(|&b| b == 0x1b)
+        .map(|i| back + i)
+    {
+        let ends = line[esc + 1..]
+            .iter()
+            .enumerate()
+            .skip(1)
+            .take(64)
+            .find(|(_, &b)| (0x40..=0x7e).contains(&b))
+            .map(|(i, _)| esc + 1 + i + 1);
+        if line.get(esc + 1) == Some(&b'[') {
+            if let Some(after) = ends.filter(|&after| after > at) {
+                start = after;
+            }
+        } else if esc + 2 > at {
+            start = esc + 2;
+        }
+    }
+    char_start_after(line, start.min(line.len()))
+}
+
+/// `at`, or the start of the next character when `at` is inside one.
+fn char_start_after(line: &[u8], mut at: usize) -> usize {
+    while at < line.len() && (line[at] & 0xc0) == 0x80 {
+        at += 1;
+    }
+    at
+}
+
+/// `at`, or the start of the character it is inside.
+fn char_start(line: &[u8], mut at: usize) -> usize {
+    let floor = at.saturating_sub(3);
+    while at > floor && at < line.len() && (line[at] & 0xc0) == 0x80 {
+        at -= 1;
+    }
+    at
+}
+
+/// The character that ends just before `at`, as a reader would see it for a match's
+/// neighbour (a control byte or invalid UTF-8 as a space).
+fn char_before(line: &[u8], at: usize) -> char {
+    let from = char_start(line, at.saturating_sub(1));
+    decoded(&line[from..at])
+}
+
+/// The character that begins at `at` (a space when none or not one a reader sees).
+fn char_at(line: &[u8], at: usize) -> char {
+    let len = match line.get(at) {
+        Some(b) if *b >= 0xf0 => 4,
+        Some(b) if *b >= 0xe0 => 3,
+        Some(b) if *b >= 0xc0 => 2,
+        _ => 1,
+    };
+    decoded(&line[at.min(line.len())..(at + len).min(line.len())])
+}
+
+fn decoded(bytes: &[u8]) -> char {
+    match std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|s| s.chars().next())
+    {
+        Some(c) if !c.is_control() => c,
+        _ => ' ',
     }
 }
 
@@ -513,7 +655,10 @@ mod tests {
     fn a_long_line_is_handed_out_in_pieces_then_cut() {
         let long = vec![b'a'; MAX_LINE * 3];
         let seen = scan(&[&long, b"\nshort\n"]);
-        let pieces: Vec<&(Seen, String)> = seen.iter().filter(|s| s.0 == Seen::Piece).collect();
+        let pieces: Vec<&(Seen, String)> = seen
+            .iter()
+            .filter(|s| matches!(s.0, Seen::Piece { .. }))
+            .collect();
         // Pieces from `OVERLAP` before the cut, each repeating `OVERLAP` of the last.
         let step = MAX_LINE - OVERLAP;
         assert_eq!(
@@ -522,10 +667,14 @@ mod tests {
             "{}",
             pieces.len()
         );
-        assert!(pieces.iter().all(|p| p.1.len() <= MAX_LINE + 1));
-        let line = seen.iter().find(|s| s.0 == Seen::Line).unwrap();
-        assert_eq!(line.1.len(), MAX_LINE + CUT_MARK.len());
-        assert!(line.1.ends_with(CUT_MARK));
+        assert!(pieces.iter().all(|p| p.1.len() <= MAX_LINE + 2));
+        let head = seen.iter().find(|s| s.0 == Seen::Head).unwrap();
+        assert_eq!(shown(head.0, &head.1).len(), MAX_LINE);
+        assert_eq!(
+            head.1.len(),
+            MAX_LINE + 1,
+            "and the character after the cut"
+        );
         assert_eq!(seen.last().unwrap(), &(Seen::Line, "short".to_string()));
     }
 
@@ -537,7 +686,7 @@ mod tests {
         let mut each = |seen: Seen, text: &str| {
             let matched = hit(&regex, seen, text);
             if matched {
-                found = Some(text.to_string());
+                found = Some(shown(seen, text).to_string());
             }
             matched
         };
@@ -619,6 +768,93 @@ mod tests {
             );
         }
         assert!(finds(&[&line], "tail").is_some());
+    }
+
+    /// A line of `len` bytes of `y` with each text placed at its offset.
+    fn placed(len: usize, texts: &[(usize, &str)]) -> Vec<u8> {
+        let mut line = vec![b'y'; len];
+        for (at, text) in texts {
+            line[*at..*at + text.len()].copy_from_slice(text.as_bytes());
+        }
+        line.push(b'\n');
+        line
+    }
+
+    #[test]
+    fn a_token_cut_by_any_piece_start_is_never_shown_or_matched() {
+        let step = MAX_LINE - OVERLAP;
+        let tokens = [
+            "ghp_Abcdefghij0123456789KLMNOPQRSTuvwxyz4242",
+            "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz0123",
+            "sk-proj0123456789abcdefghijklmnop",
+            "AKIAABCDEFGHIJ012345",
+            "xoxb-0123456789-abcdefghijklmnop",
+        ];
+        for token in tokens {
+            // Each piece start falls inside the token at every offset of it.
+            for into in 1..token.len() {
+                let at = MAX_LINE - OVERLAP + step - into;
+                let line = placed(
+                    300_000,
+                    &[
+                        (at - 1, " "),
+                        (at, token),
+                        (at + token.len(), " "),
+                        (140_000, "MARK"),
+                    ],
+                );
+                let found = finds(&[&line], "MARK").expect("MARK is found");
+                let tail = &token[token.len() / 2..];
+                assert!(!found.contains(tail), "{token} cut {into} in: shown");
+                for pattern in [&token[1..], &token[into..], tail] {
+                    let pattern = regex::escape(pattern);
+                    assert!(
+                        finds(&[&line], &pattern).is_none(),
+                        "{token} cut {into} in: {pattern} matched"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_piece_s_end_is_not_a_line_s_end_or_a_word_s() {
+        // The line ends "yZ": no piece end counts as its end.
+        let line = placed(300_000, &[(0, "start"), (299_999, "Z")]);
+        assert!(finds(&[&line], "y$").is_none());
+        assert!(finds(&[&line], r"y\z").is_none());
+        assert!(finds(&[&line], r"yyy\b").is_none());
+        assert!(finds(&[&line], "Z$").is_some());
+        // A word cut by a piece's end is still the whole word.
+        let step = MAX_LINE - OVERLAP;
+        for at in (MAX_LINE - OVERLAP + step - 10)..(MAX_LINE - OVERLAP + step + 2) {
+            let line = placed(300_000, &[(at - 1, " "), (at, "ERRORS_AND_MORE ")]);
+            assert!(finds(&[&line], r"\bERROR\b").is_none(), "{at}");
+            assert!(finds(&[&line], "ERROR$").is_none(), "{at}");
+            assert!(finds(&[&line], r"\bERRORS_AND_MORE\b").is_some(), "{at}");
+        }
+        // An unbounded pattern is found where the line goes on.
+        assert!(finds(&[&placed(300_000, &[(150_000, "MARK")])], "MARK.*").is_some());
+        assert!(finds(&[&placed(300_000, &[])], "y+").is_some());
+    }
+
+    #[test]
+    fn a_piece_s_edges_cut_no_character_or_escape() {
+        let mut line = b"xx".to_vec();
+        for _ in 0..150_000 {
+            line.extend_from_slice("é".as_bytes());
+        }
+        line.push(b'\n');
+        assert!(finds(&[&line], "\u{FFFD}").is_none());
+        assert!(finds(&[&line], "[^xé]").is_none());
+        assert!(finds(&[&line], r"\béé").is_none());
+        let mut line = Vec::new();
+        while line.len() < 300_000 {
+            line.extend_from_slice(b"\x1b[31mred\x1b[0m ");
+        }
+        line.push(b'\n');
+        assert!(finds(&[&line], r"\[3|1m|\[0").is_none());
+        assert!(finds(&[&line], "red red").is_some());
     }
 
     #[test]

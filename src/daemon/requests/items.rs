@@ -193,10 +193,9 @@ impl Daemon {
                     .item_as(session, &record)
                     .live_words()
                     .unwrap_or_else(|| "still running".to_string());
-                return Err(WireError::new(
-                    ErrorCode::BadRequest,
-                    format!("{id} is {words}: `bgwork stop {id}` first, then dismiss it"),
-                ));
+                return Err(WireError::refused(format!(
+                    "{id} is {words}: `bgwork stop {id}` first, then dismiss it"
+                )));
             }
             rows.push(record.row);
         }

@@ -19,7 +19,7 @@ impl Daemon {
         let id = &args.id;
         let record = Self::find(&self.lock(), session, id)?;
         if record.kind == Kind::Monitor {
-            return Err(WireError::bad_request(format!(
+            return Err(WireError::refused(format!(
                 "{id} is a monitor, which restart does not repeat: create it again with `bgwork monitor`"
             )));
         }
@@ -94,7 +94,7 @@ impl Daemon {
                 true => " from a shell: a click has no environment to take them from",
                 false => " or set them in your environment",
             };
-            return Err(WireError::bad_request(format!(
+            return Err(WireError::refused(format!(
                 "{id} was started with {}, {why}: give them again (`bgwork restart {id} {}`{still_secret}){or_else}",
                 given.join(", "),
                 flags.join(" ")
@@ -147,7 +147,7 @@ impl Daemon {
         crate::daemon::jobs::new_item::check_start(&start)?;
         let on_here = start.ssh.is_none() && start.slurm.is_none();
         if on_here && record.kind != Kind::SubAgent && !std::path::Path::new(&record.cwd).is_dir() {
-            return Err(WireError::bad_request(format!(
+            return Err(WireError::refused(format!(
                 "{id}'s folder {} is not a folder any more: nothing was stopped or started \
                  (start it afresh with `--cwd`)",
                 record.cwd

@@ -37,7 +37,7 @@ impl Daemon {
         let inner = self.lock();
         let record = Self::find(&inner, session, id)?;
         if record.kind != Kind::Pane {
-            return Err(WireError::bad_request(format!(
+            return Err(WireError::refused(format!(
                 "{id} is no pane (it has no terminal to close): `bgwork stop {id}` ends it"
             )));
         }

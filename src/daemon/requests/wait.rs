@@ -112,6 +112,12 @@ impl Daemon {
                     behind |= step.behind;
                 }
             }
+            // An end never wins over output not yet looked at: a line the ended item
+            // printed is a match.
+            if behind && !timed_out {
+                tokio::task::yield_now().await;
+                continue;
+            }
             if std::mem::take(&mut look_at_ends) {
                 ended = rows.iter().filter(|&&row| self.has_ended(row)).count();
             }
@@ -246,7 +252,7 @@ fn advance(scan: &mut Scan, path: &Path, len: u64, gap: Range<u64>, regex: &Rege
     let mut each = |seen: Seen, line: &str| {
         let hit = crate::daemon::output::scan::hit(regex, seen, line);
         if hit {
-            matched = Some(line.to_string());
+            matched = Some(crate::daemon::output::scan::shown(seen, line).to_string());
         }
         hit
     };

@@ -42,7 +42,7 @@ impl Daemon {
             let mut inner = self.lock();
             let record = Self::find(&inner, session, id)?;
             if record.kind != Kind::Pane {
-                return Err(WireError::bad_request(format!(
+                return Err(WireError::refused(format!(
                     "{id} has no screen: it was started without --pty; `bgwork read {id}` shows its output"
                 )));
             }

@@ -1575,4 +1575,23 @@ fn issue26_ab1_long_line_pieces_hide_cut_tokens_and_end_nowhere_but_the_line_s_e
         ])
         .json();
     assert_eq!(reply["reason"], "matched", "{reply}");
+    // And one whose last line, over 64 KiB, never ended.
+    let unended = dir.path().join("unended");
+    let mut bytes = vec![b'z'; 130_000];
+    bytes.extend_from_slice(b"LAST");
+    std::fs::write(&unended, bytes).unwrap();
+    let ended = home.start(&format!("cat {}", unended.display()));
+    home.wait_end(&ended);
+    let reply = home
+        .run(&[
+            "--json",
+            "wait",
+            &ended,
+            "--until",
+            "LAST$",
+            "--timeout",
+            "30",
+        ])
+        .json();
+    assert_eq!(reply["reason"], "matched");
 }

@@ -146,10 +146,10 @@ impl LineMonitor {
         if let Mode::Wait { .. } = self.mode {
             let regex = self.regex.as_ref();
             let mut found = None;
-            self.lines.offer_partial(&mut |_, line: &str| {
-                let hit = regex.is_none_or(|r| r.is_match(line));
+            self.lines.offer_partial(&mut |seen, line: &str| {
+                let hit = regex.is_none_or(|r| crate::daemon::output::scan::hit(r, seen, line));
                 if hit {
-                    found = Some(matched(line));
+                    found = Some(matched(crate::daemon::output::scan::shown(seen, line)));
                 }
                 hit
             });

@@ -90,6 +90,9 @@ pub(crate) struct LineScan {
     cut: bool,
     /// The character just after the cut of a line longer than [`MAX_LINE`].
     after_cut: char,
+    /// The run of token characters that `long` begins with (if it does) is a token
+    /// begun before it, however long ago.
+    run_token: bool,
     /// A line longer than [`MAX_LINE`]: its bytes from where its next piece begins
     /// (`long_from`), after up to [`PIECE_CONTEXT`] bytes before them.
     long: Vec<u8>,
@@ -224,6 +227,11 @@ impl LineScan {
             return false;
         }
         self.partial_offered = true;
+        if self.cut {
+            // A long line not ended yet: the rest of it no whole piece held, as written
+            // so far (as a prompt is: `$` matches at its end).
+            return self.long_fresh && self.hand_out_piece(self.long.len(), Edge::Open, each);
+        }
         if !self.partial_dirty && !self.in_key {
             return each(Seen::Partial, &clean_text(&self.partial));
         }
@@ -262,19 +270,25 @@ impl LineScan {
             false => Cow::Borrowed(bytes),
         };
         // The cut comes before a character, never inside one.
-        let (kept, rest) = data.split_at(char_start(&data, data.len().min(room)));
+        let split = match room < data.len() {
+            true => cut_before_escape(&data, char_start(&data, room)),
+            false => data.len(),
+        };
+        let (kept, rest) = data.split_at(split);
         self.partial.extend_from_slice(kept);
         if !rest.is_empty() {
             if !self.cut {
-                self.after_cut = char_at(rest, 0);
+                self.after_cut = shown_after(rest, 0);
                 // The first piece begins `OVERLAP` before the cut, after its context.
                 let from = self.partial.len().saturating_sub(OVERLAP + PIECE_CONTEXT);
+                self.run_token = run_is_token(&self.partial[..from], false);
                 self.long = self.partial[from..].to_vec();
                 self.long_from = self.long.len().saturating_sub(OVERLAP);
             }
             self.cut = true;
             self.long.extend_from_slice(rest);
             self.long_fresh = true;
+            self.partial_offered = false;
         }
         if self.partial.len() != before {
             self.partial_offered = false;
@@ -289,6 +303,7 @@ impl LineScan {
             let stop = self.hand_out_piece(end, Edge::Cut, each);
             // The next piece repeats this one's last `OVERLAP` bytes.
             let keep_from = end - OVERLAP - PIECE_CONTEXT.min(end - OVERLAP);
+            self.run_token = run_is_token(&self.long[..keep_from], self.run_token);
             self.long.drain(..keep_from);
             self.long_from = end - OVERLAP - keep_from;
             self.long_fresh = self.long.len() > self.long_from + OVERLAP;
@@ -317,18 +332,39 @@ impl LineScan {
         let mut start = piece_start(long, self.long_from);
         let around = start.saturating_sub(PIECE_CONTEXT);
         let window = &long[around..(start + PIECE_CONTEXT).min(long.len())];
-        let cut_token = crate::redact::token_across(window, start - around);
-        if let Some((_, token_end)) = cut_token {
+        let mut cut_token = crate::redact::token_across(window, start - around).map(|t| t.1);
+        // A token longer than the window: its start is further back (in `long`, or
+        // before it as `run_token` says).
+        if cut_token.is_none() && long.get(start).is_some_and(|&b| is_token_byte(b)) {
+            let run = long[..start]
+                .iter()
+                .rposition(|&b| !is_token_byte(b))
+                .map_or(0, |i| i + 1);
+            let begun = crate::redact::unfinished_token(&long[..start]).is_some()
+                || (run == 0 && self.run_token);
+            if begun {
+                let rest = long[start..].iter().position(|&b| !is_token_byte(b));
+                cut_token = Some(rest.map_or(long.len(), |i| start + i) - around);
+            }
+        }
+        if let Some(token_end) = cut_token.filter(|&e| e >= window.len()) {
+            // The window ended inside it: it goes on to the end of its run.
+            let at = around + token_end;
+            let rest = long[at..].iter().position(|&b| !is_token_byte(b));
+            cut_token = Some(rest.map_or(long.len(), |i| at + i) - around);
+        }
+        if let Some(token_end) = cut_token {
             start = (around + token_end).min(end);
         }
-        let more = edge != Edge::Whole;
+        let more = edge == Edge::Cut;
         let end = match more {
-            true => char_start(long, end).max(start),
-            false => end,
-        };
+            true => cut_before_escape(long, char_start(long, end)),
+            false => char_start(long, end),
+        }
+        .max(start);
         let before = match cut_token {
             Some(_) => ' ',
-            None => char_before(long, start),
+            None => shown_before(long, start),
         };
         let Some(text) = reader_text(&long[start..end], edge, false) else {
             return false;
@@ -340,7 +376,7 @@ impl LineScan {
         }
         shown.push_str(&text);
         if more {
-            shown.push(char_at(long, end));
+            shown.push(shown_after(long, end));
         }
         each(Seen::Piece { more }, &shown)
     }
@@ -403,6 +439,7 @@ impl LineScan {
         self.long.clear();
         self.long_from = 0;
         self.long_fresh = false;
+        self.run_token = false;
     }
 }
 
@@ -479,6 +516,41 @@ fn piece_start(line: &[u8], at: usize) -> usize {
     char_start_after(line, start.min(line.len()))
 }
 
+/// `at`, or the start of an escape sequence that `at` would cut (begun in the 32
+/// bytes before it and not ended there).
+fn cut_before_escape(bytes: &[u8], at: usize) -> usize {
+    let back = at.saturating_sub(32);
+    let Some(esc) = bytes[back..at].iter().rposition(|&b| b == 0x1b) else {
+        return at;
+    };
+    let esc = back + esc;
+    let ended = match bytes[..at].get(esc + 1) {
+        Some(b'[') => bytes[esc + 2..at].iter().any(|b| (0x40..=0x7e).contains(b)),
+        Some(_) => true,
+        None => false,
+    };
+    match ended {
+        true => at,
+        false => esc,
+    }
+}
+
+/// A byte a token shape may hold past its prefix (see `redact::unfinished_token`).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+/// Whether the run of token bytes that ends `bytes` (and goes on after them) is a
+/// token: one begun in them, or, when they are all token bytes, `before` (the run
+/// before them was one).
+fn run_is_token(bytes: &[u8], before: bool) -> bool {
+    if bytes.last().is_none_or(|&b| !is_token_byte(b)) {
+        return bytes.is_empty() && before;
+    }
+    crate::redact::unfinished_token(bytes).is_some()
+        || (before && bytes.iter().all(|&b| is_token_byte(b)))
+}
+
 /// `at`, or the start of the next character when `at` is inside one.
 fn char_start_after(line: &[u8], mut at: usize) -> usize {
     while at < line.len() && (line[at] & 0xc0) == 0x80 {
@@ -487,41 +559,57 @@ fn char_start_after(line: &[u8], mut at: usize) -> usize {
     at
 }
 
-/// `at`, or the start of the character it is inside.
+/// `at`, or the start of the character it is inside (at the end of `line`: before a
+/// last character not yet whole).
 fn char_start(line: &[u8], mut at: usize) -> usize {
+    if at >= line.len() {
+        let end = line.len();
+        let last = (end.saturating_sub(4)..end)
+            .rev()
+            .find(|&i| (line[i] & 0xc0) != 0x80);
+        return match last {
+            Some(i) if i + utf8_len(line[i]) > end => i,
+            _ => end,
+        };
+    }
     let floor = at.saturating_sub(3);
-    while at > floor && at < line.len() && (line[at] & 0xc0) == 0x80 {
+    while at > floor && (line[at] & 0xc0) == 0x80 {
         at -= 1;
     }
     at
 }
 
-/// The character that ends just before `at`, as a reader would see it for a match's
-/// neighbour (a control byte or invalid UTF-8 as a space).
-fn char_before(line: &[u8], at: usize) -> char {
-    let from = char_start(line, at.saturating_sub(1));
-    decoded(&line[from..at])
-}
-
-/// The character that begins at `at` (a space when none or not one a reader sees).
-fn char_at(line: &[u8], at: usize) -> char {
-    let len = match line.get(at) {
-        Some(b) if *b >= 0xf0 => 4,
-        Some(b) if *b >= 0xe0 => 3,
-        Some(b) if *b >= 0xc0 => 2,
+/// The length of the UTF-8 character that `first` begins (1 for a byte that begins
+/// none).
+fn utf8_len(first: u8) -> usize {
+    match first {
+        b if b >= 0xf0 => 4,
+        b if b >= 0xe0 => 3,
+        b if b >= 0xc0 => 2,
         _ => 1,
-    };
-    decoded(&line[at.min(line.len())..(at + len).min(line.len())])
+    }
 }
 
-fn decoded(bytes: &[u8]) -> char {
-    match std::str::from_utf8(bytes)
-        .ok()
-        .and_then(|s| s.chars().next())
-    {
-        Some(c) if !c.is_control() => c,
-        _ => ' ',
-    }
+/// How far around a piece's edge its neighbour is looked for (escapes are passed).
+const NEIGHBOUR: usize = 64;
+
+/// The last character a reader is shown before `at`: a match's real neighbour (a
+/// space when there is none).
+fn shown_before(line: &[u8], at: usize) -> char {
+    let from = char_start(line, at.saturating_sub(NEIGHBOUR));
+    reader_text(&line[from..at], Edge::Whole, false)
+        .and_then(|text| text.chars().next_back())
+        .filter(|c| !c.is_control())
+        .unwrap_or(' ')
+}
+
+/// The first character a reader is shown from `at` (a space when none is there yet).
+fn shown_after(line: &[u8], at: usize) -> char {
+    let end = char_start(line, (at + NEIGHBOUR).min(line.len()));
+    reader_text(&line[at..end.max(at)], Edge::Whole, false)
+        .and_then(|text| text.chars().next())
+        .filter(|c| !c.is_control())
+        .unwrap_or(' ')
 }
 
 /// How a piece of a line handed to a matcher ends.
@@ -657,12 +745,19 @@ mod tests {
         let seen = scan(&[&long, b"\nshort\n"]);
         let pieces: Vec<&(Seen, String)> = seen
             .iter()
-            .filter(|s| matches!(s.0, Seen::Piece { .. }))
+            .filter(|s| matches!(s.0, Seen::Piece { more: true }))
             .collect();
-        // Pieces from `OVERLAP` before the cut, each repeating `OVERLAP` of the last.
+        // Pieces from `OVERLAP` before the cut, each repeating `OVERLAP` of the last;
+        // the last is handed out as the rest of the line (offered as written so far,
+        // then at its end).
         let step = MAX_LINE - OVERLAP;
+        let rests = seen
+            .iter()
+            .filter(|s| s.0 == Seen::Piece { more: false })
+            .count();
+        assert_eq!(rests, 2);
         assert_eq!(
-            pieces.len(),
+            pieces.len() + 1,
             (2 * MAX_LINE + OVERLAP).div_ceil(step),
             "{}",
             pieces.len()
@@ -855,6 +950,64 @@ mod tests {
         line.push(b'\n');
         assert!(finds(&[&line], r"\[3|1m|\[0").is_none());
         assert!(finds(&[&line], "red red").is_some());
+    }
+
+    #[test]
+    fn a_token_longer_than_the_context_is_masked_wherever_a_piece_cuts_it() {
+        let token = format!("ghp_{}TAILSEQ{}", "Q".repeat(2000), "R".repeat(2990));
+        for into in [10, 1500, 2100, 2500, 4000] {
+            let at = MAX_LINE - OVERLAP - into;
+            let line = placed(
+                300_000,
+                &[
+                    (at - 1, " "),
+                    (at, &token),
+                    (at + token.len(), " "),
+                    (81_440, "MARK"),
+                ],
+            );
+            let found = finds(&[&line], "MARK").expect("MARK is found");
+            assert!(!found.contains("RRRRRRRR"), "{into}: the tail shown");
+            assert!(
+                finds(&[&line], "RRRRRRRR").is_none(),
+                "{into}: the tail matched"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unended_long_line_is_offered_whole_as_written_so_far() {
+        let regex = regex::Regex::new("LAST$").unwrap();
+        for len in [70_000, 130_000, 1 << 20] {
+            let mut line = vec![b'z'; len];
+            line.extend_from_slice(b"LAST");
+            let mut scan = LineScan::default();
+            let mut found = false;
+            let mut each = |seen: Seen, text: &str| {
+                found |= hit(&regex, seen, text);
+                found
+            };
+            scan.feed(0, &line, &mut each);
+            scan.offer_partial(&mut each);
+            assert!(found, "{len}");
+        }
+    }
+
+    #[test]
+    fn a_piece_s_neighbour_is_the_character_shown_not_an_escape_byte() {
+        for at in MAX_LINE - OVERLAP - 4..MAX_LINE - OVERLAP + 3 {
+            let mut line = vec![b'-'; 300_000];
+            line[at..at + 4].copy_from_slice(b"\x1b[1m");
+            line.push(b'\n');
+            assert!(finds(&[&line], r"\b-|-\b").is_none(), "{at}");
+        }
+        for at in [MAX_LINE - 1, MAX_LINE, 2 * MAX_LINE - OVERLAP - 1] {
+            let mut line = vec![b'y'; 300_000];
+            line[at..at + 4].copy_from_slice(b"\x1b[0m");
+            *line.last_mut().unwrap() = b'Z';
+            line.push(b'\n');
+            assert!(finds(&[&line], r"y\b").is_none(), "{at}");
+        }
     }
 
     #[test]
